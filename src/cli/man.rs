@@ -1,0 +1,211 @@
+//! The man page, generated from the flag, exit-code, command and event
+//! tables so it cannot drift from the code. `man/virt-launcher.8` is this
+//! output, checked in; a test fails when they differ.
+
+use super::FLAGS;
+use crate::command::COMMANDS;
+use crate::events::EventKind;
+use crate::exit::ExitCode;
+
+/// Escapes text for roff: backslashes, hyphens that must stay hyphens, and
+/// a leading dot or quote that roff would read as a request.
+fn roff(text: &str) -> String {
+    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
+    if escaped.starts_with('.') || escaped.starts_with('\'') {
+        format!("\\&{escaped}")
+    } else {
+        escaped
+    }
+}
+
+pub fn man_page() -> String {
+    let mut m = String::new();
+    let version = env!("CARGO_PKG_VERSION");
+    m.push_str(&format!(
+        ".TH VIRT\\-LAUNCHER 8 \"\" \"virt-launcher {version}\" \"System Administration\"\n"
+    ));
+    m.push_str(".SH NAME\nvirt\\-launcher \\- run one KubeVirt virtual machine instance through libvirt and QEMU\n");
+    m.push_str(".SH SYNOPSIS\n.B virt\\-launcher\n\\fB\\-\\-name\\fR \\fINAME\\fR \\fB\\-\\-namespace\\fR \\fINAMESPACE\\fR [\\fIFLAGS\\fR]\n.br\n.B virt\\-launcher\n\\fB\\-\\-vmi\\fR \\fIFILE\\fR [\\fIFLAGS\\fR]\n");
+    m.push_str(DESCRIPTION);
+    m.push_str(".SH OPTIONS\n");
+    for flag in FLAGS {
+        m.push_str(".TP\n");
+        let mut names = String::new();
+        if let Some(c) = flag.short {
+            names.push_str(&format!("\\fB\\-{c}\\fR, "));
+        }
+        names.push_str(&format!("\\fB\\-\\-{}\\fR", roff(flag.long)));
+        if let Some(v) = flag.value_name {
+            names.push_str(&format!(" \\fI{}\\fR", roff(v)));
+        }
+        m.push_str(&names);
+        m.push('\n');
+        m.push_str(&roff(flag.help));
+        if let Some(d) = flag.default_text() {
+            m.push_str(&format!(" Default: \\fB{}\\fR.", roff(d)));
+        }
+        m.push('\n');
+    }
+    m.push_str(".SH COMMAND SOCKET\n");
+    m.push_str(SOCKET_TEXT);
+    m.push_str(".PP\nCommands:\n");
+    for command in COMMANDS {
+        m.push_str(&format!(
+            ".TP\n\\fB{}\\fR\n{}\n",
+            roff(command.name),
+            roff(command.summary)
+        ));
+    }
+    m.push_str(".PP\nEvents (after \\fBsubscribe\\fR):\n");
+    for kind in EventKind::ALL {
+        m.push_str(&format!(
+            ".TP\n\\fB{}\\fR\n{}\n",
+            roff(kind.name()),
+            roff(kind.summary())
+        ));
+    }
+    m.push_str(SIGNALS_TEXT);
+    m.push_str(".SH EXIT STATUS\n");
+    for code in ExitCode::ALL {
+        m.push_str(&format!(
+            ".TP\n\\fB{}\\fR\n{}\n",
+            code.code(),
+            roff(code.meaning())
+        ));
+    }
+    m.push_str(FILES_TEXT);
+    m.push_str(ENVIRONMENT_TEXT);
+    m.push_str(EXAMPLES_TEXT);
+    m.push_str(".SH SEE ALSO\n\\fBvirsh\\fR(1), \\fBlibvirtd\\fR(8), \\fBsocat\\fR(1), \\fBqemu\\-ga\\fR(8), docs/protocol.md\n");
+    m
+}
+
+const DESCRIPTION: &str = r#".SH DESCRIPTION
+\fBvirt\-launcher\fR runs one virtual machine: it prepares the VMI's directories, connects to
+libvirt, turns a KubeVirt VirtualMachineInstance (JSON) into libvirt domain XML, starts and
+supervises the guest, and serves a line\-delimited JSON command socket that \fBsocat\fR can
+drive by hand. When the domain stops, the launcher sends the final event to subscribers,
+removes its socket and exits; the exit status says why (see \fBEXIT STATUS\fR).
+.PP
+Start\-up: flags are parsed, the directories below are created, libvirt's event loop is
+registered and the connection is opened (retried every 500 ms for up to 15 s). The command
+socket listens as \fIsockets/launcher\-init\-sock\fR; once the event loop runs and a ping through
+that socket answers, it is renamed to \fIsockets/launcher\-sock\fR, which is the sign that the
+launcher is ready. The launcher then waits up to \fB\-\-qemu\-timeout\fR for a domain, from
+\fB\-\-vmi\fR or a \fBsync\fR command.
+.PP
+With \fB\-\-connect test:///default\fR the launcher uses libvirt's in\-process test driver, which
+needs no daemon and runs no guest: useful for trying the protocol.
+"#;
+
+const SOCKET_TEXT: &str = r#"The socket is \fIKUBEVIRT_SHARE_DIR\fR\fB/sockets/launcher\-sock\fR (mode 0600). Each line a client
+sends is one JSON object: \fB{"execute":"NAME","arguments":{...},"id":ANY}\fR, where
+\fBarguments\fR and \fBid\fR are optional. Each request gets exactly one reply line, in order:
+\fB{"return":{...},"id":ANY}\fR or \fB{"error":{"class":"C","desc":"...","causes":[...]},"id":ANY}\fR.
+On connect the server writes a \fBhello\fR line with the protocol version, the launcher version,
+its pid, the VMI and the command list. Error classes: ParseError, RequestTooLarge,
+InvalidRequest, CommandNotFound, InvalidArgument, InvalidState, NotFound, Unavailable,
+Timeout, Busy, Internal. The full contract, with an example for every command and event, is
+in docs/protocol.md.
+"#;
+
+const SIGNALS_TEXT: &str = r#".SH SIGNALS
+.TP
+\fBSIGTERM\fR, \fBSIGINT\fR
+Graceful stop. The launcher emits SHUTDOWN_STARTED, asks the guest to power off by ACPI and
+repeats the request every 5 seconds (a guest still booting misses the first). When the guest
+has not powered off after \fB\-\-grace\-period\-seconds\fR, the launcher emits
+SHUTDOWN_GRACE_EXPIRED, forces the domain off and exits with status 7. A second signal does
+not shorten the grace period. A signal that arrives before any domain exists makes the
+launcher exit at once with status 0.
+"#;
+
+const FILES_TEXT: &str = r#".SH FILES
+.TP
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-init\-sock, launcher\-sock
+The command socket, before and after readiness. \fBlauncher\-sock.lock\fR beside it is held
+(flock) while the launcher runs; a socket found without a live lock holder is stale and is
+removed at start\-up.
+.TP
+\fIPRIVATE_DIR\fR/{vm\-disks,config\-map\-disks,secret\-disks,downwardapi\-disks,service\-account\-disk,sysprep\-disks,downwardmetrics\-channel} (0750), \fIPRIVATE_DIR\fR/\fIUID\fR (0755)
+Created at start\-up, as KubeVirt does. The serial console socket is \fIPRIVATE_DIR\fR/\fIUID\fR/virt\-serial0 with its log virt\-serial0\-log.
+.TP
+\fIEPHEMERAL_DISK_DIR\fR/{cloud\-init\-data,ignition\-data,disk\-data} (0755)
+Cloud\-init ISOs and disk overlays.
+.TP
+\fICONTAINER_DISK_DIR\fR (0750), \fIHOTPLUG_DISK_DIR\fR (0755)
+containerDisk base images and hotplugged volumes.
+"#;
+
+const ENVIRONMENT_TEXT: &str = r#".SH ENVIRONMENT
+.TP
+\fBRUST_LOG\fR
+Log filter (for example \fBdebug\fR or \fBvirt_launcher::server=trace\fR); overrides \fB\-v\fR.
+Logs go to standard error.
+.TP
+\fBLIBVIRT_LOG_FILTERS\fR, \fBLIBVIRT_LOG_OUTPUTS\fR
+Read by the libvirt client library; \fB\-\-libvirt\-log\-filters\fR sets the first.
+"#;
+
+const EXAMPLES_TEXT: &str = r#".SH EXAMPLES
+Run the demo VMI on libvirt's test driver and talk to it:
+.PP
+.nf
+virt\-launcher \-\-connect test:///default \-\-vmi examples/vmi.json \e
+    \-\-kubevirt\-share\-dir /tmp/vl/share \-\-private\-dir /tmp/vl/private \e
+    \-\-ephemeral\-disk\-dir /tmp/vl/ephemeral \-\-container\-disk\-dir /tmp/vl/cd \e
+    \-\-hotplug\-disk\-dir /tmp/vl/hp &
+echo '{"execute":"query\-status","id":1}' | socat \- UNIX\-CONNECT:/tmp/vl/share/sockets/launcher\-sock
+.fi
+.PP
+Follow events interactively:
+.PP
+.nf
+socat READLINE UNIX\-CONNECT:/var/run/kubevirt/sockets/launcher\-sock
+{"execute":"subscribe"}
+.fi
+"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_in_man_page_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/man/virt-launcher.8");
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        let generated = man_page();
+        if std::env::var_os("UPDATE_MAN").is_some() {
+            std::fs::write(path, &generated).expect("write man page");
+            return;
+        }
+        assert!(
+            on_disk == generated,
+            "man/virt-launcher.8 is out of date: run `cargo run -- --generate-man > man/virt-launcher.8` (or UPDATE_MAN=1 cargo test)"
+        );
+    }
+
+    #[test]
+    fn every_flag_exit_code_command_and_event_is_in_the_man_page() {
+        let page = man_page();
+        for flag in FLAGS {
+            assert!(page.contains(&format!("\\-\\-{}", roff(flag.long))));
+        }
+        for code in ExitCode::ALL {
+            assert!(page.contains(&format!(".TP\n\\fB{}\\fR\n", code.code())));
+        }
+        for command in COMMANDS {
+            assert!(page.contains(&format!("\\fB{}\\fR", roff(command.name))));
+        }
+        for kind in EventKind::ALL {
+            assert!(page.contains(&format!("\\fB{}\\fR", roff(kind.name()))));
+        }
+    }
+
+    #[test]
+    fn roff_escaping() {
+        assert_eq!(roff("--flag"), "\\-\\-flag");
+        assert_eq!(roff(".start"), "\\&.start");
+        assert_eq!(roff("a\\b"), "a\\eb");
+    }
+}

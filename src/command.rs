@@ -1,0 +1,282 @@
+//! The commands of the socket protocol: their names, one-line summaries and
+//! typed arguments. A request becomes a `Command` here, before anything
+//! happens, so unknown commands and bad arguments never cause side effects.
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::events::EventKind;
+use crate::protocol::{CommandError, ErrorClass};
+
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub summary: &'static str,
+}
+
+/// Every command, in the order the greeting and the docs list them.
+pub static COMMANDS: &[CommandSpec] = &[
+    CommandSpec {
+        name: "ping",
+        summary: "Answers {} when the launcher's domain manager is alive.",
+    },
+    CommandSpec {
+        name: "query-version",
+        summary: "Versions of the launcher, the libvirt library, the libvirt daemon and the hypervisor.",
+    },
+    CommandSpec {
+        name: "query-commands",
+        summary: "The commands this launcher understands.",
+    },
+    CommandSpec {
+        name: "query-status",
+        summary: "The launcher's phase and the domain's state and reason, from the launcher's own view (never blocks on libvirt).",
+    },
+    CommandSpec {
+        name: "sync",
+        summary: "Reconcile to arguments.vmi (a KubeVirt VMI): define the domain if missing, start it if down, resume it if paused by something other than pause; returns the domain's state.",
+    },
+    CommandSpec {
+        name: "pause",
+        summary: "Suspend the running domain.",
+    },
+    CommandSpec {
+        name: "unpause",
+        summary: "Resume a domain suspended by pause.",
+    },
+    CommandSpec {
+        name: "shutdown",
+        summary: "Ask the guest to power off by ACPI. Returns at once; completion shows as DOMAIN_LIFECYCLE events and the launcher then exits with status 0.",
+    },
+    CommandSpec {
+        name: "reboot",
+        summary: "Soft reboot: through the guest agent when it is connected, else by ACPI.",
+    },
+    CommandSpec {
+        name: "reset",
+        summary: "Hard reset of the guest, like pressing the reset button.",
+    },
+    CommandSpec {
+        name: "kill",
+        summary: "Force the domain off (libvirt destroy). The launcher then exits with status 0.",
+    },
+    CommandSpec {
+        name: "delete",
+        summary: "Undefine the domain. A running domain keeps running as a transient one.",
+    },
+    CommandSpec {
+        name: "query-domain",
+        summary: "The live domain: name, uuid, state, reason and the parsed domain XML.",
+    },
+    CommandSpec {
+        name: "query-stats",
+        summary: "libvirt bulk statistics of the domain (cpu, balloon, vcpu, block, interface), named as virsh domstats names them.",
+    },
+    CommandSpec {
+        name: "subscribe",
+        summary: "Send events on this connection; arguments.events limits them to the listed names.",
+    },
+    CommandSpec {
+        name: "unsubscribe",
+        summary: "Stop sending events on this connection.",
+    },
+];
+
+pub fn command_names() -> Vec<&'static str> {
+    COMMANDS.iter().map(|c| c.name).collect()
+}
+
+/// A request that passed validation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    Ping,
+    QueryVersion,
+    QueryCommands,
+    QueryStatus,
+    Sync { vmi: Value },
+    Pause,
+    Unpause,
+    Shutdown,
+    Reboot,
+    Reset,
+    Kill,
+    Delete,
+    QueryDomain,
+    QueryStats,
+    Subscribe { events: Option<Vec<EventKind>> },
+    Unsubscribe,
+}
+
+impl Command {
+    /// Validates a command name and its arguments.
+    pub fn parse(name: &str, arguments: Map<String, Value>) -> Result<Command, CommandError> {
+        let command = match name {
+            "ping" => no_args(arguments, Command::Ping)?,
+            "query-version" => no_args(arguments, Command::QueryVersion)?,
+            "query-commands" => no_args(arguments, Command::QueryCommands)?,
+            "query-status" => no_args(arguments, Command::QueryStatus)?,
+            "sync" => {
+                let args: SyncArgs = typed_args(arguments)?;
+                if !args.vmi.is_object() {
+                    return Err(CommandError::invalid_argument(
+                        "arguments.vmi must be a VirtualMachineInstance object",
+                    ));
+                }
+                Command::Sync { vmi: args.vmi }
+            }
+            "pause" => no_args(arguments, Command::Pause)?,
+            "unpause" => no_args(arguments, Command::Unpause)?,
+            "shutdown" => no_args(arguments, Command::Shutdown)?,
+            "reboot" => no_args(arguments, Command::Reboot)?,
+            "reset" => no_args(arguments, Command::Reset)?,
+            "kill" => no_args(arguments, Command::Kill)?,
+            "delete" => no_args(arguments, Command::Delete)?,
+            "query-domain" => no_args(arguments, Command::QueryDomain)?,
+            "query-stats" => no_args(arguments, Command::QueryStats)?,
+            "subscribe" => {
+                let args: SubscribeArgs = typed_args(arguments)?;
+                let events = match args.events {
+                    None => None,
+                    Some(names) => Some(
+                        names
+                            .iter()
+                            .map(|n| {
+                                EventKind::from_name(n).ok_or_else(|| {
+                                    CommandError::invalid_argument(format!(
+                                        "arguments.events: unknown event \"{n}\"; known events: {}",
+                                        EventKind::ALL.map(|k| k.name()).join(", ")
+                                    ))
+                                })
+                            })
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ),
+                };
+                Command::Subscribe { events }
+            }
+            "unsubscribe" => no_args(arguments, Command::Unsubscribe)?,
+            _ => {
+                return Err(CommandError::new(
+                    ErrorClass::CommandNotFound,
+                    format!("unknown command \"{name}\"; query-commands lists the known ones"),
+                ));
+            }
+        };
+        Ok(command)
+    }
+
+    /// Handled by the connection itself rather than the domain manager.
+    pub fn is_connection_local(&self) -> bool {
+        matches!(
+            self,
+            Command::QueryCommands | Command::Subscribe { .. } | Command::Unsubscribe
+        )
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Ping => "ping",
+            Command::QueryVersion => "query-version",
+            Command::QueryCommands => "query-commands",
+            Command::QueryStatus => "query-status",
+            Command::Sync { .. } => "sync",
+            Command::Pause => "pause",
+            Command::Unpause => "unpause",
+            Command::Shutdown => "shutdown",
+            Command::Reboot => "reboot",
+            Command::Reset => "reset",
+            Command::Kill => "kill",
+            Command::Delete => "delete",
+            Command::QueryDomain => "query-domain",
+            Command::QueryStats => "query-stats",
+            Command::Subscribe { .. } => "subscribe",
+            Command::Unsubscribe => "unsubscribe",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SyncArgs {
+    vmi: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscribeArgs {
+    events: Option<Vec<String>>,
+}
+
+fn no_args(arguments: Map<String, Value>, command: Command) -> Result<Command, CommandError> {
+    match arguments.keys().next() {
+        None => Ok(command),
+        Some(key) => Err(CommandError::invalid_argument(format!(
+            "unknown argument \"{key}\": {} takes no arguments",
+            command.name()
+        ))),
+    }
+}
+
+fn typed_args<T: DeserializeOwned>(arguments: Map<String, Value>) -> Result<T, CommandError> {
+    serde_json::from_value(Value::Object(arguments))
+        .map_err(|e| CommandError::invalid_argument(format!("arguments: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn args(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    #[test]
+    fn every_listed_command_parses_and_names_round_trip() {
+        for spec in COMMANDS {
+            let arguments = if spec.name == "sync" {
+                args(json!({"vmi": {}}))
+            } else {
+                Map::new()
+            };
+            let command = Command::parse(spec.name, arguments).unwrap();
+            assert_eq!(command.name(), spec.name);
+        }
+    }
+
+    #[test]
+    fn unknown_command_is_command_not_found() {
+        let err = Command::parse("frobnicate", Map::new()).unwrap_err();
+        assert_eq!(err.class, ErrorClass::CommandNotFound);
+        assert!(err.desc.contains("frobnicate"));
+    }
+
+    #[test]
+    fn unknown_argument_keys_are_invalid_argument() {
+        let err = Command::parse("ping", args(json!({"x": 1}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("\"x\""));
+        let err = Command::parse("sync", args(json!({"vmi": {}, "force": true}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("force"), "{}", err.desc);
+        let err = Command::parse("sync", Map::new()).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        let err = Command::parse("sync", args(json!({"vmi": "x"}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+    }
+
+    #[test]
+    fn subscribe_filters_are_checked() {
+        assert_eq!(
+            Command::parse("subscribe", args(json!({"events": ["DOMAIN_LIFECYCLE"]}))).unwrap(),
+            Command::Subscribe {
+                events: Some(vec![EventKind::DomainLifecycle])
+            }
+        );
+        let err = Command::parse("subscribe", args(json!({"events": ["NOPE"]}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("NOPE"));
+    }
+}

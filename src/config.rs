@@ -1,0 +1,265 @@
+//! The launcher's configuration: the command line, resolved. This is where
+//! the VMI identity is settled (flags, else the --vmi file) and the
+//! standalone VMI is read.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::cli::{AgentIntervals, Args, UsageError};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dirs {
+    pub share: PathBuf,
+    pub private: PathBuf,
+    pub ephemeral: PathBuf,
+    pub container_disks: PathBuf,
+    pub hotplug_disks: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The libvirt domain: `<namespace>_<name>`.
+    pub domain_name: String,
+    pub dirs: Dirs,
+    /// The URI to connect to, unless the launcher spawns its own daemon.
+    pub connect_uri: String,
+    pub qemu_timeout: Duration,
+    pub grace_period: Duration,
+    pub standalone_vmi: Option<Value>,
+    pub allow_emulation: bool,
+    pub force_emulation: bool,
+    pub spawn_libvirt: bool,
+    pub max_clients: usize,
+    pub max_line_bytes: usize,
+    pub libvirt_log_filters: Option<String>,
+    pub verbosity: u8,
+    pub agent_intervals: AgentIntervals,
+}
+
+impl Config {
+    /// `namespace/name`, as KubeVirt writes a VMI reference.
+    pub fn vmi_ref(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn resolve(args: Args) -> Result<Config, UsageError> {
+        let standalone_vmi = match &args.vmi_file {
+            Some(path) => Some(read_vmi_file(path)?),
+            None => None,
+        };
+        let from_vmi = |field: &str| -> Option<String> {
+            standalone_vmi
+                .as_ref()
+                .and_then(|v| v.get("metadata"))
+                .and_then(|m| m.get(field))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let pick = |flag: &Option<String>,
+                    field: &str,
+                    flag_name: &str|
+         -> Result<Option<String>, UsageError> {
+            match (flag, from_vmi(field)) {
+                (Some(f), Some(v)) if *f != v => Err(UsageError(format!(
+                    "--{flag_name} \"{f}\" does not match metadata.{field} \"{v}\" in the --vmi file"
+                ))),
+                (Some(f), _) => Ok(Some(f.clone())),
+                (None, v) => Ok(v),
+            }
+        };
+        let name = pick(&args.name, "name", "name")?.ok_or_else(|| {
+            UsageError("--name is required (or a --vmi file with metadata.name)".into())
+        })?;
+        let namespace = pick(&args.namespace, "namespace", "namespace")?.ok_or_else(|| {
+            UsageError("--namespace is required (or a --vmi file with metadata.namespace)".into())
+        })?;
+        validate_k8s_name("--name", &name)?;
+        validate_k8s_name("--namespace", &namespace)?;
+        let uid = match pick(&args.uid, "uid", "uid")? {
+            Some(uid) => uid,
+            None => generate_uid()?,
+        };
+        if uid.contains('/') || uid == "." || uid == ".." {
+            return Err(UsageError(format!(
+                "--uid: invalid value \"{uid}\": it names a directory and must not contain '/'"
+            )));
+        }
+        let connect_uri = args.connect.clone().unwrap_or_else(|| {
+            if running_as_root() {
+                "qemu:///system".to_string()
+            } else {
+                "qemu:///session".to_string()
+            }
+        });
+        Ok(Config {
+            domain_name: format!("{namespace}_{name}"),
+            namespace,
+            name,
+            uid,
+            dirs: Dirs {
+                share: args.kubevirt_share_dir,
+                private: args.private_dir,
+                ephemeral: args.ephemeral_disk_dir,
+                container_disks: args.container_disk_dir,
+                hotplug_disks: args.hotplug_disk_dir,
+            },
+            connect_uri,
+            qemu_timeout: args.qemu_timeout,
+            grace_period: Duration::from_secs(args.grace_period_seconds),
+            standalone_vmi,
+            allow_emulation: args.allow_emulation,
+            force_emulation: args.force_emulation,
+            spawn_libvirt: args.spawn_libvirt,
+            max_clients: args.max_clients,
+            max_line_bytes: args.max_line_bytes,
+            libvirt_log_filters: args.libvirt_log_filters,
+            verbosity: args.verbosity,
+            agent_intervals: args.agent_intervals,
+        })
+    }
+}
+
+fn read_vmi_file(path: &PathBuf) -> Result<Value, UsageError> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| UsageError(format!("--vmi {}: cannot read: {e}", path.display())))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| UsageError(format!("--vmi {}: not valid JSON: {e}", path.display())))?;
+    if !value.is_object() {
+        return Err(UsageError(format!(
+            "--vmi {}: expected a VirtualMachineInstance object",
+            path.display()
+        )));
+    }
+    Ok(value)
+}
+
+/// Kubernetes object names: lower-case letters, digits, '-' and '.', so
+/// that `<namespace>_<name>` splits back unambiguously.
+fn validate_k8s_name(flag: &str, value: &str) -> Result<(), UsageError> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && !value.starts_with(['-', '.'])
+        && !value.ends_with(['-', '.']);
+    if ok {
+        Ok(())
+    } else {
+        Err(UsageError(format!(
+            "{flag}: invalid value \"{value}\": a Kubernetes name is lower-case letters, digits, '-' and '.', starting and ending with a letter or digit"
+        )))
+    }
+}
+
+fn generate_uid() -> Result<String, UsageError> {
+    fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map(|s| s.trim().to_string())
+        .map_err(|e| {
+            UsageError(format!(
+                "--uid not given and no UID could be generated: {e}"
+            ))
+        })
+}
+
+pub fn running_as_root() -> bool {
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Action, parse};
+
+    fn args(argv: &[&str]) -> Args {
+        match parse(argv.iter().copied()) {
+            Ok(Action::Run(a)) => *a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn temp_file(tag: &str, body: &str) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("vl-config-{tag}-{}.json", std::process::id()));
+        fs::write(&path, body).unwrap();
+        path
+    }
+
+    #[test]
+    fn identity_from_flags() {
+        let c =
+            Config::resolve(args(&["--name", "vm", "--namespace", "ns", "--uid", "u1"])).unwrap();
+        assert_eq!(c.domain_name, "ns_vm");
+        assert_eq!(c.vmi_ref(), "ns/vm");
+        assert_eq!(c.uid, "u1");
+    }
+
+    #[test]
+    fn identity_from_vmi_file_and_mismatch() {
+        let path = temp_file(
+            "ident",
+            r#"{"metadata":{"name":"demo","namespace":"default","uid":"abc"},"spec":{}}"#,
+        );
+        let p = path.to_str().unwrap();
+        let c = Config::resolve(args(&["--vmi", p])).unwrap();
+        assert_eq!(
+            (c.namespace.as_str(), c.name.as_str(), c.uid.as_str()),
+            ("default", "demo", "abc")
+        );
+        assert!(c.standalone_vmi.is_some());
+        let err = Config::resolve(args(&["--vmi", p, "--name", "other"])).unwrap_err();
+        assert!(
+            err.0
+                .contains("--name \"other\" does not match metadata.name \"demo\""),
+            "{}",
+            err.0
+        );
+        fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn errors_name_the_flag() {
+        assert!(
+            Config::resolve(args(&["--namespace", "ns"]))
+                .unwrap_err()
+                .0
+                .contains("--name is required")
+        );
+        assert!(
+            Config::resolve(args(&["--name", "Bad_Name", "--namespace", "ns"]))
+                .unwrap_err()
+                .0
+                .starts_with("--name: invalid value")
+        );
+        let err = Config::resolve(args(&["--vmi", "/nonexistent/vmi.json"])).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("--vmi /nonexistent/vmi.json: cannot read"),
+            "{}",
+            err.0
+        );
+        let path = temp_file("bad", "{not json");
+        let err = Config::resolve(args(&["--vmi", path.to_str().unwrap()])).unwrap_err();
+        assert!(err.0.contains("not valid JSON"));
+        fs::remove_file(path).unwrap();
+        let err = Config::resolve(args(&["--name", "a", "--namespace", "b", "--uid", "x/y"]))
+            .unwrap_err();
+        assert!(err.0.starts_with("--uid"));
+    }
+
+    #[test]
+    fn uid_is_generated_when_absent() {
+        let c = Config::resolve(args(&["--name", "vm", "--namespace", "ns"])).unwrap();
+        assert_eq!(c.uid.len(), 36);
+    }
+}

@@ -1,0 +1,302 @@
+//! Cloud-init NoCloud and ConfigDrive ISO contents (KubeVirt:
+//! pkg/cloud-init/cloud-init.go).
+
+use serde::Serialize;
+
+use super::codec::base64_decode;
+use super::metadata::firmware_uuid;
+use super::{ConvertContext, ConvertError, paths};
+use crate::disks::iso9660::IsoFile;
+use crate::disks::{IsoContents, SecretFile};
+use crate::vmi::{CloudInitSource, VirtualMachineInstance};
+
+/// Which cloud-init data source a volume is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DataSource {
+    NoCloud,
+    ConfigDrive,
+}
+
+impl DataSource {
+    /// The volume label cloud-init looks for.
+    pub(crate) fn volume_id(self) -> &'static str {
+        match self {
+            DataSource::NoCloud => "cidata",
+            DataSource::ConfigDrive => "config-2",
+        }
+    }
+
+    fn field(self) -> &'static str {
+        match self {
+            DataSource::NoCloud => "cloudInitNoCloud",
+            DataSource::ConfigDrive => "cloudInitConfigDrive",
+        }
+    }
+
+    /// Where user-data, meta-data and network data go inside the image.
+    fn layout(self) -> [&'static str; 3] {
+        match self {
+            DataSource::NoCloud => ["user-data", "meta-data", "network-config"],
+            DataSource::ConfigDrive => [
+                "openstack/latest/user_data",
+                "openstack/latest/meta_data.json",
+                "openstack/latest/network_data.json",
+            ],
+        }
+    }
+}
+
+/// NoCloud meta-data as KubeVirt writes it (`NoCloudMetadata`).
+#[derive(Serialize)]
+struct NoCloudMetadata<'a> {
+    #[serde(rename = "instance-id")]
+    instance_id: &'a str,
+    #[serde(rename = "local-hostname")]
+    local_hostname: &'a str,
+}
+
+/// ConfigDrive meta_data.json as KubeVirt writes it (`ConfigDriveMetadata`).
+#[derive(Serialize)]
+struct ConfigDriveMetadata<'a> {
+    instance_id: String,
+    hostname: &'a str,
+    uuid: &'a str,
+}
+
+/// The files of the cloud-init ISO. Inline and base64 data are resolved now;
+/// `secretRef`s are read from `<private>/secret/<volume>` when the plan runs.
+pub(crate) fn contents(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    source: &CloudInitSource,
+    data_source: DataSource,
+    volume: &str,
+    volume_index: usize,
+) -> Result<IsoContents, ConvertError> {
+    let path = format!("spec.volumes[{volume_index}].{}", data_source.field());
+    let [user_file, meta_file, network_file] = data_source.layout();
+    let secret_dir = paths::cloud_init_secret_dir(ctx, volume);
+    let secret = |iso_path: &str, names: [&str; 2]| SecretFile {
+        iso_path: iso_path.to_string(),
+        dir: secret_dir.clone(),
+        names: names.iter().map(|n| n.to_string()).collect(),
+    };
+    let mut files = Vec::new();
+    let mut secrets = Vec::new();
+
+    let user_data = inline_data(
+        &source.user_data,
+        &source.user_data_base64,
+        &path,
+        "userData",
+    )?;
+    match (user_data, &source.user_data_secret_ref) {
+        (Some(_), Some(_)) => {
+            return Err(ConvertError::new(
+                &path,
+                "set either userData(Base64) or secretRef, not both",
+            ));
+        }
+        (Some(data), None) => files.push(file(user_file, data)),
+        (None, Some(_)) => secrets.push(secret(user_file, ["userdata", "userData"])),
+        // KubeVirt always writes a user-data file, empty if need be.
+        (None, None) => files.push(file(user_file, Vec::new())),
+    }
+    let network_data = inline_data(
+        &source.network_data,
+        &source.network_data_base64,
+        &path,
+        "networkData",
+    )?;
+    match (network_data, &source.network_data_secret_ref) {
+        (Some(_), Some(_)) => {
+            return Err(ConvertError::new(
+                &path,
+                "set either networkData(Base64) or networkDataSecretRef, not both",
+            ));
+        }
+        (Some(data), None) => files.push(file(network_file, data)),
+        (None, Some(_)) => secrets.push(secret(network_file, ["networkdata", "networkData"])),
+        (None, None) => {}
+    }
+    let has_user_data = files.first().is_some_and(|f| !f.data.is_empty());
+    if !has_user_data && files.len() < 2 && secrets.is_empty() {
+        return Err(ConvertError::new(
+            &path,
+            "userData, userDataBase64, secretRef, networkData, networkDataBase64 or networkDataSecretRef is required",
+        ));
+    }
+    let meta_data = match &source.meta_data {
+        Some(custom) => custom.clone().into_bytes(),
+        None => generated_meta_data(vmi, ctx, data_source)?,
+    };
+    files.push(file(meta_file, meta_data));
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(if secrets.is_empty() {
+        IsoContents::Files(files)
+    } else {
+        IsoContents::FilesWithSecrets { files, secrets }
+    })
+}
+
+fn file(path: &str, data: Vec<u8>) -> IsoFile {
+    IsoFile {
+        path: path.to_string(),
+        data,
+    }
+}
+
+/// `<field>` wins over `<field>Base64`, as in KubeVirt's readRawOrBase64Data.
+fn inline_data(
+    raw: &Option<String>,
+    base64: &Option<String>,
+    path: &str,
+    field: &str,
+) -> Result<Option<Vec<u8>>, ConvertError> {
+    match (
+        raw.as_deref().filter(|r| !r.is_empty()),
+        base64.as_deref().filter(|b| !b.is_empty()),
+    ) {
+        (Some(raw), _) => Ok(Some(raw.as_bytes().to_vec())),
+        (None, Some(encoded)) => base64_decode(encoded)
+            .map(Some)
+            .map_err(|err| ConvertError::new(format!("{path}.{field}Base64"), err)),
+        (None, None) => Ok(None),
+    }
+}
+
+fn generated_meta_data(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    data_source: DataSource,
+) -> Result<Vec<u8>, ConvertError> {
+    let uuid = firmware_uuid(vmi, ctx)?;
+    let host = hostname(vmi, ctx);
+    let json = match data_source {
+        DataSource::NoCloud => serde_json::to_vec(&NoCloudMetadata {
+            instance_id: &uuid,
+            local_hostname: &host,
+        }),
+        DataSource::ConfigDrive => serde_json::to_vec(&ConfigDriveMetadata {
+            instance_id: format!("{}.{}", ctx.name, ctx.namespace),
+            hostname: &host,
+            uuid: &uuid,
+        }),
+    };
+    json.map_err(|err| {
+        ConvertError::new(
+            "spec.volumes",
+            format!("cannot encode cloud-init meta-data: {err}"),
+        )
+    })
+}
+
+/// `spec.hostname`, else the VMI name, cut to a DNS label (KubeVirt:
+/// pkg/util/net/dns `SanitizeHostname`).
+fn hostname(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> String {
+    let name = vmi
+        .spec
+        .hostname
+        .as_deref()
+        .filter(|h| !h.is_empty())
+        .unwrap_or(&ctx.name);
+    name.chars().take(63).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::test_support::{convert_err, convert_ok};
+    use crate::disks::{DiskStep, IsoContents};
+
+    fn iso_contents(spec: serde_json::Value) -> (String, IsoContents) {
+        let plan = convert_ok(spec).disk_plan;
+        plan.steps
+            .into_iter()
+            .find_map(|step| match step {
+                DiskStep::WriteIso { path, contents, .. } => {
+                    Some((path.to_string_lossy().into_owned(), contents))
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no ISO planned"))
+    }
+
+    fn files(contents: &IsoContents) -> Vec<(String, String)> {
+        let files = match contents {
+            IsoContents::Files(files) | IsoContents::FilesWithSecrets { files, .. } => files,
+            IsoContents::Dir(_) => panic!("unexpected dir"),
+        };
+        files
+            .iter()
+            .map(|f| {
+                (
+                    f.path.clone(),
+                    String::from_utf8_lossy(&f.data).into_owned(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn no_cloud_layout() {
+        let spec = json!({"domain": {"firmware": {"uuid": "5a9f3a2e-1c4b-5d6e-8f90-123456789abc"}},
+            "hostname": "web-1",
+            "volumes": [{"name": "ci", "cloudInitNoCloud": {"userDataBase64": "I2Nsb3VkLWNvbmZpZw==",
+                "networkData": "version: 2\n"}}]});
+        let (path, contents) = iso_contents(spec);
+        assert_eq!(
+            path,
+            "/var/run/kubevirt-ephemeral-disks/cloud-init-data/default/testvmi/noCloud.iso"
+        );
+        assert_eq!(
+            files(&contents),
+            [
+                (
+                    "meta-data".to_string(),
+                    "{\"instance-id\":\"5a9f3a2e-1c4b-5d6e-8f90-123456789abc\",\"local-hostname\":\"web-1\"}".to_string()
+                ),
+                ("network-config".to_string(), "version: 2\n".to_string()),
+                ("user-data".to_string(), "#cloud-config".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn config_drive_layout_and_secret_refs() {
+        let spec = json!({"volumes": [{"name": "ci", "cloudInitConfigDrive": {"secretRef": {"name": "s"}}}]});
+        let (path, contents) = iso_contents(spec);
+        assert!(
+            path.ends_with("/cloud-init-data/default/testvmi/configdrive.iso"),
+            "{path}"
+        );
+        let names: Vec<String> = files(&contents).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(names, ["openstack/latest/meta_data.json"]);
+        let IsoContents::FilesWithSecrets { secrets, .. } = contents else {
+            panic!("secretRef must be read at prepare time");
+        };
+        assert_eq!(secrets[0].iso_path, "openstack/latest/user_data");
+        assert_eq!(
+            secrets[0].dir.to_string_lossy(),
+            "/var/run/kubevirt-private/secret/ci"
+        );
+        assert_eq!(secrets[0].names, ["userdata", "userData"]);
+    }
+
+    #[test]
+    fn errors() {
+        let empty = convert_err(json!({"volumes": [{"name": "ci", "cloudInitNoCloud": {}}]}));
+        assert!(
+            empty.starts_with("spec.volumes[0].cloudInitNoCloud: userData, userDataBase64"),
+            "{empty}"
+        );
+        let bad = convert_err(
+            json!({"volumes": [{"name": "ci", "cloudInitNoCloud": {"userDataBase64": "%%%"}}]}),
+        );
+        assert!(
+            bad.starts_with("spec.volumes[0].cloudInitNoCloud.userDataBase64: invalid base64"),
+            "{bad}"
+        );
+    }
+}

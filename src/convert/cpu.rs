@@ -1,0 +1,301 @@
+//! vCPUs, topology and CPU model (KubeVirt: converter/compute/cpu.go,
+//! converter/vcpu/vcpu.go).
+
+use super::ConvertError;
+use crate::domxml::{self, CpuTopology, Domain, Vcpu, VcpuEntry, VcpuList};
+use crate::vmi::{Cpu, VirtualMachineInstance};
+
+/// vCPU counts: `enabled` at boot, `total` including hot-pluggable sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Vcpus {
+    pub enabled: u32,
+    pub total: u32,
+}
+
+const HOST_MODEL: &str = "host-model";
+const HOST_PASSTHROUGH: &str = "host-passthrough";
+
+pub(crate) fn configure(
+    vmi: &VirtualMachineInstance,
+    domain: &mut Domain,
+) -> Result<Vcpus, ConvertError> {
+    let spec_cpu = vmi.spec.domain.cpu.as_ref();
+    if let Some(cpu) = spec_cpu {
+        reject_pinning(cpu)?;
+    }
+    let topology = topology(vmi)?;
+    let enabled = vcpu_count(&topology)?;
+    let mut cpu = domxml::Cpu::default();
+    let vcpus = match spec_cpu.and_then(|c| c.max_sockets).filter(|max| *max != 0) {
+        Some(max_sockets) => {
+            let hotplug = hotplug_topology(&topology, max_sockets)?;
+            let total = vcpu_count(&hotplug)?;
+            domain.vcpus = Some(hotplug_vcpu_list(&topology, enabled, total));
+            cpu.topology = Some(hotplug);
+            Vcpus { enabled, total }
+        }
+        None => {
+            cpu.topology = Some(topology);
+            Vcpus {
+                enabled,
+                total: enabled,
+            }
+        }
+    };
+    domain.vcpu = Some(Vcpu {
+        placement: Some("static".to_string()),
+        current: None,
+        count: vcpus.total,
+    });
+    configure_model(spec_cpu, &mut cpu);
+    domain.cpu = Some(cpu);
+    Ok(vcpus)
+}
+
+/// Dedicated CPUs need the kubelet CPU manager's exclusive CPU set, which a
+/// launcher without a pod does not have.
+fn reject_pinning(cpu: &Cpu) -> Result<(), ConvertError> {
+    if cpu.dedicated_cpu_placement {
+        return Err(ConvertError::unsupported(
+            "spec.domain.cpu.dedicatedCpuPlacement",
+            "dedicated CPU placement (it needs an exclusive CPU set from the kubelet CPU manager)",
+        ));
+    }
+    if cpu.isolate_emulator_thread {
+        return Err(ConvertError::unsupported(
+            "spec.domain.cpu.isolateEmulatorThread",
+            "isolating the emulator thread (it needs dedicated CPU placement)",
+        ));
+    }
+    Ok(())
+}
+
+/// sockets × cores × threads, each defaulting to 1. Without any of them,
+/// KubeVirt takes the socket count from `resources.limits.cpu` or
+/// `resources.requests.cpu`, rounded up ("500m" → 1).
+pub(crate) fn topology(vmi: &VirtualMachineInstance) -> Result<CpuTopology, ConvertError> {
+    let cpu = vmi.spec.domain.cpu.as_ref();
+    let pick = |value: Option<u32>| value.filter(|v| *v != 0);
+    let cores = cpu.and_then(|c| pick(c.cores));
+    let sockets = cpu.and_then(|c| pick(c.sockets));
+    let threads = cpu.and_then(|c| pick(c.threads));
+    let sockets = match (cores, sockets, threads) {
+        (None, None, None) => sockets_from_resources(vmi)?,
+        _ => sockets.unwrap_or(1),
+    };
+    Ok(CpuTopology {
+        sockets,
+        dies: None,
+        cores: cores.unwrap_or(1),
+        threads: threads.unwrap_or(1),
+    })
+}
+
+fn sockets_from_resources(vmi: &VirtualMachineInstance) -> Result<u32, ConvertError> {
+    let resources = &vmi.spec.domain.resources;
+    let (path, quantity) = match (resources.limits.get("cpu"), resources.requests.get("cpu")) {
+        (Some(limit), _) => ("spec.domain.resources.limits.cpu", limit),
+        (None, Some(request)) => ("spec.domain.resources.requests.cpu", request),
+        (None, None) => return Ok(1),
+    };
+    let count = quantity
+        .ceil()
+        .map_err(|err| ConvertError::new(path, err.message))?;
+    u32::try_from(count)
+        .ok()
+        .filter(|c| *c > 0)
+        .ok_or_else(|| ConvertError::new(path, format!("{quantity} is not a usable CPU count")))
+}
+
+fn vcpu_count(topology: &CpuTopology) -> Result<u32, ConvertError> {
+    topology
+        .sockets
+        .checked_mul(topology.cores)
+        .and_then(|n| n.checked_mul(topology.threads))
+        .ok_or_else(|| {
+            ConvertError::new("spec.domain.cpu", "sockets × cores × threads is too large")
+        })
+}
+
+fn hotplug_topology(topology: &CpuTopology, max_sockets: u32) -> Result<CpuTopology, ConvertError> {
+    if max_sockets < topology.sockets {
+        return Err(ConvertError::new(
+            "spec.domain.cpu.maxSockets",
+            format!(
+                "maxSockets {max_sockets} is below sockets {}",
+                topology.sockets
+            ),
+        ));
+    }
+    Ok(CpuTopology {
+        sockets: max_sockets,
+        ..topology.clone()
+    })
+}
+
+/// KubeVirt's layout for CPU hotplug: the first `enabled` vCPUs are on, the
+/// first socket can never be unplugged.
+fn hotplug_vcpu_list(topology: &CpuTopology, enabled: u32, total: u32) -> VcpuList {
+    let first_socket = topology.cores * topology.threads;
+    let yes_no = |flag: bool| if flag { "yes" } else { "no" }.to_string();
+    VcpuList {
+        vcpu: (0..total)
+            .map(|id| VcpuEntry {
+                id,
+                enabled: yes_no(id < enabled),
+                hotpluggable: Some(yes_no(id >= first_socket)),
+                order: None,
+            })
+            .collect(),
+    }
+}
+
+/// `host-model` by default; host modes are copied; any other name is a
+/// custom model, with `mpx` disabled as KubeVirt does (libvirt issue 304).
+fn configure_model(spec_cpu: Option<&Cpu>, cpu: &mut domxml::Cpu) {
+    let model = spec_cpu
+        .and_then(|c| c.model.as_deref())
+        .filter(|m| !m.is_empty());
+    match model {
+        None | Some(HOST_MODEL) => cpu.mode = Some(HOST_MODEL.to_string()),
+        Some(HOST_PASSTHROUGH) => cpu.mode = Some(HOST_PASSTHROUGH.to_string()),
+        Some(name) => {
+            cpu.mode = Some("custom".to_string());
+            cpu.model = Some(domxml::CpuModel {
+                fallback: None,
+                name: name.to_string(),
+            });
+        }
+    }
+    let features = spec_cpu.map(|c| c.features.as_slice()).unwrap_or_default();
+    cpu.feature = features
+        .iter()
+        .map(|feature| domxml::CpuFeature {
+            policy: Some(feature.policy.map_or("require", |p| p.as_str()).to_string()),
+            name: feature.name.clone(),
+        })
+        .collect();
+    let custom = cpu.mode.as_deref() == Some("custom");
+    if custom && !features.iter().any(|f| f.name == "mpx") {
+        cpu.feature.push(domxml::CpuFeature {
+            policy: Some("disable".to_string()),
+            name: "mpx".to_string(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::test_support::{convert_err, convert_ok};
+
+    fn cpu_of(spec: serde_json::Value) -> (u32, String, (u32, u32, u32)) {
+        let domain = convert_ok(spec).domain;
+        let cpu = domain.cpu.unwrap_or_default();
+        let topology = cpu.topology.unwrap_or_default();
+        (
+            domain.vcpu.map(|v| v.count).unwrap_or_default(),
+            cpu.mode.unwrap_or_default(),
+            (topology.sockets, topology.cores, topology.threads),
+        )
+    }
+
+    #[test]
+    fn defaults_to_one_host_model_vcpu() {
+        assert_eq!(cpu_of(json!({})), (1, "host-model".into(), (1, 1, 1)));
+    }
+
+    #[test]
+    fn topology_math() {
+        let spec = json!({"domain": {"cpu": {"sockets": 2, "cores": 3, "threads": 2}}});
+        assert_eq!(cpu_of(spec), (12, "host-model".into(), (2, 3, 2)));
+        let cores_only = json!({"domain": {"cpu": {"cores": 4}}});
+        assert_eq!(cpu_of(cores_only).2, (1, 4, 1));
+    }
+
+    #[test]
+    fn cpu_resources_become_sockets_rounded_up() {
+        let limits = json!({"domain": {"resources": {"limits": {"cpu": "2500m"}}}});
+        assert_eq!(cpu_of(limits).2, (3, 1, 1));
+        let requests = json!({"domain": {"resources": {"requests": {"cpu": "2"}}}});
+        assert_eq!(cpu_of(requests).2, (2, 1, 1));
+    }
+
+    #[test]
+    fn custom_model_disables_mpx_and_keeps_features() {
+        let spec = json!({"domain": {"cpu": {"model": "Skylake-Server",
+            "features": [{"name": "pcid"}, {"name": "ss", "policy": "disable"}]}}});
+        let cpu = convert_ok(spec).domain.cpu.unwrap_or_default();
+        assert_eq!(cpu.mode.as_deref(), Some("custom"));
+        assert_eq!(cpu.model.map(|m| m.name).as_deref(), Some("Skylake-Server"));
+        let features: Vec<(String, String)> = cpu
+            .feature
+            .into_iter()
+            .map(|f| (f.name, f.policy.unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            features,
+            [
+                ("pcid".into(), "require".into()),
+                ("ss".into(), "disable".into()),
+                ("mpx".into(), "disable".into())
+            ]
+        );
+        assert_eq!(
+            cpu_of(json!({"domain": {"cpu": {"model": "host-passthrough"}}})).1,
+            "host-passthrough"
+        );
+    }
+
+    #[test]
+    fn hotplug_sockets() {
+        let domain =
+            convert_ok(json!({"domain": {"cpu": {"sockets": 1, "cores": 2, "maxSockets": 3}}}))
+                .domain;
+        assert_eq!(domain.vcpu.map(|v| v.count), Some(6));
+        let vcpus = domain.vcpus.unwrap_or_default().vcpu;
+        let flags: Vec<(&str, &str)> = vcpus
+            .iter()
+            .map(|v| {
+                (
+                    v.enabled.as_str(),
+                    v.hotpluggable.as_deref().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                ("yes", "no"),
+                ("yes", "no"),
+                ("no", "yes"),
+                ("no", "yes"),
+                ("no", "yes"),
+                ("no", "yes")
+            ]
+        );
+        let message = convert_err(json!({"domain": {"cpu": {"sockets": 4, "maxSockets": 2}}}));
+        assert_eq!(
+            message,
+            "spec.domain.cpu.maxSockets: maxSockets 2 is below sockets 4"
+        );
+    }
+
+    #[test]
+    fn dedicated_placement_is_reported_unsupported() {
+        let message = convert_err(json!({"domain": {"cpu": {"dedicatedCpuPlacement": true}}}));
+        assert!(
+            message.starts_with("spec.domain.cpu.dedicatedCpuPlacement: dedicated CPU placement"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("is not supported by this launcher"),
+            "{message}"
+        );
+        assert_eq!(
+            cpu_of(json!({"domain": {"cpu": {"dedicatedCpuPlacement": false}}})).0,
+            1
+        );
+    }
+}

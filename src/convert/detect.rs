@@ -1,0 +1,195 @@
+//! Facts about the host the caller gathers before [`super::convert`], which
+//! itself never touches the filesystem.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+use super::OvmfPaths;
+use crate::vmi::{InterfaceState, VirtualMachineInstance};
+
+/// Where distributions install OVMF: Debian/Ubuntu, Fedora/RHEL (KubeVirt's
+/// `--ovmf-path` default), Arch.
+const OVMF_DIRS: [&str; 4] = [
+    "/usr/share/OVMF",
+    "/usr/share/edk2/ovmf",
+    "/usr/share/edk2/x64",
+    "/usr/share/qemu",
+];
+
+/// (code, vars) file names, best first. Secure Boot builds pair a code file
+/// with SMM and a vars template with Microsoft's keys enrolled.
+const PLAIN_BUILDS: [(&str, &str); 3] = [
+    ("OVMF_CODE_4M.fd", "OVMF_VARS_4M.fd"),
+    ("OVMF_CODE.fd", "OVMF_VARS.fd"),
+    ("OVMF_CODE.4m.fd", "OVMF_VARS.4m.fd"),
+];
+const SECURE_BUILDS: [(&str, &str); 4] = [
+    ("OVMF_CODE_4M.secboot.fd", "OVMF_VARS_4M.ms.fd"),
+    ("OVMF_CODE_4M.ms.fd", "OVMF_VARS_4M.ms.fd"),
+    ("OVMF_CODE.secboot.fd", "OVMF_VARS.secboot.fd"),
+    ("OVMF_CODE.secboot.fd", "OVMF_VARS.ms.fd"),
+];
+
+/// Finds OVMF in the standard locations.
+pub fn detect_ovmf() -> Option<OvmfPaths> {
+    let dirs: Vec<PathBuf> = OVMF_DIRS.iter().map(PathBuf::from).collect();
+    detect_ovmf_in(&dirs)
+}
+
+/// Finds OVMF in `dirs` (first directory with a usable non-secure build wins).
+pub fn detect_ovmf_in(dirs: &[PathBuf]) -> Option<OvmfPaths> {
+    dirs.iter().find_map(|dir| {
+        let (code, vars) = first_pair(dir, &PLAIN_BUILDS)?;
+        let secure = first_pair(dir, &SECURE_BUILDS);
+        Some(OvmfPaths {
+            code,
+            vars,
+            secure_code: secure.as_ref().map(|(code, _)| code.clone()),
+            secure_vars: secure.map(|(_, vars)| vars),
+        })
+    })
+}
+
+fn first_pair(dir: &Path, builds: &[(&str, &str)]) -> Option<(PathBuf, PathBuf)> {
+    builds.iter().find_map(|(code, vars)| {
+        let (code, vars) = (dir.join(code), dir.join(vars));
+        (code.is_file() && vars.is_file()).then_some((code, vars))
+    })
+}
+
+/// Names of the VMI's claim volumes (persistentVolumeClaim, dataVolume,
+/// ephemeral) that are block devices at `<dev_dir>/<volume>`, as KubeVirt's
+/// virt-handler reports them (`IsBlockPVC`).
+pub fn detect_block_pvcs(vmi: &VirtualMachineInstance, dev_dir: &Path) -> BTreeSet<String> {
+    vmi.spec
+        .volumes
+        .iter()
+        .filter(|v| {
+            v.persistent_volume_claim.is_some() || v.data_volume.is_some() || v.ephemeral.is_some()
+        })
+        .filter(|v| !v.name.contains('/') && v.name != ".." && !v.name.is_empty())
+        .filter(|v| {
+            std::fs::metadata(dev_dir.join(&v.name))
+                .is_ok_and(|meta| meta.file_type().is_block_device())
+        })
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+/// Pre-created tap devices for the VMI's interfaces. For interface `<name>`
+/// the tap is `tap-<name>` (cut to the 15-byte interface-name limit); the
+/// first interface may also use `tap0`, KubeVirt's pod tap name. A device
+/// counts only if `<sys_class_net>/<dev>/tun_flags` exists (it is a tun/tap).
+pub fn detect_taps(vmi: &VirtualMachineInstance, sys_class_net: &Path) -> BTreeMap<String, String> {
+    let is_tap = |dev: &str| sys_class_net.join(dev).join("tun_flags").is_file();
+    let mut taps = BTreeMap::new();
+    let interfaces = vmi
+        .spec
+        .domain
+        .devices
+        .interfaces
+        .iter()
+        .filter(|i| i.state != Some(InterfaceState::Absent));
+    for (position, interface) in interfaces.enumerate() {
+        let mut candidates = vec![tap_name(&interface.name)];
+        if position == 0 {
+            candidates.push("tap0".to_string());
+        }
+        if let Some(dev) = candidates.into_iter().find(|dev| is_tap(dev)) {
+            taps.insert(interface.name.clone(), dev);
+        }
+    }
+    taps
+}
+
+/// `tap-<interface>`, cut to Linux's IFNAMSIZ − 1 = 15 bytes.
+pub(crate) fn tap_name(interface: &str) -> String {
+    let mut name = format!("tap-{interface}");
+    while name.len() > 15 {
+        name.pop();
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use serde_json::json;
+
+    use super::super::test_support::vmi_with;
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("detect-test-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    fn touch(path: PathBuf) {
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        }
+        fs::write(path, b"x").unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn ovmf_prefers_4m_and_finds_secure_builds() {
+        let dir = scratch("ovmf");
+        touch(dir.join("OVMF_CODE.fd"));
+        touch(dir.join("OVMF_VARS.fd"));
+        touch(dir.join("OVMF_CODE_4M.fd"));
+        touch(dir.join("OVMF_VARS_4M.fd"));
+        touch(dir.join("OVMF_CODE_4M.secboot.fd"));
+        touch(dir.join("OVMF_VARS_4M.ms.fd"));
+        let found = detect_ovmf_in(&[dir.join("missing"), dir.clone()])
+            .unwrap_or_else(|| panic!("not found"));
+        assert_eq!(found.code, dir.join("OVMF_CODE_4M.fd"));
+        assert_eq!(found.secure_code, Some(dir.join("OVMF_CODE_4M.secboot.fd")));
+        assert_eq!(found.secure_vars, Some(dir.join("OVMF_VARS_4M.ms.fd")));
+        assert_eq!(detect_ovmf_in(&[dir.join("missing")]), None);
+        let _ = fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn taps_are_found_by_name() {
+        let dir = scratch("taps");
+        touch(dir.join("tap-secondary/tun_flags"));
+        touch(dir.join("tap0/tun_flags"));
+        touch(dir.join("tap-third/address"));
+        let vmi = vmi_with(json!({"domain": {"devices": {"interfaces": [
+            {"name": "default"}, {"name": "secondary"}, {"name": "third"}]}},
+            "networks": [{"name": "default", "pod": {}}, {"name": "secondary", "multus": {"networkName": "a"}},
+                         {"name": "third", "multus": {"networkName": "b"}}]}));
+        let taps = detect_taps(&vmi, &dir);
+        assert_eq!(taps.get("default").map(String::as_str), Some("tap0"));
+        assert_eq!(
+            taps.get("secondary").map(String::as_str),
+            Some("tap-secondary")
+        );
+        assert!(!taps.contains_key("third"));
+        assert_eq!(tap_name("a-very-long-interface"), "tap-a-very-long");
+        let _ = fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn block_pvcs_need_a_block_device() {
+        let dir = scratch("dev");
+        touch(dir.join("data"));
+        let vmi = vmi_with(
+            json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]}),
+        );
+        assert!(detect_block_pvcs(&vmi, &dir).is_empty());
+        // /dev/loop0 exists as a block device on Linux hosts.
+        let vmi = vmi_with(
+            json!({"volumes": [{"name": "loop0", "persistentVolumeClaim": {"claimName": "c"}}]}),
+        );
+        let found = detect_block_pvcs(&vmi, Path::new("/dev"));
+        let loop_is_block =
+            fs::metadata("/dev/loop0").is_ok_and(|m| m.file_type().is_block_device());
+        assert_eq!(found.contains("loop0"), loop_is_block);
+        let _ = fs::remove_dir_all(dir);
+    }
+}

@@ -1,0 +1,401 @@
+//! Console, guest-agent channel, graphics, inputs, balloon, RNG, watchdog,
+//! panic devices and the USB / virtio-serial controllers (KubeVirt:
+//! converter/compute/{console,channels,graphics,input_device,balloon,rng,
+//! watchdog,panic_devices}.go and converter.go's controllers).
+
+use super::storage::virtio_model;
+use super::{ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths};
+use crate::disks::DiskPlan;
+use crate::domxml::{
+    Alias, BalloonStats, Channel, CharLog, CharSource, CharTarget, Console, Controller, Domain,
+    Graphics, GraphicsListen, Input, MemBalloon, Panic, Rng, RngBackend, Serial, Video, VideoModel,
+    Watchdog,
+};
+use crate::vmi::{InputBus, InputType, VirtualMachineInstance, WatchdogAction};
+
+/// The guest agent's virtio-serial port name.
+pub const GUEST_AGENT_CHANNEL: &str = "org.qemu.guest_agent.0";
+
+pub(crate) fn configure(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    domain: &mut Domain,
+    plan: &mut DiskPlan,
+) -> Result<(), ConvertError> {
+    let devices = &vmi.spec.domain.devices;
+    if devices.autoattach_vsock == Some(true) {
+        return Err(ConvertError::unsupported(
+            "spec.domain.devices.autoattachVSOCK",
+            "VSOCK",
+        ));
+    }
+    let console = configure_console(vmi, ctx, domain);
+    configure_agent_channel(domain);
+    let graphics = configure_graphics(vmi, ctx, domain);
+    if console || graphics {
+        // QEMU binds the console and VNC sockets in the per-VMI private dir.
+        plan.make_dir(
+            paths::vmi_private_dir(ctx),
+            "serial console and VNC sockets",
+        );
+    }
+    configure_inputs(vmi, domain)?;
+    configure_balloon(vmi, domain);
+    if devices.rng.is_some() {
+        domain.devices.rngs.push(Rng {
+            model: virtio_model(vmi).to_string(),
+            backend: RngBackend {
+                model: "random".to_string(),
+                source: "/dev/urandom".to_string(),
+            },
+            ..Rng::default()
+        });
+    }
+    configure_watchdog(vmi, domain)?;
+    for panic in &devices.panic_devices {
+        domain.devices.panics.push(Panic {
+            // QEMU's ISA pvpanic device is the x86 default.
+            model: Some(panic.model.map_or("isa", |m| m.as_str()).to_string()),
+            ..Panic::default()
+        });
+    }
+    configure_controllers(vmi, domain);
+    Ok(())
+}
+
+/// A unix socket the launcher proxies to clients, with a log file, and a pty
+/// console on the same port. Returns whether one was added.
+fn configure_console(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    domain: &mut Domain,
+) -> bool {
+    let devices = &vmi.spec.domain.devices;
+    if devices.autoattach_serial_console == Some(false) {
+        return false;
+    }
+    let log = (devices.log_serial_console != Some(false)).then(|| CharLog {
+        file: paths::text(&paths::serial_log(ctx)),
+        append: Some("on".to_string()),
+    });
+    domain.devices.serials.push(Serial {
+        serial_type: "unix".to_string(),
+        source: Some(CharSource {
+            mode: Some("bind".to_string()),
+            path: Some(paths::text(&paths::serial_socket(ctx))),
+        }),
+        target: Some(CharTarget {
+            port: Some(0),
+            ..CharTarget::default()
+        }),
+        log,
+        alias: None,
+    });
+    domain.devices.consoles.push(Console {
+        console_type: "pty".to_string(),
+        target: Some(CharTarget {
+            target_type: Some("serial".to_string()),
+            port: Some(0),
+            ..CharTarget::default()
+        }),
+        ..Console::default()
+    });
+    true
+}
+
+/// libvirt chooses the socket path of the guest-agent channel.
+fn configure_agent_channel(domain: &mut Domain) {
+    domain.devices.channels.push(Channel {
+        channel_type: "unix".to_string(),
+        target: Some(CharTarget {
+            target_type: Some("virtio".to_string()),
+            name: Some(GUEST_AGENT_CHANNEL.to_string()),
+            ..CharTarget::default()
+        }),
+        ..Channel::default()
+    });
+}
+
+/// VNC on a unix socket and a video card, unless autoattachGraphicsDevice
+/// is false. Returns whether graphics were added.
+fn configure_graphics(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    domain: &mut Domain,
+) -> bool {
+    let devices = &vmi.spec.domain.devices;
+    if devices.autoattach_graphics_device == Some(false) {
+        return false;
+    }
+    domain.devices.graphics.push(Graphics {
+        graphics_type: "vnc".to_string(),
+        socket: None,
+        listen: vec![GraphicsListen {
+            listen_type: "socket".to_string(),
+            socket: Some(paths::text(&paths::vnc_socket(ctx))),
+            address: None,
+        }],
+    });
+    let model_type = devices
+        .video
+        .as_ref()
+        .and_then(|v| v.video_type.clone())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "vga".to_string());
+    let vga = model_type == "vga";
+    domain.devices.videos.push(Video {
+        model: VideoModel {
+            model_type,
+            // KubeVirt's defaults: one head, 16 MiB of VGA memory.
+            vram: vga.then_some(16384),
+            heads: Some(1),
+            primary: None,
+        },
+        ..Video::default()
+    });
+    true
+}
+
+fn configure_inputs(vmi: &VirtualMachineInstance, domain: &mut Domain) -> Result<(), ConvertError> {
+    let devices = &vmi.spec.domain.devices;
+    for (i, input) in devices.inputs.iter().enumerate() {
+        let bus = input.bus.unwrap_or(InputBus::Usb);
+        if !paths::is_dns_label(&input.name) {
+            return Err(ConvertError::new(
+                format!("spec.domain.devices.inputs[{i}].name"),
+                format!("{:?} is not a valid device name", input.name),
+            ));
+        }
+        domain.devices.inputs.push(Input {
+            input_type: input.input_type.as_str().to_string(),
+            bus: Some(bus.as_str().to_string()),
+            model: (bus == InputBus::Virtio).then(|| "virtio".to_string()),
+            alias: Some(Alias::user(&input.name)),
+            address: None,
+        });
+    }
+    // autoattachInputDevice: a USB tablet, as KubeVirt's defaulting adds.
+    if devices.inputs.is_empty() && devices.autoattach_input_device == Some(true) {
+        domain.devices.inputs.push(Input {
+            input_type: InputType::Tablet.as_str().to_string(),
+            bus: Some(InputBus::Usb.as_str().to_string()),
+            model: None,
+            alias: Some(Alias::user("default-0")),
+            address: None,
+        });
+    }
+    Ok(())
+}
+
+/// virtio balloon with statistics every 10 s (KubeVirt's default period);
+/// free page reporting unless hugepages pin the memory.
+fn configure_balloon(vmi: &VirtualMachineInstance, domain: &mut Domain) {
+    if vmi.spec.domain.devices.autoattach_mem_balloon == Some(false) {
+        domain.devices.memballoon = Some(MemBalloon {
+            model: "none".to_string(),
+            ..MemBalloon::default()
+        });
+        return;
+    }
+    let hugepages = vmi
+        .spec
+        .domain
+        .memory
+        .as_ref()
+        .is_some_and(|m| m.hugepages.is_some());
+    domain.devices.memballoon = Some(MemBalloon {
+        model: virtio_model(vmi).to_string(),
+        free_page_reporting: Some(if hugepages { "off" } else { "on" }.to_string()),
+        stats: Some(BalloonStats {
+            period: DEFAULT_BALLOON_STATS_PERIOD,
+        }),
+        alias: None,
+        address: None,
+    });
+}
+
+fn configure_watchdog(
+    vmi: &VirtualMachineInstance,
+    domain: &mut Domain,
+) -> Result<(), ConvertError> {
+    let Some(watchdog) = &vmi.spec.domain.devices.watchdog else {
+        return Ok(());
+    };
+    let i6300esb = watchdog.i6300esb.as_ref().ok_or_else(|| {
+        ConvertError::new(
+            "spec.domain.devices.watchdog",
+            "no watchdog type given; add i6300esb: {}",
+        )
+    })?;
+    domain.devices.watchdogs.push(Watchdog {
+        model: "i6300esb".to_string(),
+        // KubeVirt's API default action.
+        action: Some(
+            i6300esb
+                .action
+                .unwrap_or(WatchdogAction::Reset)
+                .as_str()
+                .to_string(),
+        ),
+        alias: Some(Alias::user(&watchdog.name)),
+        address: None,
+    });
+    Ok(())
+}
+
+/// USB only when a device needs it (KubeVirt `IsUSBNeeded`), and the
+/// virtio-serial controller of the console and agent channel.
+fn configure_controllers(vmi: &VirtualMachineInstance, domain: &mut Domain) {
+    let usb_input = domain
+        .devices
+        .inputs
+        .iter()
+        .any(|i| i.bus.as_deref() == Some("usb"));
+    let usb_disk = domain
+        .devices
+        .disks
+        .iter()
+        .any(|d| d.target.bus.as_deref() == Some("usb"));
+    domain.devices.controllers.push(Controller {
+        controller_type: "usb".to_string(),
+        index: 0,
+        model: Some(
+            if usb_input || usb_disk {
+                "qemu-xhci"
+            } else {
+                "none"
+            }
+            .to_string(),
+        ),
+        ..Controller::default()
+    });
+    domain.devices.controllers.push(Controller {
+        controller_type: "virtio-serial".to_string(),
+        index: 0,
+        model: Some(virtio_model(vmi).to_string()),
+        ..Controller::default()
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::set_balloon_stats_period;
+    use super::super::test_support::{convert_err, convert_ok};
+    use crate::disks::DiskStep;
+
+    #[test]
+    fn console_channel_graphics_by_default() {
+        let conversion = convert_ok(json!({}));
+        let devices = &conversion.domain.devices;
+        let serial = &devices.serials[0];
+        assert_eq!(
+            serial.source.as_ref().and_then(|s| s.path.as_deref()),
+            Some("/var/run/kubevirt-private/11111111-2222-3333-4444-555555555555/virt-serial0")
+        );
+        assert_eq!(
+            serial
+                .log
+                .as_ref()
+                .map(|l| (l.file.as_str(), l.append.as_deref())),
+            Some((
+                "/var/run/kubevirt-private/11111111-2222-3333-4444-555555555555/virt-serial0-log",
+                Some("on")
+            ))
+        );
+        assert_eq!(devices.consoles[0].console_type, "pty");
+        assert_eq!(
+            devices.channels[0]
+                .target
+                .as_ref()
+                .and_then(|t| t.name.as_deref()),
+            Some("org.qemu.guest_agent.0")
+        );
+        assert_eq!(
+            devices.graphics[0].listen[0].socket.as_deref(),
+            Some("/var/run/kubevirt-private/11111111-2222-3333-4444-555555555555/virt-vnc")
+        );
+        assert_eq!(devices.videos[0].model.model_type, "vga");
+        let balloon = devices.memballoon.clone().unwrap_or_default();
+        assert_eq!(
+            (balloon.model.as_str(), balloon.stats.map(|s| s.period)),
+            ("virtio-non-transitional", Some(10))
+        );
+        let controllers: Vec<(&str, Option<&str>)> = devices
+            .controllers
+            .iter()
+            .map(|c| (c.controller_type.as_str(), c.model.as_deref()))
+            .collect();
+        assert_eq!(
+            controllers,
+            [
+                ("usb", Some("none")),
+                ("virtio-serial", Some("virtio-non-transitional"))
+            ]
+        );
+        assert!(matches!(
+            &conversion.disk_plan.steps[..],
+            [DiskStep::MakeDir { .. }]
+        ));
+    }
+
+    #[test]
+    fn opting_out() {
+        let devices = convert_ok(
+            json!({"domain": {"devices": {"autoattachGraphicsDevice": false,
+            "autoattachSerialConsole": false, "autoattachMemBalloon": false}}}),
+        )
+        .domain
+        .devices;
+        assert!(devices.graphics.is_empty() && devices.videos.is_empty());
+        assert!(devices.serials.is_empty() && devices.consoles.is_empty());
+        assert_eq!(devices.memballoon.map(|b| b.model).as_deref(), Some("none"));
+        assert_eq!(devices.channels.len(), 1);
+        let no_log = convert_ok(json!({"domain": {"devices": {"logSerialConsole": false}}})).domain;
+        assert!(no_log.devices.serials[0].log.is_none());
+    }
+
+    #[test]
+    fn tablet_needs_usb_and_watchdog_rng_panic() {
+        let devices = convert_ok(json!({"domain": {"devices": {
+            "inputs": [{"name": "tablet", "type": "tablet"}],
+            "watchdog": {"name": "wd", "i6300esb": {"action": "poweroff"}},
+            "rng": {}, "panicDevices": [{}]}}}))
+        .domain
+        .devices;
+        assert_eq!(devices.inputs[0].bus.as_deref(), Some("usb"));
+        assert_eq!(devices.controllers[0].model.as_deref(), Some("qemu-xhci"));
+        assert_eq!(devices.watchdogs[0].action.as_deref(), Some("poweroff"));
+        assert_eq!(
+            devices.watchdogs[0].alias.as_ref().map(|a| a.name.as_str()),
+            Some("ua-wd")
+        );
+        assert_eq!(devices.rngs[0].backend.source, "/dev/urandom");
+        assert_eq!(devices.panics[0].model.as_deref(), Some("isa"));
+        let missing = convert_err(json!({"domain": {"devices": {"watchdog": {"name": "wd"}}}}));
+        assert_eq!(
+            missing,
+            "spec.domain.devices.watchdog: no watchdog type given; add i6300esb: {}"
+        );
+        let vsock = convert_err(json!({"domain": {"devices": {"autoattachVSOCK": true}}}));
+        assert_eq!(
+            vsock,
+            "spec.domain.devices.autoattachVSOCK: VSOCK is not supported by this launcher"
+        );
+    }
+
+    #[test]
+    fn balloon_period_can_be_changed() {
+        let mut domain = convert_ok(json!({})).domain;
+        set_balloon_stats_period(&mut domain, 5);
+        assert_eq!(
+            domain
+                .devices
+                .memballoon
+                .and_then(|b| b.stats)
+                .map(|s| s.period),
+            Some(5)
+        );
+    }
+}

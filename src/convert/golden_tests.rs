@@ -1,0 +1,168 @@
+//! Golden tests: every `examples/*.json` converts to exactly
+//! `tests/golden/<example>.xml`, parses back into the same model, and passes
+//! libvirt's schema (`virt-xml-validate`). `UPDATE_GOLDEN=1 cargo test`
+//! rewrites the golden files.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{ConvertContext, DomainType, OvmfPaths, UserNetBackend, convert};
+use crate::domxml::Domain;
+use crate::vmi::{VirtualMachineInstance, parse_vmi};
+
+const EXAMPLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+
+/// The fixed context of the golden files: KubeVirt's default directories,
+/// TCG, slirp, the UID from the VMI, fixed OVMF paths, one block PVC volume
+/// name and one pre-created tap used by the examples.
+pub(crate) fn golden_context(vmi: &VirtualMachineInstance) -> ConvertContext {
+    ConvertContext {
+        domain_type: DomainType::Qemu,
+        namespace: vmi.namespace().to_string(),
+        name: vmi.name().to_string(),
+        uid: vmi.uid().to_string(),
+        private_dir: PathBuf::from("/var/run/kubevirt-private"),
+        ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
+        container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
+        hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
+        ovmf: Some(OvmfPaths {
+            code: PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"),
+            vars: PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"),
+            secure_code: Some(PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")),
+            secure_vars: Some(PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")),
+        }),
+        user_net_backend: UserNetBackend::Slirp,
+        block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
+        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
+        grace_period_seconds: vmi.termination_grace_period_seconds(),
+    }
+}
+
+/// (example stem, example path), sorted.
+pub(crate) fn examples() -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = fs::read_dir(EXAMPLES_DIR)
+        .unwrap_or_else(|e| panic!("{EXAMPLES_DIR}: {e}"))
+        .map(|entry| entry.unwrap_or_else(|e| panic!("{e}")).path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .filter_map(|path| Some((path.file_stem()?.to_string_lossy().into_owned(), path)))
+        .collect();
+    found.sort();
+    found
+}
+
+pub(crate) fn load(path: &Path) -> VirtualMachineInstance {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let value: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    parse_vmi(&value).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub(crate) fn example_xml(path: &Path) -> (Domain, String) {
+    let vmi = load(path);
+    let conversion =
+        convert(&vmi, &golden_context(&vmi)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let xml = conversion
+        .domain
+        .to_xml()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (conversion.domain, xml)
+}
+
+fn golden_path(stem: &str) -> PathBuf {
+    Path::new(GOLDEN_DIR).join(format!("{stem}.xml"))
+}
+
+#[test]
+fn there_are_enough_examples() {
+    let stems: Vec<String> = examples().into_iter().map(|(stem, _)| stem).collect();
+    assert!(stems.len() >= 9, "{stems:?}");
+    assert!(
+        stems.contains(&"vmi".to_string()),
+        "examples/vmi.json (the demo) is missing"
+    );
+}
+
+#[test]
+fn examples_match_golden_xml() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
+    let mut mismatches = Vec::new();
+    for (stem, path) in examples() {
+        let (_, xml) = example_xml(&path);
+        let golden = golden_path(&stem);
+        if update {
+            fs::create_dir_all(GOLDEN_DIR).unwrap_or_else(|e| panic!("{GOLDEN_DIR}: {e}"));
+            fs::write(&golden, &xml).unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
+            continue;
+        }
+        match fs::read_to_string(&golden) {
+            Ok(expected) if expected == xml => {}
+            Ok(_) => mismatches.push(format!("{stem}: differs from {}", golden.display())),
+            Err(err) => mismatches.push(format!("{stem}: cannot read {}: {err}", golden.display())),
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{}\n(run `UPDATE_GOLDEN=1 cargo test golden` after checking the change)",
+        mismatches.join("\n")
+    );
+}
+
+#[test]
+fn every_golden_file_has_an_example() {
+    let stems: BTreeSet<String> = examples().into_iter().map(|(stem, _)| stem).collect();
+    for entry in fs::read_dir(GOLDEN_DIR).unwrap_or_else(|e| panic!("{GOLDEN_DIR}: {e}")) {
+        let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+        let stem = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        assert!(
+            stems.contains(&stem),
+            "{} has no example; remove it",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn golden_xml_parses_back_to_the_same_model() {
+    for (stem, path) in examples() {
+        let (domain, xml) = example_xml(&path);
+        let parsed = Domain::from_xml(&xml).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        assert_eq!(
+            parsed, domain,
+            "{stem}: the XML does not read back into the same model"
+        );
+    }
+}
+
+#[test]
+fn golden_xml_passes_libvirt_schema() {
+    let dir = std::env::temp_dir().join(format!("golden-validate-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let mut failures = Vec::new();
+    for (stem, path) in examples() {
+        let (_, xml) = example_xml(&path);
+        let file = dir.join(format!("{stem}.xml"));
+        fs::write(&file, xml).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let output = Command::new("virt-xml-validate")
+            .arg(&file)
+            .arg("domain")
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("virt-xml-validate (package libvirt-clients) is needed: {e}")
+            });
+        if !output.status.success() {
+            failures.push(format!(
+                "{stem}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -1,0 +1,157 @@
+//! Domain identity: type, name `<namespace>_<name>`, UUID, KubeVirt metadata,
+//! lifecycle actions (KubeVirt: converter/metadata, converter/grace.go,
+//! compute/reboot_policy.go).
+
+use super::codec::{firmware_uuid_for_name, is_uuid};
+use super::paths::is_safe_component;
+use super::{ConvertContext, ConvertError};
+use crate::domxml::{Domain, GracePeriodMetadata, KUBEVIRT_XMLNS, KubeVirtMetadata, Metadata};
+use crate::vmi::{RebootPolicy, VirtualMachineInstance};
+
+pub(crate) fn configure(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    domain: &mut Domain,
+) -> Result<(), ConvertError> {
+    check_context(ctx)?;
+    check_architecture(vmi)?;
+    domain.domain_type = ctx.domain_type.as_str().to_string();
+    domain.name = format!("{}_{}", ctx.namespace, ctx.name);
+    domain.uuid = Some(firmware_uuid(vmi, ctx)?);
+    domain.metadata = Some(Metadata {
+        kubevirt: Some(KubeVirtMetadata {
+            xmlns: KUBEVIRT_XMLNS.to_string(),
+            uid: ctx.uid.clone(),
+            graceperiod: Some(GracePeriodMetadata {
+                deletion_grace_period_seconds: ctx.grace_period_seconds,
+                deletion_timestamp: None,
+                marked_for_graceful_shutdown: None,
+            }),
+        }),
+    });
+    // KubeVirt's "Terminate" policy turns a guest reboot into the end of the
+    // VMI so a controller can recreate it with new settings.
+    if vmi.spec.domain.reboot_policy == Some(RebootPolicy::Terminate) {
+        domain.on_reboot = Some("destroy".to_string());
+    }
+    Ok(())
+}
+
+/// `firmware.uuid`, or the name-derived UUID KubeVirt's VM controller
+/// assigns when it is absent. It is both the domain UUID and the SMBIOS UUID.
+pub(crate) fn firmware_uuid(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+) -> Result<String, ConvertError> {
+    match vmi
+        .spec
+        .domain
+        .firmware
+        .as_ref()
+        .and_then(|f| f.uuid.as_deref())
+    {
+        Some(uuid) if is_uuid(uuid) => Ok(uuid.to_ascii_lowercase()),
+        Some(uuid) => Err(ConvertError::new(
+            "spec.domain.firmware.uuid",
+            format!(
+                "{uuid:?} is not a UUID (expected the form 5a9f3a2e-1c4b-5d6e-8f90-123456789abc)"
+            ),
+        )),
+        None => Ok(firmware_uuid_for_name(&ctx.name)),
+    }
+}
+
+/// The names become file names and the domain name; refuse anything unsafe.
+fn check_context(ctx: &ConvertContext) -> Result<(), ConvertError> {
+    for (flag, value) in [
+        ("--namespace", &ctx.namespace),
+        ("--name", &ctx.name),
+        ("--uid", &ctx.uid),
+    ] {
+        if !is_safe_component(value) {
+            return Err(ConvertError::new(
+                "metadata",
+                format!(
+                    "the launcher's {flag} {value:?} is not usable as a file name (letters, digits, '-', '.', '_' only)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_architecture(vmi: &VirtualMachineInstance) -> Result<(), ConvertError> {
+    match vmi.spec.architecture.as_deref() {
+        None | Some("") | Some("amd64") | Some("x86_64") => Ok(()),
+        Some(other) => Err(ConvertError::unsupported(
+            "spec.architecture",
+            &format!("architecture {other:?} (only amd64)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::test_support::{context, convert_err, convert_ok, convert_with};
+
+    #[test]
+    fn name_uuid_and_metadata() {
+        let domain = convert_ok(json!({})).domain;
+        assert_eq!(domain.domain_type, "qemu");
+        assert_eq!(domain.name, "default_testvmi");
+        let kubevirt = domain
+            .metadata
+            .and_then(|m| m.kubevirt)
+            .unwrap_or_else(|| panic!("no metadata"));
+        assert_eq!(kubevirt.xmlns, "http://kubevirt.io");
+        assert_eq!(kubevirt.uid, "11111111-2222-3333-4444-555555555555");
+        assert_eq!(
+            kubevirt
+                .graceperiod
+                .map(|g| g.deletion_grace_period_seconds),
+            Some(30)
+        );
+        assert_eq!(domain.on_reboot, None);
+    }
+
+    #[test]
+    fn explicit_uuid_is_used_and_checked() {
+        let domain = convert_ok(
+            json!({"domain": {"firmware": {"uuid": "5A9F3A2E-1C4B-5D6E-8F90-123456789ABC"}}}),
+        )
+        .domain;
+        assert_eq!(
+            domain.uuid.as_deref(),
+            Some("5a9f3a2e-1c4b-5d6e-8f90-123456789abc")
+        );
+        let message = convert_err(json!({"domain": {"firmware": {"uuid": "nope"}}}));
+        assert!(
+            message.starts_with("spec.domain.firmware.uuid: \"nope\" is not a UUID"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn reboot_policy_terminate_destroys() {
+        let domain = convert_ok(json!({"domain": {"rebootPolicy": "Terminate"}})).domain;
+        assert_eq!(domain.on_reboot.as_deref(), Some("destroy"));
+    }
+
+    #[test]
+    fn foreign_architecture_and_unsafe_names_are_refused() {
+        let message = convert_err(json!({"architecture": "arm64"}));
+        assert_eq!(
+            message,
+            "spec.architecture: architecture \"arm64\" (only amd64) is not supported by this launcher"
+        );
+        let mut ctx = context();
+        ctx.name = "../etc".into();
+        let err = convert_with(json!({}), &ctx)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("--name \"../etc\" is not usable"), "{err}");
+    }
+}

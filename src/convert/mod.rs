@@ -1,0 +1,180 @@
+//! VMI → libvirt domain conversion, modelled on KubeVirt's converter
+//! (pkg/virt-launcher/virtwrap/converter).
+//!
+//! [`convert`] is pure and deterministic: it reads only the VMI and the
+//! [`ConvertContext`] and touches no file. Whatever needs the filesystem is
+//! either a `detect_*` helper the caller runs first ([`detect_ovmf`],
+//! [`detect_block_pvcs`], [`detect_taps`]) or a step of the returned
+//! [`DiskPlan`], executed later by `crate::disks::prepare`.
+//!
+//! The conversion is a pipeline of small steps, each in its own module and
+//! testable alone: metadata → CPU → memory → firmware → features and clock →
+//! disks → interfaces → console and channels → controllers and devices.
+
+mod cloudinit;
+mod codec;
+mod cpu;
+mod detect;
+mod devices;
+mod features;
+mod firmware;
+mod memory;
+mod metadata;
+mod network;
+mod paths;
+mod storage;
+
+#[cfg(test)]
+mod golden_tests;
+#[cfg(test)]
+mod test_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::disks::DiskPlan;
+use crate::domxml::{Domain, MemBalloon};
+use crate::vmi::VirtualMachineInstance;
+
+pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in, detect_taps};
+pub use devices::GUEST_AGENT_CHANNEL;
+
+/// libvirt domain type: `kvm`, `qemu` (TCG emulation) or `test` (libvirt's
+/// `test:///default` driver; same XML, `type='test'`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainType {
+    Kvm,
+    Qemu,
+    Test,
+}
+
+impl DomainType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DomainType::Kvm => "kvm",
+            DomainType::Qemu => "qemu",
+            DomainType::Test => "test",
+        }
+    }
+}
+
+/// How `masquerade`/`bridge` interfaces reach the network when the launcher
+/// has no pod network: libvirt user-mode networking with passt (when
+/// installed) or QEMU's built-in slirp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserNetBackend {
+    Passt,
+    Slirp,
+}
+
+/// OVMF firmware files (from [`detect_ovmf`]). `secure_*` are the Secure
+/// Boot builds, when installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OvmfPaths {
+    pub code: PathBuf,
+    pub vars: PathBuf,
+    pub secure_code: Option<PathBuf>,
+    pub secure_vars: Option<PathBuf>,
+}
+
+/// Everything about the launcher's environment the conversion needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvertContext {
+    pub domain_type: DomainType,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// KubeVirt: /var/run/kubevirt-private.
+    pub private_dir: PathBuf,
+    /// KubeVirt: /var/run/kubevirt-ephemeral-disks.
+    pub ephemeral_disk_dir: PathBuf,
+    /// KubeVirt: /var/run/kubevirt/container-disks.
+    pub container_disk_dir: PathBuf,
+    /// KubeVirt: /var/run/kubevirt/hotplug-disks (hotplug is not supported).
+    pub hotplug_disk_dir: PathBuf,
+    /// From [`detect_ovmf`]; `None` makes EFI VMIs a clear error.
+    pub ovmf: Option<OvmfPaths>,
+    pub user_net_backend: UserNetBackend,
+    /// Volume names whose PVC is a block device at /dev/<volume>.
+    pub block_pvcs: BTreeSet<String>,
+    /// Interface name → pre-created tap device.
+    pub taps: BTreeMap<String, String>,
+    /// Written to the domain's KubeVirt metadata.
+    pub grace_period_seconds: i64,
+}
+
+/// The domain to define and the disk work to do before defining it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Conversion {
+    pub domain: Domain,
+    pub disk_plan: DiskPlan,
+}
+
+/// Why a VMI cannot be converted: `path` is the JSON path of the field to fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvertError {
+    pub path: String,
+    pub message: String,
+}
+
+impl ConvertError {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> ConvertError {
+        ConvertError {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// For fields this launcher accepts but cannot honour.
+    pub(crate) fn unsupported(path: impl Into<String>, what: &str) -> ConvertError {
+        ConvertError::new(path, format!("{what} is not supported by this launcher"))
+    }
+}
+
+impl fmt::Display for ConvertError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConvertError {}
+
+/// KubeVirt's default memory balloon statistics period, in seconds.
+pub const DEFAULT_BALLOON_STATS_PERIOD: u32 = 10;
+
+/// Converts a VMI into a libvirt domain and the disk plan it needs.
+pub fn convert(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+) -> Result<Conversion, ConvertError> {
+    let mut domain = Domain::default();
+    let mut plan = DiskPlan::default();
+    metadata::configure(vmi, ctx, &mut domain)?;
+    let vcpus = cpu::configure(vmi, &mut domain)?;
+    memory::configure(vmi, vcpus, &mut domain)?;
+    firmware::configure(vmi, ctx, &mut domain, &mut plan)?;
+    features::configure(vmi, &mut domain)?;
+    features::configure_clock(vmi, &mut domain)?;
+    let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
+    network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
+    devices::configure(vmi, ctx, &mut domain, &mut plan)?;
+    Ok(Conversion {
+        domain,
+        disk_plan: plan,
+    })
+}
+
+/// Changes the balloon statistics period of a converted domain (KubeVirt
+/// takes it from the cluster configuration; 0 disables statistics).
+pub fn set_balloon_stats_period(domain: &mut Domain, seconds: u32) {
+    if let Some(MemBalloon { model, stats, .. }) = domain.devices.memballoon.as_mut()
+        && model != "none"
+    {
+        *stats = (seconds > 0).then_some(crate::domxml::BalloonStats { period: seconds });
+    }
+}

@@ -1,0 +1,545 @@
+//! Network interfaces (KubeVirt: converter/network). Without pod networking,
+//! `masquerade`, `bridge` (and the deprecated `slirp`) interfaces use libvirt
+//! user-mode networking (passt when installed, else QEMU's slirp), unless a
+//! tap device was pre-created for the interface (`type='ethernet'`).
+
+use std::collections::BTreeSet;
+
+use super::cpu::Vcpus;
+use super::storage::{BootOrders, claim_boot_order, virtio_model};
+use super::{ConvertContext, ConvertError, UserNetBackend, paths};
+use crate::domxml::{
+    self, AcpiIndex, Address, Alias, BootOrder, Domain, InterfaceBackend, InterfaceDriver,
+    InterfaceIp, InterfaceTarget, LinkState, MacAddress, ModelType, PortForward, PortRange, Rom,
+};
+use crate::vmi::{
+    Interface, InterfaceState, Network, PodNetwork, PortProtocol, VirtualMachineInstance,
+};
+
+/// Interface models KubeVirt accepts.
+const MODELS: [&str; 7] = [
+    "e1000", "e1000e", "igb", "ne2k_pci", "pcnet", "rtl8139", "virtio",
+];
+
+pub(crate) fn configure(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    vcpus: Vcpus,
+    boot_orders: &BootOrders,
+    domain: &mut Domain,
+) -> Result<(), ConvertError> {
+    let (interfaces, networks) = interfaces_and_networks(vmi);
+    check_networks(&interfaces, &networks)?;
+    let mut boot_orders = boot_orders.clone();
+    let mut names = BTreeSet::new();
+    for (i, interface) in interfaces.iter().enumerate() {
+        let path = format!("spec.domain.devices.interfaces[{i}]");
+        if !names.insert(interface.name.as_str()) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!("interface {:?} is listed twice", interface.name),
+            ));
+        }
+        if interface.state == Some(InterfaceState::Absent) {
+            continue;
+        }
+        let network = networks
+            .iter()
+            .enumerate()
+            .find(|(_, n)| n.name == interface.name)
+            .ok_or_else(|| {
+                ConvertError::new(
+                    format!("{path}.name"),
+                    format!("no network named {:?} in spec.networks", interface.name),
+                )
+            })?;
+        if let Some(order) = interface.boot_order {
+            claim_boot_order(
+                &mut boot_orders,
+                order,
+                &format!("{path}.bootOrder"),
+                &interface.name,
+                "interface",
+            )?;
+        }
+        let nic = interface_xml(vmi, ctx, vcpus, interface, network, &path)?;
+        domain.devices.interfaces.push(nic);
+    }
+    Ok(())
+}
+
+/// The VMI's interfaces, or KubeVirt's default: a masquerade interface on the
+/// pod network, unless `autoattachPodInterface` is false.
+fn interfaces_and_networks(vmi: &VirtualMachineInstance) -> (Vec<Interface>, Vec<Network>) {
+    let devices = &vmi.spec.domain.devices;
+    if devices.interfaces.is_empty()
+        && vmi.spec.networks.is_empty()
+        && devices.autoattach_pod_interface != Some(false)
+    {
+        let interface = Interface {
+            name: "default".to_string(),
+            masquerade: Some(crate::vmi::Empty {}),
+            ..Interface::default()
+        };
+        let network = Network {
+            name: "default".to_string(),
+            pod: Some(PodNetwork::default()),
+            multus: None,
+        };
+        return (vec![interface], vec![network]);
+    }
+    (devices.interfaces.clone(), vmi.spec.networks.clone())
+}
+
+fn check_networks(interfaces: &[Interface], networks: &[Network]) -> Result<(), ConvertError> {
+    let mut names = BTreeSet::new();
+    for (i, network) in networks.iter().enumerate() {
+        let path = format!("spec.networks[{i}]");
+        if !paths::is_dns_label(&network.name) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid network name (lowercase letters, digits and '-')",
+                    network.name
+                ),
+            ));
+        }
+        if !names.insert(network.name.as_str()) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!("network {:?} is defined twice", network.name),
+            ));
+        }
+        if network.pod.is_some() && network.multus.is_some() {
+            return Err(ConvertError::new(
+                path,
+                "set either pod or multus, not both",
+            ));
+        }
+        if !interfaces.iter().any(|iface| iface.name == network.name) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!(
+                    "network {:?} has no interface in spec.domain.devices.interfaces",
+                    network.name
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn interface_xml(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    vcpus: Vcpus,
+    interface: &Interface,
+    (network_index, network): (usize, &Network),
+    path: &str,
+) -> Result<domxml::Interface, ConvertError> {
+    let passt_binding = binding(interface, path)?;
+    let model = interface.model.as_deref().unwrap_or("virtio");
+    if !MODELS.contains(&model) {
+        return Err(ConvertError::new(
+            format!("{path}.model"),
+            format!(
+                "unknown interface model {model:?} (use {})",
+                MODELS.join(", ")
+            ),
+        ));
+    }
+    let mut nic = domxml::Interface {
+        model: Some(ModelType {
+            model_type: if model == "virtio" {
+                virtio_model(vmi)
+            } else {
+                model
+            }
+            .to_string(),
+        }),
+        alias: Some(Alias::user(&interface.name)),
+        boot: interface.boot_order.map(|order| BootOrder { order }),
+        acpi: interface.acpi_index.map(|index| AcpiIndex { index }),
+        link: (interface.state == Some(InterfaceState::Down)).then(|| LinkState {
+            state: "down".to_string(),
+        }),
+        ..domxml::Interface::default()
+    };
+    if let Some(mac) = interface.mac_address.as_deref() {
+        nic.mac = Some(MacAddress {
+            address: normalize_mac(mac, &format!("{path}.macAddress"))?,
+        });
+    }
+    if let Some(pci) = interface.pci_address.as_deref() {
+        nic.address = Some(parse_pci_address(pci, &format!("{path}.pciAddress"))?);
+    }
+    let tap = ctx.taps.get(&interface.name).filter(|_| !passt_binding);
+    match tap {
+        Some(tap) => {
+            // A pre-created tap: libvirt must neither create nor delete it.
+            nic.interface_type = "ethernet".to_string();
+            nic.target = Some(InterfaceTarget {
+                dev: tap.clone(),
+                managed: Some("no".to_string()),
+            });
+            if interface.boot_order.is_none() {
+                // KubeVirt skips the iPXE option ROM of NICs that do not boot.
+                nic.rom = Some(Rom {
+                    enabled: Some("no".to_string()),
+                });
+            }
+            if model == "virtio"
+                && vmi.spec.domain.devices.network_interface_multiqueue == Some(true)
+            {
+                nic.driver = Some(InterfaceDriver {
+                    name: Some("vhost".to_string()),
+                    queues: Some(vcpus.enabled),
+                });
+            }
+        }
+        None => user_networking(
+            ctx,
+            interface,
+            (network_index, network),
+            passt_binding,
+            path,
+            &mut nic,
+        )?,
+    }
+    Ok(nic)
+}
+
+/// Which binding the interface asks for; true for `passtBinding`.
+fn binding(interface: &Interface, path: &str) -> Result<bool, ConvertError> {
+    let set = [
+        interface.bridge.is_some(),
+        interface.masquerade.is_some(),
+        interface.slirp.is_some(),
+        interface.passt_binding.is_some(),
+    ];
+    if set.iter().filter(|s| **s).count() > 1 {
+        return Err(ConvertError::new(
+            path,
+            "set only one of bridge, masquerade, slirp or passtBinding",
+        ));
+    }
+    Ok(interface.passt_binding.is_some())
+}
+
+fn user_networking(
+    ctx: &ConvertContext,
+    interface: &Interface,
+    (network_index, network): (usize, &Network),
+    passt_binding: bool,
+    path: &str,
+    nic: &mut domxml::Interface,
+) -> Result<(), ConvertError> {
+    nic.interface_type = "user".to_string();
+    match (ctx.user_net_backend, passt_binding) {
+        (UserNetBackend::Passt, _) => {
+            nic.backend = Some(InterfaceBackend {
+                backend_type: Some("passt".to_string()),
+                log_file: None,
+            });
+            nic.port_forward = port_forwards(interface);
+        }
+        (UserNetBackend::Slirp, true) => {
+            return Err(ConvertError::new(
+                format!("{path}.passtBinding"),
+                "passt is not installed on this host; install it or use masquerade",
+            ));
+        }
+        (UserNetBackend::Slirp, false) => {
+            // slirp can place the guest network where the VMI asked.
+            if let Some(pod) = &network.pod {
+                nic.ip = pod_network_ips(pod, network_index)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// passt forwards only the ports the VMI lists: this launcher shares the
+/// host's network namespace, so "forward everything" would claim every port.
+fn port_forwards(interface: &Interface) -> Vec<PortForward> {
+    let mut forwards = Vec::new();
+    for (proto, protocol) in [("tcp", PortProtocol::Tcp), ("udp", PortProtocol::Udp)] {
+        let range: Vec<PortRange> = interface
+            .ports
+            .iter()
+            .filter(|port| port.protocol.unwrap_or(PortProtocol::Tcp) == protocol)
+            .map(|port| PortRange {
+                start: port.port,
+                end: None,
+            })
+            .collect();
+        if !range.is_empty() {
+            forwards.push(PortForward {
+                proto: proto.to_string(),
+                range,
+            });
+        }
+    }
+    forwards
+}
+
+fn pod_network_ips(
+    pod: &PodNetwork,
+    network_index: usize,
+) -> Result<Vec<InterfaceIp>, ConvertError> {
+    let index_path = |field: &str| format!("spec.networks[{network_index}].pod.{field}");
+    let mut ips = Vec::new();
+    if let Some(cidr) = pod.vm_network_cidr.as_deref().filter(|c| !c.is_empty()) {
+        let (address, prefix) = parse_cidr(cidr, false, &index_path("vmNetworkCIDR"))?;
+        ips.push(InterfaceIp {
+            family: Some("ipv4".to_string()),
+            address,
+            prefix: Some(prefix),
+        });
+    }
+    if let Some(cidr) = pod
+        .vm_ipv6_network_cidr
+        .as_deref()
+        .filter(|c| !c.is_empty())
+    {
+        let (address, prefix) = parse_cidr(cidr, true, &index_path("vmIPv6NetworkCIDR"))?;
+        ips.push(InterfaceIp {
+            family: Some("ipv6".to_string()),
+            address,
+            prefix: Some(prefix),
+        });
+    }
+    Ok(ips)
+}
+
+fn parse_cidr(cidr: &str, ipv6: bool, path: &str) -> Result<(String, u32), ConvertError> {
+    let invalid = || ConvertError::new(path, format!("{cidr:?} is not a CIDR such as 10.0.2.0/24"));
+    let (address, prefix) = cidr.split_once('/').ok_or_else(invalid)?;
+    let prefix: u32 = prefix.parse().map_err(|_| invalid())?;
+    let valid = if ipv6 {
+        address.parse::<std::net::Ipv6Addr>().is_ok() && prefix <= 128
+    } else {
+        address.parse::<std::net::Ipv4Addr>().is_ok() && prefix <= 32
+    };
+    if valid {
+        Ok((address.to_string(), prefix))
+    } else {
+        Err(invalid())
+    }
+}
+
+/// "DE-AD-00-00-BE-AF" or "de:ad:00:00:be:af" → "de:ad:00:00:be:af".
+fn normalize_mac(mac: &str, path: &str) -> Result<String, ConvertError> {
+    let parts: Vec<&str> = mac.split([':', '-']).collect();
+    let valid = parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !valid {
+        return Err(ConvertError::new(
+            path,
+            format!("{mac:?} is not a MAC address such as 02:00:00:00:00:01"),
+        ));
+    }
+    let multicast = u8::from_str_radix(parts[0], 16).is_ok_and(|first| first & 1 == 1);
+    if multicast {
+        return Err(ConvertError::new(
+            path,
+            format!("{mac:?} is a multicast address"),
+        ));
+    }
+    Ok(parts.join(":").to_ascii_lowercase())
+}
+
+/// "0000:81:01.0" → `<address type='pci' domain='0x0000' bus='0x81' slot='0x01' function='0x0'/>`
+/// (KubeVirt pkg/virt-launcher/virtwrap/device `NewPciAddressField`).
+pub(crate) fn parse_pci_address(text: &str, path: &str) -> Result<Address, ConvertError> {
+    let invalid = || {
+        ConvertError::new(
+            path,
+            format!("{text:?} is not a PCI address such as 0000:81:01.0"),
+        )
+    };
+    let (domain_bus_slot, function) = text.split_once('.').ok_or_else(invalid)?;
+    let parts: Vec<&str> = domain_bus_slot.split(':').collect();
+    let hex =
+        |part: &str, len: usize| part.len() == len && part.bytes().all(|b| b.is_ascii_hexdigit());
+    let valid = parts.len() == 3
+        && hex(parts[0], 4)
+        && hex(parts[1], 2)
+        && hex(parts[2], 2)
+        && function.len() == 1
+        && function.bytes().all(|b| (b'0'..=b'7').contains(&b));
+    if !valid {
+        return Err(invalid());
+    }
+    Ok(Address {
+        address_type: "pci".to_string(),
+        domain: Some(format!("0x{}", parts[0].to_ascii_lowercase())),
+        bus: Some(format!("0x{}", parts[1].to_ascii_lowercase())),
+        slot: Some(format!("0x{}", parts[2].to_ascii_lowercase())),
+        function: Some(format!("0x{function}")),
+        ..Address::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::UserNetBackend;
+    use super::super::test_support::{context, convert_err, convert_ok, convert_with};
+
+    #[test]
+    fn default_pod_interface_is_user_networking() {
+        let nic = convert_ok(json!({})).domain.devices.interfaces.remove(0);
+        assert_eq!(nic.interface_type, "user");
+        assert_eq!(nic.alias.map(|a| a.name).as_deref(), Some("ua-default"));
+        assert_eq!(
+            nic.model.map(|m| m.model_type).as_deref(),
+            Some("virtio-non-transitional")
+        );
+        assert!(nic.backend.is_none());
+        let none = convert_ok(json!({"domain": {"devices": {"autoattachPodInterface": false}}}));
+        assert!(none.domain.devices.interfaces.is_empty());
+    }
+
+    #[test]
+    fn passt_backend_forwards_listed_ports() {
+        let mut ctx = context();
+        ctx.user_net_backend = UserNetBackend::Passt;
+        let spec = json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {},
+            "ports": [{"port": 22}, {"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}]}]}},
+            "networks": [{"name": "default", "pod": {}}]});
+        let nic = convert_with(spec, &ctx)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .domain
+            .devices
+            .interfaces
+            .remove(0);
+        assert_eq!(
+            nic.backend.and_then(|b| b.backend_type).as_deref(),
+            Some("passt")
+        );
+        let forwards: Vec<(String, Vec<u16>)> = nic
+            .port_forward
+            .into_iter()
+            .map(|f| (f.proto, f.range.into_iter().map(|r| r.start).collect()))
+            .collect();
+        assert_eq!(
+            forwards,
+            [
+                ("tcp".to_string(), vec![22, 80]),
+                ("udp".to_string(), vec![53])
+            ]
+        );
+    }
+
+    #[test]
+    fn pre_created_tap_becomes_ethernet() {
+        let mut ctx = context();
+        ctx.taps.insert("default".into(), "tap0".into());
+        let spec = json!({"domain": {"cpu": {"cores": 4}, "devices": {"networkInterfaceMultiqueue": true,
+            "interfaces": [{"name": "default", "bridge": {}, "macAddress": "DE-AD-00-00-BE-AF", "pciAddress": "0000:02:01.0"}]}},
+            "networks": [{"name": "default", "pod": {}}]});
+        let nic = convert_with(spec, &ctx)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .domain
+            .devices
+            .interfaces
+            .remove(0);
+        assert_eq!(nic.interface_type, "ethernet");
+        assert_eq!(
+            nic.target
+                .as_ref()
+                .map(|t| (t.dev.as_str(), t.managed.as_deref())),
+            Some(("tap0", Some("no")))
+        );
+        assert_eq!(
+            nic.mac.map(|m| m.address).as_deref(),
+            Some("de:ad:00:00:be:af")
+        );
+        assert_eq!(nic.rom.and_then(|r| r.enabled).as_deref(), Some("no"));
+        assert_eq!(nic.driver.and_then(|d| d.queues), Some(4));
+        let address = nic.address.unwrap_or_default();
+        assert_eq!(
+            (address.bus.as_deref(), address.slot.as_deref()),
+            (Some("0x02"), Some("0x01"))
+        );
+    }
+
+    #[test]
+    fn interface_errors_name_their_path() {
+        let missing = convert_err(
+            json!({"domain": {"devices": {"interfaces": [{"name": "a", "masquerade": {}}]}}}),
+        );
+        assert_eq!(
+            missing,
+            "spec.domain.devices.interfaces[0].name: no network named \"a\" in spec.networks"
+        );
+        let model = convert_err(
+            json!({"domain": {"devices": {"interfaces": [{"name": "a", "model": "vmxnet3"}]}},
+            "networks": [{"name": "a", "pod": {}}]}),
+        );
+        assert!(
+            model.starts_with(
+                "spec.domain.devices.interfaces[0].model: unknown interface model \"vmxnet3\""
+            ),
+            "{model}"
+        );
+        let mac = convert_err(
+            json!({"domain": {"devices": {"interfaces": [{"name": "a", "macAddress": "zz"}]}},
+            "networks": [{"name": "a", "pod": {}}]}),
+        );
+        assert!(
+            mac.starts_with("spec.domain.devices.interfaces[0].macAddress: \"zz\" is not a MAC"),
+            "{mac}"
+        );
+        let passt = convert_err(
+            json!({"domain": {"devices": {"interfaces": [{"name": "a", "passtBinding": {}}]}},
+            "networks": [{"name": "a", "pod": {}}]}),
+        );
+        assert!(
+            passt.starts_with(
+                "spec.domain.devices.interfaces[0].passtBinding: passt is not installed"
+            ),
+            "{passt}"
+        );
+        let orphan = convert_err(
+            json!({"domain": {"devices": {"interfaces": [{"name": "a"}]}},
+            "networks": [{"name": "a", "pod": {}}, {"name": "b", "pod": {}}]}),
+        );
+        assert_eq!(
+            orphan,
+            "spec.networks[1].name: network \"b\" has no interface in spec.domain.devices.interfaces"
+        );
+    }
+
+    #[test]
+    fn boot_order_is_unique_across_disks_and_interfaces() {
+        let spec = json!({"domain": {"devices": {"disks": [{"name": "root", "bootOrder": 1}],
+            "interfaces": [{"name": "a", "bootOrder": 1}]}},
+            "networks": [{"name": "a", "pod": {}}],
+            "volumes": [{"name": "root", "emptyDisk": {"capacity": "1Gi"}}]});
+        assert_eq!(
+            convert_err(spec),
+            "spec.domain.devices.interfaces[0].bootOrder: boot order 1 is already used by disk \"root\""
+        );
+    }
+
+    #[test]
+    fn slirp_takes_the_pod_cidr_and_absent_interfaces_are_skipped() {
+        let spec = json!({"domain": {"devices": {"interfaces": [{"name": "a"}, {"name": "b", "state": "absent"},
+            {"name": "c", "state": "down"}]}},
+            "networks": [{"name": "a", "pod": {"vmNetworkCIDR": "10.11.12.0/24"}},
+                         {"name": "b", "multus": {"networkName": "x"}}, {"name": "c", "multus": {"networkName": "y"}}]});
+        let interfaces = convert_ok(spec).domain.devices.interfaces;
+        assert_eq!(interfaces.len(), 2);
+        assert_eq!(interfaces[0].ip[0].address, "10.11.12.0");
+        assert_eq!(interfaces[0].ip[0].prefix, Some(24));
+        assert_eq!(
+            interfaces[1].link.as_ref().map(|l| l.state.as_str()),
+            Some("down")
+        );
+    }
+}

@@ -1,0 +1,74 @@
+//! Shared fixtures for the converter's unit tests.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use super::{
+    Conversion, ConvertContext, ConvertError, DomainType, OvmfPaths, UserNetBackend, convert,
+};
+use crate::vmi::{VirtualMachineInstance, parse_vmi};
+
+/// KubeVirt's default directories, fixed OVMF paths, TCG.
+pub(crate) fn context() -> ConvertContext {
+    ConvertContext {
+        domain_type: DomainType::Qemu,
+        namespace: "default".into(),
+        name: "testvmi".into(),
+        uid: "11111111-2222-3333-4444-555555555555".into(),
+        private_dir: PathBuf::from("/var/run/kubevirt-private"),
+        ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
+        container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
+        hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
+        ovmf: Some(OvmfPaths {
+            code: PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"),
+            vars: PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"),
+            secure_code: Some(PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")),
+            secure_vars: Some(PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")),
+        }),
+        user_net_backend: UserNetBackend::Slirp,
+        block_pvcs: BTreeSet::new(),
+        taps: BTreeMap::new(),
+        grace_period_seconds: 30,
+    }
+}
+
+/// A VMI with 128Mi of memory and whatever `spec.domain` / `spec` additions
+/// the test merges in.
+pub(crate) fn vmi_with(spec: Value) -> VirtualMachineInstance {
+    let mut base = json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "testvmi", "namespace": "default", "uid": "11111111-2222-3333-4444-555555555555"},
+        "spec": {"domain": {"resources": {"requests": {"memory": "128Mi"}}, "devices": {}}}
+    });
+    merge(&mut base["spec"], spec);
+    parse_vmi(&base).unwrap_or_else(|e| panic!("test VMI does not parse: {e}"))
+}
+
+fn merge(target: &mut Value, patch: Value) {
+    match (target, patch) {
+        (Value::Object(target), Value::Object(patch)) => {
+            for (key, value) in patch {
+                merge(target.entry(key).or_insert(Value::Null), value);
+            }
+        }
+        (target, patch) => *target = patch,
+    }
+}
+
+pub(crate) fn convert_ok(spec: Value) -> Conversion {
+    convert(&vmi_with(spec), &context()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub(crate) fn convert_err(spec: Value) -> String {
+    match convert(&vmi_with(spec), &context()) {
+        Ok(_) => panic!("expected a conversion error"),
+        Err(err) => err.to_string(),
+    }
+}
+
+pub(crate) fn convert_with(spec: Value, ctx: &ConvertContext) -> Result<Conversion, ConvertError> {
+    convert(&vmi_with(spec), ctx)
+}

@@ -1,0 +1,138 @@
+//! Configuration files for the launcher's own libvirt daemons.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The libvirt daemon that runs QEMU domains: the modular `virtqemud`
+/// where installed (as KubeVirt uses), else the monolithic `libvirtd`
+/// (Debian 12 ships only that).
+pub struct Daemon {
+    pub name: &'static str,
+    pub binary: PathBuf,
+    /// Its read-write socket, inside /run/libvirt.
+    pub socket: &'static str,
+}
+
+impl Daemon {
+    pub fn find() -> Result<Daemon, String> {
+        for (name, socket) in [
+            ("virtqemud", "virtqemud-sock"),
+            ("libvirtd", "libvirt-sock"),
+        ] {
+            if let Ok(binary) = super::find_binary(name) {
+                return Ok(Daemon {
+                    name,
+                    binary,
+                    socket,
+                });
+            }
+        }
+        Err("neither virtqemud nor libvirtd is installed (Debian: apt install libvirt-daemon libvirt-daemon-driver-qemu)".into())
+    }
+}
+
+pub fn new_uuid() -> Result<String, String> {
+    fs::read_to_string("/proc/sys/kernel/random/uuid")
+        .map(|s| s.trim().to_string())
+        .map_err(|e| format!("cannot generate a host UUID: {e}"))
+}
+
+fn quote(value: &str) -> String {
+    format!("\"{}\"", value.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Writes the daemon, QEMU driver and virtlogd configuration into `etc`
+/// (which the daemons see as /etc/libvirt).
+pub fn write_all(
+    etc: &Path,
+    daemon: &Daemon,
+    host_uuid: &str,
+    log_filters: Option<&str>,
+) -> Result<(), String> {
+    let write = |name: &str, body: String| {
+        let path = etc.join(name);
+        fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    let mut daemon_conf = String::from(
+        "# Written by virt-launcher for its own daemon; not used by anything else.\n\
+         unix_sock_rw_perms = \"0700\"\n\
+         auth_unix_rw = \"none\"\n\
+         auth_unix_ro = \"none\"\n\
+         log_outputs = \"3:stderr\"\n",
+    );
+    // A daemon per launcher, each with its own identity: two launchers on
+    // one host must not look like the same host to a migration.
+    daemon_conf.push_str(&format!("host_uuid = {}\n", quote(host_uuid)));
+    if let Some(filters) = log_filters {
+        daemon_conf.push_str(&format!("log_filters = {}\n", quote(filters)));
+    }
+    write(&format!("{}.conf", daemon.name), daemon_conf)?;
+    write(
+        "qemu.conf",
+        "# Written by virt-launcher. QEMU runs as root without security labels,\n\
+         # as inside a KubeVirt launcher pod's own mount namespace.\n\
+         user = \"root\"\n\
+         group = \"root\"\n\
+         security_driver = \"none\"\n"
+            .into(),
+    )?;
+    write(
+        "virtlogd.conf",
+        "# Written by virt-launcher.\nlog_outputs = \"3:stderr\"\n".into(),
+    )?;
+    Ok(())
+}
+
+/// A fresh daemon probes the QEMU binary for seconds before it accepts a
+/// domain; libvirt caches the result. Copying the host's cache (when the
+/// host's daemon has one) saves each launcher that probe; libvirt checks
+/// the cache against the binaries and re-probes if it is stale.
+pub fn seed_capabilities_cache(cache: &Path) {
+    let host = Path::new("/var/cache/libvirt/qemu/capabilities");
+    let Ok(entries) = fs::read_dir(host) else {
+        return;
+    };
+    let target = cache.join("qemu/capabilities");
+    if fs::create_dir_all(&target).is_err() {
+        return;
+    }
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "xml")
+            && let Some(name) = path.file_name()
+        {
+            let dest = target.join(name);
+            if !dest.exists() {
+                let _ = fs::copy(&path, dest);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_files_quote_values() {
+        let dir = std::env::temp_dir().join(format!("vl-daemon-conf-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let daemon = Daemon {
+            name: "libvirtd",
+            binary: PathBuf::from("/usr/sbin/libvirtd"),
+            socket: "libvirt-sock",
+        };
+        write_all(&dir, &daemon, "u-u-i-d", Some("1:qemu \"x\"")).unwrap();
+        let conf = fs::read_to_string(dir.join("libvirtd.conf")).unwrap();
+        assert!(conf.contains("host_uuid = \"u-u-i-d\"\n"));
+        assert!(conf.contains("log_filters = \"1:qemu \\\"x\\\"\"\n"));
+        assert!(
+            fs::read_to_string(dir.join("qemu.conf"))
+                .unwrap()
+                .contains("security_driver = \"none\"")
+        );
+        assert!(dir.join("virtlogd.conf").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

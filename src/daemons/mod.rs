@@ -1,0 +1,174 @@
+//! `--spawn-libvirt`: the launcher's own libvirt daemon and virtlogd, as a
+//! KubeVirt launcher pod has them. Nothing else uses these daemons; they
+//! run in a private mount namespace over the launcher's private
+//! directories, are restarted when they die, and are stopped when the
+//! launcher exits.
+
+mod config;
+mod namespace;
+mod supervisor;
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::threads::FatalSender;
+use namespace::{BindMount, Entry};
+use supervisor::{DaemonSpec, Supervisor};
+
+/// How long a daemon may take to report ready. A cold QEMU capabilities
+/// probe takes a few seconds on a slow host.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// The fixed paths a privileged libvirt daemon uses, and the launcher
+/// directory each is replaced with inside the daemons' namespace.
+const OVERLAID: [(&str, &str); 5] = [
+    ("run", "/run/libvirt"),
+    ("lib", "/var/lib/libvirt"),
+    ("cache", "/var/cache/libvirt"),
+    ("log", "/var/log/libvirt"),
+    ("etc", "/etc/libvirt"),
+];
+
+pub struct LibvirtDaemons {
+    /// The URI that reaches the spawned daemon.
+    pub uri: String,
+    /// Where the daemons' directories live on the host.
+    pub runtime_dir: PathBuf,
+    pub host_uuid: String,
+    libvirtd: Supervisor,
+    virtlogd: Supervisor,
+    _namespace: Arc<Mutex<Option<File>>>,
+}
+
+impl LibvirtDaemons {
+    /// Starts virtlogd and the libvirt daemon under `<private>/libvirt`.
+    pub fn start(
+        private_dir: &Path,
+        log_filters: Option<&str>,
+        fatal: &FatalSender,
+    ) -> Result<LibvirtDaemons, String> {
+        if !crate::config::running_as_root() {
+            return Err(
+                "--spawn-libvirt needs root: it gives the daemons a private mount namespace".into(),
+            );
+        }
+        let daemon = config::Daemon::find()?;
+        let virtlogd_bin = find_binary("virtlogd")?;
+        let runtime_dir = private_dir.join("libvirt");
+        for (sub, _) in OVERLAID {
+            fs::create_dir_all(runtime_dir.join(sub))
+                .map_err(|e| format!("cannot create {}: {e}", runtime_dir.join(sub).display()))?;
+        }
+        let host_uuid = config::new_uuid()?;
+        config::write_all(&runtime_dir.join("etc"), &daemon, &host_uuid, log_filters)?;
+        config::seed_capabilities_cache(&runtime_dir.join("cache"));
+
+        let mut mounts = Vec::new();
+        for (sub, target) in OVERLAID {
+            // The mount point must exist on the host; an empty directory
+            // where libvirt is installed but never ran.
+            fs::create_dir_all(target)
+                .map_err(|e| format!("cannot create mount point {target}: {e}"))?;
+            mounts.push(
+                BindMount::new(&runtime_dir.join(sub), Path::new(target))
+                    .map_err(|e| format!("bad path {}: {e}", runtime_dir.display()))?,
+            );
+        }
+
+        let namespace = Arc::new(Mutex::new(None));
+        let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
+        let virtlogd = Supervisor::start(
+            DaemonSpec {
+                name: "virtlogd",
+                binary: virtlogd_bin,
+                args: vec![
+                    "-f".into(),
+                    "/etc/libvirt/virtlogd.conf".into(),
+                    "-p".into(),
+                    "/run/libvirt/virtlogd.pid".into(),
+                ],
+                notify_socket: notify("virtlogd"),
+            },
+            Entry::Create(mounts),
+            namespace.clone(),
+            READY_TIMEOUT,
+            fatal,
+        )?;
+        let ns_fd = namespace
+            .lock()
+            .ok()
+            .and_then(|ns| ns.as_ref().map(namespace::raw))
+            .ok_or("cannot hold the daemons' mount namespace open")?;
+        let libvirtd = Supervisor::start(
+            DaemonSpec {
+                name: daemon.name,
+                binary: daemon.binary.clone(),
+                args: vec![
+                    "-f".into(),
+                    format!("/etc/libvirt/{}.conf", daemon.name),
+                    "-p".into(),
+                    format!("/run/libvirt/{}.pid", daemon.name),
+                ],
+                notify_socket: notify(daemon.name),
+            },
+            Entry::Join(ns_fd),
+            namespace.clone(),
+            READY_TIMEOUT,
+            fatal,
+        )
+        .inspect_err(|_| virtlogd.stop(STOP_GRACE))?;
+        let socket = runtime_dir.join("run").join(daemon.socket);
+        Ok(LibvirtDaemons {
+            uri: format!("qemu+unix:///system?socket={}", socket.display()),
+            runtime_dir,
+            host_uuid,
+            libvirtd,
+            virtlogd,
+            _namespace: namespace,
+        })
+    }
+
+    /// Stops the daemons, the libvirt daemon first (it uses virtlogd).
+    pub fn stop(&self) {
+        self.libvirtd.stop(STOP_GRACE);
+        self.virtlogd.stop(STOP_GRACE);
+    }
+
+    /// For query-status.
+    pub fn status(&self) -> Value {
+        let one =
+            |s: &Supervisor| json!({ "name": s.name, "pid": s.pid(), "restarts": s.restarts() });
+        json!({
+            "runtime_dir": self.runtime_dir,
+            "host_uuid": self.host_uuid,
+            "daemons": [one(&self.libvirtd), one(&self.virtlogd)],
+        })
+    }
+
+    /// The libvirt daemon's last error line, to explain a failure.
+    pub fn last_error(&self) -> Option<String> {
+        self.libvirtd.last_error()
+    }
+
+    /// Where the daemon keeps the QEMU log of a domain.
+    pub fn qemu_log(&self, domain: &str) -> PathBuf {
+        self.runtime_dir
+            .join("log/qemu")
+            .join(format!("{domain}.log"))
+    }
+}
+
+fn find_binary(name: &str) -> Result<PathBuf, String> {
+    ["/usr/sbin", "/usr/bin", "/usr/local/sbin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.exists())
+        .ok_or_else(|| {
+            format!("{name} is not installed (looked in /usr/sbin, /usr/bin, /usr/local/sbin)")
+        })
+}

@@ -1,0 +1,315 @@
+//! Supervision of one daemon: a thread waits for it, restarts it a second
+//! after it dies, pipes its stderr into the launcher's log, and stops it
+//! in order when asked.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+
+use super::namespace::{self, Entry};
+use crate::protocol::codec::{Frame, LineReader};
+use crate::threads::{self, FatalSender};
+
+/// How long after a daemon dies it is started again; doubled (up to
+/// `MAX_RESTART_DELAY`) while it keeps dying within `STABLE_RUN` of
+/// starting, so a crash loop does not flood the log.
+const RESTART_DELAY: Duration = Duration::from_secs(1);
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
+const STABLE_RUN: Duration = Duration::from_secs(30);
+/// Longest line of daemon output copied to the log.
+const MAX_LOG_LINE: usize = 512 * 1024;
+
+/// What to run.
+#[derive(Clone)]
+pub struct DaemonSpec {
+    pub name: &'static str,
+    pub binary: PathBuf,
+    pub args: Vec<String>,
+    /// Where the daemon reports READY=1 (sd_notify protocol).
+    pub notify_socket: PathBuf,
+}
+
+impl DaemonSpec {
+    /// Starts the daemon once, with its stderr copied to the log. Only the
+    /// first start reports readiness; restarts are noticed by the
+    /// manager's reconnect.
+    fn spawn(
+        &self,
+        entry: Entry,
+        report_ready: bool,
+        last_error: &Arc<Mutex<Option<String>>>,
+        fatal: &FatalSender,
+    ) -> io::Result<Child> {
+        let mut command = Command::new(&self.binary);
+        command
+            .args(&self.args)
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if report_ready {
+            command.env("NOTIFY_SOCKET", &self.notify_socket);
+        }
+        namespace::prepare(&mut command, entry);
+        let mut child = command.spawn()?;
+        if let Some(stderr) = child.stderr.take() {
+            let name = self.name;
+            let last_error = last_error.clone();
+            let _ = threads::spawn_named(&format!("{name}-log"), fatal, move || {
+                copy_to_log(name, stderr, &last_error)
+            });
+        }
+        Ok(child)
+    }
+}
+
+/// libvirt writes "<time>: <tid>: error : <function>:<line> : <message>".
+fn copy_to_log(name: &str, stderr: std::process::ChildStderr, last_error: &Mutex<Option<String>>) {
+    let mut lines = LineReader::new(stderr, MAX_LOG_LINE);
+    while let Ok(Some(frame)) = lines.next_frame() {
+        if let Frame::Line(line) = frame {
+            let text = String::from_utf8_lossy(&line);
+            if let Some((_, message)) = text.split_once(": error : ") {
+                log::warn!("{name}: {text}");
+                if let Ok(mut last) = last_error.lock() {
+                    *last = Some(message.to_string());
+                }
+            } else {
+                log::info!("{name}: {text}");
+            }
+        }
+    }
+}
+
+/// A running, supervised daemon.
+pub struct Supervisor {
+    pub name: &'static str,
+    pid: Arc<Mutex<Option<u32>>>,
+    last_error: Arc<Mutex<Option<String>>>,
+    restarts: Arc<AtomicU32>,
+    stopping: Arc<AtomicBool>,
+    stop_tx: Sender<()>,
+    done_rx: Receiver<()>,
+}
+
+impl Supervisor {
+    /// Starts the daemon (entering the namespace as `first`; restarts join
+    /// `namespace`), waits until it reports ready, then supervises it.
+    pub fn start(
+        spec: DaemonSpec,
+        first: Entry,
+        namespace: Arc<Mutex<Option<File>>>,
+        ready_timeout: Duration,
+        fatal: &FatalSender,
+    ) -> Result<Supervisor, String> {
+        let notify = bind_notify(&spec.notify_socket)?;
+        let last_error = Arc::new(Mutex::new(None));
+        let child = spec
+            .spawn(first, true, &last_error, fatal)
+            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
+        let pid = Arc::new(Mutex::new(Some(child.id())));
+        if let Ok(mut ns) = namespace.lock()
+            && ns.is_none()
+        {
+            *ns = namespace::hold(child.id()).ok();
+        }
+        let restarts = Arc::new(AtomicU32::new(0));
+        let stopping = Arc::new(AtomicBool::new(false));
+        let (stop_tx, stop_rx) = bounded(1);
+        let (done_tx, done_rx) = bounded(1);
+        let watcher = Watcher {
+            spec: spec.clone(),
+            namespace,
+            pid: pid.clone(),
+            last_error: last_error.clone(),
+            restarts: restarts.clone(),
+            stopping: stopping.clone(),
+            stop_rx,
+            done_tx,
+            fatal: fatal.clone(),
+        };
+        threads::spawn_named(&format!("{}-supervisor", spec.name), fatal, move || {
+            watcher.watch(child)
+        })
+        .map_err(|e| format!("cannot start the {} supervisor: {e}", spec.name))?;
+        let supervisor = Supervisor {
+            name: spec.name,
+            pid,
+            last_error,
+            restarts,
+            stopping,
+            stop_tx,
+            done_rx,
+        };
+        let ready = wait_ready(&notify, spec.name, ready_timeout);
+        let _ = std::fs::remove_file(&spec.notify_socket);
+        if let Err(e) = ready {
+            let detail = supervisor
+                .last_error()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default();
+            supervisor.stop(Duration::from_secs(5));
+            return Err(format!("{e}{detail}"));
+        }
+        Ok(supervisor)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.pid.lock().ok().and_then(|p| *p)
+    }
+
+    /// The last error line the daemon wrote, for failure messages.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    pub fn restarts(&self) -> u32 {
+        self.restarts.load(Ordering::Relaxed)
+    }
+
+    /// Stops the daemon: SIGTERM, then SIGKILL after `grace`.
+    pub fn stop(&self, grace: Duration) {
+        self.stopping.store(true, Ordering::Release);
+        let _ = self.stop_tx.try_send(());
+        if let Some(pid) = self.pid() {
+            let _ = namespace::send_signal(pid, libc::SIGTERM);
+        }
+        if self.done_rx.recv_timeout(grace).is_ok() {
+            return;
+        }
+        if let Some(pid) = self.pid() {
+            log::warn!(
+                "daemons: {} did not stop within {grace:?}; killing it",
+                self.name
+            );
+            let _ = namespace::send_signal(pid, libc::SIGKILL);
+        }
+        let _ = self.done_rx.recv_timeout(Duration::from_secs(2));
+    }
+}
+
+/// The supervisor thread's state.
+struct Watcher {
+    spec: DaemonSpec,
+    namespace: Arc<Mutex<Option<File>>>,
+    pid: Arc<Mutex<Option<u32>>>,
+    last_error: Arc<Mutex<Option<String>>>,
+    restarts: Arc<AtomicU32>,
+    stopping: Arc<AtomicBool>,
+    stop_rx: Receiver<()>,
+    done_tx: Sender<()>,
+    fatal: FatalSender,
+}
+
+impl Watcher {
+    fn set_pid(&self, pid: Option<u32>) {
+        if let Ok(mut p) = self.pid.lock() {
+            *p = pid;
+        }
+    }
+
+    fn watch(self, mut child: Child) {
+        let name = self.spec.name;
+        let mut delay = RESTART_DELAY;
+        let mut started = Instant::now();
+        loop {
+            let status = child.wait();
+            self.set_pid(None);
+            // Wakes a start-up still waiting for READY=1.
+            if let Ok(sock) = UnixDatagram::unbound() {
+                let _ = sock.send_to(b"EXITED=1", &self.spec.notify_socket);
+            }
+            if self.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            delay = if started.elapsed() >= STABLE_RUN {
+                RESTART_DELAY
+            } else {
+                (delay * 2).min(MAX_RESTART_DELAY)
+            }
+            .max(RESTART_DELAY);
+            match status {
+                Ok(s) => log::warn!(
+                    "daemons: {name} exited ({s}); restarting it in {} s",
+                    delay.as_secs()
+                ),
+                Err(e) => log::warn!("daemons: lost track of {name} ({e}); restarting it"),
+            }
+            // Restart until it starts, or until asked to stop.
+            loop {
+                match self.stop_rx.recv_timeout(delay) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => {
+                        let _ = self.done_tx.send(());
+                        return;
+                    }
+                }
+                if self.stopping.load(Ordering::Acquire) {
+                    let _ = self.done_tx.send(());
+                    return;
+                }
+                let fd = match self.namespace.lock() {
+                    Ok(ns) => ns.as_ref().map(namespace::raw),
+                    Err(_) => None,
+                };
+                let Some(fd) = fd else {
+                    log::error!("daemons: the daemons' namespace is gone; cannot restart {name}");
+                    continue;
+                };
+                match self
+                    .spec
+                    .spawn(Entry::Join(fd), false, &self.last_error, &self.fatal)
+                {
+                    Ok(c) => {
+                        self.set_pid(Some(c.id()));
+                        self.restarts.fetch_add(1, Ordering::Relaxed);
+                        log::info!("daemons: {name} restarted (pid {})", c.id());
+                        child = c;
+                        started = Instant::now();
+                        break;
+                    }
+                    Err(e) => log::error!("daemons: cannot restart {name}: {e}"),
+                }
+            }
+        }
+        let _ = self.done_tx.send(());
+    }
+}
+
+fn bind_notify(path: &Path) -> Result<UnixDatagram, String> {
+    let _ = std::fs::remove_file(path);
+    UnixDatagram::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+}
+
+/// Waits for the daemon's READY=1 (libvirt speaks the sd_notify protocol
+/// when NOTIFY_SOCKET is set), or its exit.
+fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), String> {
+    notify
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| format!("cannot wait for {name}: {e}"))?;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = notify.recv(&mut buf).map_err(|e| {
+            format!(
+                "{name} did not report ready within {} s: {e}",
+                timeout.as_secs()
+            )
+        })?;
+        let message = String::from_utf8_lossy(&buf[..n]);
+        if message.lines().any(|l| l == "READY=1") {
+            return Ok(());
+        }
+        if message.contains("EXITED=1") {
+            return Err(format!(
+                "{name} exited during start-up; its messages are in the log above"
+            ));
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The directories KubeVirt's launcher creates at start-up, with its modes.
+
+use std::fmt;
+use std::fs::{self, Permissions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::config::Config;
+
+#[derive(Debug)]
+pub struct DirError {
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl fmt::Display for DirError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot create directory {}: {} (check the path and the launcher's permissions, or point the matching --*-dir flag elsewhere)",
+            self.path.display(),
+            self.source
+        )
+    }
+}
+
+impl std::error::Error for DirError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Every directory with its mode, in creation order.
+pub fn layout(config: &Config) -> Vec<(PathBuf, u32)> {
+    let d = &config.dirs;
+    let mut out = vec![
+        (d.ephemeral.join("cloud-init-data"), 0o755),
+        (d.ephemeral.join("ignition-data"), 0o755),
+        (d.ephemeral.join("disk-data"), 0o755),
+        (d.container_disks.clone(), 0o750),
+        (d.hotplug_disks.clone(), 0o755),
+    ];
+    for private in [
+        "vm-disks",
+        "config-map-disks",
+        "secret-disks",
+        "downwardapi-disks",
+        "service-account-disk",
+        "sysprep-disks",
+        "downwardmetrics-channel",
+    ] {
+        out.push((d.private.join(private), 0o750));
+    }
+    out.push((d.private.join(&config.uid), 0o755));
+    out
+}
+
+/// Creates the directories (and their parents) and sets their modes; an
+/// existing directory just gets its mode set.
+pub fn prepare(config: &Config) -> Result<(), DirError> {
+    for (path, mode) in layout(config) {
+        create(&path, mode).map_err(|source| DirError {
+            path: path.clone(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+fn create(path: &Path, mode: u32) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(path)?;
+    if !fs::metadata(path)?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "exists and is not a directory",
+        ));
+    }
+    // The umask may have narrowed the mode; set it exactly.
+    fs::set_permissions(path, Permissions::from_mode(mode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Action, parse};
+
+    fn config(root: &Path) -> Config {
+        let r = |s: &str| root.join(s).to_string_lossy().into_owned();
+        let argv = [
+            "--name".to_string(),
+            "vm".into(),
+            "--namespace".into(),
+            "ns".into(),
+            "--uid".into(),
+            "uid-1".into(),
+            "--kubevirt-share-dir".into(),
+            r("share"),
+            "--private-dir".into(),
+            r("private"),
+            "--ephemeral-disk-dir".into(),
+            r("ephemeral"),
+            "--container-disk-dir".into(),
+            r("share/container-disks"),
+            "--hotplug-disk-dir".into(),
+            r("share/hotplug-disks"),
+        ];
+        match parse(argv) {
+            Ok(Action::Run(a)) => Config::resolve(*a).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn creates_kubevirt_layout_with_modes() {
+        let root = std::env::temp_dir().join(format!("vl-dirs-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let cfg = config(&root);
+        prepare(&cfg).unwrap();
+        // Idempotent.
+        prepare(&cfg).unwrap();
+        let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("ephemeral/cloud-init-data"), 0o755);
+        assert_eq!(mode("ephemeral/ignition-data"), 0o755);
+        assert_eq!(mode("ephemeral/disk-data"), 0o755);
+        assert_eq!(mode("share/container-disks"), 0o750);
+        assert_eq!(mode("share/hotplug-disks"), 0o755);
+        for d in [
+            "vm-disks",
+            "config-map-disks",
+            "secret-disks",
+            "downwardapi-disks",
+            "service-account-disk",
+            "sysprep-disks",
+            "downwardmetrics-channel",
+        ] {
+            assert_eq!(mode(&format!("private/{d}")), 0o750, "{d}");
+        }
+        assert_eq!(mode("private/uid-1"), 0o755);
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn failure_names_the_path() {
+        let root = std::env::temp_dir().join(format!("vl-dirs-fail-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).unwrap();
+        // A file where a directory must go.
+        fs::write(root.join("ephemeral"), b"x").unwrap();
+        let err = prepare(&config(&root)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&root.join("ephemeral").display().to_string())
+        );
+        fs::remove_dir_all(&root).unwrap();
+    }
+}

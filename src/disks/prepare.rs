@@ -1,0 +1,456 @@
+//! Executing a [`DiskPlan`] all-or-nothing.
+
+use std::fmt;
+use std::fs;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::iso9660::{self, IsoFile};
+use super::plan::{DiskPlan, DiskStep, IsoContents, PathKind, SecretFile};
+use super::qemu_img::{self, CommandFailure};
+
+/// How a disk step failed, for mapping to protocol error classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskErrorKind {
+    /// A required image, device or directory is missing or of the wrong kind.
+    Missing,
+    /// The input is unusable (e.g. a base image that has its own backing file).
+    Invalid,
+    /// Creating or writing a file failed.
+    Io,
+    /// `qemu-img` failed, timed out or is not installed.
+    Command,
+}
+
+/// A failed disk step. `message` names the path, the VMI volume and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskError {
+    pub kind: DiskErrorKind,
+    pub path: PathBuf,
+    pub message: String,
+}
+
+impl fmt::Display for DiskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DiskError {}
+
+/// Knobs for [`prepare_with`]; [`prepare`] uses the defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrepareOptions {
+    /// `qemu-img` binary (default: looked up in PATH).
+    pub qemu_img: PathBuf,
+    /// Deadline for each external command.
+    pub command_timeout: Duration,
+}
+
+impl Default for PrepareOptions {
+    fn default() -> Self {
+        PrepareOptions {
+            qemu_img: qemu_img::default_program(),
+            command_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Something [`prepare`] created, to be removed on rollback.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Created {
+    File(PathBuf),
+    Dir(PathBuf),
+}
+
+/// What a successful [`prepare`] created. Dropping it keeps everything;
+/// [`PreparedDisks::rollback`] removes it again.
+#[derive(Debug, Default, PartialEq, Eq)]
+#[must_use = "call rollback() if the domain is not defined after all"]
+pub struct PreparedDisks {
+    created: Vec<Created>,
+}
+
+impl PreparedDisks {
+    /// Paths this prepare created (files and directories), in creation order.
+    pub fn created_paths(&self) -> Vec<&Path> {
+        self.created
+            .iter()
+            .map(|created| match created {
+                Created::File(path) | Created::Dir(path) => path.as_path(),
+            })
+            .collect()
+    }
+
+    /// Removes everything this prepare created, newest first. Directories are
+    /// only removed when empty; failures are logged, not returned, because
+    /// rollback runs while another error is already being reported.
+    pub fn rollback(self) {
+        for created in self.created.into_iter().rev() {
+            let (path, result) = match &created {
+                Created::File(path) => (path, fs::remove_file(path)),
+                Created::Dir(path) => (path, fs::remove_dir(path)),
+            };
+            match result {
+                Ok(()) => log::debug!("disks: removed {}", path.display()),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => log::warn!(
+                    "disks: could not remove {} during rollback: {err}",
+                    path.display()
+                ),
+            }
+        }
+    }
+}
+
+/// Runs the plan with default options. See [`prepare_with`].
+pub fn prepare(plan: &DiskPlan) -> Result<PreparedDisks, DiskError> {
+    prepare_with(plan, &PrepareOptions::default())
+}
+
+/// Checks every `RequireExisting` step, then runs the creations in order. On
+/// failure everything created so far is removed and the error returned.
+pub fn prepare_with(plan: &DiskPlan, options: &PrepareOptions) -> Result<PreparedDisks, DiskError> {
+    for step in &plan.steps {
+        if let DiskStep::RequireExisting { path, kind, what } = step {
+            check_exists(path, *kind, what)?;
+        }
+    }
+    let mut prepared = PreparedDisks::default();
+    for step in &plan.steps {
+        if let Err(err) = run_step(step, options, &mut prepared) {
+            prepared.rollback();
+            return Err(err);
+        }
+    }
+    Ok(prepared)
+}
+
+fn run_step(
+    step: &DiskStep,
+    options: &PrepareOptions,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    match step {
+        DiskStep::RequireExisting { .. } => Ok(()),
+        DiskStep::MakeDir { path, what } => make_dir(path, what, prepared),
+        DiskStep::CreateOverlay {
+            path,
+            backing,
+            backing_format,
+            what,
+        } => create_overlay(
+            path,
+            backing,
+            backing_format.as_deref(),
+            what,
+            options,
+            prepared,
+        ),
+        DiskStep::CreateSparseFile { path, size, what } => {
+            create_sparse_file(path, *size, what, prepared)
+        }
+        DiskStep::CreateQcow2 { path, size, what } => {
+            create_qcow2(path, *size, what, options, prepared)
+        }
+        DiskStep::WriteIso {
+            path,
+            volume_id,
+            contents,
+            what,
+        } => write_iso(path, volume_id, contents, what, prepared),
+    }
+}
+
+fn check_exists(path: &Path, kind: PathKind, what: &str) -> Result<(), DiskError> {
+    let missing = |detail: String| DiskError {
+        kind: DiskErrorKind::Missing,
+        path: path.to_path_buf(),
+        message: format!("{what}: {} {}: {detail}", kind.noun(), path.display()),
+    };
+    let metadata = match fs::metadata(path) {
+        Ok(metadata) => metadata,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            return Err(missing(format!("does not exist; {}", hint(kind))));
+        }
+        Err(err) => return Err(missing(format!("cannot be accessed ({err})"))),
+    };
+    let file_type = metadata.file_type();
+    let matches = match kind {
+        PathKind::File => file_type.is_file(),
+        PathKind::BlockDevice => file_type.is_block_device(),
+        PathKind::Dir => file_type.is_dir(),
+    };
+    if matches {
+        Ok(())
+    } else {
+        Err(missing(format!(
+            "exists but is not a {}; {}",
+            kind.noun(),
+            hint(kind)
+        )))
+    }
+}
+
+fn hint(kind: PathKind) -> &'static str {
+    match kind {
+        PathKind::File => "put the image file there (the launcher pulls and copies nothing)",
+        PathKind::BlockDevice => "attach the block device at that path",
+        PathKind::Dir => "mount or create the directory there",
+    }
+}
+
+fn io_error(path: &Path, what: &str, action: &str, err: &io::Error) -> DiskError {
+    DiskError {
+        kind: DiskErrorKind::Io,
+        path: path.to_path_buf(),
+        message: format!(
+            "{what}: cannot {action} {}: {err}; check that the directory exists and is writable",
+            path.display()
+        ),
+    }
+}
+
+/// Creates `path` and its missing parents, remembering each level it made.
+fn make_dir(path: &Path, what: &str, prepared: &mut PreparedDisks) -> Result<(), DiskError> {
+    let missing: Vec<&Path> = path.ancestors().take_while(|dir| !dir.exists()).collect();
+    for dir in missing.into_iter().rev() {
+        match fs::create_dir(dir) {
+            Ok(()) => prepared.created.push(Created::Dir(dir.to_path_buf())),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+            Err(err) => return Err(io_error(dir, what, "create directory", &err)),
+        }
+    }
+    if path.is_dir() {
+        Ok(())
+    } else {
+        Err(io_error(
+            path,
+            what,
+            "use directory",
+            &io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a non-directory is in the way",
+            ),
+        ))
+    }
+}
+
+fn command_error(path: &Path, what: &str, action: &str, failure: &CommandFailure) -> DiskError {
+    DiskError {
+        kind: DiskErrorKind::Command,
+        path: path.to_path_buf(),
+        message: format!(
+            "{what}: qemu-img could not {action} {}: {failure}",
+            path.display()
+        ),
+    }
+}
+
+fn create_overlay(
+    path: &Path,
+    backing: &Path,
+    backing_format: Option<&str>,
+    what: &str,
+    options: &PrepareOptions,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    if path.exists() {
+        log::info!(
+            "disks: keeping existing overlay {} for {what}",
+            path.display()
+        );
+        return Ok(());
+    }
+    let detected;
+    let format = match backing_format {
+        Some(format) => format,
+        None => {
+            let info = qemu_img::info(&options.qemu_img, backing, options.command_timeout)
+                .map_err(|failure| command_error(backing, what, "inspect base image", &failure))?;
+            if let Some(chained) = info.backing_file {
+                return Err(DiskError {
+                    kind: DiskErrorKind::Invalid,
+                    path: backing.to_path_buf(),
+                    message: format!(
+                        "{what}: base image {} has its own backing file {chained:?}; use a standalone image (qemu-img convert can flatten it)",
+                        backing.display()
+                    ),
+                });
+            }
+            detected = info.format;
+            detected.as_str()
+        }
+    };
+    let created = qemu_img::create_overlay(
+        &options.qemu_img,
+        path,
+        backing,
+        format,
+        options.command_timeout,
+    );
+    if let Err(failure) = created {
+        remove_partial(path);
+        return Err(command_error(path, what, "create overlay", &failure));
+    }
+    prepared.created.push(Created::File(path.to_path_buf()));
+    Ok(())
+}
+
+fn create_qcow2(
+    path: &Path,
+    size: u64,
+    what: &str,
+    options: &PrepareOptions,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    if path.exists() {
+        log::info!(
+            "disks: keeping existing image {} for {what}",
+            path.display()
+        );
+        return Ok(());
+    }
+    if let Err(failure) =
+        qemu_img::create_qcow2(&options.qemu_img, path, size, options.command_timeout)
+    {
+        remove_partial(path);
+        return Err(command_error(path, what, "create image", &failure));
+    }
+    prepared.created.push(Created::File(path.to_path_buf()));
+    Ok(())
+}
+
+fn create_sparse_file(
+    path: &Path,
+    size: u64,
+    what: &str,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    let file = match fs::File::create_new(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            log::info!("disks: keeping existing disk {} for {what}", path.display());
+            return Ok(());
+        }
+        Err(err) => return Err(io_error(path, what, "create", &err)),
+    };
+    prepared.created.push(Created::File(path.to_path_buf()));
+    file.set_len(size)
+        .map_err(|err| io_error(path, what, &format!("grow to {size} bytes"), &err))
+}
+
+/// Writes next to the target and renames, so a crash never leaves a torn image.
+fn write_iso(
+    path: &Path,
+    volume_id: &str,
+    contents: &IsoContents,
+    what: &str,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    let files = iso_files(contents, path, what)?;
+    let mut staging_name = path.as_os_str().to_owned();
+    staging_name.push(".staging");
+    let staging = PathBuf::from(staging_name);
+    let written = write_iso_file(&staging, volume_id, &files, path, what);
+    if let Err(err) = written {
+        remove_partial(&staging);
+        return Err(err);
+    }
+    if let Err(err) = fs::rename(&staging, path) {
+        remove_partial(&staging);
+        return Err(io_error(path, what, "rename the staged image to", &err));
+    }
+    prepared.created.push(Created::File(path.to_path_buf()));
+    Ok(())
+}
+
+fn write_iso_file(
+    staging: &Path,
+    volume_id: &str,
+    files: &[IsoFile],
+    target: &Path,
+    what: &str,
+) -> Result<(), DiskError> {
+    let file = fs::File::create(staging).map_err(|err| io_error(staging, what, "create", &err))?;
+    let mut writer = io::BufWriter::new(file);
+    iso9660::write_iso(&mut writer, volume_id, files).map_err(|err| DiskError {
+        kind: DiskErrorKind::Invalid,
+        path: target.to_path_buf(),
+        message: format!("{what}: cannot write ISO image {}: {err}", target.display()),
+    })?;
+    let file = writer
+        .into_inner()
+        .map_err(|err| io_error(staging, what, "write", err.error()))?;
+    file.sync_all()
+        .map_err(|err| io_error(staging, what, "flush", &err))?;
+    Ok(())
+}
+
+fn iso_files(contents: &IsoContents, target: &Path, what: &str) -> Result<Vec<IsoFile>, DiskError> {
+    match contents {
+        IsoContents::Files(files) => Ok(files.clone()),
+        IsoContents::Dir(dir) => iso9660::collect_dir(dir).map_err(|err| DiskError {
+            kind: DiskErrorKind::Io,
+            path: dir.clone(),
+            message: format!(
+                "{what}: cannot read {} for ISO image {}: {err}",
+                dir.display(),
+                target.display()
+            ),
+        }),
+        IsoContents::FilesWithSecrets { files, secrets } => {
+            let mut all = files.clone();
+            for secret in secrets {
+                all.push(read_secret_file(secret, what)?);
+            }
+            Ok(all)
+        }
+    }
+}
+
+fn read_secret_file(secret: &SecretFile, what: &str) -> Result<IsoFile, DiskError> {
+    for name in &secret.names {
+        let candidate = secret.dir.join(name);
+        match fs::read(&candidate) {
+            Ok(data) => {
+                return Ok(IsoFile {
+                    path: secret.iso_path.clone(),
+                    data,
+                });
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(err) => return Err(io_error(&candidate, what, "read", &err)),
+        }
+    }
+    Err(DiskError {
+        kind: DiskErrorKind::Missing,
+        path: secret.dir.clone(),
+        message: format!(
+            "{what}: secret directory {} has no {}; add that key to the secret",
+            secret.dir.display(),
+            secret.names.join(" or ")
+        ),
+    })
+}
+
+/// Best effort: the step already failed, the partial file must not survive.
+fn remove_partial(path: &Path) {
+    if let Err(err) = fs::remove_file(path)
+        && err.kind() != io::ErrorKind::NotFound
+    {
+        log::warn!(
+            "disks: could not remove partial file {}: {err}",
+            path.display()
+        );
+    }
+}
+
+/// Writes all bytes (used by tests to build fixtures).
+#[cfg(test)]
+pub(crate) fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    fs::File::create(path)?.write_all(data)
+}

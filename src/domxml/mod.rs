@@ -1,0 +1,107 @@
+//! Typed model of libvirt's domain XML (<https://libvirt.org/formatdomain.html>).
+//!
+//! The same types are written by the converter ([`Domain::to_xml`]) and read
+//! back from what libvirt returns ([`Domain::from_xml`]), including live XML:
+//! elements and attributes that are not modelled (seclabels, PCI controllers'
+//! details, `<resource>`, ...) are skipped on input. Serialisation goes through
+//! quick-xml's serde support, so attributes are fields named `@name`, element
+//! text is `$text`; `serde_json` renders the same keys for `query-domain`.
+//!
+//! Attribute values that libvirt keeps open-ended (device models, machine
+//! types, ...) are strings; counts and sizes are integers.
+
+mod devices;
+mod general;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use devices::*;
+pub use general::*;
+
+/// libvirt's root element.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename = "domain", default)]
+pub struct Domain {
+    /// "kvm", "qemu" or "test".
+    #[serde(rename = "@type")]
+    pub domain_type: String,
+    /// Present in live XML of a running domain.
+    #[serde(rename = "@id", skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+    #[serde(rename = "maxMemory", skip_serializing_if = "Option::is_none")]
+    pub max_memory: Option<MaxMemory>,
+    pub memory: ScaledInteger,
+    #[serde(rename = "currentMemory", skip_serializing_if = "Option::is_none")]
+    pub current_memory: Option<ScaledInteger>,
+    #[serde(rename = "memoryBacking", skip_serializing_if = "Option::is_none")]
+    pub memory_backing: Option<MemoryBacking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vcpu: Option<Vcpu>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<VcpuList>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub iothreads: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sysinfo: Option<SysInfo>,
+    pub os: Os,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub features: Option<Features>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Cpu>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock: Option<Clock>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_poweroff: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_reboot: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_crash: Option<String>,
+    pub devices: Devices,
+}
+
+/// Domain XML that could not be written or read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomXmlError {
+    pub message: String,
+}
+
+impl fmt::Display for DomXmlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DomXmlError {}
+
+impl Domain {
+    /// Renders the domain as indented XML (two spaces, trailing newline), the
+    /// form stored in the golden files and passed to `virDomainDefineXML`.
+    pub fn to_xml(&self) -> Result<String, DomXmlError> {
+        let mut xml = String::with_capacity(4096);
+        let mut serializer = quick_xml::se::Serializer::new(&mut xml);
+        serializer.indent(' ', 2);
+        self.serialize(serializer).map_err(|err| DomXmlError {
+            message: format!("cannot write domain XML for {:?}: {err}", self.name),
+        })?;
+        xml.push('\n');
+        Ok(xml)
+    }
+
+    /// Parses domain XML as written by [`Domain::to_xml`] or returned by
+    /// libvirt (`virDomainGetXMLDesc`), ignoring what is not modelled.
+    pub fn from_xml(xml: &str) -> Result<Domain, DomXmlError> {
+        quick_xml::de::from_str(xml).map_err(|err| DomXmlError {
+            message: format!("invalid domain XML: {err}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! Events the launcher streams to subscribers.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::protocol::{Timestamp, encode_event};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    DomainLifecycle,
+    DomainReboot,
+    AgentConnected,
+    AgentDisconnected,
+    DeviceRemoved,
+    JobCompleted,
+    ShutdownStarted,
+    ShutdownGraceExpired,
+    LibvirtDisconnected,
+    LibvirtReconnected,
+    EventsDropped,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 11] = [
+        EventKind::DomainLifecycle,
+        EventKind::DomainReboot,
+        EventKind::AgentConnected,
+        EventKind::AgentDisconnected,
+        EventKind::DeviceRemoved,
+        EventKind::JobCompleted,
+        EventKind::ShutdownStarted,
+        EventKind::ShutdownGraceExpired,
+        EventKind::LibvirtDisconnected,
+        EventKind::LibvirtReconnected,
+        EventKind::EventsDropped,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::DomainLifecycle => "DOMAIN_LIFECYCLE",
+            EventKind::DomainReboot => "DOMAIN_REBOOT",
+            EventKind::AgentConnected => "AGENT_CONNECTED",
+            EventKind::AgentDisconnected => "AGENT_DISCONNECTED",
+            EventKind::DeviceRemoved => "DEVICE_REMOVED",
+            EventKind::JobCompleted => "JOB_COMPLETED",
+            EventKind::ShutdownStarted => "SHUTDOWN_STARTED",
+            EventKind::ShutdownGraceExpired => "SHUTDOWN_GRACE_EXPIRED",
+            EventKind::LibvirtDisconnected => "LIBVIRT_DISCONNECTED",
+            EventKind::LibvirtReconnected => "LIBVIRT_RECONNECTED",
+            EventKind::EventsDropped => "EVENTS_DROPPED",
+        }
+    }
+
+    pub fn summary(self) -> &'static str {
+        match self {
+            EventKind::DomainLifecycle => {
+                "libvirt lifecycle event: data has domain, event, detail, and the resulting state and reason."
+            }
+            EventKind::DomainReboot => {
+                "The guest rebooted (libvirt may report one reboot more than once)."
+            }
+            EventKind::AgentConnected => "The QEMU guest agent in the guest connected.",
+            EventKind::AgentDisconnected => {
+                "The QEMU guest agent disconnected (data.reason says why)."
+            }
+            EventKind::DeviceRemoved => "A device was removed from the domain (data.alias).",
+            EventKind::JobCompleted => {
+                "A libvirt job (for example a migration) completed; data holds its statistics."
+            }
+            EventKind::ShutdownStarted => {
+                "A signal started the graceful stop: data has the signal, grace_period_seconds and the deadline."
+            }
+            EventKind::ShutdownGraceExpired => {
+                "The grace period ran out and the domain is being forced off."
+            }
+            EventKind::LibvirtDisconnected => {
+                "The connection to the libvirt daemon was lost; the launcher reconnects."
+            }
+            EventKind::LibvirtReconnected => "The connection to the libvirt daemon is back.",
+            EventKind::EventsDropped => {
+                "This subscriber fell behind and data.count older events were dropped."
+            }
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// An event ready for the wire. The line is encoded once and shared by all
+/// subscribers.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub kind: EventKind,
+    pub line: Arc<str>,
+}
+
+impl Event {
+    pub fn new(kind: EventKind, data: Value) -> Event {
+        Event {
+            kind,
+            line: encode_event(kind.name(), &data, Timestamp::now()).into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn names_round_trip_and_are_unique() {
+        let mut names = std::collections::HashSet::new();
+        for kind in EventKind::ALL {
+            assert_eq!(EventKind::from_name(kind.name()), Some(kind));
+            assert!(names.insert(kind.name()));
+        }
+        assert_eq!(EventKind::from_name("nope"), None);
+    }
+
+    #[test]
+    fn event_line_is_one_json_line() {
+        let e = Event::new(EventKind::AgentConnected, json!({"domain": "a_b"}));
+        assert!(e.line.ends_with('\n'));
+        assert_eq!(e.line.matches('\n').count(), 1);
+        let v: Value = serde_json::from_str(&e.line).unwrap();
+        assert_eq!(v["event"], "AGENT_CONNECTED");
+        assert_eq!(v["data"]["domain"], "a_b");
+        assert!(v["timestamp"]["seconds"].as_i64().unwrap() > 1_600_000_000);
+    }
+}

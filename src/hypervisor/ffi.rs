@@ -1,0 +1,421 @@
+//! Every raw libvirt call the `virt` crate does not wrap safely: the event
+//! implementation, domain event and close callbacks, and typed-parameter
+//! results (bulk stats, job statistics, guest info).
+//!
+//! Callbacks run on the libvirt event-loop thread. They only copy data out
+//! of libvirt's arguments and `try_send` it; they never call into libvirt
+//! (apart from `virDomainGetName`, a plain accessor of the domain object
+//! that does no I/O) and never block. A full channel drops the event with a
+//! log line rather than stalling the event loop.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
+use std::ptr;
+
+use crossbeam_channel::{Sender, TrySendError};
+use serde_json::Value;
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::error::Error;
+use virt::sys;
+
+use super::{HypervisorEvent, LifecycleEvent, Stat};
+
+/// Registers libvirt's default event loop implementation. Must run before
+/// any connection is opened.
+pub fn register_default_event_impl() -> Result<(), Error> {
+    // SAFETY: no arguments; libvirt documents it as callable once at start.
+    if unsafe { sys::virEventRegisterDefaultImpl() } < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+/// Runs one iteration of the default event loop (blocks until something
+/// happens).
+pub fn run_default_event_loop_once() -> Result<(), Error> {
+    // SAFETY: the default implementation was registered at start-up.
+    if unsafe { sys::virEventRunDefaultImpl() } < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+/// Arms a one-shot timer on the event loop that sends `()` when the loop
+/// dispatches it: proof that the loop is running.
+pub fn notify_when_loop_runs(tx: Sender<()>) -> Result<(), Error> {
+    unsafe extern "C" fn fire(timer: c_int, opaque: *mut c_void) {
+        // SAFETY: opaque is the Box<Sender<()>> leaked below; libvirt keeps
+        // it alive until `free_sender` runs after removal.
+        let tx = unsafe { &*(opaque as *const Sender<()>) };
+        let _ = tx.try_send(());
+        // SAFETY: removing the timer that is running is allowed; libvirt
+        // frees the opaque later through the free callback.
+        unsafe { sys::virEventRemoveTimeout(timer) };
+    }
+    unsafe extern "C" fn free_sender(opaque: *mut c_void) {
+        // SAFETY: created by Box::into_raw below, freed exactly once here.
+        drop(unsafe { Box::from_raw(opaque as *mut Sender<()>) });
+    }
+    let opaque = Box::into_raw(Box::new(tx)) as *mut c_void;
+    // SAFETY: callbacks match libvirt's signatures; opaque ownership passes
+    // to libvirt on success.
+    let id = unsafe { sys::virEventAddTimeout(0, Some(fire), opaque, Some(free_sender)) };
+    if id < 0 {
+        // SAFETY: libvirt did not take ownership on failure.
+        drop(unsafe { Box::from_raw(opaque as *mut Sender<()>) });
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+/// Where a callback delivers what it copied: events for one domain name.
+struct EventSink {
+    domain: CString,
+    tx: Sender<HypervisorEvent>,
+}
+
+impl EventSink {
+    /// True when the callback's domain is the launcher's.
+    ///
+    /// # Safety
+    /// `dom` must be the domain pointer libvirt passed to the callback.
+    unsafe fn is_ours(&self, dom: sys::virDomainPtr) -> bool {
+        if dom.is_null() {
+            return false;
+        }
+        // SAFETY: accessor on a valid domain; returns a string owned by it.
+        let name = unsafe { sys::virDomainGetName(dom) };
+        // SAFETY: non-null names are NUL-terminated and live for the call.
+        !name.is_null() && unsafe { CStr::from_ptr(name) } == self.domain.as_c_str()
+    }
+
+    fn deliver(&self, event: HypervisorEvent) {
+        match self.tx.try_send(event) {
+            Ok(()) => {}
+            Err(TrySendError::Full(event)) => {
+                log::warn!("events: queue full, dropping libvirt event {event:?}")
+            }
+            // The manager has exited; nothing is listening any more.
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+unsafe extern "C" fn free_sink(opaque: *mut c_void) {
+    // SAFETY: every registration leaks its own Box<EventSink>; libvirt calls
+    // this exactly once when the registration goes away.
+    drop(unsafe { Box::from_raw(opaque as *mut EventSink) });
+}
+
+/// # Safety
+/// Only called by libvirt with the opaque registered below.
+unsafe fn sink<'a>(opaque: *mut c_void) -> &'a EventSink {
+    // SAFETY: see free_sink; the sink outlives every callback invocation.
+    unsafe { &*(opaque as *const EventSink) }
+}
+
+unsafe extern "C" fn on_lifecycle(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    event: c_int,
+    detail: c_int,
+    opaque: *mut c_void,
+) -> c_int {
+    // SAFETY: called by libvirt with our opaque and a valid domain.
+    let sink = unsafe { sink(opaque) };
+    if unsafe { sink.is_ours(dom) } {
+        sink.deliver(HypervisorEvent::Lifecycle(LifecycleEvent::from_libvirt(
+            event, detail,
+        )));
+    }
+    0
+}
+
+unsafe extern "C" fn on_agent_lifecycle(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    state: c_int,
+    reason: c_int,
+    opaque: *mut c_void,
+) {
+    // SAFETY: called by libvirt with our opaque and a valid domain.
+    let sink = unsafe { sink(opaque) };
+    if unsafe { sink.is_ours(dom) } {
+        let reason = match reason {
+            1 => "domain started",
+            2 => "channel event",
+            _ => "unknown",
+        };
+        sink.deliver(HypervisorEvent::AgentLifecycle {
+            connected: state
+                == sys::VIR_CONNECT_DOMAIN_EVENT_AGENT_LIFECYCLE_STATE_CONNECTED as c_int,
+            reason,
+        });
+    }
+}
+
+unsafe extern "C" fn on_reboot(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    opaque: *mut c_void,
+) {
+    // SAFETY: called by libvirt with our opaque and a valid domain.
+    let sink = unsafe { sink(opaque) };
+    if unsafe { sink.is_ours(dom) } {
+        sink.deliver(HypervisorEvent::Reboot);
+    }
+}
+
+unsafe extern "C" fn on_device_removed(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    alias: *const c_char,
+    opaque: *mut c_void,
+) {
+    // SAFETY: called by libvirt with our opaque and a valid domain.
+    let sink = unsafe { sink(opaque) };
+    if unsafe { sink.is_ours(dom) } {
+        let alias = if alias.is_null() {
+            String::new()
+        } else {
+            // SAFETY: libvirt passes a NUL-terminated alias valid for the call.
+            unsafe { CStr::from_ptr(alias) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        sink.deliver(HypervisorEvent::DeviceRemoved { alias });
+    }
+}
+
+unsafe extern "C" fn on_job_completed(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    params: sys::virTypedParameterPtr,
+    nparams: c_int,
+    opaque: *mut c_void,
+) {
+    // SAFETY: called by libvirt with our opaque and a valid domain.
+    let sink = unsafe { sink(opaque) };
+    if unsafe { sink.is_ours(dom) } {
+        // SAFETY: libvirt passes `nparams` valid parameters for the call.
+        let stats = unsafe { typed_params(params, nparams) };
+        sink.deliver(HypervisorEvent::JobCompleted { stats });
+    }
+}
+
+/// Registers the domain event callbacks the launcher listens to, for any
+/// domain, delivering only those of `domain_name`. Returns the callback ids.
+pub fn register_domain_events(
+    conn: &Connect,
+    domain_name: &str,
+    tx: &Sender<HypervisorEvent>,
+) -> Result<Vec<c_int>, Error> {
+    // libvirt takes every callback as the generic type and casts it back by
+    // event id, so each specific signature is transmuted to it.
+    type Generic = unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *mut c_void);
+    type LifecycleFn = unsafe extern "C" fn(
+        sys::virConnectPtr,
+        sys::virDomainPtr,
+        c_int,
+        c_int,
+        *mut c_void,
+    ) -> c_int;
+    type AgentFn =
+        unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, c_int, c_int, *mut c_void);
+    type DeviceFn =
+        unsafe extern "C" fn(sys::virConnectPtr, sys::virDomainPtr, *const c_char, *mut c_void);
+    type JobFn = unsafe extern "C" fn(
+        sys::virConnectPtr,
+        sys::virDomainPtr,
+        sys::virTypedParameterPtr,
+        c_int,
+        *mut c_void,
+    );
+    // SAFETY: function pointers of the same ABI; libvirt calls each with the
+    // signature its event id documents.
+    let callbacks: [(c_int, Generic); 5] = unsafe {
+        [
+            (
+                sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
+                std::mem::transmute::<LifecycleFn, Generic>(on_lifecycle),
+            ),
+            (
+                sys::VIR_DOMAIN_EVENT_ID_REBOOT as c_int,
+                on_reboot as Generic,
+            ),
+            (
+                sys::VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED as c_int,
+                std::mem::transmute::<DeviceFn, Generic>(on_device_removed),
+            ),
+            (
+                sys::VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE as c_int,
+                std::mem::transmute::<AgentFn, Generic>(on_agent_lifecycle),
+            ),
+            (
+                sys::VIR_DOMAIN_EVENT_ID_JOB_COMPLETED as c_int,
+                std::mem::transmute::<JobFn, Generic>(on_job_completed),
+            ),
+        ]
+    };
+    let domain = CString::new(domain_name)?;
+    let mut ids = Vec::with_capacity(callbacks.len());
+    for (event_id, callback) in callbacks {
+        let sink = Box::new(EventSink {
+            domain: domain.clone(),
+            tx: tx.clone(),
+        });
+        let opaque = Box::into_raw(sink) as *mut c_void;
+        // SAFETY: valid connection; opaque ownership passes to libvirt on
+        // success and is released through free_sink.
+        let id = unsafe {
+            sys::virConnectDomainEventRegisterAny(
+                conn.as_ptr(),
+                ptr::null_mut(),
+                event_id,
+                Some(callback),
+                opaque,
+                Some(free_sink),
+            )
+        };
+        if id < 0 {
+            // SAFETY: libvirt did not take ownership on failure.
+            drop(unsafe { Box::from_raw(opaque as *mut EventSink) });
+            return Err(Error::last_error());
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+unsafe extern "C" fn on_close(_conn: sys::virConnectPtr, reason: c_int, opaque: *mut c_void) {
+    // SAFETY: opaque is the Box<Sender> registered below.
+    let tx = unsafe { &*(opaque as *const Sender<HypervisorEvent>) };
+    let reason = match reason as c_uint {
+        sys::VIR_CONNECT_CLOSE_REASON_ERROR => "error",
+        sys::VIR_CONNECT_CLOSE_REASON_EOF => "end of file (daemon gone)",
+        sys::VIR_CONNECT_CLOSE_REASON_KEEPALIVE => "keepalive timeout",
+        sys::VIR_CONNECT_CLOSE_REASON_CLIENT => "closed by client",
+        _ => "unknown",
+    };
+    let _ = tx.try_send(HypervisorEvent::ConnectionClosed { reason });
+}
+
+unsafe extern "C" fn free_close_sender(opaque: *mut c_void) {
+    // SAFETY: created by Box::into_raw below, freed once by libvirt.
+    drop(unsafe { Box::from_raw(opaque as *mut Sender<HypervisorEvent>) });
+}
+
+/// Asks libvirt to report when the connection closes. Drivers without a
+/// daemon (test:///) never close and may not support it.
+pub fn register_close_callback(conn: &Connect, tx: &Sender<HypervisorEvent>) -> Result<(), Error> {
+    let opaque = Box::into_raw(Box::new(tx.clone())) as *mut c_void;
+    // SAFETY: valid connection; ownership of opaque passes to libvirt.
+    let rc = unsafe {
+        sys::virConnectRegisterCloseCallback(
+            conn.as_ptr(),
+            Some(on_close),
+            opaque,
+            Some(free_close_sender),
+        )
+    };
+    if rc < 0 {
+        // SAFETY: libvirt did not take ownership on failure.
+        drop(unsafe { Box::from_raw(opaque as *mut Sender<HypervisorEvent>) });
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+/// Bulk statistics of one domain (`virDomainListGetStats`).
+pub fn domain_stats(dom: &Domain, stats: c_uint, flags: c_uint) -> Result<Vec<Stat>, Error> {
+    // SAFETY: a NULL-terminated array holding one valid domain pointer.
+    let mut doms = [unsafe { dom.as_ptr() }, ptr::null_mut()];
+    let mut records: *mut sys::virDomainStatsRecordPtr = ptr::null_mut();
+    // SAFETY: valid arguments; on success libvirt returns an array we free.
+    let n = unsafe { sys::virDomainListGetStats(doms.as_mut_ptr(), stats, &mut records, flags) };
+    if n < 0 {
+        return Err(Error::last_error());
+    }
+    let mut out = Vec::new();
+    if !records.is_null() {
+        for i in 0..n as usize {
+            // SAFETY: libvirt returned n records.
+            let record = unsafe { *records.add(i) };
+            if record.is_null() {
+                continue;
+            }
+            // SAFETY: a valid record with nparams parameters.
+            out.extend(unsafe { typed_params((*record).params, (*record).nparams) });
+        }
+        // SAFETY: frees the array libvirt allocated, once.
+        unsafe { sys::virDomainStatsRecordListFree(records) };
+    }
+    Ok(out)
+}
+
+/// Copies typed parameters into (name, JSON value) pairs.
+///
+/// # Safety
+/// `params` must point to `n` valid parameters (or be null).
+unsafe fn typed_params(params: sys::virTypedParameterPtr, n: c_int) -> Vec<Stat> {
+    if params.is_null() || n <= 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n as usize {
+        // SAFETY: within the n parameters the caller vouches for.
+        let p = unsafe { &*params.add(i) };
+        // SAFETY: `field` is a NUL-terminated array inside the struct.
+        let name = unsafe { CStr::from_ptr(p.field.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: the union member read matches the parameter's type tag.
+        let value = unsafe {
+            match p.type_ as c_uint {
+                sys::VIR_TYPED_PARAM_INT => Value::from(p.value.i),
+                sys::VIR_TYPED_PARAM_UINT => Value::from(p.value.ui),
+                sys::VIR_TYPED_PARAM_LLONG => Value::from(p.value.l),
+                sys::VIR_TYPED_PARAM_ULLONG => Value::from(p.value.ul),
+                sys::VIR_TYPED_PARAM_DOUBLE => Value::from(p.value.d),
+                sys::VIR_TYPED_PARAM_BOOLEAN => Value::from(p.value.b != 0),
+                sys::VIR_TYPED_PARAM_STRING if !p.value.s.is_null() => {
+                    Value::from(CStr::from_ptr(p.value.s).to_string_lossy().into_owned())
+                }
+                _ => Value::Null,
+            }
+        };
+        out.push((name, value));
+    }
+    out
+}
+
+/// `virDomainGetState`, with its error reported (the `virt` crate's wrapper
+/// discards it and returns an unknown state instead).
+pub fn domain_state(dom: &Domain) -> Result<(u32, i32), Error> {
+    let mut state: c_int = -1;
+    let mut reason: c_int = -1;
+    // SAFETY: valid domain and out-pointers.
+    if unsafe { sys::virDomainGetState(dom.as_ptr(), &mut state, &mut reason, 0) } < 0 {
+        return Err(Error::last_error());
+    }
+    Ok((u32::try_from(state).unwrap_or(0), reason))
+}
+
+/// `virDomainGetGuestInfo`: what the guest agent reports, as typed
+/// parameters (`os.id`, `hostname`, `if.0.name`, `user.0.login-time`, ...).
+pub fn guest_info(dom: &Domain, types: c_uint) -> Result<Vec<Stat>, Error> {
+    let mut params: sys::virTypedParameterPtr = ptr::null_mut();
+    let mut nparams: c_int = 0;
+    // SAFETY: valid domain and out-pointers; on success libvirt allocates
+    // the parameter array, freed below.
+    let rc =
+        unsafe { sys::virDomainGetGuestInfo(dom.as_ptr(), types, &mut params, &mut nparams, 0) };
+    if rc < 0 {
+        return Err(Error::last_error());
+    }
+    // SAFETY: libvirt returned nparams valid parameters.
+    let out = unsafe { typed_params(params, nparams) };
+    // SAFETY: frees what libvirt allocated, once.
+    unsafe { sys::virTypedParamsFree(params, nparams) };
+    Ok(out)
+}

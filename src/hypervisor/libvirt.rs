@@ -1,0 +1,387 @@
+//! The `Hypervisor` implementation on libvirt, through the `virt` crate.
+//!
+//! One connection is shared by the manager and its workers (libvirt
+//! connections are thread-safe). When the daemon goes away the connection
+//! is marked lost; `reconnect` opens a new one and registers the event
+//! callbacks again, as KubeVirt's launcher does after a virtqemud restart.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crossbeam_channel::Sender;
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::sys;
+
+use super::ffi;
+use super::{
+    DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError,
+    HypervisorErrorKind, HypervisorEvent, HypervisorInfo, RebootMode, Stat,
+};
+
+/// Seconds between keepalive probes, and how many may go unanswered before
+/// libvirt closes the connection: a hung daemon is noticed within ~20 s and
+/// every pending call on it fails instead of hanging.
+const KEEPALIVE_INTERVAL_SECONDS: i32 = 5;
+const KEEPALIVE_COUNT: u32 = 3;
+
+pub struct LibvirtHypervisor {
+    uri: String,
+    domain_name: String,
+    events: Sender<HypervisorEvent>,
+    conn: RwLock<Option<Connect>>,
+    info: RwLock<HypervisorInfo>,
+    connected: AtomicBool,
+}
+
+impl LibvirtHypervisor {
+    /// Opens the connection once (the caller retries) and registers the
+    /// domain event callbacks for `domain_name`.
+    pub fn connect(
+        uri: &str,
+        domain_name: &str,
+        events: Sender<HypervisorEvent>,
+    ) -> HvResult<LibvirtHypervisor> {
+        let (conn, info) = open(uri, domain_name, &events)?;
+        Ok(LibvirtHypervisor {
+            uri: uri.to_string(),
+            domain_name: domain_name.to_string(),
+            events,
+            conn: RwLock::new(Some(conn)),
+            info: RwLock::new(info),
+            connected: AtomicBool::new(true),
+        })
+    }
+
+    /// A handle on the current connection (a new reference, so the lock is
+    /// not held during the call).
+    fn connection(&self, operation: &'static str) -> HvResult<Connect> {
+        if !self.connected.load(Ordering::Acquire) {
+            return Err(HypervisorError::not_connected(operation));
+        }
+        match self.conn.read() {
+            Ok(guard) => guard
+                .as_ref()
+                .cloned()
+                .ok_or_else(|| HypervisorError::not_connected(operation)),
+            Err(_) => Err(HypervisorError::new(
+                HypervisorErrorKind::Other,
+                operation,
+                "connection lock poisoned by a panicked thread",
+            )),
+        }
+    }
+
+    fn domain(&self, name: &str, operation: &'static str) -> HvResult<Domain> {
+        let conn = self.connection(operation)?;
+        conn.lookup_domain_by_name(name)
+            .map_err(|e| self.error(operation, e))
+    }
+
+    /// Converts a libvirt error, noting a lost connection so that the next
+    /// call fails fast and the manager reconnects.
+    fn error(&self, operation: &'static str, e: virt::error::Error) -> HypervisorError {
+        let err = convert_error(operation, &e);
+        if err.kind == HypervisorErrorKind::ConnectionLost {
+            self.connected.store(false, Ordering::Release);
+        }
+        err
+    }
+
+    fn with_domain<T>(
+        &self,
+        name: &str,
+        operation: &'static str,
+        call: impl FnOnce(&Domain) -> Result<T, virt::error::Error>,
+    ) -> HvResult<T> {
+        let dom = self.domain(name, operation)?;
+        call(&dom).map_err(|e| self.error(operation, e))
+    }
+}
+
+fn open(
+    uri: &str,
+    domain_name: &str,
+    events: &Sender<HypervisorEvent>,
+) -> HvResult<(Connect, HypervisorInfo)> {
+    let op = "virConnectOpen";
+    let conn = Connect::open(Some(uri)).map_err(|e| convert_error(op, &e))?;
+    let info = read_info(uri, &conn)?;
+    if info.driver == DriverKind::Qemu {
+        // Remote drivers only; the in-process test driver has no keepalive.
+        if let Err(e) = conn.set_keep_alive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT) {
+            log::warn!("hypervisor: could not enable libvirt keepalive: {e}");
+        }
+        ffi::register_close_callback(&conn, events)
+            .map_err(|e| convert_error("virConnectRegisterCloseCallback", &e))?;
+    }
+    ffi::register_domain_events(&conn, domain_name, events)
+        .map_err(|e| convert_error("virConnectDomainEventRegisterAny", &e))?;
+    Ok((conn, info))
+}
+
+fn read_info(uri: &str, conn: &Connect) -> HvResult<HypervisorInfo> {
+    let driver_name = conn
+        .driver_type()
+        .map_err(|e| convert_error("virConnectGetType", &e))?;
+    let driver = match driver_name.to_ascii_uppercase().as_str() {
+        "QEMU" => DriverKind::Qemu,
+        "TEST" => DriverKind::Test,
+        other => {
+            return Err(HypervisorError::new(
+                HypervisorErrorKind::Unsupported,
+                "virConnectGetType",
+                format!(
+                    "{uri} is a {other} connection; virt-launcher runs QEMU domains (qemu:///system, qemu:///session) or libvirt's test driver (test:///default)"
+                ),
+            ));
+        }
+    };
+    let library = Connect::version().map_err(|e| convert_error("virGetVersion", &e))?;
+    let daemon = conn
+        .lib_version()
+        .map_err(|e| convert_error("virConnectGetLibVersion", &e))?;
+    let hypervisor = conn
+        .hyp_version()
+        .map_err(|e| convert_error("virConnectGetVersion", &e))?;
+    Ok(HypervisorInfo {
+        uri: uri.to_string(),
+        driver,
+        library_version: dotted(library),
+        daemon_version: dotted(daemon),
+        hypervisor_version: format!("{driver_name} {}", dotted(hypervisor)),
+    })
+}
+
+/// libvirt encodes versions as major * 1,000,000 + minor * 1,000 + micro.
+fn dotted(version: u32) -> String {
+    format!(
+        "{}.{}.{}",
+        version / 1_000_000,
+        (version / 1000) % 1000,
+        version % 1000
+    )
+}
+
+fn convert_error(operation: &'static str, e: &virt::error::Error) -> HypervisorError {
+    let code = e.code().to_raw();
+    let from_rpc = e.domain().to_raw() == sys::VIR_FROM_RPC;
+    let kind = match code {
+        sys::VIR_ERR_NO_DOMAIN => HypervisorErrorKind::NoDomain,
+        sys::VIR_ERR_OPERATION_INVALID => HypervisorErrorKind::InvalidOperation,
+        sys::VIR_ERR_XML_ERROR
+        | sys::VIR_ERR_XML_DETAIL
+        | sys::VIR_ERR_CONFIG_UNSUPPORTED
+        | sys::VIR_ERR_XML_INVALID_SCHEMA => HypervisorErrorKind::InvalidDefinition,
+        sys::VIR_ERR_INVALID_ARG if e.message().contains("unsupported flags") => {
+            HypervisorErrorKind::Unsupported
+        }
+        sys::VIR_ERR_INVALID_ARG if operation == "virDomainDefineXMLFlags" => {
+            HypervisorErrorKind::InvalidDefinition
+        }
+        sys::VIR_ERR_AGENT_UNRESPONSIVE | sys::VIR_ERR_AGENT_UNSYNCED => {
+            HypervisorErrorKind::AgentUnavailable
+        }
+        sys::VIR_ERR_NO_SUPPORT | sys::VIR_ERR_OPERATION_UNSUPPORTED => {
+            HypervisorErrorKind::Unsupported
+        }
+        sys::VIR_ERR_OPERATION_TIMEOUT => HypervisorErrorKind::Timeout,
+        sys::VIR_ERR_RPC | sys::VIR_ERR_INVALID_CONN | sys::VIR_ERR_NO_CONNECT => {
+            HypervisorErrorKind::ConnectionLost
+        }
+        _ if from_rpc => HypervisorErrorKind::ConnectionLost,
+        _ => HypervisorErrorKind::Other,
+    };
+    HypervisorError::new(kind, operation, e.message().to_string())
+}
+
+impl Hypervisor for LibvirtHypervisor {
+    fn info(&self) -> HypervisorInfo {
+        match self.info.read() {
+            Ok(info) => info.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn domain_status(&self, name: &str) -> HvResult<Option<DomainStatus>> {
+        let op = "virDomainGetState";
+        let dom = match self.domain(name, op) {
+            Ok(dom) => dom,
+            Err(e) if e.kind == HypervisorErrorKind::NoDomain => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match ffi::domain_state(&dom) {
+            Ok((state, reason)) => Ok(Some(DomainStatus::from_libvirt(state, reason))),
+            // Undefined between the lookup and the query.
+            Err(e) if e.code().to_raw() == sys::VIR_ERR_NO_DOMAIN => Ok(None),
+            Err(e) => Err(self.error(op, e)),
+        }
+    }
+
+    fn define(&self, xml: &str) -> HvResult<()> {
+        let op = "virDomainDefineXMLFlags";
+        let conn = self.connection(op)?;
+        conn.define_domain_xml_flags(xml, sys::VIR_DOMAIN_DEFINE_VALIDATE)
+            .map(drop)
+            .map_err(|e| self.error(op, e))
+    }
+
+    fn undefine(&self, name: &str) -> HvResult<()> {
+        // Keep NVRAM like KubeVirt, so an EFI guest's variables survive.
+        // The test driver has no NVRAM and rejects the flag.
+        let flags = match self.info().driver {
+            DriverKind::Test => 0,
+            DriverKind::Qemu => sys::VIR_DOMAIN_UNDEFINE_KEEP_NVRAM,
+        };
+        self.with_domain(name, "virDomainUndefineFlags", |d| d.undefine_flags(flags))
+    }
+
+    fn start(&self, name: &str, paused: bool) -> HvResult<()> {
+        let flags = if paused {
+            sys::VIR_DOMAIN_START_PAUSED
+        } else {
+            0
+        };
+        self.with_domain(name, "virDomainCreateWithFlags", |d| {
+            d.create_with_flags(flags)
+        })
+        .map(drop)
+    }
+
+    fn suspend(&self, name: &str) -> HvResult<()> {
+        self.with_domain(name, "virDomainSuspend", |d| d.suspend())
+            .map(drop)
+    }
+
+    fn resume(&self, name: &str) -> HvResult<()> {
+        self.with_domain(name, "virDomainResume", |d| d.resume())
+            .map(drop)
+    }
+
+    fn shutdown_acpi(&self, name: &str) -> HvResult<()> {
+        // The test driver has no ACPI and rejects the flag; its plain
+        // shutdown behaves like a guest that honours the power button.
+        let flags = match self.info().driver {
+            DriverKind::Test => 0,
+            DriverKind::Qemu => sys::VIR_DOMAIN_SHUTDOWN_ACPI_POWER_BTN,
+        };
+        self.with_domain(name, "virDomainShutdownFlags", |d| d.shutdown_flags(flags))
+            .map(drop)
+    }
+
+    fn reboot(&self, name: &str, mode: RebootMode) -> HvResult<()> {
+        let flags = match mode {
+            RebootMode::GuestAgent => sys::VIR_DOMAIN_REBOOT_GUEST_AGENT,
+            RebootMode::Acpi => sys::VIR_DOMAIN_REBOOT_ACPI_POWER_BTN,
+        };
+        self.with_domain(name, "virDomainReboot", |d| d.reboot(flags))
+            .map(drop)
+    }
+
+    fn reset(&self, name: &str) -> HvResult<()> {
+        self.with_domain(name, "virDomainReset", |d| d.reset())
+            .map(drop)
+    }
+
+    fn destroy(&self, name: &str, graceful: bool) -> HvResult<()> {
+        let flags = if graceful {
+            sys::VIR_DOMAIN_DESTROY_GRACEFUL
+        } else {
+            0
+        };
+        self.with_domain(name, "virDomainDestroyFlags", |d| d.destroy_flags(flags))
+    }
+
+    fn domain_xml(&self, name: &str) -> HvResult<(String, String)> {
+        self.with_domain(name, "virDomainGetXMLDesc", |d| {
+            Ok((d.xml_desc(0)?, d.uuid_string()?))
+        })
+    }
+
+    fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        let wanted = sys::VIR_DOMAIN_STATS_STATE
+            | sys::VIR_DOMAIN_STATS_CPU_TOTAL
+            | sys::VIR_DOMAIN_STATS_BALLOON
+            | sys::VIR_DOMAIN_STATS_VCPU
+            | sys::VIR_DOMAIN_STATS_INTERFACE
+            | sys::VIR_DOMAIN_STATS_BLOCK;
+        // NOWAIT: report what is available rather than queue behind a
+        // running job (a migration holds the domain's job lock).
+        let flags = sys::VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT;
+        self.with_domain(name, "virDomainListGetStats", |d| {
+            ffi::domain_stats(d, wanted, flags)
+        })
+    }
+
+    fn agent_command(&self, name: &str, command: &str, timeout: Duration) -> HvResult<String> {
+        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
+        self.with_domain(name, "virDomainQemuAgentCommand", |d| {
+            d.qemu_agent_command(command, seconds, 0)
+        })
+    }
+
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+        let types = kinds.iter().fold(0, |acc, kind| {
+            acc | match kind {
+                GuestInfoKind::Users => sys::VIR_DOMAIN_GUEST_INFO_USERS,
+                GuestInfoKind::Os => sys::VIR_DOMAIN_GUEST_INFO_OS,
+                GuestInfoKind::Timezone => sys::VIR_DOMAIN_GUEST_INFO_TIMEZONE,
+                GuestInfoKind::Hostname => sys::VIR_DOMAIN_GUEST_INFO_HOSTNAME,
+                GuestInfoKind::Filesystems => sys::VIR_DOMAIN_GUEST_INFO_FILESYSTEM,
+                GuestInfoKind::Interfaces => sys::VIR_DOMAIN_GUEST_INFO_INTERFACES,
+            }
+        });
+        self.with_domain(name, "virDomainGetGuestInfo", |d| ffi::guest_info(d, types))
+    }
+
+    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        self.with_domain(name, "virDomainSetTime", |d| {
+            d.set_time(seconds, now.subsec_nanos() as i32, 0)
+        })
+    }
+
+    fn is_connected(&self) -> bool {
+        self.connected.load(Ordering::Acquire)
+    }
+
+    fn connection_lost(&self) {
+        self.connected.store(false, Ordering::Release);
+    }
+
+    fn reconnect(&self) -> HvResult<()> {
+        let (conn, info) = open(&self.uri, &self.domain_name, &self.events)?;
+        if let Ok(mut guard) = self.info.write() {
+            *guard = info;
+        }
+        match self.conn.write() {
+            // The old connection is dropped here; libvirt frees its
+            // callbacks with it.
+            Ok(mut guard) => *guard = Some(conn),
+            Err(_) => {
+                return Err(HypervisorError::new(
+                    HypervisorErrorKind::Other,
+                    "reconnect",
+                    "connection lock poisoned by a panicked thread",
+                ));
+            }
+        }
+        self.connected.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_dotted() {
+        assert_eq!(dotted(9_000_000), "9.0.0");
+        assert_eq!(dotted(7_002_015), "7.2.15");
+    }
+}

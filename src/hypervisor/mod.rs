@@ -1,0 +1,188 @@
+//! The narrow interface between the launcher and the hypervisor.
+//!
+//! Every libvirt call the launcher makes goes through the `Hypervisor`
+//! trait, so the domain manager never sees libvirt types and a second
+//! backend can be added later. `libvirt` implements it with the `virt`
+//! crate; all raw FFI lives in `ffi`.
+
+pub mod event_loop;
+mod ffi;
+pub mod libvirt;
+pub mod state;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use state::{DomainState, DomainStatus, LifecycleEvent};
+
+/// Which libvirt driver is behind the connection. It decides the domain
+/// type the converter writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    Qemu,
+    /// libvirt's in-process `test:///default` driver: no daemon, no guest.
+    Test,
+}
+
+/// Facts about the connection, read once when it opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HypervisorInfo {
+    pub uri: String,
+    pub driver: DriverKind,
+    /// The libvirt library this process is linked against.
+    pub library_version: String,
+    /// The libvirt behind the connection (the daemon's, for remote URIs).
+    pub daemon_version: String,
+    /// The hypervisor, e.g. "QEMU 7.2.0".
+    pub hypervisor_version: String,
+}
+
+/// What `virDomainGetGuestInfo` can report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestInfoKind {
+    Users,
+    Os,
+    Timezone,
+    Hostname,
+    Filesystems,
+    Interfaces,
+}
+
+/// How `reboot` asks the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootMode {
+    GuestAgent,
+    Acpi,
+}
+
+/// A statistic, as libvirt's typed parameters give it.
+pub type Stat = (String, Value);
+
+/// Something libvirt reported about the launcher's domain or the
+/// connection. Produced by callbacks on the event-loop thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HypervisorEvent {
+    Lifecycle(LifecycleEvent),
+    AgentLifecycle {
+        connected: bool,
+        reason: &'static str,
+    },
+    Reboot,
+    DeviceRemoved {
+        alias: String,
+    },
+    JobCompleted {
+        stats: Vec<Stat>,
+    },
+    /// The connection to the daemon closed (EOF, keepalive timeout, error).
+    ConnectionClosed {
+        reason: &'static str,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HypervisorErrorKind {
+    /// The domain does not exist.
+    NoDomain,
+    /// Not possible in the domain's current state.
+    InvalidOperation,
+    /// The domain definition was rejected.
+    InvalidDefinition,
+    /// The guest agent is not connected or does not answer.
+    AgentUnavailable,
+    /// The driver cannot do this at all (e.g. the test driver and agents).
+    Unsupported,
+    /// The daemon cannot be reached.
+    ConnectionLost,
+    /// libvirt gave up waiting (e.g. on a domain's job lock).
+    Timeout,
+    Other,
+}
+
+/// A failed hypervisor call: what was attempted and what libvirt said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HypervisorError {
+    pub kind: HypervisorErrorKind,
+    /// The libvirt call, e.g. "virDomainSuspend".
+    pub operation: &'static str,
+    pub message: String,
+}
+
+impl HypervisorError {
+    pub fn new(
+        kind: HypervisorErrorKind,
+        operation: &'static str,
+        message: impl Into<String>,
+    ) -> Self {
+        HypervisorError {
+            kind,
+            operation,
+            message: message.into(),
+        }
+    }
+
+    pub fn not_connected(operation: &'static str) -> Self {
+        Self::new(
+            HypervisorErrorKind::ConnectionLost,
+            operation,
+            "not connected to libvirt; the launcher is reconnecting",
+        )
+    }
+}
+
+impl fmt::Display for HypervisorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} failed: {}", self.operation, self.message)
+    }
+}
+
+impl std::error::Error for HypervisorError {}
+
+pub type HvResult<T> = Result<T, HypervisorError>;
+
+/// Everything the launcher asks of a hypervisor, for the one domain it
+/// runs. Implementations are shared between the domain manager and its
+/// worker threads, hence `Send + Sync`; calls may block, which is why the
+/// manager runs them on workers with deadlines.
+pub trait Hypervisor: Send + Sync {
+    fn info(&self) -> HypervisorInfo;
+
+    /// The domain's state, or `None` when it is not defined.
+    fn domain_status(&self, name: &str) -> HvResult<Option<DomainStatus>>;
+    /// Defines (or redefines) a domain from XML, validating it against
+    /// libvirt's schema.
+    fn define(&self, xml: &str) -> HvResult<()>;
+    fn undefine(&self, name: &str) -> HvResult<()>;
+    fn start(&self, name: &str, paused: bool) -> HvResult<()>;
+    fn suspend(&self, name: &str) -> HvResult<()>;
+    fn resume(&self, name: &str) -> HvResult<()>;
+    /// Presses the ACPI power button; returns once the request is sent.
+    fn shutdown_acpi(&self, name: &str) -> HvResult<()>;
+    fn reboot(&self, name: &str, mode: RebootMode) -> HvResult<()>;
+    fn reset(&self, name: &str) -> HvResult<()>;
+    /// Forces the domain off. `graceful` sends QEMU only SIGTERM; otherwise
+    /// libvirt follows up with SIGKILL.
+    fn destroy(&self, name: &str, graceful: bool) -> HvResult<()>;
+    /// The domain's XML and UUID.
+    fn domain_xml(&self, name: &str) -> HvResult<(String, String)>;
+    /// Bulk statistics, as `virsh domstats` names them.
+    fn stats(&self, name: &str) -> HvResult<Vec<Stat>>;
+
+    /// Sends one raw guest-agent command (QMP JSON) through libvirt and
+    /// returns the raw reply. libvirt gives up after `timeout`.
+    fn agent_command(&self, name: &str, command: &str, timeout: Duration) -> HvResult<String>;
+    /// `virDomainGetGuestInfo` for the given kinds, as typed parameters.
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>>;
+    /// Sets the guest's clock (through the agent) to the host's time now.
+    fn sync_guest_time(&self, name: &str) -> HvResult<()>;
+
+    /// Whether the connection is believed to be open.
+    fn is_connected(&self) -> bool;
+    /// Notes that libvirt reported the connection closed, so that calls
+    /// fail fast until `reconnect` succeeds.
+    fn connection_lost(&self);
+    /// Opens a fresh connection and re-registers event callbacks.
+    fn reconnect(&self) -> HvResult<()>;
+}

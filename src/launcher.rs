@@ -1,0 +1,381 @@
+//! The main thread: parse flags, prepare directories, open libvirt, start
+//! the threads, announce readiness, then wait for the manager's decision
+//! to exit (or a thread's panic) and clean up.
+//!
+//! ```text
+//!   signals ──────────┐
+//!   libvirt-events ───┤ (HypervisorEvent)
+//!   server-accept     │
+//!    └ client-N ──────┼─ ManagerRequest{command, reply} ──▶ manager ──▶ jobs (workers)
+//!        └ events ◀───┼──────────── EventHub ◀──────────────┘   │
+//!   main ◀── ExitRequest / Fatal ───────────────────────────────┘
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, select, unbounded};
+
+use crate::cli::{self, Action};
+use crate::config::Config;
+use crate::daemons::LibvirtDaemons;
+use crate::exit::ExitCode;
+use crate::hypervisor::libvirt::LibvirtHypervisor;
+use crate::hypervisor::{Hypervisor, HypervisorEvent, event_loop};
+use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs};
+use crate::server::hub::EventHub;
+use crate::server::socket::CommandSocket;
+use crate::server::{self, ServerShared};
+use crate::threads::{self, Fatal};
+use crate::{dirs, logging, signals};
+
+/// How long libvirt may take to accept the first connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const CONNECT_RETRY: Duration = Duration::from_millis(500);
+/// How long the readiness self-check may take.
+const READY_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long subscribers get to receive the final events.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A start-up failure: the exit code and a message a person can act on.
+struct Failure {
+    code: ExitCode,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: ExitCode, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Runs the launcher with the process arguments; returns the exit status.
+pub fn main(argv: Vec<String>) -> i32 {
+    let action = match cli::parse(argv.into_iter().skip(1)) {
+        Ok(action) => action,
+        Err(e) => {
+            eprintln!("virt-launcher: {e}");
+            return ExitCode::Usage.code();
+        }
+    };
+    let args = match action {
+        Action::Help => {
+            print!("{}", cli::help_text());
+            return 0;
+        }
+        Action::Version => {
+            println!("virt-launcher {}", env!("CARGO_PKG_VERSION"));
+            return 0;
+        }
+        Action::GenerateMan => {
+            print!("{}", cli::man::man_page());
+            return 0;
+        }
+        Action::Run(args) => args,
+    };
+    let config = match Config::resolve(*args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("virt-launcher: {e}");
+            return ExitCode::Usage.code();
+        }
+    };
+    logging::init(config.verbosity);
+    match run(config) {
+        Ok(code) => code.code(),
+        Err(failure) => {
+            log::error!("{}", failure.message);
+            failure.code.code()
+        }
+    }
+}
+
+fn run(config: Config) -> Result<ExitCode, Failure> {
+    let started = Instant::now();
+    log::info!(
+        "virt-launcher {} starting for VMI {} (uid {}), domain {}",
+        env!("CARGO_PKG_VERSION"),
+        config.vmi_ref(),
+        config.uid,
+        config.domain_name
+    );
+    let (fatal_tx, fatal_rx) = unbounded::<Fatal>();
+    // Signals first, so a SIGTERM during a slow start-up is not fatal.
+    let (signal_tx, signal_rx) = unbounded();
+    signals::spawn(signal_tx, &fatal_tx).map_err(|e| Failure::new(ExitCode::Internal, e))?;
+
+    dirs::prepare(&config).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+
+    if let Some(filters) = &config.libvirt_log_filters {
+        // SAFETY (set_var): only the signal thread runs, and it reads no
+        // environment; libvirt reads this when it initialises, just below.
+        unsafe { std::env::set_var("LIBVIRT_LOG_FILTERS", filters) };
+    }
+    // libvirt prints every error to stderr by default; the launcher
+    // reports them itself, with context.
+    virt::error::clear_error_callback();
+    event_loop::register().map_err(|e| Failure::new(ExitCode::Internal, e))?;
+
+    let mut config = config;
+    let daemons = if config.spawn_libvirt {
+        let daemons = LibvirtDaemons::start(
+            &config.dirs.private,
+            config.libvirt_log_filters.as_deref(),
+            &fatal_tx,
+        )
+        .map_err(|e| {
+            Failure::new(
+                ExitCode::LibvirtUnavailable,
+                format!("cannot start the launcher's libvirt daemons: {e}"),
+            )
+        })?;
+        log::info!(
+            "libvirt daemons started in {} ({:.0} ms)",
+            daemons.runtime_dir.display(),
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+        config.connect_uri = daemons.uri.clone();
+        Some(Arc::new(daemons))
+    } else {
+        None
+    };
+    let outcome = run_with_libvirt(
+        config,
+        daemons.clone(),
+        signal_rx,
+        fatal_tx,
+        fatal_rx,
+        started,
+    );
+    if let Some(daemons) = daemons {
+        daemons.stop();
+    }
+    outcome
+}
+
+fn run_with_libvirt(
+    config: Config,
+    daemons: Option<Arc<LibvirtDaemons>>,
+    signal_rx: Receiver<i32>,
+    fatal_tx: crossbeam_channel::Sender<Fatal>,
+    fatal_rx: Receiver<Fatal>,
+    started: Instant,
+) -> Result<ExitCode, Failure> {
+    let (hv_events_tx, hv_events_rx) = bounded::<HypervisorEvent>(1024);
+    let connected = connect_with_retry(&config, hv_events_tx, &signal_rx).map_err(|mut f| {
+        if let Some(said) = daemons.as_ref().and_then(|d| d.last_error()) {
+            f.message.push_str(&format!(" The launcher's libvirt daemon last said: {said}"));
+            if said.contains("Failed to parse user") || said.contains("Failed to parse group") {
+                f.message.push_str(
+                    " (the QEMU driver needs the libvirt-qemu user and group to exist; see the README's host set-up)",
+                );
+            }
+        }
+        f
+    })?;
+    let hypervisor = match connected {
+        Some(hv) => hv,
+        None => return Ok(ExitCode::Ok),
+    };
+    let info = hypervisor.info();
+    log::info!(
+        "connected to {} (libvirt {}, {})",
+        info.uri,
+        info.daemon_version,
+        info.hypervisor_version
+    );
+    let loop_running =
+        event_loop::spawn(&fatal_tx).map_err(|e| Failure::new(ExitCode::Internal, e))?;
+
+    let mut socket = CommandSocket::bind(&config.dirs.share)
+        .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+    let listener = socket
+        .take_listener()
+        .ok_or_else(|| Failure::new(ExitCode::Internal, "socket listener missing"))?;
+    let outcome = serve(
+        Arc::new(config),
+        hypervisor,
+        daemons,
+        listener,
+        &socket,
+        loop_running,
+        signal_rx,
+        hv_events_rx,
+        fatal_tx,
+        fatal_rx,
+        started,
+    );
+    socket.remove();
+    outcome
+}
+
+/// Opens libvirt, retrying every 500 ms for up to 15 s. `None` when a
+/// signal asked the launcher to stop meanwhile.
+fn connect_with_retry(
+    config: &Config,
+    events: crossbeam_channel::Sender<HypervisorEvent>,
+    signals: &Receiver<i32>,
+) -> Result<Option<Arc<dyn Hypervisor>>, Failure> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match LibvirtHypervisor::connect(&config.connect_uri, &config.domain_name, events.clone()) {
+            Ok(hv) => return Ok(Some(Arc::new(hv))),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(Failure::new(
+                    ExitCode::LibvirtUnavailable,
+                    format!(
+                        "cannot connect to libvirt at {} after {attempts} attempts in {} s: {e}. Is the libvirt daemon running (or use --spawn-libvirt, or --connect test:///default to try without one)?",
+                        config.connect_uri,
+                        CONNECT_TIMEOUT.as_secs()
+                    ),
+                ));
+            }
+            Err(e) => {
+                log::debug!("libvirt not reachable yet ({e}); retrying");
+                match signals.recv_timeout(CONNECT_RETRY) {
+                    Ok(_) => {
+                        log::info!("signal received while connecting to libvirt; exiting");
+                        return Ok(None);
+                    }
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => {
+                        return Err(Failure::new(ExitCode::Internal, "signal thread stopped"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn serve(
+    config: Arc<Config>,
+    hypervisor: Arc<dyn Hypervisor>,
+    daemons: Option<Arc<LibvirtDaemons>>,
+    listener: std::os::unix::net::UnixListener,
+    socket: &CommandSocket,
+    loop_running: Receiver<()>,
+    signal_rx: Receiver<i32>,
+    hv_events_rx: Receiver<HypervisorEvent>,
+    fatal_tx: crossbeam_channel::Sender<Fatal>,
+    fatal_rx: Receiver<Fatal>,
+    started: Instant,
+) -> Result<ExitCode, Failure> {
+    let hub = Arc::new(EventHub::new());
+    let (request_tx, request_rx) = unbounded();
+    let (control_tx, control_rx) = unbounded();
+    let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
+
+    let manager = DomainManager::new(
+        config.clone(),
+        hypervisor,
+        hub.clone(),
+        HostFacts::probe(),
+        daemons,
+        exit_tx,
+        fatal_tx.clone(),
+    );
+    let inputs = ManagerInputs {
+        requests: request_rx,
+        hypervisor_events: hv_events_rx,
+        signals: signal_rx,
+        control: control_rx,
+    };
+    threads::spawn_named("manager", &fatal_tx, move || manager.run(inputs))
+        .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the manager: {e}")))?;
+
+    let shared = Arc::new(ServerShared::new(
+        config.vmi_ref(),
+        config.max_line_bytes,
+        config.max_clients,
+        request_tx,
+        hub.clone(),
+        fatal_tx.clone(),
+    ));
+    server::spawn_acceptor(listener, shared.clone())
+        .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the server: {e}")))?;
+
+    // Ready = the event loop dispatches and a ping through the real socket
+    // reaches the manager and comes back.
+    loop_running.recv_timeout(READY_TIMEOUT).map_err(|_| {
+        Failure::new(
+            ExitCode::Internal,
+            "libvirt's event loop did not start within 15 s",
+        )
+    })?;
+    server::self_ping(&socket.paths.init, READY_TIMEOUT).map_err(|e| {
+        Failure::new(
+            ExitCode::Setup,
+            format!("the command socket does not answer: {e}"),
+        )
+    })?;
+    socket
+        .mark_ready()
+        .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+    shared.ready.store(true, Ordering::Release);
+    let _ = control_tx.send(Control::Ready);
+    log::info!(
+        "ready: {} ({:.1} ms after start)",
+        socket.paths.ready.display(),
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+
+    let mut standalone = None;
+    if let Some(vmi) = config.standalone_vmi.clone() {
+        let (reply_tx, reply_rx) = bounded(1);
+        let _ = control_tx.send(Control::SyncStandalone {
+            vmi,
+            reply: reply_tx,
+        });
+        standalone = Some(reply_rx);
+    }
+
+    let never = crossbeam_channel::never();
+    let code = loop {
+        let standalone_rx = standalone.as_ref().unwrap_or(&never);
+        select! {
+            recv(exit_rx) -> msg => {
+                let request = msg.unwrap_or(ExitRequest {
+                    code: ExitCode::Internal,
+                    reason: "the manager stopped without a decision".into(),
+                });
+                log::info!("exiting with status {}: {}", request.code.code(), request.reason);
+                break request.code;
+            }
+            recv(fatal_rx) -> msg => {
+                let fatal = msg.unwrap_or(Fatal { thread: "?".into(), message: "unknown".into() });
+                log::error!(
+                    "exiting with status {}: thread {} failed: {}",
+                    ExitCode::Internal.code(), fatal.thread, fatal.message
+                );
+                break ExitCode::Internal;
+            }
+            recv(standalone_rx) -> msg => {
+                standalone = None;
+                match msg {
+                    Ok(Ok(reply)) => log::info!(
+                        "standalone VMI synced: {}",
+                        serde_json::Value::Object(reply)
+                    ),
+                    Ok(Err(e)) => {
+                        log::error!("exiting with status {}: the --vmi VMI could not be synced: {e}",
+                            ExitCode::StandaloneSyncFailed.code());
+                        break ExitCode::StandaloneSyncFailed;
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    };
+    // Let subscribers receive the final events before the socket goes.
+    if !hub.drain(DRAIN_TIMEOUT) {
+        log::warn!("a subscriber did not take its last events within 2 s");
+    }
+    Ok(code)
+}

@@ -1,0 +1,22 @@
+//! virt-launcher: the per-VM runtime of KubeVirt as a small synchronous
+//! daemon. See `launcher` for how the threads fit together.
+
+pub mod cli;
+pub mod command;
+pub mod config;
+pub mod convert;
+pub mod daemons;
+pub mod dirs;
+pub mod disks;
+pub mod domxml;
+pub mod events;
+pub mod exit;
+pub mod hypervisor;
+pub mod launcher;
+pub mod logging;
+pub mod manager;
+pub mod protocol;
+pub mod server;
+pub mod signals;
+pub mod threads;
+pub mod vmi;

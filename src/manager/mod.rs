@@ -1,0 +1,582 @@
+//! The domain-manager thread: the only owner of the domain's state.
+//!
+//! Everything arrives as a message: client requests (each with its own
+//! reply sender), libvirt events, signals, job completions and timers. The
+//! manager never blocks on libvirt; calls run as jobs on worker threads
+//! (see `jobs`) and come back as completions.
+
+mod commands;
+mod jobs;
+mod shutdown;
+mod sync;
+mod timers;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, select};
+use serde_json::{Value, json};
+
+use crate::command::Command;
+use crate::config::Config;
+use crate::daemons::LibvirtDaemons;
+use crate::events::{Event, EventKind};
+use crate::exit::ExitCode;
+use crate::hypervisor::{DomainState, DomainStatus, Hypervisor, HypervisorEvent, LifecycleEvent};
+use crate::protocol::CommandResult;
+use crate::server::hub::EventHub;
+use crate::threads::FatalSender;
+use jobs::{Finished, JobKind, JobOutput, JobRunner, Observation};
+pub use shutdown::signal_name;
+pub use sync::HostFacts;
+use timers::{Timer, Timers};
+
+/// A client command and where to send its one reply.
+pub struct ManagerRequest {
+    pub command: Command,
+    pub reply: Sender<CommandResult>,
+}
+
+/// Messages from the main thread.
+#[derive(Debug, Clone)]
+pub enum Control {
+    /// The socket was renamed: the launcher is ready for commands.
+    Ready,
+    /// Standalone mode: sync this VMI; the outcome goes back on `reply`.
+    SyncStandalone {
+        vmi: Value,
+        reply: Sender<CommandResult>,
+    },
+}
+
+/// The manager's decision that the launcher is done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitRequest {
+    pub code: ExitCode,
+    pub reason: String,
+}
+
+pub struct ManagerInputs {
+    pub requests: Receiver<ManagerRequest>,
+    pub hypervisor_events: Receiver<HypervisorEvent>,
+    pub signals: Receiver<i32>,
+    pub control: Receiver<Control>,
+}
+
+/// Where the launcher is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Starting up: the socket is not yet renamed.
+    Initializing,
+    /// Ready, waiting for a domain (from --vmi or sync).
+    WaitingForDomain,
+    /// The domain has been started.
+    Running,
+    /// A signal arrived: the guest is being asked to power off.
+    ShuttingDown,
+    /// The domain stopped; the launcher is exiting.
+    Exiting,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Initializing => "Initializing",
+            Phase::WaitingForDomain => "WaitingForDomain",
+            Phase::Running => "Running",
+            Phase::ShuttingDown => "ShuttingDown",
+            Phase::Exiting => "Exiting",
+        }
+    }
+}
+
+/// Why the domain is expected to stop, which decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopIntent {
+    /// `shutdown` asked the guest to power off.
+    Shutdown,
+    /// `kill` forced it off.
+    Kill,
+    /// A signal asked the guest to power off.
+    Signal,
+    /// The grace period ran out; the launcher forced it off.
+    GraceExpired,
+}
+
+/// The launcher's view of its domain, kept current from events and job
+/// results so that queries never wait for libvirt.
+#[derive(Debug, Clone)]
+struct DomainView {
+    status: DomainStatus,
+    defined: bool,
+    /// The domain has run under this launcher; its stop ends the launcher.
+    started_once: bool,
+    /// Paused by `pause` (or started paused): `sync` must not resume it.
+    paused_by_user: bool,
+    agent_connected: bool,
+}
+
+pub struct DomainManager {
+    config: Arc<Config>,
+    hypervisor: Arc<dyn Hypervisor>,
+    hub: Arc<EventHub>,
+    host: HostFacts,
+    /// The launcher's own libvirt daemons (--spawn-libvirt).
+    daemons: Option<Arc<LibvirtDaemons>>,
+    jobs: JobRunner,
+    timers: Timers,
+    exit: Sender<ExitRequest>,
+    phase: Phase,
+    domain: DomainView,
+    stop_intent: Option<StopIntent>,
+    /// When the graceful stop began and when its grace period ends.
+    grace: Option<(Instant, Instant)>,
+    reconnecting: bool,
+    started: Instant,
+}
+
+/// How long a command's libvirt call may take before the client is told
+/// `Timeout` (sync uses --qemu-timeout instead).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long to wait for libvirt's Stopped event after a job saw the
+/// domain stop.
+const FINAL_EVENT_WAIT: Duration = Duration::from_secs(2);
+/// How often to retry connecting to libvirt after losing it.
+const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+impl DomainManager {
+    pub fn new(
+        config: Arc<Config>,
+        hypervisor: Arc<dyn Hypervisor>,
+        hub: Arc<EventHub>,
+        host: HostFacts,
+        daemons: Option<Arc<LibvirtDaemons>>,
+        exit: Sender<ExitRequest>,
+        fatal: FatalSender,
+    ) -> DomainManager {
+        DomainManager {
+            jobs: JobRunner::new(hypervisor.clone(), fatal),
+            config,
+            hypervisor,
+            hub,
+            host,
+            daemons,
+            timers: Timers::default(),
+            exit,
+            phase: Phase::Initializing,
+            domain: DomainView {
+                status: DomainStatus::NON_EXISTENT,
+                defined: false,
+                started_once: false,
+                paused_by_user: false,
+                agent_connected: false,
+            },
+            stop_intent: None,
+            grace: None,
+            reconnecting: false,
+            started: Instant::now(),
+        }
+    }
+
+    /// Runs until every input is closed. Decisions to exit go to the main
+    /// thread, which ends the process; until then the manager keeps
+    /// answering.
+    pub fn run(mut self, inputs: ManagerInputs) {
+        // Adopt a domain that already exists (a restarted launcher).
+        self.refresh_status();
+        let completions = self.jobs.completions().clone();
+        let mut requests_open = true;
+        let mut signals_open = true;
+        let mut control_open = true;
+        let never_requests = crossbeam_channel::never();
+        let never_signals = crossbeam_channel::never();
+        let never_control = crossbeam_channel::never();
+        loop {
+            let wait = self.next_wakeup().saturating_duration_since(Instant::now());
+            let requests = if requests_open {
+                &inputs.requests
+            } else {
+                &never_requests
+            };
+            let signals = if signals_open {
+                &inputs.signals
+            } else {
+                &never_signals
+            };
+            let control = if control_open {
+                &inputs.control
+            } else {
+                &never_control
+            };
+            select! {
+                recv(requests) -> msg => match msg {
+                    Ok(request) => self.handle_request(request),
+                    Err(_) => requests_open = false,
+                },
+                recv(inputs.hypervisor_events) -> msg => match msg {
+                    Ok(event) => self.handle_hypervisor_event(event),
+                    Err(_) => return,
+                },
+                recv(signals) -> msg => match msg {
+                    Ok(signal) => self.handle_signal(signal),
+                    Err(_) => signals_open = false,
+                },
+                recv(control) -> msg => match msg {
+                    Ok(message) => self.handle_control(message),
+                    Err(_) => control_open = false,
+                },
+                recv(completions) -> msg => {
+                    if let Some(finished) = msg.ok().and_then(|done| self.jobs.finish(done)) {
+                        self.handle_job_done(finished);
+                    }
+                },
+                default(wait) => {},
+            }
+            self.fire_due_timers();
+        }
+    }
+
+    fn next_wakeup(&self) -> Instant {
+        let far = Instant::now() + Duration::from_secs(3600);
+        [self.timers.next(), self.jobs.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(far)
+    }
+
+    fn fire_due_timers(&mut self) {
+        let now = Instant::now();
+        self.jobs.expire(now);
+        for timer in self.timers.take_due(now) {
+            match timer {
+                Timer::QemuTimeout => self.on_qemu_timeout(),
+                Timer::RepeatAcpi => self.on_repeat_acpi(),
+                Timer::GraceDeadline => self.on_grace_deadline(),
+                Timer::Reconnect => self.start_reconnect(),
+                Timer::FinalEvent => self.on_final_event_overdue(),
+            }
+        }
+    }
+
+    fn handle_control(&mut self, message: Control) {
+        match message {
+            Control::Ready => {
+                if self.phase == Phase::Initializing {
+                    self.phase = if self.domain.started_once {
+                        Phase::Running
+                    } else {
+                        Phase::WaitingForDomain
+                    };
+                }
+                if !self.domain.started_once {
+                    self.timers
+                        .arm_in(Timer::QemuTimeout, self.config.qemu_timeout);
+                }
+            }
+            Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, reply),
+        }
+    }
+
+    fn on_qemu_timeout(&mut self) {
+        if self.domain.started_once || self.phase == Phase::Exiting {
+            return;
+        }
+        let reason = format!(
+            "no domain was defined and started within {} (--qemu-timeout); sync a VMI sooner or raise the timeout",
+            humanize(self.config.qemu_timeout)
+        );
+        self.finish(ExitCode::QemuTimeout, reason);
+    }
+
+    /// Hands the exit decision to the main thread (once).
+    fn finish(&mut self, code: ExitCode, reason: String) {
+        if self.phase == Phase::Exiting {
+            return;
+        }
+        self.phase = Phase::Exiting;
+        self.timers = Timers::default();
+        let _ = self.exit.send(ExitRequest { code, reason });
+    }
+
+    fn publish(&self, kind: EventKind, data: Value) {
+        self.hub.publish(Event::new(kind, data));
+    }
+
+    fn handle_hypervisor_event(&mut self, event: HypervisorEvent) {
+        let domain = self.config.domain_name.clone();
+        match event {
+            HypervisorEvent::Lifecycle(lifecycle) => self.on_lifecycle(lifecycle),
+            HypervisorEvent::AgentLifecycle { connected, reason } => {
+                self.domain.agent_connected = connected;
+                let kind = if connected {
+                    EventKind::AgentConnected
+                } else {
+                    EventKind::AgentDisconnected
+                };
+                self.publish(kind, json!({ "domain": domain, "reason": reason }));
+            }
+            HypervisorEvent::Reboot => {
+                self.publish(EventKind::DomainReboot, json!({ "domain": domain }))
+            }
+            HypervisorEvent::DeviceRemoved { alias } => self.publish(
+                EventKind::DeviceRemoved,
+                json!({ "domain": domain, "alias": alias }),
+            ),
+            HypervisorEvent::JobCompleted { stats } => {
+                let stats: serde_json::Map<String, Value> = stats.into_iter().collect();
+                self.publish(
+                    EventKind::JobCompleted,
+                    json!({ "domain": domain, "stats": stats }),
+                )
+            }
+            HypervisorEvent::ConnectionClosed { reason } => self.on_connection_lost(reason),
+        }
+    }
+
+    fn on_lifecycle(&mut self, lifecycle: LifecycleEvent) {
+        match lifecycle.event {
+            "Defined" => {
+                self.domain.defined = true;
+                if self.domain.status == DomainStatus::NON_EXISTENT {
+                    self.domain.status = DomainStatus {
+                        state: DomainState::Shutoff,
+                        reason: "Unknown",
+                    };
+                }
+            }
+            "Undefined" => {
+                self.domain.defined = false;
+                if !self.domain.status.state.is_active() {
+                    self.domain.status = DomainStatus::NON_EXISTENT;
+                }
+            }
+            _ => {
+                if let Some(status) = lifecycle.status {
+                    self.domain.status = status;
+                }
+            }
+        }
+        if lifecycle.event == "Resumed" {
+            self.domain.paused_by_user = false;
+        }
+        self.publish(
+            EventKind::DomainLifecycle,
+            json!({
+                "domain": self.config.domain_name,
+                "event": lifecycle.event,
+                "detail": lifecycle.detail,
+                "state": self.domain.status.state.as_str(),
+                "reason": self.domain.status.reason,
+            }),
+        );
+        self.after_status_change(Some(lifecycle));
+    }
+
+    /// Reacts to the domain starting or stopping, whoever noticed it.
+    fn after_status_change(&mut self, lifecycle: Option<LifecycleEvent>) {
+        let status = self.domain.status;
+        if status.state.is_active() && !self.domain.started_once {
+            self.domain.started_once = true;
+            self.timers.cancel(Timer::QemuTimeout);
+            if self.phase == Phase::WaitingForDomain {
+                self.phase = Phase::Running;
+            }
+        }
+        if !self.domain.started_once {
+            return;
+        }
+        match lifecycle {
+            Some(e) if e.event == "Stopped" => {
+                self.timers.cancel(Timer::FinalEvent);
+                self.domain.agent_connected = false;
+                let (code, reason) = self.stop_outcome(status.reason);
+                self.finish(code, reason);
+            }
+            Some(_) => {}
+            // A job saw the domain stopped. libvirt's Stopped event normally
+            // follows within milliseconds and is the final event
+            // subscribers must get, so give it a moment.
+            None if !status.state.is_active() => {
+                if self.timers.next_of(Timer::FinalEvent).is_none() {
+                    self.timers.arm_in(Timer::FinalEvent, FINAL_EVENT_WAIT);
+                }
+            }
+            None => self.timers.cancel(Timer::FinalEvent),
+        }
+    }
+
+    fn on_final_event_overdue(&mut self) {
+        if self.domain.status.state.is_active() {
+            return;
+        }
+        log::warn!("manager: the domain stopped but libvirt sent no Stopped event");
+        self.domain.agent_connected = false;
+        let (code, reason) = self.stop_outcome(self.domain.status.reason);
+        self.finish(code, reason);
+    }
+
+    /// The exit code for a domain that stopped with `reason`.
+    fn stop_outcome(&self, reason: &str) -> (ExitCode, String) {
+        let intent = self.stop_intent;
+        match (reason, intent) {
+            ("Migrated", _) => (ExitCode::Ok, "the domain migrated away".into()),
+            ("Shutdown", _) => (ExitCode::Ok, "the guest powered off".into()),
+            ("Destroyed", Some(StopIntent::Kill)) => {
+                (ExitCode::Ok, "the domain was killed on request".into())
+            }
+            ("Destroyed", Some(StopIntent::GraceExpired)) => (
+                ExitCode::GracePeriodExpired,
+                format!(
+                    "the guest did not power off within the {} s grace period and was forced off",
+                    self.config.grace_period.as_secs()
+                ),
+            ),
+            ("Destroyed", _) => (
+                ExitCode::DomainCrashed,
+                "the domain was destroyed by something outside the launcher".into(),
+            ),
+            ("NonExistent", _) => (
+                ExitCode::DomainCrashed,
+                "the domain disappeared while libvirt was unreachable".into(),
+            ),
+            (other, _) => (
+                ExitCode::DomainCrashed,
+                format!(
+                    "the domain stopped unexpectedly (reason {other}): the guest crashed or QEMU died"
+                ),
+            ),
+        }
+    }
+
+    fn on_connection_lost(&mut self, reason: &str) {
+        if self.reconnecting || self.phase == Phase::Exiting {
+            return;
+        }
+        log::warn!("manager: lost the libvirt connection ({reason}); reconnecting");
+        self.hypervisor.connection_lost();
+        self.reconnecting = true;
+        self.publish(
+            EventKind::LibvirtDisconnected,
+            json!({ "uri": self.hypervisor.info().uri, "reason": reason }),
+        );
+        self.start_reconnect();
+    }
+
+    fn start_reconnect(&mut self) {
+        if !self.reconnecting || self.jobs.is_running(JobKind::Reconnect) {
+            return;
+        }
+        self.jobs
+            .spawn(JobKind::Reconnect, None, COMMAND_TIMEOUT, |hv| JobOutput {
+                result: hv
+                    .reconnect()
+                    .map(|()| serde_json::Map::new())
+                    .map_err(|e| commands::hypervisor_error(&e)),
+                observed: Observation::Nothing,
+            });
+    }
+
+    fn refresh_status(&mut self) {
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            JobKind::StatusRefresh,
+            None,
+            COMMAND_TIMEOUT,
+            move |hv| match hv.domain_status(&name) {
+                Ok(status) => JobOutput {
+                    result: Ok(serde_json::Map::new()),
+                    observed: Observation::Status(status),
+                },
+                Err(e) => JobOutput::reply(Err(commands::hypervisor_error(&e))),
+            },
+        );
+    }
+
+    fn handle_job_done(&mut self, finished: Finished) {
+        let Finished {
+            kind,
+            output,
+            reply,
+            elapsed,
+        } = finished;
+        log::debug!(
+            "manager: job {} finished in {:.3} ms",
+            kind.name(),
+            elapsed.as_secs_f64() * 1000.0
+        );
+        match kind {
+            JobKind::Reconnect => match &output.result {
+                Ok(_) => {
+                    self.reconnecting = false;
+                    log::info!("manager: reconnected to libvirt");
+                    self.publish(
+                        EventKind::LibvirtReconnected,
+                        json!({ "uri": self.hypervisor.info().uri }),
+                    );
+                    self.refresh_status();
+                }
+                Err(e) => {
+                    log::debug!("manager: reconnect failed: {}", e.desc);
+                    self.timers.arm_in(Timer::Reconnect, RECONNECT_INTERVAL);
+                }
+            },
+            JobKind::Shutdown { name } => {
+                if let Err(e) = &output.result {
+                    log::warn!("manager: {name} during graceful stop failed: {e}");
+                }
+            }
+            JobKind::Command { name: "sync", .. } => self.on_sync_done(&output),
+            JobKind::Command { name: "pause", .. } if output.result.is_ok() => {
+                self.domain.paused_by_user = true;
+            }
+            JobKind::Command { .. } | JobKind::StatusRefresh => {}
+        }
+        if let Observation::Status(status) = output.observed {
+            self.apply_observed_status(status);
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(output.result);
+        }
+        if !self.hypervisor.is_connected() && !self.reconnecting {
+            self.on_connection_lost("a libvirt call failed");
+        }
+    }
+
+    /// Applies a state libvirt reported in answer to a call.
+    fn apply_observed_status(&mut self, status: Option<DomainStatus>) {
+        match status {
+            Some(status) => {
+                // Existence is news only for a domain we did not know;
+                // whether a known one is still defined (persistent) comes
+                // from the Defined/Undefined events.
+                if self.domain.status == DomainStatus::NON_EXISTENT {
+                    self.domain.defined = true;
+                }
+                self.domain.status = status;
+            }
+            None => {
+                self.domain.defined = false;
+                self.domain.status = DomainStatus::NON_EXISTENT;
+            }
+        }
+        self.after_status_change(None);
+    }
+
+    fn handle_request(&mut self, request: ManagerRequest) {
+        let ManagerRequest { command, reply } = request;
+        match command {
+            Command::Sync { vmi } => self.start_sync(vmi, reply),
+            other => self.run_command(other, reply),
+        }
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs >= 60 && secs.is_multiple_of(60) {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}

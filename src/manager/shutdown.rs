@@ -1,0 +1,164 @@
+//! The graceful stop after SIGTERM or SIGINT: ask the guest to power off by
+//! ACPI, repeat the request every 5 s (a guest still booting misses the
+//! first), and force the domain off when the grace period runs out. A pod's
+//! end must never silently become a pulled power cord, nor a hang.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+
+use super::jobs::{JobKind, JobOutput};
+use super::timers::Timer;
+use super::{DomainManager, Phase, StopIntent};
+use crate::events::EventKind;
+use crate::exit::ExitCode;
+
+/// How often the ACPI power button is pressed again.
+const ACPI_REPEAT: Duration = Duration::from_secs(5);
+/// How soon a failed forced stop is tried again.
+const DESTROY_RETRY: Duration = Duration::from_secs(1);
+
+pub fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        signal_hook::consts::SIGTERM => "SIGTERM",
+        signal_hook::consts::SIGINT => "SIGINT",
+        _ => "signal",
+    }
+}
+
+impl DomainManager {
+    pub(super) fn handle_signal(&mut self, signal: i32) {
+        let name = signal_name(signal);
+        match self.phase {
+            Phase::ShuttingDown => {
+                let left = self
+                    .grace
+                    .map(|(_, end)| end.saturating_duration_since(Instant::now()).as_secs())
+                    .unwrap_or(0);
+                log::warn!(
+                    "manager: {name} received again; the grace period continues ({left} s left)"
+                );
+                return;
+            }
+            Phase::Exiting => return,
+            _ => {}
+        }
+        if !self.domain.status.state.is_active() {
+            self.finish(
+                ExitCode::Ok,
+                format!("{name} received while no domain was running"),
+            );
+            return;
+        }
+        let grace = self.config.grace_period;
+        let now = Instant::now();
+        let deadline = now + grace;
+        self.phase = Phase::ShuttingDown;
+        self.grace = Some((now, deadline));
+        self.stop_intent = Some(StopIntent::Signal);
+        let deadline_unix = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| (d + grace).as_secs())
+            .unwrap_or(0);
+        log::info!(
+            "manager: {name}: asking the guest to power off; forcing it off in {} s",
+            grace.as_secs()
+        );
+        self.publish(
+            EventKind::ShutdownStarted,
+            json!({
+                "domain": self.config.domain_name,
+                "signal": name,
+                "grace_period_seconds": grace.as_secs(),
+                "deadline": deadline_unix,
+            }),
+        );
+        if grace.is_zero() {
+            self.on_grace_deadline();
+            return;
+        }
+        self.press_power_button();
+        self.timers.arm(Timer::GraceDeadline, deadline);
+        self.arm_acpi_repeat(deadline);
+    }
+
+    fn arm_acpi_repeat(&mut self, deadline: Instant) {
+        let next = Instant::now() + ACPI_REPEAT;
+        if next < deadline {
+            self.timers.arm(Timer::RepeatAcpi, next);
+        }
+    }
+
+    pub(super) fn on_repeat_acpi(&mut self) {
+        let Some((_, deadline)) = self.grace else {
+            return;
+        };
+        if self.phase != Phase::ShuttingDown || !self.domain.status.state.is_active() {
+            return;
+        }
+        self.press_power_button();
+        self.arm_acpi_repeat(deadline);
+    }
+
+    fn press_power_button(&mut self) {
+        if self.jobs.is_running(JobKind::Shutdown {
+            name: "acpi-shutdown",
+        }) {
+            return;
+        }
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            JobKind::Shutdown {
+                name: "acpi-shutdown",
+            },
+            None,
+            ACPI_REPEAT,
+            move |hv| {
+                JobOutput::reply(
+                    hv.shutdown_acpi(&name)
+                        .map(|()| serde_json::Map::new())
+                        .map_err(|e| super::commands::hypervisor_error(&e)),
+                )
+            },
+        );
+    }
+
+    /// The grace period is over: force the domain off, and keep trying
+    /// every second until it is off.
+    pub(super) fn on_grace_deadline(&mut self) {
+        if self.phase != Phase::ShuttingDown || !self.domain.status.state.is_active() {
+            return;
+        }
+        self.timers.cancel(Timer::RepeatAcpi);
+        if self.stop_intent != Some(StopIntent::GraceExpired) {
+            self.stop_intent = Some(StopIntent::GraceExpired);
+            log::warn!(
+                "manager: the guest did not power off within {} s; forcing it off",
+                self.config.grace_period.as_secs()
+            );
+            self.publish(
+                EventKind::ShutdownGraceExpired,
+                json!({
+                    "domain": self.config.domain_name,
+                    "grace_period_seconds": self.config.grace_period.as_secs(),
+                }),
+            );
+        }
+        if !self.jobs.is_running(JobKind::Shutdown { name: "destroy" }) {
+            let name = self.config.domain_name.clone();
+            self.jobs.spawn(
+                JobKind::Shutdown { name: "destroy" },
+                None,
+                Duration::from_secs(30),
+                move |hv| {
+                    JobOutput::reply(
+                        hv.destroy(&name, false)
+                            .map(|()| serde_json::Map::new())
+                            .map_err(|e| super::commands::hypervisor_error(&e)),
+                    )
+                },
+            );
+        }
+        self.timers.arm_in(Timer::GraceDeadline, DESTROY_RETRY);
+    }
+}

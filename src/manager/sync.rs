@@ -1,0 +1,307 @@
+//! `sync`: reconcile the domain with a VMI, as KubeVirt's SyncVMI does.
+//!
+//! The VMI is parsed and converted on the manager thread (pure and fast),
+//! so a bad VMI is refused before anything happens. Disk preparation,
+//! define and start then run as one job; if any step fails, what the job
+//! created is removed again, so a failed sync leaves no defined domain and
+//! no stray files.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+
+use crossbeam_channel::Sender;
+use serde_json::{Value, json};
+
+use super::commands::{hypervisor_error, object, status_object};
+use super::jobs::{JobKind, JobOutput, Observation};
+use super::{DomainManager, Phase};
+use crate::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
+use crate::disks::{self, DiskErrorKind, DiskPlan};
+use crate::hypervisor::{DomainState, DriverKind, Hypervisor};
+use crate::protocol::{CommandError, CommandResult, ErrorClass};
+
+/// Facts about the host, probed once at start-up, that decide how VMIs
+/// are converted.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    /// Whether /dev/kvm can be opened for reading and writing, and why not.
+    pub kvm: Result<(), String>,
+    pub ovmf: Option<OvmfPaths>,
+    pub user_net_backend: UserNetBackend,
+}
+
+impl HostFacts {
+    pub fn probe() -> HostFacts {
+        let kvm = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .map(drop)
+            .map_err(|e| format!("/dev/kvm: {e}"));
+        let passt = ["/usr/bin/passt", "/usr/local/bin/passt"]
+            .iter()
+            .any(|p| Path::new(p).exists());
+        HostFacts {
+            kvm,
+            ovmf: convert::detect_ovmf(),
+            user_net_backend: if passt {
+                UserNetBackend::Passt
+            } else {
+                UserNetBackend::Slirp
+            },
+        }
+    }
+}
+
+/// Which domain type to write for this host and these flags.
+pub fn decide_domain_type(
+    driver: DriverKind,
+    force_emulation: bool,
+    allow_emulation: bool,
+    kvm: &Result<(), String>,
+) -> Result<DomainType, CommandError> {
+    match (driver, kvm) {
+        (DriverKind::Test, _) => Ok(DomainType::Test),
+        (DriverKind::Qemu, _) if force_emulation => Ok(DomainType::Qemu),
+        (DriverKind::Qemu, Ok(())) => Ok(DomainType::Kvm),
+        (DriverKind::Qemu, Err(_)) if allow_emulation => Ok(DomainType::Qemu),
+        (DriverKind::Qemu, Err(why)) => Err(CommandError::new(
+            ErrorClass::Unavailable,
+            format!(
+                "KVM is not usable on this host ({why}); start the launcher with --allow-emulation to run the guest under plain QEMU emulation (much slower)"
+            ),
+        )),
+    }
+}
+
+/// Everything the sync job needs, decided before it starts.
+struct SyncPlan {
+    domain_name: String,
+    xml: String,
+    disk_plan: DiskPlan,
+    start_paused: bool,
+    paused_by_user: bool,
+}
+
+impl DomainManager {
+    pub(super) fn start_sync(&mut self, vmi: Value, reply: Sender<CommandResult>) {
+        let refused = match self.phase {
+            Phase::Exiting => Some("sync: the launcher is exiting"),
+            Phase::ShuttingDown => Some("sync: the launcher is stopping the domain after a signal"),
+            _ => None,
+        };
+        if let Some(why) = refused {
+            let _ = reply.send(Err(CommandError::invalid_state(why)));
+            return;
+        }
+        if let Some(running) = self.jobs.exclusive_running() {
+            let _ = reply.send(Err(CommandError::new(
+                ErrorClass::Busy,
+                format!("sync: {running} is still in progress; retry when it completes"),
+            )));
+            return;
+        }
+        let plan = match self.plan_sync(&vmi) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        self.jobs.spawn(
+            JobKind::Command {
+                name: "sync",
+                exclusive: true,
+            },
+            Some(reply),
+            self.config.qemu_timeout,
+            move |hv| run_sync(hv, plan),
+        );
+    }
+
+    fn plan_sync(&self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
+        let vmi = crate::vmi::parse_vmi(vmi_json)
+            .map_err(|e| CommandError::invalid_argument(format!("arguments.vmi.{e}")))?;
+        self.check_identity(vmi.namespace(), vmi.name(), vmi.uid())?;
+        let info = self.hypervisor.info();
+        let domain_type = decide_domain_type(
+            info.driver,
+            self.config.force_emulation,
+            self.config.allow_emulation,
+            &self.host.kvm,
+        )?;
+        let ctx = ConvertContext {
+            domain_type,
+            namespace: self.config.namespace.clone(),
+            name: self.config.name.clone(),
+            uid: self.config.uid.clone(),
+            private_dir: self.config.dirs.private.clone(),
+            ephemeral_disk_dir: self.config.dirs.ephemeral.clone(),
+            container_disk_dir: self.config.dirs.container_disks.clone(),
+            hotplug_disk_dir: self.config.dirs.hotplug_disks.clone(),
+            ovmf: self.host.ovmf.clone(),
+            user_net_backend: self.host.user_net_backend,
+            block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
+            taps: convert::detect_taps(&vmi, Path::new("/sys/class/net")),
+            grace_period_seconds: self.config.grace_period.as_secs() as i64,
+        };
+        let conversion = convert::convert(&vmi, &ctx)
+            .map_err(|e| CommandError::invalid_argument(format!("arguments.vmi.{e}")))?;
+        let xml = conversion
+            .domain
+            .to_xml()
+            .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
+        log::debug!(
+            "manager: domain XML for {}:\n{xml}",
+            self.config.domain_name
+        );
+        Ok(SyncPlan {
+            domain_name: self.config.domain_name.clone(),
+            xml,
+            disk_plan: conversion.disk_plan,
+            start_paused: vmi.starts_paused(),
+            paused_by_user: self.domain.paused_by_user,
+        })
+    }
+
+    /// A VMI for another VM must not be run by this launcher.
+    fn check_identity(&self, namespace: &str, name: &str, uid: &str) -> Result<(), CommandError> {
+        let mismatch = |field: &str, got: &str, want: &str| {
+            CommandError::invalid_argument(format!(
+                "arguments.vmi.metadata.{field}: \"{got}\" does not match this launcher's VMI {} ({field} \"{want}\")",
+                self.config.vmi_ref()
+            ))
+        };
+        if !name.is_empty() && name != self.config.name {
+            return Err(mismatch("name", name, &self.config.name));
+        }
+        if !namespace.is_empty() && namespace != self.config.namespace {
+            return Err(mismatch("namespace", namespace, &self.config.namespace));
+        }
+        if !uid.is_empty() && uid != self.config.uid {
+            return Err(mismatch("uid", uid, &self.config.uid));
+        }
+        Ok(())
+    }
+
+    pub(super) fn on_sync_done(&mut self, output: &JobOutput) {
+        // KubeVirt treats a VMI started paused as paused by the user.
+        if let Ok(reply) = &output.result
+            && reply.get("started_paused") == Some(&Value::Bool(true))
+        {
+            self.domain.paused_by_user = true;
+        }
+    }
+}
+
+fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
+    match sync_domain(hv, &plan) {
+        Ok(mut reply) => match hv.domain_status(&plan.domain_name) {
+            Ok(status) => {
+                if let Some(s) = status {
+                    reply.extend(status_object(s));
+                }
+                JobOutput {
+                    result: Ok(reply),
+                    observed: Observation::Status(status),
+                }
+            }
+            Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
+        },
+        Err(e) => JobOutput::reply(Err(e)),
+    }
+}
+
+/// Define if missing, start if down, resume if paused by something other
+/// than the user.
+fn sync_domain(
+    hv: &dyn Hypervisor,
+    plan: &SyncPlan,
+) -> Result<serde_json::Map<String, Value>, CommandError> {
+    let name = &plan.domain_name;
+    let existing = hv.domain_status(name).map_err(|e| hypervisor_error(&e))?;
+    let mut action = "none";
+    match existing {
+        None => {
+            create_domain(hv, plan)?;
+            action = "defined-and-started";
+        }
+        Some(status) if !status.state.is_active() => {
+            hv.start(name, plan.start_paused)
+                .map_err(|e| hypervisor_error(&e))?;
+            action = "started";
+        }
+        Some(status)
+            if status.state == DomainState::Paused
+                && !plan.paused_by_user
+                && status.reason != "User"
+                && status.reason != "Migration" =>
+        {
+            hv.resume(name).map_err(|e| hypervisor_error(&e))?;
+            action = "resumed";
+        }
+        Some(_) => {}
+    }
+    let started_paused = plan.start_paused && action != "none" && action != "resumed";
+    Ok(object(json!({
+        "domain": name,
+        "action": action,
+        "started_paused": started_paused,
+    })))
+}
+
+fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandError> {
+    let prepared = disks::prepare(&plan.disk_plan).map_err(|e| {
+        // A missing or unusable image is the VMI's problem; a failed write
+        // or qemu-img run is the host's.
+        let class = match e.kind {
+            DiskErrorKind::Missing | DiskErrorKind::Invalid => ErrorClass::InvalidArgument,
+            DiskErrorKind::Io | DiskErrorKind::Command => ErrorClass::Internal,
+        };
+        CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
+    })?;
+    if let Err(e) = hv.define(&plan.xml) {
+        prepared.rollback();
+        return Err(hypervisor_error(&e));
+    }
+    if let Err(e) = hv.start(&plan.domain_name, plan.start_paused) {
+        // Nothing half-created: drop the definition and the files again.
+        if let Err(undefine) = hv.undefine(&plan.domain_name) {
+            log::warn!("manager: could not undefine after a failed start: {undefine}");
+        }
+        prepared.rollback();
+        return Err(hypervisor_error(&e).with_cause("the domain was undefined again"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn domain_type_decision() {
+        let ok = Ok(());
+        let missing: Result<(), String> = Err("/dev/kvm: No such file".into());
+        assert_eq!(
+            decide_domain_type(DriverKind::Test, false, false, &missing),
+            Ok(DomainType::Test)
+        );
+        assert_eq!(
+            decide_domain_type(DriverKind::Qemu, false, false, &ok),
+            Ok(DomainType::Kvm)
+        );
+        assert_eq!(
+            decide_domain_type(DriverKind::Qemu, true, true, &ok),
+            Ok(DomainType::Qemu)
+        );
+        assert_eq!(
+            decide_domain_type(DriverKind::Qemu, false, true, &missing),
+            Ok(DomainType::Qemu)
+        );
+        let err = decide_domain_type(DriverKind::Qemu, false, false, &missing).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Unavailable);
+        assert!(err.desc.contains("--allow-emulation"));
+        assert!(err.desc.contains("No such file"));
+    }
+}

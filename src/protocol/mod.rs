@@ -1,0 +1,415 @@
+//! The wire protocol of the command socket: one compact JSON object per line.
+//!
+//! Three kinds of line go from the server to a client, each recognisable by
+//! its first key: `hello` (once, on accept), `return`/`error` (exactly one per
+//! request line, in order) and `event` (only after `subscribe`, never inside a
+//! reply line). See docs/protocol.md for the full contract.
+
+pub mod codec;
+
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Version of the wire protocol. Additive changes (new commands, optional
+/// fields, events) do not bump it.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The fixed set of error classes. Clients branch on these, so the set is
+/// small and never renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ErrorClass {
+    ParseError,
+    RequestTooLarge,
+    InvalidRequest,
+    CommandNotFound,
+    InvalidArgument,
+    InvalidState,
+    NotFound,
+    Unavailable,
+    Timeout,
+    Busy,
+    Internal,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 11] = [
+        ErrorClass::ParseError,
+        ErrorClass::RequestTooLarge,
+        ErrorClass::InvalidRequest,
+        ErrorClass::CommandNotFound,
+        ErrorClass::InvalidArgument,
+        ErrorClass::InvalidState,
+        ErrorClass::NotFound,
+        ErrorClass::Unavailable,
+        ErrorClass::Timeout,
+        ErrorClass::Busy,
+        ErrorClass::Internal,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::ParseError => "ParseError",
+            ErrorClass::RequestTooLarge => "RequestTooLarge",
+            ErrorClass::InvalidRequest => "InvalidRequest",
+            ErrorClass::CommandNotFound => "CommandNotFound",
+            ErrorClass::InvalidArgument => "InvalidArgument",
+            ErrorClass::InvalidState => "InvalidState",
+            ErrorClass::NotFound => "NotFound",
+            ErrorClass::Unavailable => "Unavailable",
+            ErrorClass::Timeout => "Timeout",
+            ErrorClass::Busy => "Busy",
+            ErrorClass::Internal => "Internal",
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error as the client sees it: a class to branch on, a sentence for a
+/// person, and the chain of underlying causes (top first, root last).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CommandError {
+    pub class: ErrorClass,
+    pub desc: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub causes: Vec<String>,
+}
+
+impl CommandError {
+    pub fn new(class: ErrorClass, desc: impl Into<String>) -> Self {
+        CommandError {
+            class,
+            desc: desc.into(),
+            causes: Vec::new(),
+        }
+    }
+
+    pub fn with_cause(mut self, cause: impl Into<String>) -> Self {
+        self.causes.push(cause.into());
+        self
+    }
+
+    pub fn invalid_argument(desc: impl Into<String>) -> Self {
+        Self::new(ErrorClass::InvalidArgument, desc)
+    }
+
+    pub fn invalid_state(desc: impl Into<String>) -> Self {
+        Self::new(ErrorClass::InvalidState, desc)
+    }
+
+    pub fn internal(desc: impl Into<String>) -> Self {
+        Self::new(ErrorClass::Internal, desc)
+    }
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.class, self.desc)?;
+        for cause in &self.causes {
+            write!(f, ": {cause}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for CommandError {}
+
+/// What a command returns on success: always a JSON object.
+pub type CommandResult = Result<Map<String, Value>, CommandError>;
+
+/// A request line that parsed: the command name, its arguments (an object,
+/// empty when absent) and the client's id, echoed verbatim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub execute: String,
+    pub arguments: Map<String, Value>,
+    pub id: Option<Value>,
+}
+
+/// Why a line could not become a `Request`. `id` is kept when the line was
+/// valid JSON and had one, so the error reply can still be correlated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRejected {
+    pub error: CommandError,
+    pub id: Option<Value>,
+}
+
+/// Parses one request line (without its newline).
+pub fn parse_request(line: &[u8]) -> Result<Request, RequestRejected> {
+    let text = std::str::from_utf8(line).map_err(|e| RequestRejected {
+        error: CommandError::new(
+            ErrorClass::ParseError,
+            format!("request is not valid UTF-8 (byte {})", e.valid_up_to()),
+        ),
+        id: None,
+    })?;
+    let value: Value = serde_json::from_str(text).map_err(|e| RequestRejected {
+        error: CommandError::new(ErrorClass::ParseError, format!("invalid JSON: {e}")),
+        id: None,
+    })?;
+    let Value::Object(mut object) = value else {
+        return Err(RequestRejected {
+            error: CommandError::new(
+                ErrorClass::InvalidRequest,
+                "a request must be a JSON object like {\"execute\":\"ping\"}",
+            ),
+            id: None,
+        });
+    };
+    let id = object.remove("id");
+    let reject = |desc: String| RequestRejected {
+        error: CommandError::new(ErrorClass::InvalidRequest, desc),
+        id: id.clone(),
+    };
+    if let Some(key) = object
+        .keys()
+        .find(|k| k.as_str() != "execute" && k.as_str() != "arguments")
+    {
+        return Err(reject(format!(
+            "unknown request key \"{key}\"; a request has only \"execute\", \"arguments\" and \"id\""
+        )));
+    }
+    let execute = match object.remove("execute") {
+        Some(Value::String(name)) => name,
+        Some(_) => return Err(reject("\"execute\" must be a string".into())),
+        None => return Err(reject("missing \"execute\": the command to run".into())),
+    };
+    let arguments = match object.remove("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(args)) => args,
+        Some(_) => return Err(reject("\"arguments\" must be a JSON object".into())),
+    };
+    Ok(Request {
+        execute,
+        arguments,
+        id,
+    })
+}
+
+/// Wall-clock time as QMP writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Timestamp {
+    pub seconds: i64,
+    pub microseconds: i64,
+}
+
+impl Timestamp {
+    pub fn now() -> Self {
+        match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp {
+                seconds: d.as_secs() as i64,
+                microseconds: i64::from(d.subsec_micros()),
+            },
+            // The clock is before 1970: say so the way QMP does.
+            Err(_) => Timestamp {
+                seconds: -1,
+                microseconds: -1,
+            },
+        }
+    }
+}
+
+/// Encodes a success reply line (with trailing newline).
+pub fn encode_return(result: &Map<String, Value>, id: Option<&Value>) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        #[serde(rename = "return")]
+        ret: &'a Map<String, Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a Value>,
+    }
+    finish_line(serde_json::to_string(&Line { ret: result, id }))
+}
+
+/// Encodes an error reply line (with trailing newline).
+pub fn encode_error(error: &CommandError, id: Option<&Value>) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        error: &'a CommandError,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<&'a Value>,
+    }
+    finish_line(serde_json::to_string(&Line { error, id }))
+}
+
+/// Encodes an event line (with trailing newline).
+pub fn encode_event(name: &str, data: &Value, timestamp: Timestamp) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        event: &'a str,
+        data: &'a Value,
+        timestamp: Timestamp,
+    }
+    finish_line(serde_json::to_string(&Line {
+        event: name,
+        data,
+        timestamp,
+    }))
+}
+
+/// The greeting written on accept.
+#[derive(Debug, Clone, Serialize)]
+pub struct Hello {
+    pub protocol: u32,
+    pub server: &'static str,
+    pub version: &'static str,
+    pub pid: u32,
+    pub vmi: String,
+    pub ready: bool,
+    pub commands: Vec<&'static str>,
+    pub max_line_bytes: usize,
+}
+
+pub fn encode_hello(hello: &Hello) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        hello: &'a Hello,
+    }
+    finish_line(serde_json::to_string(&Line { hello }))
+}
+
+fn finish_line(encoded: Result<String, serde_json::Error>) -> String {
+    match encoded {
+        Ok(mut line) => {
+            line.push('\n');
+            line
+        }
+        // Serialising maps of JSON values cannot fail; keep the wire
+        // contract (one line per reply) even if it somehow does.
+        Err(e) => format!(
+            "{{\"error\":{{\"class\":\"Internal\",\"desc\":\"could not encode reply: {}\"}}}}\n",
+            e.to_string().replace(['"', '\\'], "'")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_full_request_and_keeps_id_verbatim() {
+        let req =
+            parse_request(br#"{"execute":"sync","arguments":{"a":1},"id":{"x":[1,"y"]}}"#).unwrap();
+        assert_eq!(req.execute, "sync");
+        assert_eq!(req.arguments.get("a"), Some(&json!(1)));
+        assert_eq!(req.id, Some(json!({"x":[1,"y"]})));
+    }
+
+    #[test]
+    fn arguments_and_id_are_optional() {
+        let req = parse_request(br#"{"execute":"ping"}"#).unwrap();
+        assert!(req.arguments.is_empty());
+        assert_eq!(req.id, None);
+    }
+
+    #[test]
+    fn invalid_json_is_parse_error_without_id() {
+        let err = parse_request(br#"{"execute":"ping","id":3"#).unwrap_err();
+        assert_eq!(err.error.class, ErrorClass::ParseError);
+        assert_eq!(err.id, None);
+    }
+
+    #[test]
+    fn invalid_utf8_is_parse_error() {
+        let err = parse_request(b"{\"execute\":\"\xff\"}").unwrap_err();
+        assert_eq!(err.error.class, ErrorClass::ParseError);
+        assert!(err.error.desc.contains("UTF-8"));
+    }
+
+    #[test]
+    fn envelope_errors_are_invalid_request_and_keep_id() {
+        for (line, needle) in [
+            (&br#"{"id":7}"#[..], "missing \"execute\""),
+            (br#"{"execute":5,"id":7}"#, "must be a string"),
+            (
+                br#"{"execute":"ping","arguments":[1],"id":7}"#,
+                "must be a JSON object",
+            ),
+            (
+                br#"{"execute":"ping","extra":1,"id":7}"#,
+                "unknown request key \"extra\"",
+            ),
+        ] {
+            let err = parse_request(line).unwrap_err();
+            assert_eq!(err.error.class, ErrorClass::InvalidRequest, "{needle}");
+            assert!(err.error.desc.contains(needle), "{}", err.error.desc);
+            assert_eq!(err.id, Some(json!(7)));
+        }
+        let err = parse_request(b"[1,2]").unwrap_err();
+        assert_eq!(err.error.class, ErrorClass::InvalidRequest);
+    }
+
+    #[test]
+    fn replies_are_single_compact_lines() {
+        let mut ret = Map::new();
+        ret.insert("nested".into(), json!({"a":[1,2,{"b":"c\nd"}]}));
+        let line = encode_return(&ret, Some(&json!("id-1")));
+        assert_eq!(
+            line,
+            "{\"return\":{\"nested\":{\"a\":[1,2,{\"b\":\"c\\nd\"}]}},\"id\":\"id-1\"}\n"
+        );
+        let err =
+            CommandError::new(ErrorClass::NotFound, "no domain").with_cause("virDomainLookup");
+        assert_eq!(
+            encode_error(&err, None),
+            "{\"error\":{\"class\":\"NotFound\",\"desc\":\"no domain\",\"causes\":[\"virDomainLookup\"]}}\n"
+        );
+        let plain = CommandError::new(ErrorClass::Busy, "full");
+        assert_eq!(
+            encode_error(&plain, Some(&json!(1))),
+            "{\"error\":{\"class\":\"Busy\",\"desc\":\"full\"},\"id\":1}\n"
+        );
+    }
+
+    #[test]
+    fn event_line_shape() {
+        let line = encode_event(
+            "DOMAIN_LIFECYCLE",
+            &json!({"event":"Started"}),
+            Timestamp {
+                seconds: 5,
+                microseconds: 6,
+            },
+        );
+        assert_eq!(
+            line,
+            "{\"event\":\"DOMAIN_LIFECYCLE\",\"data\":{\"event\":\"Started\"},\"timestamp\":{\"seconds\":5,\"microseconds\":6}}\n"
+        );
+    }
+
+    #[test]
+    fn error_class_names_are_stable() {
+        let names: Vec<&str> = ErrorClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ParseError",
+                "RequestTooLarge",
+                "InvalidRequest",
+                "CommandNotFound",
+                "InvalidArgument",
+                "InvalidState",
+                "NotFound",
+                "Unavailable",
+                "Timeout",
+                "Busy",
+                "Internal"
+            ]
+        );
+        for class in ErrorClass::ALL {
+            assert_eq!(
+                serde_json::to_value(class).unwrap(),
+                Value::String(class.as_str().into())
+            );
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! One client connection: reads request lines, answers each in order, and
+//! (after `subscribe`) runs an event writer beside the reader.
+
+use std::io::{self, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use serde_json::{Map, Value, json};
+
+use super::ServerShared;
+use super::hub::SubscriberQueue;
+use crate::command::{COMMANDS, Command};
+use crate::events::{Event, EventKind};
+use crate::manager::ManagerRequest;
+use crate::protocol::codec::{Frame, LineReader};
+use crate::protocol::{
+    CommandError, CommandResult, ErrorClass, encode_error, encode_hello, encode_return,
+    parse_request,
+};
+use crate::threads;
+
+/// The write half, shared by the reader (replies) and the event writer so
+/// that whole lines never interleave.
+#[derive(Clone)]
+struct Outbox(Arc<Mutex<UnixStream>>);
+
+impl Outbox {
+    fn write_line(&self, line: &str) -> io::Result<()> {
+        let mut stream = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        stream.write_all(line.as_bytes())
+    }
+
+    fn close(&self) {
+        let stream = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+struct Connection {
+    id: u64,
+    shared: Arc<ServerShared>,
+    outbox: Outbox,
+    reply_tx: Sender<CommandResult>,
+    reply_rx: Receiver<CommandResult>,
+    subscription: Option<u64>,
+}
+
+/// Serves one connection until the client closes it.
+pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
+    let writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            log::warn!("server: client {id}: cannot clone socket: {e}");
+            return;
+        }
+    };
+    if let Err(e) = writer.set_write_timeout(Some(shared.write_timeout)) {
+        log::warn!("server: client {id}: cannot set write timeout: {e}");
+    }
+    let (reply_tx, reply_rx) = bounded(1);
+    let mut conn = Connection {
+        id,
+        outbox: Outbox(Arc::new(Mutex::new(writer))),
+        shared,
+        reply_tx,
+        reply_rx,
+        subscription: None,
+    };
+    if conn
+        .outbox
+        .write_line(&encode_hello(&conn.shared.hello()))
+        .is_err()
+    {
+        return;
+    }
+    let mut reader = LineReader::new(stream, conn.shared.max_line_bytes);
+    loop {
+        let reply = match reader.next_frame() {
+            Ok(Some(Frame::Line(line))) => conn.handle_line(&line),
+            Ok(Some(Frame::TooLarge { bytes })) => encode_error(
+                &CommandError::new(
+                    ErrorClass::RequestTooLarge,
+                    format!(
+                        "request of {bytes} bytes exceeds the limit of {} bytes (--max-line-bytes); it was discarded",
+                        conn.shared.max_line_bytes
+                    ),
+                ),
+                None,
+            ),
+            Ok(None) => break,
+            Err(e) => {
+                log::debug!("server: client {id}: read error: {e}");
+                break;
+            }
+        };
+        if conn.outbox.write_line(&reply).is_err() {
+            break;
+        }
+    }
+    if let Some(sub) = conn.subscription.take() {
+        conn.shared.hub.unsubscribe(sub);
+    }
+    conn.outbox.close();
+    log::debug!("server: client {id} disconnected");
+}
+
+impl Connection {
+    /// Turns one request line into exactly one reply line.
+    fn handle_line(&mut self, line: &[u8]) -> String {
+        let request = match parse_request(line) {
+            Ok(r) => r,
+            Err(rejected) => return encode_error(&rejected.error, rejected.id.as_ref()),
+        };
+        let id = request.id;
+        let result = match Command::parse(&request.execute, request.arguments) {
+            Ok(command) if command.is_connection_local() => self.run_local(command),
+            Ok(command) => self.run_on_manager(command),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(ret) => encode_return(&ret, id.as_ref()),
+            Err(e) => encode_error(&e, id.as_ref()),
+        }
+    }
+
+    fn run_on_manager(&self, command: Command) -> CommandResult {
+        let request = ManagerRequest {
+            command,
+            reply: self.reply_tx.clone(),
+        };
+        if self.shared.manager.send(request).is_err() {
+            return Err(manager_gone());
+        }
+        // The manager answers every request exactly once (jobs have their
+        // own deadlines), so this wait is bounded by those.
+        self.reply_rx.recv().unwrap_or_else(|_| Err(manager_gone()))
+    }
+
+    fn run_local(&mut self, command: Command) -> CommandResult {
+        match command {
+            Command::QueryCommands => {
+                let list: Vec<Value> = COMMANDS
+                    .iter()
+                    .map(|c| json!({"name": c.name, "summary": c.summary}))
+                    .collect();
+                Ok(object(json!({ "commands": list })))
+            }
+            Command::Subscribe { events } => self.subscribe(events),
+            Command::Unsubscribe => {
+                let was = self.subscription.take();
+                if let Some(id) = was {
+                    self.shared.hub.unsubscribe(id);
+                }
+                Ok(object(
+                    json!({ "subscribed": false, "was_subscribed": was.is_some() }),
+                ))
+            }
+            other => Err(CommandError::internal(format!(
+                "{} is not a connection command",
+                other.name()
+            ))),
+        }
+    }
+
+    fn subscribe(&mut self, events: Option<Vec<EventKind>>) -> CommandResult {
+        let names: Vec<&str> = match &events {
+            Some(kinds) => kinds.iter().map(|k| k.name()).collect(),
+            None => EventKind::ALL.iter().map(|k| k.name()).collect(),
+        };
+        let reply = object(json!({ "subscribed": true, "events": names }));
+        if let Some(id) = self.subscription {
+            self.shared.hub.set_filter(id, events);
+            return Ok(reply);
+        }
+        let Some(queue) = self.shared.hub.subscribe(events) else {
+            return Err(CommandError::invalid_state(
+                "the launcher is exiting and accepts no new subscribers",
+            ));
+        };
+        self.subscription = Some(queue.id);
+        let outbox = self.outbox.clone();
+        let name = format!("client-{}-events", self.id);
+        if let Err(e) = threads::spawn_named(&name, &self.shared.fatal, move || {
+            write_events(queue, outbox)
+        }) {
+            if let Some(id) = self.subscription.take() {
+                self.shared.hub.unsubscribe(id);
+            }
+            return Err(CommandError::internal(format!(
+                "cannot start the event writer thread: {e}"
+            )));
+        }
+        Ok(reply)
+    }
+}
+
+/// Writes queued events until the subscription ends or the client stops
+/// reading (a write that times out ends the connection).
+fn write_events(queue: SubscriberQueue, outbox: Outbox) {
+    while let Ok(event) = queue.events.recv() {
+        let dropped = queue.dropped.swap(0, Ordering::Relaxed);
+        if dropped > 0 {
+            let notice = Event::new(EventKind::EventsDropped, json!({ "count": dropped }));
+            if outbox.write_line(&notice.line).is_err() {
+                break;
+            }
+        }
+        if outbox.write_line(&event.line).is_err() {
+            outbox.close();
+            break;
+        }
+    }
+}
+
+fn manager_gone() -> CommandError {
+    CommandError::new(
+        ErrorClass::Unavailable,
+        "the domain manager has stopped; the launcher is exiting",
+    )
+}
+
+fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+pub(super) fn reject_busy(mut stream: UnixStream, max_clients: usize) {
+    let line = encode_error(
+        &CommandError::new(
+            ErrorClass::Busy,
+            format!(
+                "too many clients: this launcher serves at most {max_clients} connections at once (--max-clients); try again later"
+            ),
+        ),
+        None,
+    );
+    let _ = stream.set_write_timeout(Some(std::time::Duration::from_secs(1)));
+    let _ = stream.write_all(line.as_bytes());
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+/// Keeps the active-client count right however a client thread ends.
+pub(super) struct ClientSlot(pub Arc<ServerShared>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.active_clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}

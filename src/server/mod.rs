@@ -1,0 +1,152 @@
+//! The command server thread: an acceptor plus one thread per client, at
+//! most `--max-clients`. Clients talk to the domain manager only through
+//! `ManagerRequest`s; events reach them through the `EventHub`.
+
+pub mod client;
+pub mod hub;
+pub mod socket;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crossbeam_channel::Sender;
+use serde_json::Value;
+
+use crate::command::command_names;
+use crate::manager::ManagerRequest;
+use crate::protocol::{Hello, PROTOCOL_VERSION};
+use crate::threads::{self, FatalSender};
+use hub::EventHub;
+
+/// What every client thread shares.
+pub struct ServerShared {
+    pub vmi: String,
+    pub max_line_bytes: usize,
+    pub max_clients: usize,
+    /// A client that does not read its events for this long is dropped.
+    pub write_timeout: Duration,
+    pub ready: AtomicBool,
+    pub manager: Sender<ManagerRequest>,
+    pub hub: Arc<EventHub>,
+    pub fatal: FatalSender,
+    pub active_clients: AtomicUsize,
+    next_client_id: AtomicU64,
+}
+
+impl ServerShared {
+    pub fn new(
+        vmi: String,
+        max_line_bytes: usize,
+        max_clients: usize,
+        manager: Sender<ManagerRequest>,
+        hub: Arc<EventHub>,
+        fatal: FatalSender,
+    ) -> ServerShared {
+        ServerShared {
+            vmi,
+            max_line_bytes,
+            max_clients,
+            write_timeout: Duration::from_secs(10),
+            ready: AtomicBool::new(false),
+            manager,
+            hub,
+            fatal,
+            active_clients: AtomicUsize::new(0),
+            next_client_id: AtomicU64::new(1),
+        }
+    }
+
+    pub fn hello(&self) -> Hello {
+        Hello {
+            protocol: PROTOCOL_VERSION,
+            server: "virt-launcher",
+            version: env!("CARGO_PKG_VERSION"),
+            pid: std::process::id(),
+            vmi: self.vmi.clone(),
+            ready: self.ready.load(Ordering::Acquire),
+            commands: command_names(),
+            max_line_bytes: self.max_line_bytes,
+        }
+    }
+}
+
+/// Starts the acceptor thread on `listener`.
+pub fn spawn_acceptor(listener: UnixListener, shared: Arc<ServerShared>) -> std::io::Result<()> {
+    let fatal = shared.fatal.clone();
+    threads::spawn_named("server-accept", &fatal, move || {
+        accept_loop(listener, shared)
+    })?;
+    Ok(())
+}
+
+fn accept_loop(listener: UnixListener, shared: Arc<ServerShared>) {
+    for stream in listener.incoming() {
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                // EMFILE and friends: log and keep serving the others.
+                log::warn!("server: accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let active = shared.active_clients.fetch_add(1, Ordering::AcqRel);
+        if active >= shared.max_clients {
+            shared.active_clients.fetch_sub(1, Ordering::AcqRel);
+            log::warn!("server: refusing a client: {active} already connected");
+            client::reject_busy(stream, shared.max_clients);
+            continue;
+        }
+        let id = shared.next_client_id.fetch_add(1, Ordering::Relaxed);
+        let slot = client::ClientSlot(shared.clone());
+        let for_client = shared.clone();
+        let spawned = threads::spawn_named(&format!("client-{id}"), &shared.fatal, move || {
+            let _slot = slot;
+            client::serve(stream, for_client, id);
+        });
+        if let Err(e) = spawned {
+            // The slot moved into the failed closure was dropped with it.
+            log::warn!("server: cannot start a client thread: {e}");
+        }
+    }
+}
+
+/// Connects to `path`, reads the greeting and sends a ping: proof that the
+/// socket, a client thread and the domain manager all work.
+pub fn self_ping(path: &Path, timeout: Duration) -> Result<(), String> {
+    let stream = UnixStream::connect(path)
+        .map_err(|e| format!("cannot connect to {}: {e}", path.display()))?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .and_then(|()| stream.set_write_timeout(Some(timeout)))
+        .map_err(|e| format!("cannot set socket timeouts: {e}"))?;
+    let mut writer = stream
+        .try_clone()
+        .map_err(|e| format!("cannot clone socket: {e}"))?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader
+        .read_line(&mut line)
+        .map_err(|e| format!("no greeting: {e}"))?;
+    let hello: Value = serde_json::from_str(&line).map_err(|e| format!("bad greeting: {e}"))?;
+    if hello.get("hello").is_none() {
+        return Err(format!("unexpected greeting: {}", line.trim_end()));
+    }
+    writer
+        .write_all(b"{\"execute\":\"ping\",\"id\":\"self-ping\"}\n")
+        .map_err(|e| format!("cannot send ping: {e}"))?;
+    line.clear();
+    reader
+        .read_line(&mut line)
+        .map_err(|e| format!("no ping reply: {e}"))?;
+    let reply: Value = serde_json::from_str(&line).map_err(|e| format!("bad ping reply: {e}"))?;
+    if reply.get("return").is_some() && reply["id"] == "self-ping" {
+        Ok(())
+    } else {
+        Err(format!("unexpected ping reply: {}", line.trim_end()))
+    }
+}

@@ -1,0 +1,959 @@
+//! Serde model of KubeVirt's `VirtualMachineInstance` (kubevirt.io/v1,
+//! staging/src/kubevirt.io/api/core/v1/{types,schema}.go). Field names are
+//! KubeVirt's JSON names.
+//!
+//! Everything that describes the VM (`spec.domain`, `spec.volumes`,
+//! `spec.networks`) denies unknown fields, so a typo is an error with its JSON
+//! path. Features the launcher does not implement use [`Unsupported`].
+//! Pod- and scheduling-level fields are accepted and ignored.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::quantity::Quantity;
+use super::strict::{Empty, Unsupported, string_enum};
+
+/// A field accepted for compatibility whose content does not affect the domain.
+pub type Ignored = Option<serde_json::Value>;
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VirtualMachineInstance {
+    #[serde(default)]
+    pub api_version: Option<String>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    pub spec: VmiSpec,
+    // `status` (and anything else at the top level) is ignored.
+}
+
+/// Kubernetes object metadata; unknown fields (managedFields, ...) are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub uid: Option<String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VmiSpec {
+    pub domain: DomainSpec,
+    #[serde(default)]
+    pub volumes: Vec<Volume>,
+    #[serde(default)]
+    pub networks: Vec<Network>,
+    #[serde(default)]
+    pub termination_grace_period_seconds: Option<i64>,
+    #[serde(default)]
+    pub start_strategy: Option<StartStrategy>,
+    /// Used as the cloud-init hostname (KubeVirt: dns.SanitizeHostname).
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// Only the launcher's own architecture (amd64) is accepted.
+    #[serde(default)]
+    pub architecture: Option<String>,
+    #[serde(default)]
+    pub priority_class_name: Ignored,
+    #[serde(default)]
+    pub node_selector: Ignored,
+    #[serde(default)]
+    pub affinity: Ignored,
+    #[serde(default)]
+    pub scheduler_name: Ignored,
+    #[serde(default)]
+    pub tolerations: Ignored,
+    #[serde(default)]
+    pub topology_spread_constraints: Ignored,
+    #[serde(default)]
+    pub eviction_strategy: Ignored,
+    #[serde(default)]
+    pub liveness_probe: Ignored,
+    #[serde(default)]
+    pub readiness_probe: Ignored,
+    #[serde(default)]
+    pub subdomain: Ignored,
+    #[serde(default)]
+    pub dns_policy: Ignored,
+    #[serde(default, rename = "dnsConfig")]
+    pub dns_config: Ignored,
+    #[serde(default)]
+    pub access_credentials: Ignored,
+    #[serde(default)]
+    pub resource_claims: Unsupported,
+    #[serde(default)]
+    pub utility_volumes: Unsupported,
+}
+
+string_enum!(StartStrategy, "startStrategy", { Paused => "Paused" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DomainSpec {
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub cpu: Option<Cpu>,
+    #[serde(default)]
+    pub memory: Option<Memory>,
+    #[serde(default)]
+    pub machine: Option<Machine>,
+    #[serde(default)]
+    pub firmware: Option<Firmware>,
+    #[serde(default)]
+    pub clock: Option<Clock>,
+    #[serde(default)]
+    pub features: Option<Features>,
+    #[serde(default)]
+    pub devices: Devices,
+    #[serde(default)]
+    pub io_threads_policy: Option<IoThreadsPolicy>,
+    #[serde(default)]
+    pub io_threads: Option<IoThreads>,
+    #[serde(default)]
+    pub chassis: Option<Chassis>,
+    #[serde(default)]
+    pub reboot_policy: Option<RebootPolicy>,
+    #[serde(default)]
+    pub launch_security: Unsupported,
+}
+
+string_enum!(IoThreadsPolicy, "ioThreadsPolicy", {
+    Shared => "shared",
+    Auto => "auto",
+    SupplementalPool => "supplementalPool",
+});
+
+string_enum!(RebootPolicy, "rebootPolicy", { Reboot => "Reboot", Terminate => "Terminate" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IoThreads {
+    #[serde(default)]
+    pub supplemental_pool_thread_count: Option<u32>,
+}
+
+/// `resources.requests` / `resources.limits`: "memory" and "cpu" are used;
+/// other keys (e.g. device-plugin resources) are kept but ignored.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Resources {
+    #[serde(default)]
+    pub requests: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    pub limits: BTreeMap<String, Quantity>,
+    #[serde(default)]
+    pub overcommit_guest_overhead: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Cpu {
+    #[serde(default)]
+    pub cores: Option<u32>,
+    #[serde(default)]
+    pub sockets: Option<u32>,
+    #[serde(default)]
+    pub max_sockets: Option<u32>,
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// "host-model" (default), "host-passthrough" or a libvirt CPU model name.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub features: Vec<CpuFeature>,
+    /// Accepted; `true` is reported as unsupported by the converter.
+    #[serde(default)]
+    pub dedicated_cpu_placement: bool,
+    /// Accepted; `true` is reported as unsupported by the converter.
+    #[serde(default)]
+    pub isolate_emulator_thread: bool,
+    #[serde(default)]
+    pub numa: Unsupported,
+    #[serde(default)]
+    pub realtime: Unsupported,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CpuFeature {
+    pub name: String,
+    #[serde(default)]
+    pub policy: Option<CpuFeaturePolicy>,
+}
+
+string_enum!(CpuFeaturePolicy, "CPU feature policy", {
+    Force => "force",
+    Require => "require",
+    Optional => "optional",
+    Disable => "disable",
+    Forbid => "forbid",
+});
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Memory {
+    #[serde(default)]
+    pub hugepages: Option<Hugepages>,
+    #[serde(default)]
+    pub guest: Option<Quantity>,
+    #[serde(default)]
+    pub max_guest: Option<Quantity>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Hugepages {
+    /// "2Mi" or "1Gi" on x86_64.
+    #[serde(default)]
+    pub page_size: Option<Quantity>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Machine {
+    #[serde(default, rename = "type")]
+    pub machine_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Firmware {
+    #[serde(default)]
+    pub uuid: Option<String>,
+    #[serde(default)]
+    pub bootloader: Option<Bootloader>,
+    #[serde(default)]
+    pub serial: Option<String>,
+    #[serde(default)]
+    pub kernel_boot: Option<KernelBoot>,
+    #[serde(default)]
+    pub oem_strings: Vec<String>,
+    #[serde(default)]
+    pub acpi: Unsupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bootloader {
+    #[serde(default)]
+    pub bios: Option<Bios>,
+    #[serde(default)]
+    pub efi: Option<Efi>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Bios {
+    #[serde(default)]
+    pub use_serial: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Efi {
+    /// KubeVirt's default is true.
+    #[serde(default)]
+    pub secure_boot: Option<bool>,
+    #[serde(default)]
+    pub persistent: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KernelBoot {
+    #[serde(default)]
+    pub kernel_args: Option<String>,
+    #[serde(default)]
+    pub container: Option<KernelBootContainer>,
+}
+
+/// The launcher pulls no images: `kernelPath` / `initrdPath` are absolute
+/// paths on the launcher's filesystem; `image` is only informational.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KernelBootContainer {
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub image_pull_secret: Option<String>,
+    #[serde(default)]
+    pub image_pull_policy: Option<String>,
+    #[serde(default)]
+    pub kernel_path: Option<String>,
+    #[serde(default)]
+    pub initrd_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Chassis {
+    #[serde(default)]
+    pub manufacturer: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub serial: Option<String>,
+    #[serde(default)]
+    pub asset: Option<String>,
+    #[serde(default)]
+    pub sku: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Clock {
+    #[serde(default)]
+    pub utc: Option<ClockUtc>,
+    /// A TZ name such as "Europe/Paris".
+    #[serde(default)]
+    pub timezone: Option<String>,
+    #[serde(default)]
+    pub timer: Option<Timer>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClockUtc {
+    #[serde(default)]
+    pub offset_seconds: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timer {
+    #[serde(default)]
+    pub hpet: Option<HpetTimer>,
+    #[serde(default)]
+    pub kvm: Option<PresentTimer>,
+    #[serde(default)]
+    pub pit: Option<PitTimer>,
+    #[serde(default)]
+    pub rtc: Option<RtcTimer>,
+    #[serde(default)]
+    pub hyperv: Option<PresentTimer>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HpetTimer {
+    #[serde(default)]
+    pub tick_policy: Option<HpetTickPolicy>,
+    #[serde(default)]
+    pub present: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PitTimer {
+    #[serde(default)]
+    pub tick_policy: Option<PitTickPolicy>,
+    #[serde(default)]
+    pub present: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RtcTimer {
+    #[serde(default)]
+    pub tick_policy: Option<RtcTickPolicy>,
+    #[serde(default)]
+    pub present: Option<bool>,
+    #[serde(default)]
+    pub track: Option<RtcTrack>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PresentTimer {
+    #[serde(default)]
+    pub present: Option<bool>,
+}
+
+string_enum!(HpetTickPolicy, "tick policy", {
+    Delay => "delay", Catchup => "catchup", Merge => "merge", Discard => "discard",
+});
+string_enum!(PitTickPolicy, "tick policy", { Delay => "delay", Catchup => "catchup", Discard => "discard" });
+string_enum!(RtcTickPolicy, "tick policy", { Delay => "delay", Catchup => "catchup" });
+string_enum!(RtcTrack, "track", { Guest => "guest", Wall => "wall" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Features {
+    #[serde(default)]
+    pub acpi: Option<FeatureState>,
+    #[serde(default)]
+    pub apic: Option<FeatureApic>,
+    #[serde(default)]
+    pub hyperv_passthrough: Option<FeatureState>,
+    #[serde(default)]
+    pub hyperv: Option<FeatureHyperv>,
+    #[serde(default)]
+    pub smm: Option<FeatureState>,
+    #[serde(default)]
+    pub kvm: Option<FeatureKvm>,
+    #[serde(default)]
+    pub pvspinlock: Option<FeatureState>,
+}
+
+/// `{}` or `{"enabled": bool}`; absent `enabled` means true.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureState {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+}
+
+impl FeatureState {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FeatureApic {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub end_of_interrupt: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureKvm {
+    #[serde(default)]
+    pub hidden: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureHyperv {
+    #[serde(default)]
+    pub relaxed: Option<FeatureState>,
+    #[serde(default)]
+    pub vapic: Option<FeatureState>,
+    #[serde(default)]
+    pub spinlocks: Option<FeatureSpinlocks>,
+    #[serde(default)]
+    pub vpindex: Option<FeatureState>,
+    #[serde(default)]
+    pub runtime: Option<FeatureState>,
+    #[serde(default)]
+    pub synic: Option<FeatureState>,
+    #[serde(default)]
+    pub synictimer: Option<FeatureSynicTimer>,
+    #[serde(default)]
+    pub reset: Option<FeatureState>,
+    #[serde(default)]
+    pub vendorid: Option<FeatureVendorId>,
+    #[serde(default)]
+    pub frequencies: Option<FeatureState>,
+    #[serde(default)]
+    pub reenlightenment: Option<FeatureState>,
+    #[serde(default)]
+    pub tlbflush: Option<FeatureTlbFlush>,
+    #[serde(default)]
+    pub ipi: Option<FeatureState>,
+    #[serde(default)]
+    pub evmcs: Option<FeatureState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureSpinlocks {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Retry count (KubeVirt's JSON name is "spinlocks"), at least 4096.
+    #[serde(default)]
+    pub spinlocks: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureSynicTimer {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub direct: Option<FeatureState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureVendorId {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub vendorid: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureTlbFlush {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default)]
+    pub direct: Option<FeatureState>,
+    #[serde(default)]
+    pub extended: Option<FeatureState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Devices {
+    #[serde(default)]
+    pub use_virtio_transitional: Option<bool>,
+    #[serde(default)]
+    pub disable_hotplug: bool,
+    #[serde(default)]
+    pub disks: Vec<Disk>,
+    #[serde(default)]
+    pub watchdog: Option<Watchdog>,
+    #[serde(default)]
+    pub interfaces: Vec<Interface>,
+    #[serde(default)]
+    pub inputs: Vec<Input>,
+    #[serde(default)]
+    pub autoattach_pod_interface: Option<bool>,
+    #[serde(default)]
+    pub autoattach_graphics_device: Option<bool>,
+    #[serde(default)]
+    pub autoattach_serial_console: Option<bool>,
+    #[serde(default)]
+    pub log_serial_console: Option<bool>,
+    #[serde(default)]
+    pub autoattach_mem_balloon: Option<bool>,
+    #[serde(default)]
+    pub autoattach_input_device: Option<bool>,
+    /// Accepted; `true` is reported as unsupported by the converter.
+    #[serde(default, rename = "autoattachVSOCK")]
+    pub autoattach_vsock: Option<bool>,
+    #[serde(default)]
+    pub rng: Option<Empty>,
+    #[serde(default)]
+    pub block_multi_queue: Option<bool>,
+    #[serde(default, rename = "networkInterfaceMultiqueue")]
+    pub network_interface_multiqueue: Option<bool>,
+    #[serde(default)]
+    pub panic_devices: Vec<PanicDevice>,
+    #[serde(default)]
+    pub video: Option<Video>,
+    #[serde(default)]
+    pub gpus: Unsupported,
+    #[serde(default)]
+    pub host_devices: Unsupported,
+    #[serde(default)]
+    pub filesystems: Unsupported,
+    #[serde(default)]
+    pub downward_metrics: Unsupported,
+    #[serde(default)]
+    pub client_passthrough: Unsupported,
+    #[serde(default)]
+    pub sound: Unsupported,
+    #[serde(default)]
+    pub tpm: Unsupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Disk {
+    pub name: String,
+    #[serde(default)]
+    pub disk: Option<DiskTarget>,
+    #[serde(default)]
+    pub lun: Option<LunTarget>,
+    #[serde(default)]
+    pub cdrom: Option<CdromTarget>,
+    #[serde(default)]
+    pub boot_order: Option<u32>,
+    #[serde(default)]
+    pub serial: Option<String>,
+    #[serde(default, rename = "dedicatedIOThread")]
+    pub dedicated_io_thread: Option<bool>,
+    #[serde(default)]
+    pub cache: Option<DiskCache>,
+    #[serde(default)]
+    pub io: Option<DiskIo>,
+    /// Config-drive device tag; accepted, not used (no device metadata).
+    #[serde(default)]
+    pub tag: Option<String>,
+    #[serde(default)]
+    pub block_size: Option<BlockSize>,
+    #[serde(default)]
+    pub shareable: Option<bool>,
+    #[serde(default)]
+    pub error_policy: Option<ErrorPolicy>,
+    /// Accepted; `true` is reported as unsupported by the converter.
+    #[serde(default)]
+    pub changed_block_tracking: Option<bool>,
+}
+
+string_enum!(DiskBus, "bus", { Virtio => "virtio", Sata => "sata", Scsi => "scsi", Usb => "usb" });
+string_enum!(DiskCache, "cache mode", { None => "none", Writethrough => "writethrough", Writeback => "writeback" });
+string_enum!(DiskIo, "io mode", { Native => "native", Threads => "threads", Default => "default" });
+string_enum!(ErrorPolicy, "error policy", {
+    Stop => "stop", Ignore => "ignore", Report => "report", Enospace => "enospace",
+});
+string_enum!(Tray, "tray state", { Open => "open", Closed => "closed" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DiskTarget {
+    #[serde(default)]
+    pub bus: Option<DiskBus>,
+    #[serde(default)]
+    pub readonly: bool,
+    #[serde(default)]
+    pub pci_address: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LunTarget {
+    #[serde(default)]
+    pub bus: Option<DiskBus>,
+    #[serde(default)]
+    pub readonly: bool,
+    /// Accepted; `true` is reported as unsupported (needs qemu-pr-helper).
+    #[serde(default)]
+    pub reservation: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CdromTarget {
+    #[serde(default)]
+    pub bus: Option<DiskBus>,
+    /// KubeVirt's default is true.
+    #[serde(default)]
+    pub readonly: Option<bool>,
+    #[serde(default)]
+    pub tray: Option<Tray>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BlockSize {
+    #[serde(default)]
+    pub custom: Option<CustomBlockSize>,
+    /// Needs the volume at conversion time; not supported.
+    #[serde(default)]
+    pub match_volume: Unsupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CustomBlockSize {
+    pub logical: u32,
+    pub physical: u32,
+    #[serde(default)]
+    pub discard_granularity: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Watchdog {
+    pub name: String,
+    #[serde(default)]
+    pub i6300esb: Option<I6300esbWatchdog>,
+    #[serde(default)]
+    pub diag288: Unsupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct I6300esbWatchdog {
+    #[serde(default)]
+    pub action: Option<WatchdogAction>,
+}
+
+string_enum!(WatchdogAction, "watchdog action", {
+    Poweroff => "poweroff", Reset => "reset", Shutdown => "shutdown",
+});
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Input {
+    #[serde(default)]
+    pub bus: Option<InputBus>,
+    #[serde(rename = "type")]
+    pub input_type: InputType,
+    pub name: String,
+}
+
+string_enum!(InputBus, "input bus", { Usb => "usb", Virtio => "virtio" });
+string_enum!(InputType, "input type", { Tablet => "tablet", Keyboard => "keyboard" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PanicDevice {
+    #[serde(default)]
+    pub model: Option<PanicModel>,
+}
+
+string_enum!(PanicModel, "panic device model", { Hyperv => "hyperv", Isa => "isa", Pvpanic => "pvpanic" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Video {
+    #[serde(default, rename = "type")]
+    pub video_type: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Interface {
+    pub name: String,
+    /// e1000, e1000e, igb, ne2k_pci, pcnet, rtl8139 or virtio (default).
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub bridge: Option<Empty>,
+    #[serde(default)]
+    pub masquerade: Option<Empty>,
+    /// Deprecated KubeVirt binding; mapped like masquerade.
+    #[serde(default)]
+    pub slirp: Option<Empty>,
+    #[serde(default)]
+    pub passt_binding: Option<Empty>,
+    #[serde(default)]
+    pub sriov: Unsupported,
+    #[serde(default)]
+    pub macvtap: Unsupported,
+    #[serde(default)]
+    pub passt: Unsupported,
+    #[serde(default)]
+    pub binding: Unsupported,
+    #[serde(default)]
+    pub ports: Vec<Port>,
+    #[serde(default)]
+    pub mac_address: Option<String>,
+    #[serde(default)]
+    pub boot_order: Option<u32>,
+    #[serde(default)]
+    pub pci_address: Option<String>,
+    #[serde(default)]
+    pub dhcp_options: Unsupported,
+    #[serde(default)]
+    pub tag: Option<String>,
+    #[serde(default)]
+    pub acpi_index: Option<u32>,
+    #[serde(default)]
+    pub state: Option<InterfaceState>,
+}
+
+string_enum!(InterfaceState, "interface state", { Absent => "absent", Up => "up", Down => "down" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Port {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub protocol: Option<PortProtocol>,
+    pub port: u16,
+}
+
+string_enum!(PortProtocol, "protocol", { Tcp => "TCP", Udp => "UDP" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Network {
+    pub name: String,
+    #[serde(default)]
+    pub pod: Option<PodNetwork>,
+    #[serde(default)]
+    pub multus: Option<MultusNetwork>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodNetwork {
+    #[serde(default, rename = "vmNetworkCIDR")]
+    pub vm_network_cidr: Option<String>,
+    #[serde(default, rename = "vmIPv6NetworkCIDR")]
+    pub vm_ipv6_network_cidr: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MultusNetwork {
+    pub network_name: String,
+    #[serde(default)]
+    pub default: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Volume {
+    pub name: String,
+    #[serde(default)]
+    pub container_disk: Option<ContainerDiskSource>,
+    #[serde(default)]
+    pub host_disk: Option<HostDisk>,
+    #[serde(default)]
+    pub persistent_volume_claim: Option<PvcSource>,
+    #[serde(default)]
+    pub data_volume: Option<DataVolumeSource>,
+    #[serde(default)]
+    pub ephemeral: Option<EphemeralSource>,
+    #[serde(default)]
+    pub empty_disk: Option<EmptyDiskSource>,
+    #[serde(default)]
+    pub cloud_init_no_cloud: Option<CloudInitSource>,
+    #[serde(default)]
+    pub cloud_init_config_drive: Option<CloudInitSource>,
+    #[serde(default)]
+    pub config_map: Option<ConfigMapSource>,
+    #[serde(default)]
+    pub secret: Option<SecretSource>,
+    #[serde(default, rename = "downwardAPI")]
+    pub downward_api: Option<DownwardApiSource>,
+    #[serde(default)]
+    pub service_account: Option<ServiceAccountSource>,
+    #[serde(default)]
+    pub sysprep: Unsupported,
+    #[serde(default)]
+    pub downward_metrics: Unsupported,
+    #[serde(default)]
+    pub memory_dump: Unsupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerDiskSource {
+    /// Informational: the launcher pulls nothing; the image's disk must already
+    /// be at `<container-disk-dir>/disk_<volume index>.img`.
+    pub image: String,
+    #[serde(default)]
+    pub image_pull_secret: Option<String>,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub image_pull_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostDisk {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub disk_type: HostDiskType,
+    #[serde(default)]
+    pub capacity: Option<Quantity>,
+    #[serde(default)]
+    pub shared: Option<bool>,
+}
+
+string_enum!(HostDiskType, "hostDisk type", { Disk => "Disk", DiskOrCreate => "DiskOrCreate" });
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PvcSource {
+    pub claim_name: String,
+    #[serde(default)]
+    pub read_only: Option<bool>,
+    #[serde(default)]
+    pub hotpluggable: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataVolumeSource {
+    pub name: String,
+    #[serde(default)]
+    pub hotpluggable: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EphemeralSource {
+    #[serde(default)]
+    pub persistent_volume_claim: Option<PvcSource>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmptyDiskSource {
+    pub capacity: Quantity,
+}
+
+/// Both `cloudInitNoCloud` and `cloudInitConfigDrive`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloudInitSource {
+    #[serde(default, rename = "secretRef")]
+    pub user_data_secret_ref: Option<LocalObjectReference>,
+    #[serde(default)]
+    pub user_data_base64: Option<String>,
+    #[serde(default)]
+    pub user_data: Option<String>,
+    #[serde(default)]
+    pub network_data_secret_ref: Option<LocalObjectReference>,
+    #[serde(default)]
+    pub network_data_base64: Option<String>,
+    #[serde(default)]
+    pub network_data: Option<String>,
+    /// Extension of this launcher (not in KubeVirt's API): replaces the
+    /// generated meta-data file verbatim.
+    #[serde(default)]
+    pub meta_data: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalObjectReference {
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigMapSource {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub optional: Option<bool>,
+    #[serde(default)]
+    pub volume_label: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretSource {
+    #[serde(default)]
+    pub secret_name: Option<String>,
+    #[serde(default)]
+    pub optional: Option<bool>,
+    #[serde(default)]
+    pub volume_label: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DownwardApiSource {
+    /// Kubernetes DownwardAPIVolumeFile entries; the kubelet renders them into
+    /// the mounted directory, so their content is not needed here.
+    #[serde(default)]
+    pub fields: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub volume_label: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ServiceAccountSource {
+    #[serde(default)]
+    pub service_account_name: Option<String>,
+}

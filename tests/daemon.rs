@@ -1,0 +1,614 @@
+//! The daemon on libvirt's in-process test driver: readiness, the wire
+//! protocol, every command and error class, events, signals and exit
+//! codes — all through the real socket of the real binary.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(10);
+
+fn synced(extra: &[&str]) -> (Launcher, Client) {
+    let mut launcher = Launcher::start_test(extra);
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    let ret = client.ok("sync", json!({ "vmi": demo_vmi() }));
+    assert_eq!(ret["state"], "Running", "{ret}");
+    (launcher, client)
+}
+
+#[test]
+fn readiness_greeting_socket_files_and_clean_exit() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    assert!(
+        !launcher.init_socket().exists(),
+        "init socket must be renamed"
+    );
+    let meta = fs::metadata(launcher.ready_socket()).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert!(launcher.sockets_dir().join("launcher-sock.lock").exists());
+
+    let client = launcher.client();
+    let hello = &client.hello["hello"];
+    assert_eq!(hello["protocol"], 1);
+    assert_eq!(hello["server"], "virt-launcher");
+    assert_eq!(hello["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(hello["pid"], launcher.pid());
+    assert_eq!(hello["vmi"], "default/demo");
+    assert_eq!(hello["ready"], true);
+    assert_eq!(hello["max_line_bytes"], 1048576);
+    let commands: Vec<&str> = hello["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for needed in [
+        "ping",
+        "query-version",
+        "query-commands",
+        "query-status",
+        "sync",
+        "pause",
+        "unpause",
+        "shutdown",
+        "reboot",
+        "reset",
+        "kill",
+        "delete",
+        "query-domain",
+        "query-stats",
+        "subscribe",
+        "unsubscribe",
+    ] {
+        assert!(
+            commands.contains(&needed),
+            "{needed} missing from {commands:?}"
+        );
+    }
+    // The directories KubeVirt creates, with its modes.
+    let mode = |p: &str| {
+        fs::metadata(launcher.tree.path(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("ephemeral/cloud-init-data"), 0o755);
+    assert_eq!(mode("private/vm-disks"), 0o750);
+    assert_eq!(mode("private/0b5ae8d6-51a0-4b0e-9a6e-000000000001"), 0o755);
+
+    // A signal before any domain exists: exit 0 at once, files removed.
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(T), 0);
+    assert!(!launcher.ready_socket().exists());
+    assert!(!launcher.sockets_dir().join("launcher-sock.lock").exists());
+}
+
+#[test]
+fn stale_socket_is_replaced_and_a_live_owner_is_refused() {
+    let tree = TempTree::new("stale");
+    let sockets = tree.path("share/sockets");
+    fs::create_dir_all(&sockets).unwrap();
+    // A socket file left behind by a launcher that died.
+    drop(UnixListener::bind(sockets.join("launcher-sock")).unwrap());
+    let mut first = Launcher::start_in(
+        tree,
+        &[
+            "--connect",
+            "test:///default",
+            "--name",
+            "a",
+            "--namespace",
+            "b",
+        ]
+        .map(String::from),
+    );
+    first.wait_ready(T);
+    first.client().ok("ping", Value::Null);
+
+    // A second launcher on the same share directory must not steal it.
+    let mut args = dir_flags(&first.tree);
+    args.extend(
+        [
+            "--connect",
+            "test:///default",
+            "--name",
+            "c",
+            "--namespace",
+            "d",
+        ]
+        .map(String::from),
+    );
+    let out = Command::new(BIN).args(&args).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("another virt-launcher is running"),
+        "{stderr}"
+    );
+    // The first one is untouched.
+    first.client().ok("ping", Value::Null);
+}
+
+#[test]
+fn protocol_errors_are_answered_and_the_connection_stays_open() {
+    let mut launcher = Launcher::start_test(&["--max-line-bytes", "4KiB"]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    assert_eq!(c.hello["hello"]["max_line_bytes"], 4096);
+
+    // Blank lines are ignored; invalid JSON is a ParseError without id.
+    c.send_raw(b"\n   \r\n{\"execute\": \"ping\", \n");
+    let r = c.read_reply(T);
+    assert_eq!(r["error"]["class"], "ParseError");
+    assert!(r.get("id").is_none());
+
+    // Not an object / no execute / bad arguments: InvalidRequest, id kept.
+    c.send_raw(b"[1,2,3]\n");
+    assert_eq!(c.read_reply(T)["error"]["class"], "InvalidRequest");
+    c.send_raw(b"{\"id\":{\"nested\":[1,true]}}\n");
+    let r = c.read_reply(T);
+    assert_eq!(r["error"]["class"], "InvalidRequest");
+    assert_eq!(r["id"], json!({"nested":[1,true]}));
+    c.send_raw(b"{\"execute\":\"ping\",\"arguments\":5,\"id\":\"s\"}\n");
+    let r = c.read_reply(T);
+    assert_eq!(
+        (r["error"]["class"].as_str(), r["id"].as_str()),
+        (Some("InvalidRequest"), Some("s"))
+    );
+
+    // Unknown command and unknown argument keys.
+    assert_eq!(c.err_class("frobnicate", Value::Null).0, "CommandNotFound");
+    let (class, desc) = c.err_class("ping", json!({"verbose": true}));
+    assert_eq!(class, "InvalidArgument");
+    assert!(desc.contains("verbose"), "{desc}");
+
+    // An oversized line: RequestTooLarge, no id, and the next line works.
+    let mut big = b"{\"execute\":\"ping\",\"id\":1,\"pad\":\"".to_vec();
+    big.extend(std::iter::repeat_n(b'x', 10_000));
+    big.extend_from_slice(b"\"}\n{\"execute\":\"ping\",\"id\":\"after\"}\n");
+    c.send_raw(&big);
+    let r = c.read_reply(T);
+    assert_eq!(r["error"]["class"], "RequestTooLarge");
+    assert!(r.get("id").is_none());
+    assert!(r["error"]["desc"].as_str().unwrap().contains("4096"));
+    let r = c.read_reply(T);
+    assert_eq!(r, json!({"return":{}, "id":"after"}));
+
+    // Invalid UTF-8 is a ParseError too.
+    c.send_raw(b"{\"execute\":\"\xff\xfe\"}\n");
+    assert_eq!(c.read_reply(T)["error"]["class"], "ParseError");
+
+    // Pipelined requests are answered in order, ids verbatim.
+    c.send_raw(b"{\"execute\":\"ping\",\"id\":\"a\"}\n{\"execute\":\"query-status\",\"id\":2.5}\n{\"execute\":\"ping\",\"id\":null}\n");
+    assert_eq!(c.read_reply(T)["id"], "a");
+    assert_eq!(c.read_reply(T)["id"], 2.5);
+    let third = c.read_reply(T);
+    assert_eq!(third["id"], Value::Null);
+    assert!(third.get("return").is_some());
+}
+
+#[test]
+fn commands_without_a_domain_are_not_found() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    for cmd in [
+        "pause",
+        "unpause",
+        "shutdown",
+        "reboot",
+        "reset",
+        "kill",
+        "delete",
+        "query-domain",
+        "query-stats",
+    ] {
+        let (class, desc) = c.err_class(cmd, Value::Null);
+        assert_eq!(class, "NotFound", "{cmd}: {desc}");
+        assert!(desc.contains("sync a VMI first"), "{desc}");
+    }
+    let status = c.ok("query-status", Value::Null);
+    assert_eq!(status["phase"], "WaitingForDomain");
+    assert_eq!(status["domain"]["state"], "NoState");
+    assert_eq!(status["domain"]["reason"], "NonExistent");
+    let version = c.ok("query-version", Value::Null);
+    assert_eq!(version["launcher"], env!("CARGO_PKG_VERSION"));
+    assert!(
+        version["libvirt"]["library"]
+            .as_str()
+            .unwrap()
+            .starts_with(char::is_numeric)
+    );
+    assert_eq!(version["libvirt"]["uri"], "test:///default");
+    let listed = c.ok("query-commands", Value::Null);
+    assert!(
+        listed["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "sync" && c["summary"].as_str().unwrap().len() > 10)
+    );
+}
+
+#[test]
+fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut watcher = launcher.client();
+    let sub = watcher.ok("subscribe", Value::Null);
+    assert_eq!(sub["subscribed"], true);
+    let mut filtered = launcher.client();
+    filtered.ok("subscribe", json!({"events": ["SHUTDOWN_STARTED"]}));
+    let mut c = launcher.client();
+
+    let ret = c.ok("sync", json!({ "vmi": demo_vmi() }));
+    assert_eq!(
+        (ret["state"].as_str(), ret["reason"].as_str()),
+        (Some("Running"), Some("Booted"))
+    );
+    assert_eq!(ret["action"], "defined-and-started");
+    watcher.wait_event(T, "Defined", lifecycle("Defined", "Added"));
+    let started = watcher.wait_event(T, "Started", lifecycle("Started", "Booted"));
+    assert_eq!(started["data"]["domain"], "default_demo");
+    assert_eq!(started["data"]["state"], "Running");
+    assert!(started["timestamp"]["seconds"].as_i64().unwrap() > 1_600_000_000);
+    assert!(started["timestamp"]["microseconds"].as_i64().unwrap() < 1_000_000);
+
+    // Idempotent: nothing to do the second time.
+    let again = c.ok("sync", json!({ "vmi": demo_vmi() }));
+    assert_eq!(again["action"], "none");
+    assert_eq!(c.ok("query-status", Value::Null)["phase"], "Running");
+
+    let paused = c.ok("pause", Value::Null);
+    assert_eq!(
+        (paused["state"].as_str(), paused["reason"].as_str()),
+        (Some("Paused"), Some("User"))
+    );
+    let ev = watcher.wait_event(T, "Suspended", lifecycle("Suspended", "Paused"));
+    assert_eq!(ev["data"]["state"], "Paused");
+    assert_eq!(c.err_class("pause", Value::Null).0, "InvalidState");
+    // sync must not undo a user's pause.
+    assert_eq!(
+        c.ok("sync", json!({ "vmi": demo_vmi() }))["state"],
+        "Paused"
+    );
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["paused_by_user"],
+        true
+    );
+    assert_eq!(c.ok("unpause", Value::Null)["state"], "Running");
+    watcher.wait_event(T, "Resumed", lifecycle("Resumed", "Unpaused"));
+    assert_eq!(c.err_class("unpause", Value::Null).0, "InvalidState");
+
+    let dom = c.ok("query-domain", Value::Null);
+    assert_eq!(dom["name"], "default_demo");
+    assert_eq!(dom["state"], "Running");
+    assert_eq!(dom["uuid"].as_str().unwrap().len(), 36);
+    assert!(
+        dom["xml"]
+            .as_str()
+            .unwrap()
+            .contains("<name>default_demo</name>")
+    );
+    assert!(dom["spec"].is_object());
+    let stats = c.ok("query-stats", Value::Null);
+    assert_eq!(stats["domain"], "default_demo");
+    assert_eq!(stats["stats"]["state.state"], 1);
+
+    assert_eq!(c.ok("reboot", Value::Null)["mode"], "acpi");
+    c.ok("reset", Value::Null);
+
+    // delete: the running domain becomes transient and keeps running.
+    let deleted = c.ok("delete", Value::Null);
+    assert_eq!(
+        (deleted["undefined"].as_bool(), deleted["state"].as_str()),
+        (Some(true), Some("Running"))
+    );
+    watcher.wait_event(T, "Undefined", lifecycle("Undefined", "Removed"));
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["defined"],
+        false
+    );
+
+    // Events went only to subscribers: the command client saw none, the
+    // filtered one none of these.
+    assert!(c.read_line(Duration::from_millis(200)).is_none());
+    assert!(filtered.read_line(Duration::from_millis(200)).is_none());
+
+    // unsubscribe stops the stream.
+    assert_eq!(
+        filtered.ok("unsubscribe", Value::Null)["was_subscribed"],
+        true
+    );
+
+    // kill: forced off, final event, exit 0, socket gone.
+    // It was undefined above, so once off it no longer exists at all.
+    let killed = c.ok("kill", Value::Null);
+    assert_eq!(
+        (killed["state"].as_str(), killed["reason"].as_str()),
+        (Some("NoState"), Some("NonExistent"))
+    );
+    let fin = watcher.wait_event(T, "Stopped", lifecycle("Stopped", "Destroyed"));
+    assert_eq!(fin["data"]["state"], "Shutoff");
+    assert_eq!(launcher.wait_exit(T), 0);
+    assert!(watcher.closed_within(T));
+    assert!(!launcher.ready_socket().exists());
+}
+
+#[test]
+fn shutdown_command_powers_off_and_exits_zero() {
+    let (mut launcher, mut c) = synced(&[]);
+    let mut w = launcher.client();
+    w.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
+    assert!(c.request("shutdown", Value::Null).get("return").is_some());
+    w.wait_event(T, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(launcher.wait_exit(T), 0);
+    assert!(!launcher.ready_socket().exists());
+}
+
+#[test]
+fn sigterm_asks_the_guest_and_exits_zero_when_it_powers_off() {
+    let (mut launcher, _c) = synced(&["--grace-period-seconds", "45"]);
+    let mut w = launcher.client();
+    w.ok("subscribe", Value::Null);
+    launcher.signal("TERM");
+    let started = w.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(started["data"]["signal"], "SIGTERM");
+    assert_eq!(started["data"]["grace_period_seconds"], 45);
+    w.wait_event(T, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(launcher.wait_exit(T), 0);
+    assert!(!launcher.ready_socket().exists());
+    assert!(launcher.log_text().contains("the guest powered off"));
+}
+
+#[test]
+fn zero_grace_period_forces_the_domain_off_with_status_7() {
+    let (mut launcher, _c) = synced(&["--grace-period-seconds", "0"]);
+    let mut w = launcher.client();
+    w.ok("subscribe", Value::Null);
+    launcher.signal("INT");
+    w.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    w.wait_event(T, "SHUTDOWN_GRACE_EXPIRED", named("SHUTDOWN_GRACE_EXPIRED"));
+    w.wait_event(T, "Stopped", lifecycle("Stopped", "Destroyed"));
+    assert_eq!(launcher.wait_exit(T), 7);
+}
+
+#[test]
+fn qemu_timeout_without_a_domain_exits_5() {
+    let mut launcher = Launcher::start_test(&["--qemu-timeout", "1s"]);
+    launcher.wait_ready(T);
+    let began = Instant::now();
+    assert_eq!(launcher.wait_exit(T), 5);
+    assert!(began.elapsed() < Duration::from_secs(5));
+    assert!(launcher.log_text().contains("--qemu-timeout"));
+    assert!(!launcher.ready_socket().exists());
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    for (args, needle) in [
+        (vec!["--bogus"], "--bogus"),
+        (
+            vec!["--qemu-timeout", "soon", "--name", "a", "--namespace", "b"],
+            "--qemu-timeout",
+        ),
+        (vec!["--max-clients", "0"], "--max-clients"),
+        (vec!["--namespace", "b"], "--name is required"),
+        (
+            vec!["--vmi", "/nonexistent.json"],
+            "--vmi /nonexistent.json",
+        ),
+    ] {
+        let out = Command::new(BIN).args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    let help = Command::new(BIN).arg("--help").output().unwrap();
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--grace-period-seconds"));
+    let version = Command::new(BIN).arg("--version").output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&version.stdout).trim(),
+        format!("virt-launcher {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn unusable_directory_exits_3_naming_the_path() {
+    let tree = TempTree::new("dirs");
+    fs::write(tree.path("private"), b"not a directory").unwrap();
+    let mut launcher = Launcher::start_in(
+        tree,
+        &[
+            "--connect",
+            "test:///default",
+            "--name",
+            "a",
+            "--namespace",
+            "b",
+        ]
+        .map(String::from),
+    );
+    assert_eq!(launcher.wait_exit(T), 3);
+    let log = launcher.log_text();
+    assert!(
+        log.contains(&launcher.tree.path("private").display().to_string()),
+        "{log}"
+    );
+}
+
+#[test]
+fn unreachable_libvirt_exits_4_after_retrying() {
+    let mut launcher = Launcher::start_in(
+        TempTree::new("nolibvirt"),
+        &[
+            "--connect",
+            "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+            "--name",
+            "a",
+            "--namespace",
+            "b",
+        ]
+        .map(String::from),
+    );
+    let began = Instant::now();
+    assert_eq!(launcher.wait_exit(Duration::from_secs(40)), 4);
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_secs(14),
+        "gave up too early: {took:?}"
+    );
+    let log = launcher.log_text();
+    assert!(log.contains("cannot connect to libvirt"), "{log}");
+    assert!(!launcher.sockets_dir().join("launcher-sock").exists());
+}
+
+#[test]
+fn standalone_vmi_is_synced_at_start() {
+    let tree = TempTree::new("standalone");
+    let vmi_path = tree.path("vmi.json");
+    fs::write(&vmi_path, demo_vmi().to_string()).unwrap();
+    let mut launcher = Launcher::start_in(
+        tree,
+        &[
+            "--connect".into(),
+            "test:///default".into(),
+            "--vmi".into(),
+            vmi_path.to_string_lossy().into_owned(),
+        ],
+    );
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    let deadline = Instant::now() + T;
+    loop {
+        let status = c.ok("query-status", Value::Null);
+        if status["domain"]["state"] == "Running" {
+            assert_eq!(status["vmi"], "default/demo");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn standalone_vmi_that_cannot_sync_exits_8() {
+    let tree = TempTree::new("standalone-bad");
+    let vmi_path = tree.path("vmi.json");
+    let mut vmi = demo_vmi();
+    vmi["spec"]["domain"]["cpu"]["cores"] = json!("many");
+    fs::write(&vmi_path, vmi.to_string()).unwrap();
+    let mut launcher = Launcher::start_in(
+        tree,
+        &[
+            "--connect".into(),
+            "test:///default".into(),
+            "--vmi".into(),
+            vmi_path.to_string_lossy().into_owned(),
+        ],
+    );
+    assert_eq!(launcher.wait_exit(T), 8);
+    assert!(launcher.log_text().contains("spec.domain.cpu.cores"));
+}
+
+#[test]
+fn clients_beyond_the_limit_get_busy_and_are_closed() {
+    let mut launcher = Launcher::start_test(&["--max-clients", "2"]);
+    launcher.wait_ready(T);
+    // wait_ready's probe connection may hold a slot for a moment.
+    let admitted = || {
+        let deadline = Instant::now() + T;
+        loop {
+            if let Ok(c) = Client::try_connect(&launcher.ready_socket()) {
+                return c;
+            }
+            assert!(Instant::now() < deadline, "never admitted");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let mut a = admitted();
+    let _b = admitted();
+    let mut refused = std::os::unix::net::UnixStream::connect(launcher.ready_socket()).unwrap();
+    let mut text = String::new();
+    use std::io::Read;
+    refused.set_read_timeout(Some(T)).unwrap();
+    refused.read_to_string(&mut text).unwrap();
+    let line: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(line["error"]["class"], "Busy");
+    assert!(
+        line["error"]["desc"]
+            .as_str()
+            .unwrap()
+            .contains("--max-clients")
+    );
+    assert_eq!(text.matches('\n').count(), 1);
+    // The admitted ones still work, and a slot frees up when one leaves.
+    a.ok("ping", Value::Null);
+    drop(a);
+    admitted().ok("ping", Value::Null);
+}
+
+#[test]
+fn bad_vmi_is_invalid_argument_with_its_path_and_nothing_is_defined() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    let mut vmi = demo_vmi();
+    vmi["spec"]["domain"]["devices"]["disks"] = json!([{"name": "d", "disk": {"bus": "foo"}}]);
+    vmi["spec"]["volumes"] = json!([{"name": "d", "emptyDisk": {"capacity": "1Gi"}}]);
+    let (class, desc) = c.err_class("sync", json!({"vmi": vmi}));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.contains("spec.domain.devices.disks[0].disk.bus"),
+        "{desc}"
+    );
+    let mut other = demo_vmi();
+    other["metadata"]["name"] = json!("someone-else");
+    let (class, desc) = c.err_class("sync", json!({"vmi": other}));
+    assert_eq!(class, "InvalidArgument");
+    assert!(desc.contains("someone-else"), "{desc}");
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["defined"],
+        false
+    );
+    assert_eq!(
+        c.err_class("sync", json!({"vmi": "text"})).0,
+        "InvalidArgument"
+    );
+    assert_eq!(c.err_class("sync", Value::Null).0, "InvalidArgument");
+}
+
+#[test]
+fn slow_subscriber_loses_oldest_events_and_never_stalls_the_manager() {
+    let (launcher, mut c) = synced(&[]);
+    // A subscriber that does not read.
+    let mut slow = launcher.client();
+    slow.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
+    let started = Instant::now();
+    for _ in 0..1500 {
+        c.ok("pause", Value::Null);
+        c.ok("unpause", Value::Null);
+    }
+    let status_took = {
+        let t = Instant::now();
+        c.ok("query-status", Value::Null);
+        t.elapsed()
+    };
+    assert!(status_took < Duration::from_secs(1), "{status_took:?}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // Now read: somewhere there is an EVENTS_DROPPED with a count.
+    let dropped = slow.wait_event(T, "EVENTS_DROPPED", named("EVENTS_DROPPED"));
+    assert!(dropped["data"]["count"].as_u64().unwrap() > 0, "{dropped}");
+}

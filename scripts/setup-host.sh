@@ -19,7 +19,7 @@ fi
 packages=(
     libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt-dev pkg-config
     qemu-system-x86 qemu-utils qemu-guest-agent
-    socat xorriso genisoimage e2fsprogs procps util-linux
+    socat xorriso genisoimage libxml2-utils e2fsprogs procps util-linux
 )
 missing=()
 for p in "${packages[@]}"; do

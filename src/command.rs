@@ -105,7 +105,34 @@ pub enum Command {
     QueryStats,
     Subscribe { events: Option<Vec<EventKind>> },
     Unsubscribe,
+    GuestPing { timeout_seconds: u64 },
+    QueryGuestInfo,
+    QueryUsers,
+    QueryFilesystems,
+    QueryInterfaces,
+    QueryOsInfo,
+    GuestExec(GuestExecArgs),
+    Freeze { unfreeze_timeout_seconds: u64 },
+    Unfreeze,
 }
+
+/// `guest-exec` arguments.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestExecArgs {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default = "default_exec_timeout")]
+    pub timeout_seconds: u64,
+}
+
+fn default_exec_timeout() -> u64 {
+    30
+}
+
+/// Longest wait a guest command may ask for.
+pub const MAX_GUEST_TIMEOUT_SECONDS: u64 = 3600;
 
 impl Command {
     /// Validates a command name and its arguments.
@@ -154,6 +181,38 @@ impl Command {
                 Command::Subscribe { events }
             }
             "unsubscribe" => no_args(arguments, Command::Unsubscribe)?,
+            "guest-ping" => {
+                let args: GuestPingArgs = typed_args(arguments)?;
+                Command::GuestPing {
+                    timeout_seconds: bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?,
+                }
+            }
+            "query-guest-info" => no_args(arguments, Command::QueryGuestInfo)?,
+            "query-users" => no_args(arguments, Command::QueryUsers)?,
+            "query-filesystems" => no_args(arguments, Command::QueryFilesystems)?,
+            "query-interfaces" => no_args(arguments, Command::QueryInterfaces)?,
+            "query-os-info" => no_args(arguments, Command::QueryOsInfo)?,
+            "guest-exec" => {
+                let args: GuestExecArgs = typed_args(arguments)?;
+                if args.command.is_empty() {
+                    return Err(CommandError::invalid_argument(
+                        "arguments.command must name the program to run in the guest",
+                    ));
+                }
+                bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?;
+                Command::GuestExec(args)
+            }
+            "freeze" => {
+                let args: FreezeArgs = typed_args(arguments)?;
+                Command::Freeze {
+                    unfreeze_timeout_seconds: bounded_seconds(
+                        "unfreeze_timeout_seconds",
+                        args.unfreeze_timeout_seconds,
+                        0,
+                    )?,
+                }
+            }
+            "unfreeze" => no_args(arguments, Command::Unfreeze)?,
             _ => {
                 return Err(CommandError::new(
                     ErrorClass::CommandNotFound,
@@ -190,6 +249,15 @@ impl Command {
             Command::QueryStats => "query-stats",
             Command::Subscribe { .. } => "subscribe",
             Command::Unsubscribe => "unsubscribe",
+            Command::GuestPing { .. } => "guest-ping",
+            Command::QueryGuestInfo => "query-guest-info",
+            Command::QueryUsers => "query-users",
+            Command::QueryFilesystems => "query-filesystems",
+            Command::QueryInterfaces => "query-interfaces",
+            Command::QueryOsInfo => "query-os-info",
+            Command::GuestExec(_) => "guest-exec",
+            Command::Freeze { .. } => "freeze",
+            Command::Unfreeze => "unfreeze",
         }
     }
 }
@@ -198,6 +266,33 @@ impl Command {
 #[serde(deny_unknown_fields)]
 struct SyncArgs {
     vmi: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GuestPingArgs {
+    #[serde(default = "default_ping_timeout")]
+    timeout_seconds: u64,
+}
+
+fn default_ping_timeout() -> u64 {
+    5
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FreezeArgs {
+    #[serde(default)]
+    unfreeze_timeout_seconds: u64,
+}
+
+fn bounded_seconds(name: &str, value: u64, min: u64) -> Result<u64, CommandError> {
+    if value < min || value > MAX_GUEST_TIMEOUT_SECONDS {
+        return Err(CommandError::invalid_argument(format!(
+            "arguments.{name}: {value} is out of range ({min} to {MAX_GUEST_TIMEOUT_SECONDS})"
+        )));
+    }
+    Ok(value)
 }
 
 #[derive(Deserialize)]
@@ -236,10 +331,10 @@ mod tests {
     #[test]
     fn every_listed_command_parses_and_names_round_trip() {
         for spec in COMMANDS {
-            let arguments = if spec.name == "sync" {
-                args(json!({"vmi": {}}))
-            } else {
-                Map::new()
+            let arguments = match spec.name {
+                "sync" => args(json!({"vmi": {}})),
+                "guest-exec" => args(json!({"command": "/bin/true"})),
+                _ => Map::new(),
             };
             let command = Command::parse(spec.name, arguments).unwrap();
             assert_eq!(command.name(), spec.name);
@@ -265,6 +360,43 @@ mod tests {
         assert_eq!(err.class, ErrorClass::InvalidArgument);
         let err = Command::parse("sync", args(json!({"vmi": "x"}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
+    }
+
+    #[test]
+    fn guest_command_arguments() {
+        assert_eq!(
+            Command::parse("guest-ping", Map::new()).unwrap(),
+            Command::GuestPing { timeout_seconds: 5 }
+        );
+        let exec = Command::parse(
+            "guest-exec",
+            args(json!({"command": "cat", "args": ["/x"]})),
+        )
+        .unwrap();
+        assert_eq!(
+            exec,
+            Command::GuestExec(GuestExecArgs {
+                command: "cat".into(),
+                args: vec!["/x".into()],
+                timeout_seconds: 30
+            })
+        );
+        for bad in [
+            ("guest-exec", json!({"command": ""})),
+            ("guest-exec", json!({"command": "x", "timeout_seconds": 0})),
+            ("guest-exec", json!({"args": []})),
+            ("guest-ping", json!({"timeout_seconds": 99999})),
+            ("freeze", json!({"unfreeze_timeout_seconds": -1})),
+        ] {
+            let err = Command::parse(bad.0, args(bad.1.clone())).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument, "{bad:?}");
+        }
+        assert_eq!(
+            Command::parse("freeze", Map::new()).unwrap(),
+            Command::Freeze {
+                unfreeze_timeout_seconds: 0
+            }
+        );
     }
 
     #[test]

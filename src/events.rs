@@ -18,11 +18,12 @@ pub enum EventKind {
     ShutdownGraceExpired,
     LibvirtDisconnected,
     LibvirtReconnected,
+    GuestInfoChanged,
     EventsDropped,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 11] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::DomainLifecycle,
         EventKind::DomainReboot,
         EventKind::AgentConnected,
@@ -33,6 +34,7 @@ impl EventKind {
         EventKind::ShutdownGraceExpired,
         EventKind::LibvirtDisconnected,
         EventKind::LibvirtReconnected,
+        EventKind::GuestInfoChanged,
         EventKind::EventsDropped,
     ];
 
@@ -48,6 +50,7 @@ impl EventKind {
             EventKind::ShutdownGraceExpired => "SHUTDOWN_GRACE_EXPIRED",
             EventKind::LibvirtDisconnected => "LIBVIRT_DISCONNECTED",
             EventKind::LibvirtReconnected => "LIBVIRT_RECONNECTED",
+            EventKind::GuestInfoChanged => "GUEST_INFO_CHANGED",
             EventKind::EventsDropped => "EVENTS_DROPPED",
         }
     }
@@ -78,6 +81,9 @@ impl EventKind {
                 "The connection to the libvirt daemon was lost; the launcher reconnects."
             }
             EventKind::LibvirtReconnected => "The connection to the libvirt daemon is back.",
+            EventKind::GuestInfoChanged => {
+                "The guest's OS info, interfaces or filesystem freeze status changed: data has all three."
+            }
             EventKind::EventsDropped => {
                 "This subscriber fell behind and data.count older events were dropped."
             }

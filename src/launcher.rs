@@ -23,7 +23,7 @@ use crate::daemons::LibvirtDaemons;
 use crate::exit::ExitCode;
 use crate::hypervisor::libvirt::LibvirtHypervisor;
 use crate::hypervisor::{Hypervisor, HypervisorEvent, event_loop};
-use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs};
+use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs, ManagerParts};
 use crate::server::hub::EventHub;
 use crate::server::socket::CommandSocket;
 use crate::server::{self, ServerShared};
@@ -272,18 +272,34 @@ fn serve(
     let (control_tx, control_rx) = unbounded();
     let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
 
-    let manager = DomainManager::new(
-        config.clone(),
+    let (agent_tx, agent_rx) = unbounded();
+    let poller = crate::agent::poller::spawn(
+        hypervisor.clone(),
+        config.domain_name.clone(),
+        config.agent_intervals,
+        agent_tx,
+        &fatal_tx,
+    )
+    .map_err(|e| {
+        Failure::new(
+            ExitCode::Internal,
+            format!("cannot start the agent poller: {e}"),
+        )
+    })?;
+    let manager = DomainManager::new(ManagerParts {
+        config: config.clone(),
         hypervisor,
-        hub.clone(),
-        HostFacts::probe(),
+        hub: hub.clone(),
+        host: HostFacts::probe(),
         daemons,
-        exit_tx,
-        fatal_tx.clone(),
-    );
+        poller: Some(poller),
+        exit: exit_tx,
+        fatal: fatal_tx.clone(),
+    });
     let inputs = ManagerInputs {
         requests: request_rx,
         hypervisor_events: hv_events_rx,
+        agent_updates: agent_rx,
         signals: signal_rx,
         control: control_rx,
     };

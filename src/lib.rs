@@ -1,6 +1,7 @@
 //! virt-launcher: the per-VM runtime of KubeVirt as a small synchronous
 //! daemon. See `launcher` for how the threads fit together.
 
+pub mod agent;
 pub mod cli;
 pub mod command;
 pub mod config;

@@ -1,7 +1,7 @@
 //! vCPUs, topology and CPU model (KubeVirt: converter/compute/cpu.go,
 //! converter/vcpu/vcpu.go).
 
-use super::ConvertError;
+use super::{ConvertError, DomainType};
 use crate::domxml::{self, CpuTopology, Domain, Vcpu, VcpuEntry, VcpuList};
 use crate::vmi::{Cpu, VirtualMachineInstance};
 
@@ -17,11 +17,13 @@ const HOST_PASSTHROUGH: &str = "host-passthrough";
 
 pub(crate) fn configure(
     vmi: &VirtualMachineInstance,
+    domain_type: DomainType,
     domain: &mut Domain,
 ) -> Result<Vcpus, ConvertError> {
     let spec_cpu = vmi.spec.domain.cpu.as_ref();
     if let Some(cpu) = spec_cpu {
         reject_pinning(cpu)?;
+        reject_passthrough_under_emulation(cpu, domain_type)?;
     }
     let topology = topology(vmi)?;
     let enabled = vcpu_count(&topology)?;
@@ -65,6 +67,21 @@ fn reject_pinning(cpu: &Cpu) -> Result<(), ConvertError> {
         return Err(ConvertError::unsupported(
             "spec.domain.cpu.isolateEmulatorThread",
             "isolating the emulator thread (it needs dedicated CPU placement)",
+        ));
+    }
+    Ok(())
+}
+
+/// QEMU can only pass the host CPU through with KVM; under TCG the domain
+/// would be defined but never start.
+fn reject_passthrough_under_emulation(
+    cpu: &Cpu,
+    domain_type: DomainType,
+) -> Result<(), ConvertError> {
+    if domain_type == DomainType::Qemu && cpu.model.as_deref() == Some(HOST_PASSTHROUGH) {
+        return Err(ConvertError::new(
+            "spec.domain.cpu.model",
+            "host-passthrough needs KVM, but this launcher emulates the VM (domain type qemu); use host-model or a named model",
         ));
     }
     Ok(())
@@ -188,7 +205,8 @@ fn configure_model(spec_cpu: Option<&Cpu>, cpu: &mut domxml::Cpu) {
 mod tests {
     use serde_json::json;
 
-    use super::super::test_support::{convert_err, convert_ok};
+    use super::super::DomainType;
+    use super::super::test_support::{context, convert_err, convert_ok, convert_with};
 
     fn cpu_of(spec: serde_json::Value) -> (u32, String, (u32, u32, u32)) {
         let domain = convert_ok(spec).domain;
@@ -242,9 +260,21 @@ mod tests {
                 ("mpx".into(), "disable".into())
             ]
         );
+        let mut kvm = context();
+        kvm.domain_type = DomainType::Kvm;
+        let passthrough = convert_with(
+            json!({"domain": {"cpu": {"model": "host-passthrough"}}}),
+            &kvm,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
-            cpu_of(json!({"domain": {"cpu": {"model": "host-passthrough"}}})).1,
-            "host-passthrough"
+            passthrough.domain.cpu.and_then(|c| c.mode).as_deref(),
+            Some("host-passthrough")
+        );
+        let emulated = convert_err(json!({"domain": {"cpu": {"model": "host-passthrough"}}}));
+        assert!(
+            emulated.starts_with("spec.domain.cpu.model: host-passthrough needs KVM"),
+            "{emulated}"
         );
     }
 

@@ -166,3 +166,63 @@ fn golden_xml_passes_libvirt_schema() {
     let _ = fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+#[test]
+fn demo_vmi_needs_nothing_on_disk_but_what_the_launcher_creates() {
+    let root = std::env::temp_dir().join(format!("demo-plan-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&root);
+    fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    let vmi = load(&Path::new(EXAMPLES_DIR).join("vmi.json"));
+    let ctx = ConvertContext {
+        domain_type: DomainType::Test,
+        private_dir: root.join("private"),
+        ephemeral_disk_dir: root.join("ephemeral"),
+        container_disk_dir: root.join("container-disks"),
+        hotplug_disk_dir: root.join("hotplug"),
+        ..golden_context(&vmi)
+    };
+    let conversion = convert(&vmi, &ctx).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(conversion.domain.domain_type, "test");
+    let prepared = crate::disks::prepare(&conversion.disk_plan).unwrap_or_else(|e| panic!("{e}"));
+    let iso = root.join("ephemeral/cloud-init-data/default/demo/noCloud.iso");
+    let image = fs::read(&iso).unwrap_or_else(|e| panic!("{}: {e}", iso.display()));
+    assert_eq!(&image[0x8001..0x8006], b"CD001");
+    assert!(image.windows(13).any(|w| w == b"#cloud-config"));
+    assert!(
+        root.join("private/0c0f4a3e-5b1d-4f6a-9d2e-7a8b9c0d1e2f")
+            .is_dir()
+    );
+    prepared.rollback();
+    let left: Vec<_> = fs::read_dir(&root)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "rollback left {left:?}");
+    let _ = fs::remove_dir_all(&root);
+}
+
+/// `cargo test --release conversion_speed -- --ignored --nocapture` prints
+/// the time of one conversion of the Fedora-like example (target ≤ 200 µs).
+#[test]
+#[ignore = "timing; run in release"]
+fn conversion_speed() {
+    let vmi = load(&Path::new(EXAMPLES_DIR).join("fedora-containerdisk.json"));
+    let ctx = golden_context(&vmi);
+    let rounds = 2000u32;
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        let conversion = convert(&vmi, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        std::hint::black_box(conversion);
+    }
+    let per_conversion = started.elapsed() / rounds;
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        let xml = convert(&vmi, &ctx).and_then(|c| {
+            c.domain
+                .to_xml()
+                .map_err(|e| super::ConvertError::new("", e.message))
+        });
+        std::hint::black_box(xml.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let with_xml = started.elapsed() / rounds;
+    println!("convert: {per_conversion:?} per conversion; convert + to_xml: {with_xml:?}");
+}

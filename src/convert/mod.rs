@@ -155,7 +155,7 @@ pub fn convert(
     let mut domain = Domain::default();
     let mut plan = DiskPlan::default();
     metadata::configure(vmi, ctx, &mut domain)?;
-    let vcpus = cpu::configure(vmi, &mut domain)?;
+    let vcpus = cpu::configure(vmi, ctx.domain_type, &mut domain)?;
     memory::configure(vmi, vcpus, &mut domain)?;
     firmware::configure(vmi, ctx, &mut domain, &mut plan)?;
     features::configure(vmi, &mut domain)?;

@@ -244,10 +244,11 @@ fn index_volumes(volumes: &[Volume]) -> Result<BTreeMap<&str, (usize, &Volume)>,
         ("serviceAccount volume", ["serviceAccount"].as_slice()),
     ];
     for (what, kinds) in singletons {
-        let mut matching = volumes
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| kinds.contains(&source_kinds(v)[0]));
+        let mut matching = volumes.iter().enumerate().filter(|(_, v)| {
+            source_kinds(v)
+                .first()
+                .is_some_and(|kind| kinds.contains(kind))
+        });
         if let (Some(_), Some((second, _))) = (matching.next(), matching.next()) {
             return Err(ConvertError::new(
                 format!("spec.volumes[{second}]"),
@@ -1101,6 +1102,17 @@ mod tests {
         assert_eq!(
             small,
             "spec.volumes[0].emptyDisk.capacity: 100Ki is below 1Mi (sizes are rounded down to whole MiB)"
+        );
+    }
+
+    #[test]
+    fn only_one_cloud_init_volume() {
+        let message = convert_err(json!({"volumes": [
+            {"name": "a", "cloudInitNoCloud": {"userData": "x"}},
+            {"name": "b", "cloudInitConfigDrive": {"userData": "y"}}]}));
+        assert_eq!(
+            message,
+            "spec.volumes[1]: only one cloud-init volume is allowed"
         );
     }
 

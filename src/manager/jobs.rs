@@ -27,14 +27,16 @@ pub enum JobKind {
     StatusRefresh,
     /// Opens a new libvirt connection.
     Reconnect,
-    /// Part of the graceful stop after a signal (ACPI request, destroy).
-    Shutdown { name: &'static str },
+    /// Work the launcher does by itself, with no client waiting: the
+    /// graceful stop's ACPI requests and destroy, the guest clock sync, the
+    /// safety thaw.
+    Internal { name: &'static str },
 }
 
 impl JobKind {
     pub fn name(self) -> &'static str {
         match self {
-            JobKind::Command { name, .. } | JobKind::Shutdown { name } => name,
+            JobKind::Command { name, .. } | JobKind::Internal { name } => name,
             JobKind::StatusRefresh => "status-refresh",
             JobKind::Reconnect => "reconnect",
         }
@@ -47,6 +49,8 @@ pub enum Observation {
     Nothing,
     /// The domain's state as libvirt reported it (`None`: not defined).
     Status(Option<DomainStatus>),
+    /// The guest's filesystems are now "frozen" or "thawed".
+    FsFreeze(String),
 }
 
 pub struct JobOutput {

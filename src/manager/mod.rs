@@ -6,6 +6,7 @@
 //! (see `jobs`) and come back as completions.
 
 mod commands;
+mod guest;
 mod jobs;
 mod shutdown;
 mod sync;
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, select};
 use serde_json::{Value, json};
 
+use crate::agent::cache::GuestAgentCache;
+use crate::agent::{AgentData, AgentUpdate, PollerControl};
 use crate::command::Command;
 use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
@@ -56,9 +59,22 @@ pub struct ExitRequest {
     pub reason: String,
 }
 
+/// Everything the manager is built from.
+pub struct ManagerParts {
+    pub config: Arc<Config>,
+    pub hypervisor: Arc<dyn Hypervisor>,
+    pub hub: Arc<EventHub>,
+    pub host: HostFacts,
+    pub daemons: Option<Arc<LibvirtDaemons>>,
+    pub poller: Option<Sender<PollerControl>>,
+    pub exit: Sender<ExitRequest>,
+    pub fatal: FatalSender,
+}
+
 pub struct ManagerInputs {
     pub requests: Receiver<ManagerRequest>,
     pub hypervisor_events: Receiver<HypervisorEvent>,
+    pub agent_updates: Receiver<AgentUpdate>,
     pub signals: Receiver<i32>,
     pub control: Receiver<Control>,
 }
@@ -133,6 +149,13 @@ pub struct DomainManager {
     grace: Option<(Instant, Instant)>,
     reconnecting: bool,
     started: Instant,
+    /// What the guest agent last reported.
+    agent: GuestAgentCache,
+    /// The agent poller, and whether it was last told to poll.
+    poller: Option<Sender<PollerControl>>,
+    poller_active: bool,
+    /// The exit decision, held while the domain's definition is removed.
+    pending_exit: Option<ExitRequest>,
 }
 
 /// How long a command's libvirt call may take before the client is told
@@ -141,19 +164,23 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for libvirt's Stopped event after a job saw the
 /// domain stop.
 const FINAL_EVENT_WAIT: Duration = Duration::from_secs(2);
+/// How long removing the domain's definition may delay the exit.
+const EXIT_CLEANUP_WAIT: Duration = Duration::from_secs(5);
 /// How often to retry connecting to libvirt after losing it.
 const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
 
 impl DomainManager {
-    pub fn new(
-        config: Arc<Config>,
-        hypervisor: Arc<dyn Hypervisor>,
-        hub: Arc<EventHub>,
-        host: HostFacts,
-        daemons: Option<Arc<LibvirtDaemons>>,
-        exit: Sender<ExitRequest>,
-        fatal: FatalSender,
-    ) -> DomainManager {
+    pub fn new(parts: ManagerParts) -> DomainManager {
+        let ManagerParts {
+            config,
+            hypervisor,
+            hub,
+            host,
+            daemons,
+            poller,
+            exit,
+            fatal,
+        } = parts;
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal),
             config,
@@ -175,6 +202,10 @@ impl DomainManager {
             grace: None,
             reconnecting: false,
             started: Instant::now(),
+            agent: GuestAgentCache::default(),
+            poller,
+            poller_active: false,
+            pending_exit: None,
         }
     }
 
@@ -217,6 +248,11 @@ impl DomainManager {
                     Ok(event) => self.handle_hypervisor_event(event),
                     Err(_) => return,
                 },
+                recv(inputs.agent_updates) -> msg => {
+                    if let Ok(update) = msg {
+                        self.handle_agent_update(update);
+                    }
+                },
                 recv(signals) -> msg => match msg {
                     Ok(signal) => self.handle_signal(signal),
                     Err(_) => signals_open = false,
@@ -255,6 +291,8 @@ impl DomainManager {
                 Timer::GraceDeadline => self.on_grace_deadline(),
                 Timer::Reconnect => self.start_reconnect(),
                 Timer::FinalEvent => self.on_final_event_overdue(),
+                Timer::AutoThaw => self.on_auto_thaw(),
+                Timer::ExitNow => self.exit_now(),
             }
         }
     }
@@ -289,14 +327,48 @@ impl DomainManager {
         self.finish(ExitCode::QemuTimeout, reason);
     }
 
-    /// Hands the exit decision to the main thread (once).
+    /// Decides that the launcher is done. A stopped domain's definition
+    /// is removed first (its launcher is its owner; on a shared daemon a
+    /// stale definition would otherwise outlive it), then the decision
+    /// goes to the main thread, once.
     fn finish(&mut self, code: ExitCode, reason: String) {
         if self.phase == Phase::Exiting {
             return;
         }
         self.phase = Phase::Exiting;
         self.timers = Timers::default();
-        let _ = self.exit.send(ExitRequest { code, reason });
+        let request = ExitRequest { code, reason };
+        let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();
+        if !stopped_and_defined || !self.hypervisor.is_connected() {
+            let _ = self.exit.send(request);
+            return;
+        }
+        self.pending_exit = Some(request);
+        self.timers.arm_in(Timer::ExitNow, EXIT_CLEANUP_WAIT);
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            JobKind::Internal {
+                name: "undefine-on-exit",
+            },
+            None,
+            EXIT_CLEANUP_WAIT,
+            move |hv| {
+                JobOutput::reply(match hv.undefine(&name) {
+                    Ok(()) => Ok(serde_json::Map::new()),
+                    Err(e) if e.kind == crate::hypervisor::HypervisorErrorKind::NoDomain => {
+                        Ok(serde_json::Map::new())
+                    }
+                    Err(e) => Err(commands::hypervisor_error(&e)),
+                })
+            },
+        );
+    }
+
+    /// Sends the exit decision held back for clean-up.
+    fn exit_now(&mut self) {
+        if let Some(request) = self.pending_exit.take() {
+            let _ = self.exit.send(request);
+        }
     }
 
     fn publish(&self, kind: EventKind, data: Value) {
@@ -309,6 +381,7 @@ impl DomainManager {
             HypervisorEvent::Lifecycle(lifecycle) => self.on_lifecycle(lifecycle),
             HypervisorEvent::AgentLifecycle { connected, reason } => {
                 self.domain.agent_connected = connected;
+                self.update_poller();
                 let kind = if connected {
                     EventKind::AgentConnected
                 } else {
@@ -376,6 +449,10 @@ impl DomainManager {
     /// Reacts to the domain starting or stopping, whoever noticed it.
     fn after_status_change(&mut self, lifecycle: Option<LifecycleEvent>) {
         let status = self.domain.status;
+        if !status.state.is_active() {
+            self.domain.agent_connected = false;
+        }
+        self.update_poller();
         if status.state.is_active() && !self.domain.started_once {
             self.domain.started_once = true;
             self.timers.cancel(Timer::QemuTimeout);
@@ -521,10 +598,19 @@ impl DomainManager {
                     self.timers.arm_in(Timer::Reconnect, RECONNECT_INTERVAL);
                 }
             },
-            JobKind::Shutdown { name } => {
+            JobKind::Internal { name } => {
                 if let Err(e) = &output.result {
-                    log::warn!("manager: {name} during graceful stop failed: {e}");
+                    log::warn!("manager: {name} failed: {e}");
                 }
+                if name == "undefine-on-exit" {
+                    self.exit_now();
+                }
+            }
+            JobKind::Command { name: "freeze", .. } => self.on_freeze_done(&output),
+            JobKind::Command {
+                name: "unpause", ..
+            } if output.result.is_ok() => {
+                self.start_guest_time_sync();
             }
             JobKind::Command { name: "sync", .. } => self.on_sync_done(&output),
             JobKind::Command { name: "pause", .. } if output.result.is_ok() => {
@@ -532,8 +618,10 @@ impl DomainManager {
             }
             JobKind::Command { .. } | JobKind::StatusRefresh => {}
         }
-        if let Observation::Status(status) = output.observed {
-            self.apply_observed_status(status);
+        match output.observed {
+            Observation::Status(status) => self.apply_observed_status(status),
+            Observation::FsFreeze(state) => self.apply_agent_data(AgentData::FsFreeze(state)),
+            Observation::Nothing => {}
         }
         if let Some(reply) = reply {
             let _ = reply.send(output.result);
@@ -565,6 +653,9 @@ impl DomainManager {
 
     fn handle_request(&mut self, request: ManagerRequest) {
         let ManagerRequest { command, reply } = request;
+        let Some((command, reply)) = self.run_guest_command(command, reply) else {
+            return;
+        };
         match command {
             Command::Sync { vmi } => self.start_sync(vmi, reply),
             other => self.run_command(other, reply),

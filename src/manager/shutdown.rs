@@ -101,14 +101,14 @@ impl DomainManager {
     }
 
     fn press_power_button(&mut self) {
-        if self.jobs.is_running(JobKind::Shutdown {
+        if self.jobs.is_running(JobKind::Internal {
             name: "acpi-shutdown",
         }) {
             return;
         }
         let name = self.config.domain_name.clone();
         self.jobs.spawn(
-            JobKind::Shutdown {
+            JobKind::Internal {
                 name: "acpi-shutdown",
             },
             None,
@@ -144,10 +144,10 @@ impl DomainManager {
                 }),
             );
         }
-        if !self.jobs.is_running(JobKind::Shutdown { name: "destroy" }) {
+        if !self.jobs.is_running(JobKind::Internal { name: "destroy" }) {
             let name = self.config.domain_name.clone();
             self.jobs.spawn(
-                JobKind::Shutdown { name: "destroy" },
+                JobKind::Internal { name: "destroy" },
                 None,
                 Duration::from_secs(30),
                 move |hv| {

@@ -227,9 +227,12 @@ fn sync_domain(
             action = "defined-and-started";
         }
         Some(status) if !status.state.is_active() => {
-            hv.start(name, plan.start_paused)
-                .map_err(|e| hypervisor_error(&e))?;
-            action = "started";
+            // A stopped domain's definition may be stale (left by an
+            // earlier launcher on a shared daemon): replace it with this
+            // VMI's rather than start an old spec.
+            hv.undefine(name).map_err(|e| hypervisor_error(&e))?;
+            create_domain(hv, plan)?;
+            action = "redefined-and-started";
         }
         Some(status)
             if status.state == DomainState::Paused

@@ -16,6 +16,10 @@ pub enum Timer {
     /// A job saw the domain stopped; libvirt's Stopped event (the final
     /// event subscribers get) did not follow in time, so exit without it.
     FinalEvent,
+    /// The freeze's safety timeout: thaw the guest's filesystems.
+    AutoThaw,
+    /// Clean-up before exit took too long; exit anyway.
+    ExitNow,
 }
 
 #[derive(Default)]

@@ -12,6 +12,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod guest;
+
 use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_virt-launcher");
@@ -189,6 +191,18 @@ impl Launcher {
 impl Drop for Launcher {
     fn drop(&mut self) {
         if self.status.is_none() {
+            // Stop the guest through the launcher first: killing the
+            // launcher alone would leave its QEMU running.
+            if let Ok(mut client) = Client::try_connect(&self.ready_socket()) {
+                client.send_raw(b"{\"execute\":\"kill\"}\n");
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = self.child.try_wait() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
@@ -222,8 +236,8 @@ impl Client {
     /// Connects; `Err` carries the first line when it is not a greeting
     /// (a Busy refusal).
     pub fn try_connect(path: &Path) -> Result<Client, Value> {
-        let stream =
-            UnixStream::connect(path).unwrap_or_else(|e| panic!("connect {}: {e}", path.display()));
+        let stream = UnixStream::connect(path)
+            .map_err(|e| Value::String(format!("connect {}: {e}", path.display())))?;
         stream
             .set_read_timeout(Some(Duration::from_secs(60)))
             .expect("timeout");

@@ -1,0 +1,428 @@
+//! Guest-agent commands and the agent cache: queries are answered from
+//! what the poller last reported; commands that must reach the agent run
+//! as jobs with their own timeouts. With no agent connected, every guest
+//! command is refused at once (Unavailable) instead of waiting.
+
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use serde_json::{Map, Value, json};
+
+use super::commands::{hypervisor_error, object};
+use super::jobs::{JobKind, JobOutput, Observation};
+use super::timers::Timer;
+use super::{COMMAND_TIMEOUT, DomainManager};
+use crate::agent::poller::AGENT_TIMEOUT;
+use crate::agent::{AgentData, AgentUpdate, PollerControl, model};
+use crate::command::{Command, GuestExecArgs};
+use crate::events::EventKind;
+use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, HypervisorErrorKind};
+use crate::protocol::{CommandError, CommandResult, ErrorClass};
+
+/// How many times, a second apart, the guest clock is set after unpause.
+const TIME_SYNC_ATTEMPTS: u32 = 10;
+
+/// The wire error for a failed agent call. libvirt reports both "no agent"
+/// and "the agent did not answer in time" as AGENT_UNRESPONSIVE; the
+/// manager knows which from the agent lifecycle events.
+fn agent_error(
+    e: &HypervisorError,
+    command: &str,
+    timeout: Duration,
+    connected: bool,
+) -> CommandError {
+    match e.kind {
+        HypervisorErrorKind::AgentUnavailable
+            if connected && !e.message.contains("not connected") =>
+        {
+            CommandError::new(
+                ErrorClass::Timeout,
+                format!(
+                    "{command}: the guest agent did not answer within {} s",
+                    timeout.as_secs()
+                ),
+            )
+            .with_cause(e.to_string())
+        }
+        HypervisorErrorKind::AgentUnavailable => CommandError::new(
+            ErrorClass::Unavailable,
+            format!("{command}: the guest agent is not connected"),
+        )
+        .with_cause(e.to_string()),
+        HypervisorErrorKind::Other
+            if e.message.contains("unable to execute QEMU agent command") =>
+        {
+            CommandError::new(
+                ErrorClass::InvalidArgument,
+                format!("{command}: the guest agent refused: {}", e.message),
+            )
+            .with_cause(e.to_string())
+        }
+        _ => hypervisor_error(e),
+    }
+}
+
+fn agent_call(
+    hv: &dyn Hypervisor,
+    name: &str,
+    command: &str,
+    request: &Value,
+    timeout: Duration,
+) -> Result<Value, CommandError> {
+    let raw = hv
+        .agent_command(name, &request.to_string(), timeout)
+        .map_err(|e| agent_error(&e, command, timeout, true))?;
+    let mut reply: Value = serde_json::from_str(&raw).map_err(|e| {
+        CommandError::internal(format!("{command}: the agent's reply is not JSON: {e}"))
+    })?;
+    Ok(reply
+        .get_mut("return")
+        .map(Value::take)
+        .unwrap_or(Value::Null))
+}
+
+impl DomainManager {
+    /// Guest-agent commands. Returns the command back when it is not one.
+    pub(super) fn run_guest_command(
+        &mut self,
+        command: Command,
+        reply: Sender<CommandResult>,
+    ) -> Option<(Command, Sender<CommandResult>)> {
+        let answer = |result: CommandResult| {
+            let _ = reply.send(result);
+        };
+        let is_guest = matches!(
+            command,
+            Command::GuestPing { .. }
+                | Command::QueryGuestInfo
+                | Command::QueryUsers
+                | Command::QueryFilesystems
+                | Command::QueryInterfaces
+                | Command::QueryOsInfo
+                | Command::GuestExec(_)
+                | Command::Freeze { .. }
+                | Command::Unfreeze
+        );
+        if !is_guest {
+            return Some((command, reply));
+        }
+        if !self.domain.agent_connected {
+            answer(Err(CommandError::new(
+                ErrorClass::Unavailable,
+                format!(
+                    "{}: the guest agent is not connected (no AGENT_CONNECTED since the domain started, or it disconnected)",
+                    command.name()
+                ),
+            )));
+            return None;
+        }
+        let cache = &self.agent;
+        match command {
+            Command::QueryGuestInfo => answer(Ok(object(cache.guest_info()))),
+            Command::QueryUsers => answer(Ok(object(json!({ "users": cache.users })))),
+            Command::QueryFilesystems => {
+                answer(Ok(object(json!({ "filesystems": cache.filesystems }))))
+            }
+            Command::QueryInterfaces => {
+                answer(Ok(object(json!({ "interfaces": cache.system.interfaces }))))
+            }
+            Command::QueryOsInfo => answer(Ok(object(json!({
+                "os": cache.system.os,
+                "hostname": cache.system.hostname,
+                "timezone": cache.system.timezone,
+            })))),
+            Command::GuestPing { timeout_seconds } => self.start_guest_ping(timeout_seconds, reply),
+            Command::GuestExec(args) => self.start_guest_exec(args, reply),
+            Command::Freeze {
+                unfreeze_timeout_seconds,
+            } => self.start_freeze(unfreeze_timeout_seconds, reply),
+            Command::Unfreeze => self.start_unfreeze(Some(reply)),
+            _ => {}
+        }
+        None
+    }
+
+    fn start_guest_ping(&mut self, timeout_seconds: u64, reply: Sender<CommandResult>) {
+        let name = self.config.domain_name.clone();
+        let timeout = Duration::from_secs(timeout_seconds);
+        self.jobs.spawn(
+            JobKind::Command {
+                name: "guest-ping",
+                exclusive: false,
+            },
+            Some(reply),
+            timeout + Duration::from_secs(5),
+            move |hv| {
+                JobOutput::reply(
+                    agent_call(
+                        hv,
+                        &name,
+                        "guest-ping",
+                        &json!({"execute": "guest-ping"}),
+                        timeout,
+                    )
+                    .map(|_| Map::new()),
+                )
+            },
+        );
+    }
+
+    fn start_guest_exec(&mut self, args: GuestExecArgs, reply: Sender<CommandResult>) {
+        let name = self.config.domain_name.clone();
+        let timeout = Duration::from_secs(args.timeout_seconds);
+        self.jobs.spawn(
+            JobKind::Command {
+                name: "guest-exec",
+                exclusive: false,
+            },
+            Some(reply),
+            timeout + AGENT_TIMEOUT * 2,
+            move |hv| JobOutput::reply(exec_in_guest(hv, &name, &args, timeout)),
+        );
+    }
+
+    fn start_freeze(&mut self, unfreeze_timeout_seconds: u64, reply: Sender<CommandResult>) {
+        if let Some(running) = self.jobs.exclusive_running() {
+            let _ = reply.send(Err(CommandError::new(
+                ErrorClass::Busy,
+                format!("freeze: {running} is still in progress; retry when it completes"),
+            )));
+            return;
+        }
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            JobKind::Command {
+                name: "freeze",
+                exclusive: true,
+            },
+            Some(reply),
+            COMMAND_TIMEOUT,
+            move |hv| {
+                let status = |hv: &dyn Hypervisor| {
+                    agent_call(
+                        hv,
+                        &name,
+                        "freeze",
+                        &json!({"execute": "guest-fsfreeze-status"}),
+                        AGENT_TIMEOUT,
+                    )
+                };
+                // As KubeVirt: freezing frozen filesystems is a no-op.
+                let already = match status(hv) {
+                    Ok(Value::String(s)) => s == "frozen",
+                    Ok(_) => false,
+                    Err(e) => return JobOutput::reply(Err(e)),
+                };
+                let frozen = if already {
+                    0
+                } else {
+                    match agent_call(
+                        hv,
+                        &name,
+                        "freeze",
+                        &json!({"execute": "guest-fsfreeze-freeze"}),
+                        COMMAND_TIMEOUT,
+                    ) {
+                        Ok(count) => count.as_u64().unwrap_or(0),
+                        Err(e) => return JobOutput::reply(Err(e)),
+                    }
+                };
+                JobOutput {
+                    result: Ok(object(json!({
+                        "frozen_filesystems": frozen,
+                        "already_frozen": already,
+                        "unfreeze_timeout_seconds": unfreeze_timeout_seconds,
+                    }))),
+                    observed: Observation::FsFreeze("frozen".into()),
+                }
+            },
+        );
+    }
+
+    /// Thaws, for `unfreeze` (with a reply) or the safety timer (without).
+    pub(super) fn start_unfreeze(&mut self, reply: Option<Sender<CommandResult>>) {
+        self.timers.cancel(Timer::AutoThaw);
+        let kind = match reply {
+            Some(_) => JobKind::Command {
+                name: "unfreeze",
+                exclusive: false,
+            },
+            None => JobKind::Internal { name: "auto-thaw" },
+        };
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(kind, reply, COMMAND_TIMEOUT, move |hv| {
+            match agent_call(
+                hv,
+                &name,
+                "unfreeze",
+                &json!({"execute": "guest-fsfreeze-thaw"}),
+                COMMAND_TIMEOUT,
+            ) {
+                Ok(count) => JobOutput {
+                    result: Ok(object(
+                        json!({ "thawed_filesystems": count.as_u64().unwrap_or(0) }),
+                    )),
+                    observed: Observation::FsFreeze("thawed".into()),
+                },
+                Err(e) => JobOutput::reply(Err(e)),
+            }
+        });
+    }
+
+    pub(super) fn on_freeze_done(&mut self, output: &JobOutput) {
+        if let Ok(reply) = &output.result {
+            let seconds = reply["unfreeze_timeout_seconds"].as_u64().unwrap_or(0);
+            if seconds > 0 {
+                self.timers
+                    .arm_in(Timer::AutoThaw, Duration::from_secs(seconds));
+            }
+        }
+    }
+
+    pub(super) fn on_auto_thaw(&mut self) {
+        log::warn!("manager: the freeze timeout ran out; thawing the guest's filesystems");
+        self.start_unfreeze(None);
+    }
+
+    /// After unpause the guest's clock is behind by the pause; set it from
+    /// the host through the agent, retrying while the agent catches up.
+    pub(super) fn start_guest_time_sync(&mut self) {
+        if !self.domain.agent_connected
+            || self.jobs.is_running(JobKind::Internal {
+                name: "guest-time-sync",
+            })
+        {
+            return;
+        }
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            JobKind::Internal {
+                name: "guest-time-sync",
+            },
+            None,
+            Duration::from_secs(u64::from(TIME_SYNC_ATTEMPTS) * 7),
+            move |hv| {
+                let mut last = None;
+                for attempt in 0..TIME_SYNC_ATTEMPTS {
+                    match hv.sync_guest_time(&name) {
+                        Ok(()) => {
+                            log::info!("manager: guest clock set from the host after unpause");
+                            return JobOutput::reply(Ok(Map::new()));
+                        }
+                        Err(e)
+                            if matches!(
+                                e.kind,
+                                HypervisorErrorKind::Unsupported | HypervisorErrorKind::NoDomain
+                            ) =>
+                        {
+                            return JobOutput::reply(Err(hypervisor_error(&e)));
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                    if attempt + 1 < TIME_SYNC_ATTEMPTS {
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+                let e = last
+                    .map(|e| hypervisor_error(&e))
+                    .unwrap_or_else(|| CommandError::internal("no attempt"));
+                JobOutput::reply(Err(e))
+            },
+        );
+    }
+
+    /// Applies a poll result; tells subscribers when what KubeVirt reports
+    /// (OS, interfaces, freeze status) changed.
+    pub(super) fn handle_agent_update(&mut self, update: AgentUpdate) {
+        match update.result {
+            Ok(data) => self.apply_agent_data(data),
+            Err(e) => log::debug!("manager: agent poll {:?} failed: {e}", update.kind),
+        }
+    }
+
+    pub(super) fn apply_agent_data(&mut self, data: AgentData) {
+        if self.agent.apply(data) {
+            let mut summary = self.agent.change_summary();
+            summary["domain"] = json!(self.config.domain_name);
+            self.publish(EventKind::GuestInfoChanged, summary);
+        }
+    }
+
+    /// Polls only while the agent is connected and the domain runs.
+    pub(super) fn update_poller(&mut self) {
+        let want = self.domain.agent_connected && self.domain.status.state == DomainState::Running;
+        if want != self.poller_active {
+            self.poller_active = want;
+            if let Some(poller) = &self.poller {
+                let _ = poller.send(if want {
+                    PollerControl::Start
+                } else {
+                    PollerControl::Stop
+                });
+            }
+        }
+    }
+}
+
+/// `guest-exec` with captured output, then `guest-exec-status` until the
+/// process exits or `timeout` passes. The agent protocol offers no way to
+/// wait, so the worker asks again with a growing pause.
+fn exec_in_guest(
+    hv: &dyn Hypervisor,
+    name: &str,
+    args: &GuestExecArgs,
+    timeout: Duration,
+) -> CommandResult {
+    let started = Instant::now();
+    let request = json!({
+        "execute": "guest-exec",
+        "arguments": { "path": args.command, "arg": args.args, "capture-output": true },
+    });
+    let ret = agent_call(hv, name, "guest-exec", &request, AGENT_TIMEOUT)?;
+    let pid = ret["pid"].as_i64().ok_or_else(|| {
+        CommandError::internal(format!("guest-exec: no pid in the agent's reply {ret}"))
+    })?;
+    let deadline = started + timeout;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let status = agent_call(
+            hv,
+            name,
+            "guest-exec",
+            &json!({"execute": "guest-exec-status", "arguments": {"pid": pid}}),
+            AGENT_TIMEOUT,
+        )?;
+        if status["exited"].as_bool() == Some(true) {
+            let text = |key: &str| -> Result<String, CommandError> {
+                match status[key].as_str() {
+                    Some(b64) => model::decode_base64(b64)
+                        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+                        .map_err(|e| CommandError::internal(format!("guest-exec: bad {key}: {e}"))),
+                    None => Ok(String::new()),
+                }
+            };
+            return Ok(object(json!({
+                "pid": pid,
+                "exit_code": status["exitcode"],
+                "signal": status["signal"],
+                "stdout": text("out-data")?,
+                "stderr": text("err-data")?,
+                "stdout_truncated": status["out-truncated"].as_bool().unwrap_or(false),
+                "stderr_truncated": status["err-truncated"].as_bool().unwrap_or(false),
+                "elapsed_seconds": started.elapsed().as_secs_f64(),
+            })));
+        }
+        if Instant::now() >= deadline {
+            return Err(CommandError::new(
+                ErrorClass::Timeout,
+                format!(
+                    "guest-exec: {} (guest pid {pid}) still running after {} s; it keeps running in the guest",
+                    args.command,
+                    timeout.as_secs()
+                ),
+            ));
+        }
+        std::thread::sleep(pause.min(deadline.saturating_duration_since(Instant::now())));
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}

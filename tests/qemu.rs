@@ -1,0 +1,346 @@
+//! End to end on real libvirt and QEMU: each test starts a launcher with
+//! its own libvirt daemons (--spawn-libvirt), boots the test guest under
+//! plain emulation, and talks to it only through the launcher's socket.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::guest::*;
+use common::*;
+use serde_json::{Value, json};
+
+fn event_time(e: &Value) -> f64 {
+    e["timestamp"]["seconds"].as_f64().unwrap()
+        + e["timestamp"]["microseconds"].as_f64().unwrap() / 1e6
+}
+
+#[test]
+fn boots_connects_the_agent_reports_stats_and_pauses() {
+    let mut g = boot(TempTree::new("q-boot"), &GuestOptions::new("boot"), &[]);
+    let status = g.client.ok("query-status", Value::Null);
+    assert_eq!(status["phase"], "Running");
+    assert_eq!(status["domain"]["state"], "Running");
+    assert_eq!(status["agent"]["connected"], true);
+    assert_eq!(status["libvirt"]["spawned"]["daemons"][0]["restarts"], 0);
+
+    // Real CPU time and balloon figures (the guest reports its own memory
+    // once the balloon driver's stats period has passed).
+    let deadline = Instant::now() + STEP;
+    let stats = loop {
+        let stats = g.client.ok("query-stats", Value::Null)["stats"].clone();
+        if stats.get("balloon.available").is_some() {
+            break stats;
+        }
+        assert!(Instant::now() < deadline, "no guest balloon stats: {stats}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(stats["cpu.time"].as_u64().unwrap() > 100_000_000, "{stats}");
+    assert_eq!(stats["balloon.maximum"], 192 * 1024);
+    assert!(stats["balloon.current"].as_u64().unwrap() > 0);
+    assert!(stats["balloon.available"].as_u64().unwrap() > 64 * 1024);
+    assert_eq!(stats["vcpu.current"], 1);
+
+    let paused = g.client.ok("pause", Value::Null);
+    assert_eq!(
+        (paused["state"].as_str(), paused["reason"].as_str()),
+        (Some("Paused"), Some("User"))
+    );
+    let e = g
+        .watcher
+        .wait_event(STEP, "Suspended", lifecycle("Suspended", "Paused"));
+    assert_eq!(e["data"]["state"], "Paused");
+    assert_eq!(
+        g.client.ok("query-status", Value::Null)["domain"]["state"],
+        "Paused"
+    );
+    assert_eq!(g.client.ok("unpause", Value::Null)["state"], "Running");
+    let e = g
+        .watcher
+        .wait_event(STEP, "Resumed", lifecycle("Resumed", "Unpaused"));
+    assert_eq!(e["data"]["state"], "Running");
+    // The guest really runs again.
+    assert_eq!(guest_sh(&mut g.client, "echo alive").1, "alive\n");
+}
+
+#[test]
+fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
+    let mut g = boot(TempTree::new("q-term"), &GuestOptions::new("term"), &[]);
+    let sent = Instant::now();
+    g.launcher.signal("TERM");
+    let started = g
+        .watcher
+        .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(started["data"]["grace_period_seconds"], 30);
+    let stopped = g
+        .watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(stopped["data"]["state"], "Shutoff");
+    let took = event_time(&stopped) - event_time(&started);
+    assert!(took < 20.0, "the guest took {took:.1} s to power off");
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    assert!(sent.elapsed() < Duration::from_secs(30));
+    assert!(!g.launcher.ready_socket().exists());
+    wait_no_qemu("e2e_term", Duration::from_secs(5));
+    assert!(g.launcher.log_text().contains("the guest powered off"));
+}
+
+#[test]
+fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
+    // The first ACPI press comes before the guest's acpid runs; the
+    // repeats every 5 s must still power it off.
+    let launcher = start_qemu_launcher(TempTree::new("q-early"), "early", &[]);
+    let mut launcher = launcher;
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    client.request_timeout(
+        "sync",
+        json!({"vmi": guest_vmi(&GuestOptions::new("early"))}),
+        STEP,
+    );
+    watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+    launcher.signal("TERM");
+    watcher.wait_event(BOOT, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(launcher.wait_exit(STEP), 0);
+}
+
+#[test]
+fn a_guest_that_ignores_acpi_is_forced_off_when_the_grace_period_ends() {
+    let mut opts = GuestOptions::new("stubborn");
+    opts.ignore_acpi = true;
+    let mut g = boot(
+        TempTree::new("q-grace"),
+        &opts,
+        &["--grace-period-seconds", "8"],
+    );
+    g.launcher.signal("TERM");
+    let started = g
+        .watcher
+        .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    // A second signal must not cut the grace period short.
+    std::thread::sleep(Duration::from_secs(2));
+    g.launcher.signal("TERM");
+    let expired = g.watcher.wait_event(
+        STEP,
+        "SHUTDOWN_GRACE_EXPIRED",
+        named("SHUTDOWN_GRACE_EXPIRED"),
+    );
+    let waited = event_time(&expired) - event_time(&started);
+    assert!(
+        (7.0..=9.0).contains(&waited),
+        "forced off after {waited:.2} s, not 8 ± 1 s"
+    );
+    let stopped = g
+        .watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Destroyed"));
+    assert_eq!(stopped["data"]["state"], "Shutoff");
+    assert_eq!(g.launcher.wait_exit(STEP), 7);
+    assert!(!g.launcher.ready_socket().exists());
+    wait_no_qemu("e2e_stubborn", Duration::from_secs(5));
+}
+
+#[test]
+fn data_written_before_sigterm_is_there_after_a_new_boot() {
+    let images_dir = TempTree::new("q-disk");
+    let disk = images_dir.path("data.img");
+    ext4_image(&disk, 64);
+    let mark = format!("marker-{}", std::process::id());
+
+    let mut opts = GuestOptions::new("disk");
+    opts.data_disk = Some(disk.clone());
+    let mut g = boot(TempTree::new("q-disk-a"), &opts, &[]);
+    let (code, _) = guest_sh(
+        &mut g.client,
+        &format!("echo {mark} > /mnt/data/marker && sync"),
+    );
+    assert_eq!(code, 0);
+    g.launcher.signal("TERM");
+    g.watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    wait_no_qemu("e2e_disk", Duration::from_secs(5));
+
+    let mut again = boot(TempTree::new("q-disk-b"), &opts, &[]);
+    let (code, out) = guest_sh(&mut again.client, "cat /mnt/data/marker");
+    assert_eq!((code, out.trim()), (0, mark.as_str()));
+    again.client.ok("kill", Value::Null);
+    assert_eq!(again.launcher.wait_exit(STEP), 0);
+}
+
+#[test]
+fn qemu_killed_with_sigkill_is_reported_as_a_crash() {
+    let mut g = boot(TempTree::new("q-crash"), &GuestOptions::new("crash"), &[]);
+    let pids = qemu_pids("e2e_crash");
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let ok = std::process::Command::new("kill")
+        .args(["-KILL", &pids[0].to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let stopped = g
+        .watcher
+        .wait_event(STEP, "Stopped", lifecycle_event("Stopped"));
+    assert_eq!(stopped["data"]["state"], "Shutoff");
+    let reason = stopped["data"]["reason"].as_str().unwrap().to_string();
+    assert!(reason == "Failed" || reason == "Crashed", "reason {reason}");
+    assert_eq!(g.launcher.wait_exit(STEP), 6);
+    assert!(!g.launcher.ready_socket().exists());
+    assert!(g.launcher.log_text().contains("stopped unexpectedly"));
+}
+
+fn lifecycle_event(event: &str) -> impl Fn(&Value) -> bool {
+    let event = event.to_string();
+    move |e| e["event"] == "DOMAIN_LIFECYCLE" && e["data"]["event"] == event.as_str()
+}
+
+#[test]
+fn reset_reboot_delete_and_kill_on_a_live_guest() {
+    let mut g = boot(TempTree::new("q-ops"), &GuestOptions::new("ops"), &[]);
+    let uptime = |c: &mut Client| -> f64 {
+        let (_, out) = guest_sh(c, "cut -d' ' -f1 /proc/uptime");
+        out.trim().parse().unwrap()
+    };
+    // reset: a hard reset; the guest boots again and its agent returns.
+    let before = uptime(&mut g.client);
+    assert!(before > 1.0);
+    g.client.ok("reset", Value::Null);
+    g.watcher
+        .wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    assert!(uptime(&mut g.client) < before + 60.0);
+
+    // reboot: through the agent, since it is connected.
+    let reboot = g.client.ok("reboot", Value::Null);
+    assert_eq!(reboot["mode"], "guest-agent");
+    g.watcher
+        .wait_event(BOOT, "DOMAIN_REBOOT", named("DOMAIN_REBOOT"));
+    g.watcher
+        .wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    assert_eq!(
+        g.client.ok("query-status", Value::Null)["domain"]["state"],
+        "Running"
+    );
+
+    // delete: the definition goes, the guest keeps running.
+    let deleted = g.client.ok("delete", Value::Null);
+    assert_eq!(
+        (deleted["undefined"].as_bool(), deleted["state"].as_str()),
+        (Some(true), Some("Running"))
+    );
+    g.watcher
+        .wait_event(STEP, "Undefined", lifecycle("Undefined", "Removed"));
+    assert_eq!(guest_sh(&mut g.client, "echo still-here").1, "still-here\n");
+
+    // kill: forced off, exit 0.
+    g.client.ok("kill", Value::Null);
+    g.watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Destroyed"));
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    wait_no_qemu("e2e_ops", Duration::from_secs(5));
+}
+
+#[test]
+fn a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops() {
+    let mut g = boot(TempTree::new("q-daemon"), &GuestOptions::new("daemon"), &[]);
+    let uptime_before: f64 = guest_sh(&mut g.client, "cut -d' ' -f1 /proc/uptime")
+        .1
+        .trim()
+        .parse()
+        .unwrap();
+    let status = g.client.ok("query-status", Value::Null);
+    let daemon_pid = status["libvirt"]["spawned"]["daemons"][0]["pid"]
+        .as_u64()
+        .unwrap();
+    let qemu_before = qemu_pids("e2e_daemon");
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-KILL", &daemon_pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    g.watcher
+        .wait_event(STEP, "LIBVIRT_DISCONNECTED", named("LIBVIRT_DISCONNECTED"));
+    // query-status answers while libvirt is away, from the launcher's view.
+    let t = Instant::now();
+    let during = g.client.ok("query-status", Value::Null);
+    assert!(t.elapsed() < Duration::from_millis(100));
+    assert_eq!(during["domain"]["state"], "Running");
+    g.watcher
+        .wait_event(STEP, "LIBVIRT_RECONNECTED", named("LIBVIRT_RECONNECTED"));
+
+    let after = wait_status(&mut g.client, STEP, "reconnected", |s| {
+        s["libvirt"]["connected"] == true
+    });
+    assert_eq!(after["libvirt"]["spawned"]["daemons"][0]["restarts"], 1);
+    assert_ne!(
+        after["libvirt"]["spawned"]["daemons"][0]["pid"]
+            .as_u64()
+            .unwrap(),
+        daemon_pid
+    );
+    // Events flow again through the new connection.
+    g.client.ok("pause", Value::Null);
+    g.watcher
+        .wait_event(STEP, "Suspended", lifecycle("Suspended", "Paused"));
+    g.client.ok("unpause", Value::Null);
+    g.watcher
+        .wait_event(STEP, "Resumed", lifecycle("Resumed", "Unpaused"));
+    // The same QEMU, and the guest kept its uptime: it never stopped.
+    assert_eq!(qemu_pids("e2e_daemon"), qemu_before);
+    let uptime_after: f64 = guest_sh(&mut g.client, "cut -d' ' -f1 /proc/uptime")
+        .1
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        uptime_after > uptime_before,
+        "{uptime_after} <= {uptime_before}"
+    );
+    g.client.ok("kill", Value::Null);
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+}
+
+#[test]
+fn runs_on_the_hosts_libvirt_daemon_without_spawning_one() {
+    // The host daemon scripts/setup-host.sh starts (qemu:///system).
+    let name = format!("host{}", std::process::id());
+    let launcher = Launcher::start_in(
+        TempTree::new("q-host"),
+        &[
+            "--connect",
+            "qemu:///system",
+            "--force-emulation",
+            "--name",
+            &name,
+            "--namespace",
+            "e2e",
+        ]
+        .map(String::from),
+    );
+    let mut launcher = launcher;
+    launcher.wait_ready(STEP);
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let ret = client.request_timeout(
+        "sync",
+        json!({"vmi": guest_vmi(&GuestOptions::new(&name))}),
+        STEP,
+    );
+    assert!(
+        ret.get("return").is_some(),
+        "sync on the host daemon failed: {ret}"
+    );
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    assert_eq!(
+        client.ok("query-status", Value::Null)["libvirt"]["uri"],
+        "qemu:///system"
+    );
+    launcher.signal("TERM");
+    watcher.wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(launcher.wait_exit(STEP), 0);
+    wait_no_qemu(&format!("e2e_{name}"), Duration::from_secs(5));
+}

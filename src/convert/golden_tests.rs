@@ -200,29 +200,3 @@ fn demo_vmi_needs_nothing_on_disk_but_what_the_launcher_creates() {
     let _ = fs::remove_dir_all(&root);
 }
 
-/// `cargo test --release conversion_speed -- --ignored --nocapture` prints
-/// the time of one conversion of the Fedora-like example (target ≤ 200 µs).
-#[test]
-#[ignore = "timing; run in release"]
-fn conversion_speed() {
-    let vmi = load(&Path::new(EXAMPLES_DIR).join("fedora-containerdisk.json"));
-    let ctx = golden_context(&vmi);
-    let rounds = 2000u32;
-    let started = std::time::Instant::now();
-    for _ in 0..rounds {
-        let conversion = convert(&vmi, &ctx).unwrap_or_else(|e| panic!("{e}"));
-        std::hint::black_box(conversion);
-    }
-    let per_conversion = started.elapsed() / rounds;
-    let started = std::time::Instant::now();
-    for _ in 0..rounds {
-        let xml = convert(&vmi, &ctx).and_then(|c| {
-            c.domain
-                .to_xml()
-                .map_err(|e| super::ConvertError::new("", e.message))
-        });
-        std::hint::black_box(xml.unwrap_or_else(|e| panic!("{e}")));
-    }
-    let with_xml = started.elapsed() / rounds;
-    println!("convert: {per_conversion:?} per conversion; convert + to_xml: {with_xml:?}");
-}

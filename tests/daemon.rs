@@ -612,3 +612,35 @@ fn slow_subscriber_loses_oldest_events_and_never_stalls_the_manager() {
     let dropped = slow.wait_event(T, "EVENTS_DROPPED", named("EVENTS_DROPPED"));
     assert!(dropped["data"]["count"].as_u64().unwrap() > 0, "{dropped}");
 }
+
+#[test]
+fn guest_commands_without_an_agent_are_unavailable_at_once() {
+    // The test driver has no guest agent, so none ever connects.
+    let (_launcher, mut c) = synced(&[]);
+    for (command, args) in [
+        ("guest-ping", Value::Null),
+        ("query-guest-info", Value::Null),
+        ("query-users", Value::Null),
+        ("query-filesystems", Value::Null),
+        ("query-interfaces", Value::Null),
+        ("query-os-info", Value::Null),
+        ("guest-exec", json!({"command": "/bin/true"})),
+        ("freeze", Value::Null),
+        ("unfreeze", Value::Null),
+    ] {
+        let t = Instant::now();
+        let (class, desc) = c.err_class(command, args);
+        assert_eq!(class, "Unavailable", "{command}: {desc}");
+        assert!(desc.contains("guest agent is not connected"), "{desc}");
+        assert!(t.elapsed() < Duration::from_millis(200));
+    }
+    // Bad arguments are still InvalidArgument first.
+    assert_eq!(
+        c.err_class("guest-exec", json!({"command": ""})).0,
+        "InvalidArgument"
+    );
+    assert_eq!(
+        c.err_class("guest-ping", json!({"timeout_seconds": 0})).0,
+        "InvalidArgument"
+    );
+}

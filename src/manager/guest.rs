@@ -49,6 +49,12 @@ fn agent_error(
             format!("{command}: the guest agent is not connected"),
         )
         .with_cause(e.to_string()),
+        HypervisorErrorKind::Other if e.message.contains("agent is in frozen state") => {
+            CommandError::invalid_state(format!(
+                "{command}: the guest's filesystems are frozen and the agent refuses most commands until unfreeze"
+            ))
+            .with_cause(e.to_string())
+        }
         HypervisorErrorKind::Other
             if e.message.contains("unable to execute QEMU agent command") =>
         {

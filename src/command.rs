@@ -73,6 +73,42 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "libvirt bulk statistics of the domain (cpu, balloon, vcpu, block, interface), named as virsh domstats names them.",
     },
     CommandSpec {
+        name: "guest-ping",
+        summary: "Ping the QEMU guest agent (arguments.timeout_seconds, default 5).",
+    },
+    CommandSpec {
+        name: "query-guest-info",
+        summary: "What the guest agent last reported: agent version and commands, hostname, OS, timezone, freeze status, users and filesystems (at most 10 each). Served from the launcher's cache.",
+    },
+    CommandSpec {
+        name: "query-users",
+        summary: "Users logged in to the guest, from the agent (full list).",
+    },
+    CommandSpec {
+        name: "query-filesystems",
+        summary: "The guest's mounted filesystems, from the agent (full list).",
+    },
+    CommandSpec {
+        name: "query-interfaces",
+        summary: "The guest's network interfaces from the agent, without lo; the primary IPv4 address first.",
+    },
+    CommandSpec {
+        name: "query-os-info",
+        summary: "The guest's OS (os-release and kernel), hostname and timezone, from the agent.",
+    },
+    CommandSpec {
+        name: "guest-exec",
+        summary: "Run arguments.command with arguments.args in the guest through the agent and wait up to arguments.timeout_seconds (default 30): exit code, stdout and stderr. A non-zero exit is a result, not an error.",
+    },
+    CommandSpec {
+        name: "freeze",
+        summary: "Freeze the guest's filesystems; they thaw by themselves after arguments.unfreeze_timeout_seconds (0: never).",
+    },
+    CommandSpec {
+        name: "unfreeze",
+        summary: "Thaw the guest's filesystems.",
+    },
+    CommandSpec {
         name: "subscribe",
         summary: "Send events on this connection; arguments.events limits them to the listed names.",
     },
@@ -164,6 +200,11 @@ impl Command {
                 let args: SubscribeArgs = typed_args(arguments)?;
                 let events = match args.events {
                     None => None,
+                    Some(names) if names.is_empty() => {
+                        return Err(CommandError::invalid_argument(
+                            "arguments.events is empty; leave it out for every event, or use unsubscribe",
+                        ));
+                    }
                     Some(names) => Some(
                         names
                             .iter()
@@ -175,7 +216,14 @@ impl Command {
                                     ))
                                 })
                             })
-                            .collect::<Result<Vec<_>, _>>()?,
+                            .collect::<Result<Vec<_>, _>>()?
+                            .into_iter()
+                            .fold(Vec::new(), |mut unique, kind| {
+                                if !unique.contains(&kind) {
+                                    unique.push(kind);
+                                }
+                                unique
+                            }),
                     ),
                 };
                 Command::Subscribe { events }
@@ -342,6 +390,80 @@ mod tests {
     }
 
     #[test]
+    fn every_command_is_listed() {
+        let all = [
+            Command::Ping,
+            Command::QueryVersion,
+            Command::QueryCommands,
+            Command::QueryStatus,
+            Command::Sync { vmi: json!({}) },
+            Command::Pause,
+            Command::Unpause,
+            Command::Shutdown,
+            Command::Reboot,
+            Command::Reset,
+            Command::Kill,
+            Command::Delete,
+            Command::QueryDomain,
+            Command::QueryStats,
+            Command::Subscribe { events: None },
+            Command::Unsubscribe,
+            Command::GuestPing { timeout_seconds: 5 },
+            Command::QueryGuestInfo,
+            Command::QueryUsers,
+            Command::QueryFilesystems,
+            Command::QueryInterfaces,
+            Command::QueryOsInfo,
+            Command::GuestExec(GuestExecArgs {
+                command: "x".into(),
+                args: vec![],
+                timeout_seconds: 1,
+            }),
+            Command::Freeze {
+                unfreeze_timeout_seconds: 0,
+            },
+            Command::Unfreeze,
+        ];
+        // A new variant must be added above (the match makes this fail to
+        // compile otherwise) and to COMMANDS.
+        for command in &all {
+            match command {
+                Command::Ping
+                | Command::QueryVersion
+                | Command::QueryCommands
+                | Command::QueryStatus
+                | Command::Sync { .. }
+                | Command::Pause
+                | Command::Unpause
+                | Command::Shutdown
+                | Command::Reboot
+                | Command::Reset
+                | Command::Kill
+                | Command::Delete
+                | Command::QueryDomain
+                | Command::QueryStats
+                | Command::Subscribe { .. }
+                | Command::Unsubscribe
+                | Command::GuestPing { .. }
+                | Command::QueryGuestInfo
+                | Command::QueryUsers
+                | Command::QueryFilesystems
+                | Command::QueryInterfaces
+                | Command::QueryOsInfo
+                | Command::GuestExec(_)
+                | Command::Freeze { .. }
+                | Command::Unfreeze => {}
+            }
+            assert!(
+                COMMANDS.iter().any(|c| c.name == command.name()),
+                "{} is not in COMMANDS",
+                command.name()
+            );
+        }
+        assert_eq!(COMMANDS.len(), all.len());
+    }
+
+    #[test]
     fn unknown_command_is_command_not_found() {
         let err = Command::parse("frobnicate", Map::new()).unwrap_err();
         assert_eq!(err.class, ErrorClass::CommandNotFound);
@@ -407,6 +529,18 @@ mod tests {
                 events: Some(vec![EventKind::DomainLifecycle])
             }
         );
+        assert_eq!(
+            Command::parse(
+                "subscribe",
+                args(json!({"events": ["AGENT_CONNECTED", "AGENT_CONNECTED"]}))
+            )
+            .unwrap(),
+            Command::Subscribe {
+                events: Some(vec![EventKind::AgentConnected])
+            }
+        );
+        let err = Command::parse("subscribe", args(json!({"events": []}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
         let err = Command::parse("subscribe", args(json!({"events": ["NOPE"]}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
         assert!(err.desc.contains("NOPE"));

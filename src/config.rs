@@ -31,7 +31,8 @@ pub struct Config {
     /// The URI to connect to, unless the launcher spawns its own daemon.
     pub connect_uri: String,
     pub qemu_timeout: Duration,
-    pub grace_period: Duration,
+    /// --grace-period-seconds; None: the VMI's terminationGracePeriodSeconds.
+    pub grace_period: Option<Duration>,
     pub standalone_vmi: Option<Value>,
     pub allow_emulation: bool,
     pub force_emulation: bool,
@@ -113,7 +114,7 @@ impl Config {
             },
             connect_uri,
             qemu_timeout: args.qemu_timeout,
-            grace_period: Duration::from_secs(args.grace_period_seconds),
+            grace_period: args.grace_period_seconds.map(Duration::from_secs),
             standalone_vmi,
             allow_emulation: args.allow_emulation,
             force_emulation: args.force_emulation,

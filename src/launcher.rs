@@ -331,11 +331,20 @@ fn serve(
             format!("the command socket does not answer: {e}"),
         )
     })?;
+    // Ready before the rename, so nobody who finds launcher-sock sees
+    // "ready": false or the Initializing phase.
+    shared.ready.store(true, Ordering::Release);
+    let (ack_tx, ack_rx) = bounded(1);
+    let _ = control_tx.send(Control::Ready { ack: ack_tx });
+    ack_rx.recv_timeout(READY_TIMEOUT).map_err(|_| {
+        Failure::new(
+            ExitCode::Internal,
+            "the domain manager did not acknowledge readiness",
+        )
+    })?;
     socket
         .mark_ready()
         .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
-    shared.ready.store(true, Ordering::Release);
-    let _ = control_tx.send(Control::Ready);
     log::info!(
         "ready: {} ({:.1} ms after start)",
         socket.paths.ready.display(),
@@ -389,7 +398,11 @@ fn serve(
             }
         }
     };
-    // Let subscribers receive the final events before the socket goes.
+    // Answer every request already read, and let subscribers receive the
+    // final events, before the socket goes.
+    if !shared.in_flight.wait_idle(DRAIN_TIMEOUT) {
+        log::warn!("some requests were still unanswered after 2 s");
+    }
     if !hub.drain(DRAIN_TIMEOUT) {
         log::warn!("a subscriber did not take its last events within 2 s");
     }

@@ -644,3 +644,65 @@ fn guest_commands_without_an_agent_are_unavailable_at_once() {
         "InvalidArgument"
     );
 }
+
+#[test]
+fn every_request_is_answered_even_when_it_ends_the_launcher() {
+    // kill and shutdown stop the domain, which ends the launcher; their
+    // replies must still arrive, every time.
+    for round in 0..12 {
+        let (mut launcher, mut c) = synced(&[]);
+        let command = if round % 2 == 0 { "kill" } else { "shutdown" };
+        let reply = c.request(command, Value::Null);
+        assert!(
+            reply.get("return").is_some(),
+            "round {round}: {command}: {reply}"
+        );
+        assert_eq!(launcher.wait_exit(T), 0);
+    }
+}
+
+#[test]
+fn the_vmis_grace_period_applies_unless_the_flag_sets_one() {
+    let mut vmi = demo_vmi();
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(12);
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut w = launcher.client();
+    w.ok("subscribe", json!({"events": ["SHUTDOWN_STARTED"]}));
+    launcher.client().ok("sync", json!({ "vmi": vmi }));
+    launcher.signal("TERM");
+    let started = w.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(started["data"]["grace_period_seconds"], 12);
+    assert_eq!(launcher.wait_exit(T), 0);
+
+    let mut launcher = Launcher::start_test(&["--grace-period-seconds", "3"]);
+    launcher.wait_ready(T);
+    let mut w = launcher.client();
+    w.ok("subscribe", json!({"events": ["SHUTDOWN_STARTED"]}));
+    launcher.client().ok("sync", json!({ "vmi": vmi }));
+    launcher.signal("TERM");
+    let started = w.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(started["data"]["grace_period_seconds"], 3);
+    assert_eq!(launcher.wait_exit(T), 0);
+}
+
+#[test]
+fn a_client_stalled_mid_line_is_dropped_but_an_idle_one_stays() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut stalled = launcher.client();
+    let mut idle = launcher.client();
+    stalled.send_raw(b"{\"execute\":\"pi");
+    let began = Instant::now();
+    assert!(
+        stalled.closed_within(Duration::from_secs(45)),
+        "a stalled partial line kept its connection"
+    );
+    assert!(
+        began.elapsed() >= Duration::from_secs(25),
+        "dropped too early: {:?}",
+        began.elapsed()
+    );
+    // The idle connection, silent just as long, still works.
+    idle.ok("ping", Value::Null);
+}

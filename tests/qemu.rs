@@ -344,3 +344,30 @@ fn runs_on_the_hosts_libvirt_daemon_without_spawning_one() {
     assert_eq!(launcher.wait_exit(STEP), 0);
     wait_no_qemu(&format!("e2e_{name}"), Duration::from_secs(5));
 }
+
+#[test]
+fn sigterm_on_a_frozen_paused_guest_still_powers_it_off_cleanly() {
+    let tree = TempTree::new("q-frozen");
+    let disk = tree.path("data.img");
+    ext4_image(&disk, 64);
+    let mut opts = GuestOptions::new("frozen");
+    opts.data_disk = Some(disk);
+    let mut g = boot(TempTree::new("q-frozen-run"), &opts, &[]);
+    assert_eq!(
+        guest_sh(&mut g.client, "echo before > /mnt/data/f && sync").0,
+        0
+    );
+    g.client.ok("freeze", Value::Null);
+    g.client.ok("pause", Value::Null);
+    g.launcher.signal("TERM");
+    // The launcher resumes and thaws the guest, which then powers off by
+    // ACPI like any other: no forced stop.
+    let stopped = g
+        .watcher
+        .wait_event(STEP, "Stopped", lifecycle_event("Stopped"));
+    assert_eq!(stopped["data"]["detail"], "Shutdown", "{stopped}");
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    let log = g.launcher.log_text();
+    assert!(log.contains("resumed the paused guest"), "{log}");
+    assert!(log.contains("thawed the guest's filesystems"), "{log}");
+}

@@ -55,6 +55,15 @@ impl GuestAgentCache {
         }
     }
 
+    /// The timezone as KubeVirt writes it: "name, offset-seconds".
+    pub fn timezone_text(&self) -> String {
+        self.system
+            .timezone
+            .as_ref()
+            .map(|tz| format!("{}, {}", tz.zone, tz.offset))
+            .unwrap_or_default()
+    }
+
     /// The data of a GUEST_INFO_CHANGED event.
     pub fn change_summary(&self) -> Value {
         json!({
@@ -72,12 +81,7 @@ impl GuestAgentCache {
             "supportedCommands": self.version.as_ref().map(|v| v.commands.clone()).unwrap_or_default(),
             "hostname": self.system.hostname.clone().unwrap_or_default(),
             "os": self.system.os.clone().unwrap_or_default(),
-            "timezone": self
-                .system
-                .timezone
-                .as_ref()
-                .map(|tz| format!("{}, {}", tz.zone, tz.offset))
-                .unwrap_or_default(),
+            "timezone": self.timezone_text(),
             "fsFreezeStatus": self.fsfreeze_status.clone().unwrap_or_default(),
             "userList": self.users.iter().take(GUEST_INFO_LIST_LIMIT).collect::<Vec<_>>(),
             "fsInfo": { "disks": self.filesystems.iter().take(GUEST_INFO_LIST_LIMIT).collect::<Vec<_>>() },

@@ -27,7 +27,8 @@ pub struct Args {
     pub hotplug_disk_dir: PathBuf,
     pub connect: Option<String>,
     pub qemu_timeout: Duration,
-    pub grace_period_seconds: u64,
+    /// None: use the VMI's terminationGracePeriodSeconds.
+    pub grace_period_seconds: Option<u64>,
     pub vmi_file: Option<PathBuf>,
     pub allow_emulation: bool,
     pub force_emulation: bool,
@@ -215,16 +216,18 @@ pub static FLAGS: &[FlagSpec] = &[
             Ok(())
         }
     ),
-    flag!(
-        "grace-period-seconds",
-        Some("SECONDS"),
-        Some("30"),
-        "After SIGTERM or SIGINT, how long the guest has to power off after the ACPI request before it is forced off. 0 forces it off at once.",
-        |a, v| {
-            a.grace_period_seconds = parse_seconds(v)?;
+    FlagSpec {
+        long: "grace-period-seconds",
+        short: None,
+        value_name: Some("SECONDS"),
+        default: None,
+        default_doc: Some("the VMI's spec.terminationGracePeriodSeconds, else 30"),
+        help: "After SIGTERM or SIGINT, how long the guest has to power off after the ACPI request before it is forced off. 0 forces it off at once.",
+        apply: |a, v| {
+            a.grace_period_seconds = Some(parse_seconds(v)?);
             Ok(())
-        }
-    ),
+        },
+    },
     flag!(
         "vmi",
         Some("FILE"),
@@ -414,7 +417,7 @@ impl Args {
             hotplug_disk_dir: PathBuf::new(),
             connect: None,
             qemu_timeout: zero,
-            grace_period_seconds: 0,
+            grace_period_seconds: None,
             vmi_file: None,
             allow_emulation: false,
             force_emulation: false,
@@ -618,7 +621,7 @@ mod tests {
             PathBuf::from("/var/run/kubevirt/hotplug-disks")
         );
         assert_eq!(a.qemu_timeout, Duration::from_secs(180));
-        assert_eq!(a.grace_period_seconds, 30);
+        assert_eq!(a.grace_period_seconds, None);
         assert_eq!(a.max_clients, 16);
         assert_eq!(a.max_line_bytes, 1 << 20);
         assert_eq!(a.agent_intervals.sys, Duration::from_secs(120));
@@ -651,7 +654,7 @@ mod tests {
         assert_eq!(a.name.as_deref(), Some("vm1"));
         assert_eq!(a.namespace.as_deref(), Some("ns1"));
         assert_eq!(a.qemu_timeout, Duration::from_secs(90));
-        assert_eq!(a.grace_period_seconds, 5);
+        assert_eq!(a.grace_period_seconds, Some(5));
         assert_eq!(a.max_line_bytes, 65536);
         assert_eq!(a.verbosity, 4);
         assert!(a.allow_emulation);

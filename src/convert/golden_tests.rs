@@ -199,4 +199,3 @@ fn demo_vmi_needs_nothing_on_disk_but_what_the_launcher_creates() {
     assert!(left.is_empty(), "rollback left {left:?}");
     let _ = fs::remove_dir_all(&root);
 }
-

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::commands::{hypervisor_error, object};
 use super::jobs::{JobKind, JobOutput, Observation};
 use super::timers::Timer;
-use super::{COMMAND_TIMEOUT, DomainManager};
+use super::{COMMAND_TIMEOUT, DomainManager, Phase};
 use crate::agent::poller::AGENT_TIMEOUT;
 use crate::agent::{AgentData, AgentUpdate, PollerControl, model};
 use crate::command::{Command, GuestExecArgs};
@@ -135,7 +135,7 @@ impl DomainManager {
             Command::QueryOsInfo => answer(Ok(object(json!({
                 "os": cache.system.os,
                 "hostname": cache.system.hostname,
-                "timezone": cache.system.timezone,
+                "timezone": cache.timezone_text(),
             })))),
             Command::GuestPing { timeout_seconds } => self.start_guest_ping(timeout_seconds, reply),
             Command::GuestExec(args) => self.start_guest_exec(args, reply),
@@ -188,6 +188,12 @@ impl DomainManager {
     }
 
     fn start_freeze(&mut self, unfreeze_timeout_seconds: u64, reply: Sender<CommandResult>) {
+        if matches!(self.phase, Phase::ShuttingDown | Phase::Exiting) {
+            let _ = reply.send(Err(CommandError::invalid_state(
+                "freeze: the domain is being stopped; a frozen guest could not shut down cleanly",
+            )));
+            return;
+        }
         if let Some(running) = self.jobs.exclusive_running() {
             let _ = reply.send(Err(CommandError::new(
                 ErrorClass::Busy,
@@ -277,10 +283,14 @@ impl DomainManager {
 
     pub(super) fn on_freeze_done(&mut self, output: &JobOutput) {
         if let Ok(reply) = &output.result {
+            // The latest freeze decides: 0 means no automatic thaw, even
+            // if an earlier freeze armed one.
             let seconds = reply["unfreeze_timeout_seconds"].as_u64().unwrap_or(0);
             if seconds > 0 {
                 self.timers
                     .arm_in(Timer::AutoThaw, Duration::from_secs(seconds));
+            } else {
+                self.timers.cancel(Timer::AutoThaw);
             }
         }
     }

@@ -186,6 +186,11 @@ impl JobRunner {
         })
     }
 
+    /// Whether some client still waits for a job's reply.
+    pub fn has_waiting_clients(&self) -> bool {
+        self.pending.values().any(|p| p.reply.is_some())
+    }
+
     /// The earliest deadline of a job whose client is still waiting.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.pending

@@ -43,8 +43,10 @@ pub struct ManagerRequest {
 /// Messages from the main thread.
 #[derive(Debug, Clone)]
 pub enum Control {
-    /// The socket was renamed: the launcher is ready for commands.
-    Ready,
+    /// The launcher is about to announce readiness; the manager leaves
+    /// Initializing and acknowledges, so the first client after the rename
+    /// never sees the old phase.
+    Ready { ack: Sender<()> },
     /// Standalone mode: sync this VMI; the outcome goes back on `reply`.
     SyncStandalone {
         vmi: Value,
@@ -156,6 +158,9 @@ pub struct DomainManager {
     poller_active: bool,
     /// The exit decision, held while the domain's definition is removed.
     pending_exit: Option<ExitRequest>,
+    /// How long a signalled guest has to power off: --grace-period-seconds,
+    /// else the synced VMI's terminationGracePeriodSeconds.
+    grace_period: Duration,
 }
 
 /// How long a command's libvirt call may take before the client is told
@@ -164,7 +169,12 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long to wait for libvirt's Stopped event after a job saw the
 /// domain stop.
 const FINAL_EVENT_WAIT: Duration = Duration::from_secs(2);
-/// How long removing the domain's definition may delay the exit.
+/// KubeVirt's default terminationGracePeriodSeconds.
+const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
+/// The clean-up job run before exiting.
+const UNDEFINE_ON_EXIT: &str = "undefine-on-exit";
+/// How long replies still due and removing the domain's definition may
+/// delay the exit.
 const EXIT_CLEANUP_WAIT: Duration = Duration::from_secs(5);
 /// How often to retry connecting to libvirt after losing it.
 const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
@@ -181,6 +191,7 @@ impl DomainManager {
             exit,
             fatal,
         } = parts;
+        let grace_period = config.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD);
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal),
             config,
@@ -206,6 +217,7 @@ impl DomainManager {
             poller,
             poller_active: false,
             pending_exit: None,
+            grace_period,
         }
     }
 
@@ -299,7 +311,8 @@ impl DomainManager {
 
     fn handle_control(&mut self, message: Control) {
         match message {
-            Control::Ready => {
+            Control::Ready { ack } => {
+                let _ = ack.send(());
                 if self.phase == Phase::Initializing {
                     self.phase = if self.domain.started_once {
                         Phase::Running
@@ -327,44 +340,55 @@ impl DomainManager {
         self.finish(ExitCode::QemuTimeout, reason);
     }
 
-    /// Decides that the launcher is done. A stopped domain's definition
-    /// is removed first (its launcher is its owner; on a shared daemon a
-    /// stale definition would otherwise outlive it), then the decision
-    /// goes to the main thread, once.
+    /// Decides that the launcher is done. The decision goes to the main
+    /// thread once clients still waiting for a reply have it, and once a
+    /// stopped domain's definition is removed (its launcher is its owner;
+    /// on a shared daemon a stale definition would otherwise outlive it),
+    /// or after `EXIT_CLEANUP_WAIT` at most.
     fn finish(&mut self, code: ExitCode, reason: String) {
         if self.phase == Phase::Exiting {
             return;
         }
         self.phase = Phase::Exiting;
         self.timers = Timers::default();
-        let request = ExitRequest { code, reason };
-        let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();
-        if !stopped_and_defined || !self.hypervisor.is_connected() {
-            let _ = self.exit.send(request);
-            return;
-        }
-        self.pending_exit = Some(request);
+        self.pending_exit = Some(ExitRequest { code, reason });
         self.timers.arm_in(Timer::ExitNow, EXIT_CLEANUP_WAIT);
-        let name = self.config.domain_name.clone();
-        self.jobs.spawn(
-            JobKind::Internal {
-                name: "undefine-on-exit",
-            },
-            None,
-            EXIT_CLEANUP_WAIT,
-            move |hv| {
-                JobOutput::reply(match hv.undefine(&name) {
-                    Ok(()) => Ok(serde_json::Map::new()),
-                    Err(e) if e.kind == crate::hypervisor::HypervisorErrorKind::NoDomain => {
-                        Ok(serde_json::Map::new())
-                    }
-                    Err(e) => Err(commands::hypervisor_error(&e)),
-                })
-            },
-        );
+        let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();
+        if stopped_and_defined && self.hypervisor.is_connected() {
+            let name = self.config.domain_name.clone();
+            self.jobs.spawn(
+                JobKind::Internal {
+                    name: UNDEFINE_ON_EXIT,
+                },
+                None,
+                EXIT_CLEANUP_WAIT,
+                move |hv| {
+                    JobOutput::reply(match hv.undefine(&name) {
+                        Ok(()) => Ok(serde_json::Map::new()),
+                        Err(e) if e.kind == crate::hypervisor::HypervisorErrorKind::NoDomain => {
+                            Ok(serde_json::Map::new())
+                        }
+                        Err(e) => Err(commands::hypervisor_error(&e)),
+                    })
+                },
+            );
+        }
+        self.exit_when_settled();
     }
 
-    /// Sends the exit decision held back for clean-up.
+    /// Sends the held exit decision once nothing it would cut short is
+    /// still running.
+    fn exit_when_settled(&mut self) {
+        let settled = !self.jobs.has_waiting_clients()
+            && !self.jobs.is_running(JobKind::Internal {
+                name: UNDEFINE_ON_EXIT,
+            });
+        if settled {
+            self.exit_now();
+        }
+    }
+
+    /// Sends the held exit decision.
     fn exit_now(&mut self) {
         if let Some(request) = self.pending_exit.take() {
             let _ = self.exit.send(request);
@@ -506,7 +530,7 @@ impl DomainManager {
                 ExitCode::GracePeriodExpired,
                 format!(
                     "the guest did not power off within the {} s grace period and was forced off",
-                    self.config.grace_period.as_secs()
+                    self.grace_period.as_secs()
                 ),
             ),
             ("Destroyed", _) => (
@@ -602,9 +626,6 @@ impl DomainManager {
                 if let Err(e) = &output.result {
                     log::warn!("manager: {name} failed: {e}");
                 }
-                if name == "undefine-on-exit" {
-                    self.exit_now();
-                }
             }
             JobKind::Command { name: "freeze", .. } => self.on_freeze_done(&output),
             JobKind::Command {
@@ -625,6 +646,9 @@ impl DomainManager {
         }
         if let Some(reply) = reply {
             let _ = reply.send(output.result);
+        }
+        if self.pending_exit.is_some() {
+            self.exit_when_settled();
         }
         if !self.hypervisor.is_connected() && !self.reconnecting {
             self.on_connection_lost("a libvirt call failed");

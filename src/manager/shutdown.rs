@@ -7,14 +7,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use super::jobs::{JobKind, JobOutput};
+use super::jobs::{JobKind, JobOutput, Observation};
 use super::timers::Timer;
 use super::{DomainManager, Phase, StopIntent};
 use crate::events::EventKind;
 use crate::exit::ExitCode;
+use crate::hypervisor::DomainState;
 
 /// How often the ACPI power button is pressed again.
 const ACPI_REPEAT: Duration = Duration::from_secs(5);
+/// The job that presses the power button.
+const ACPI_JOB: &str = "acpi-shutdown";
 /// How soon a failed forced stop is tried again.
 const DESTROY_RETRY: Duration = Duration::from_secs(1);
 
@@ -50,7 +53,7 @@ impl DomainManager {
             );
             return;
         }
-        let grace = self.config.grace_period;
+        let grace = self.grace_period;
         let now = Instant::now();
         let deadline = now + grace;
         self.phase = Phase::ShuttingDown;
@@ -100,25 +103,52 @@ impl DomainManager {
         self.arm_acpi_repeat(deadline);
     }
 
+    /// Presses the ACPI power button. A guest that cannot act on it is
+    /// made able to first: a paused one is resumed, and frozen filesystems
+    /// are thawed (a shutdown blocks on a frozen filesystem), so the stop
+    /// stays graceful instead of ending as a forced one.
     fn press_power_button(&mut self) {
-        if self.jobs.is_running(JobKind::Internal {
-            name: "acpi-shutdown",
-        }) {
+        if self.jobs.is_running(JobKind::Internal { name: ACPI_JOB }) {
             return;
         }
         let name = self.config.domain_name.clone();
+        let frozen = self.agent.fsfreeze_status.as_deref() == Some("frozen");
         self.jobs.spawn(
-            JobKind::Internal {
-                name: "acpi-shutdown",
-            },
+            JobKind::Internal { name: ACPI_JOB },
             None,
             ACPI_REPEAT,
             move |hv| {
-                JobOutput::reply(
-                    hv.shutdown_acpi(&name)
+                // Resume first: a paused guest's agent cannot thaw anything.
+                if let Ok(Some(status)) = hv.domain_status(&name)
+                    && status.state == DomainState::Paused
+                {
+                    match hv.resume(&name) {
+                        Ok(()) => {
+                            log::info!("manager: resumed the paused guest so it can power off")
+                        }
+                        Err(e) => log::warn!("manager: could not resume the paused guest: {e}"),
+                    }
+                }
+                let mut observed = Observation::Nothing;
+                if frozen {
+                    let thaw = r#"{"execute":"guest-fsfreeze-thaw"}"#;
+                    match hv.agent_command(&name, thaw, Duration::from_secs(5)) {
+                        Ok(_) => {
+                            log::info!(
+                                "manager: thawed the guest's filesystems before the shutdown"
+                            );
+                            observed = Observation::FsFreeze("thawed".into());
+                        }
+                        Err(e) => log::warn!("manager: could not thaw before the shutdown: {e}"),
+                    }
+                }
+                JobOutput {
+                    result: hv
+                        .shutdown_acpi(&name)
                         .map(|()| serde_json::Map::new())
                         .map_err(|e| super::commands::hypervisor_error(&e)),
-                )
+                    observed,
+                }
             },
         );
     }
@@ -134,13 +164,13 @@ impl DomainManager {
             self.stop_intent = Some(StopIntent::GraceExpired);
             log::warn!(
                 "manager: the guest did not power off within {} s; forcing it off",
-                self.config.grace_period.as_secs()
+                self.grace_period.as_secs()
             );
             self.publish(
                 EventKind::ShutdownGraceExpired,
                 json!({
                     "domain": self.config.domain_name,
-                    "grace_period_seconds": self.config.grace_period.as_secs(),
+                    "grace_period_seconds": self.grace_period.as_secs(),
                 }),
             );
         }

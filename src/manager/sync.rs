@@ -8,6 +8,7 @@
 
 use std::fs::OpenOptions;
 use std::path::Path;
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use serde_json::{Value, json};
@@ -74,6 +75,16 @@ pub fn decide_domain_type(
     }
 }
 
+/// "arguments.vmi.<path>: <message>", or "arguments.vmi: <message>" for
+/// a problem with the VMI as a whole.
+fn at_vmi_path(path: &str, message: &str) -> String {
+    if path.is_empty() {
+        format!("arguments.vmi: {message}")
+    } else {
+        format!("arguments.vmi.{path}: {message}")
+    }
+}
+
 /// Everything the sync job needs, decided before it starts.
 struct SyncPlan {
     domain_name: String,
@@ -119,9 +130,9 @@ impl DomainManager {
         );
     }
 
-    fn plan_sync(&self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
+    fn plan_sync(&mut self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
         let vmi = crate::vmi::parse_vmi(vmi_json)
-            .map_err(|e| CommandError::invalid_argument(format!("arguments.vmi.{e}")))?;
+            .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         self.check_identity(vmi.namespace(), vmi.name(), vmi.uid())?;
         let info = self.hypervisor.info();
         let domain_type = decide_domain_type(
@@ -143,10 +154,10 @@ impl DomainManager {
             user_net_backend: self.host.user_net_backend,
             block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
             taps: convert::detect_taps(&vmi, Path::new("/sys/class/net")),
-            grace_period_seconds: self.config.grace_period.as_secs() as i64,
+            grace_period_seconds: self.grace_period_for(&vmi).as_secs() as i64,
         };
         let conversion = convert::convert(&vmi, &ctx)
-            .map_err(|e| CommandError::invalid_argument(format!("arguments.vmi.{e}")))?;
+            .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         let xml = conversion
             .domain
             .to_xml()
@@ -155,12 +166,22 @@ impl DomainManager {
             "manager: domain XML for {}:\n{xml}",
             self.config.domain_name
         );
+        if self.config.grace_period.is_none() {
+            self.grace_period = self.grace_period_for(&vmi);
+        }
         Ok(SyncPlan {
             domain_name: self.config.domain_name.clone(),
             xml,
             disk_plan: conversion.disk_plan,
             start_paused: vmi.starts_paused(),
             paused_by_user: self.domain.paused_by_user,
+        })
+    }
+
+    /// The grace period for `vmi`: the flag's, else the VMI's own.
+    fn grace_period_for(&self, vmi: &crate::vmi::VirtualMachineInstance) -> Duration {
+        self.config.grace_period.unwrap_or_else(|| {
+            Duration::from_secs(u64::try_from(vmi.termination_grace_period_seconds()).unwrap_or(0))
         })
     }
 
@@ -206,7 +227,8 @@ fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
                     observed: Observation::Status(status),
                 }
             }
-            Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
+            // The sync itself worked; its events will show the state.
+            Err(_) => JobOutput::reply(Ok(reply)),
         },
         Err(e) => JobOutput::reply(Err(e)),
     }

@@ -31,6 +31,11 @@ impl<R: Read> LineReader<R> {
         }
     }
 
+    /// Whether part of a line has been read and its end not yet.
+    pub fn has_partial_line(&self) -> bool {
+        !self.pending.line.is_empty() || self.pending.discarding > 0
+    }
+
     /// Returns the next frame, or `None` at end of input. Blank lines are
     /// skipped. A final line without a newline is still returned.
     pub fn next_frame(&mut self) -> io::Result<Option<Frame>> {
@@ -75,12 +80,13 @@ struct PendingLine {
 impl PendingLine {
     /// Adds a piece of the current line; `complete` when it ended with `\n`.
     fn take_segment(&mut self, segment: &[u8], complete: bool, max: usize) -> Option<Frame> {
+        // Discarded bytes count the line's content only, not its `\n`.
         if self.discarding > 0 {
-            self.discarding += segment.len() + usize::from(complete);
+            self.discarding += segment.len();
         } else if self.line.len() + segment.len() > max + 1 {
             // One byte of slack for the `\r` of a `\r\n` ending, which does
             // not count; the exact limit is checked when the line ends.
-            self.discarding = self.line.len() + segment.len() + usize::from(complete);
+            self.discarding = self.line.len() + segment.len();
             self.line = Vec::new();
         } else {
             self.line.extend_from_slice(segment);
@@ -148,7 +154,7 @@ mod tests {
         input.extend_from_slice(b"\nok\n");
         assert_eq!(
             frames(&input, 10),
-            vec![Frame::TooLarge { bytes: 26 }, line("ok")]
+            vec![Frame::TooLarge { bytes: 25 }, line("ok")]
         );
     }
 
@@ -181,7 +187,7 @@ mod tests {
         let mut reader = LineReader::new(Trickle(&input), 16);
         assert_eq!(
             reader.next_frame().unwrap(),
-            Some(Frame::TooLarge { bytes: 1001 })
+            Some(Frame::TooLarge { bytes: 1000 })
         );
         assert!(reader.pending.line.capacity() <= 64);
         assert_eq!(reader.next_frame().unwrap(), Some(line("next")));

@@ -21,6 +21,9 @@ use crate::protocol::{
 };
 use crate::threads;
 
+/// How long a client may leave a line unfinished.
+const PARTIAL_LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The write half, shared by the reader (replies) and the event writer so
 /// that whole lines never interleave.
 #[derive(Clone)]
@@ -59,6 +62,9 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
     if let Err(e) = writer.set_write_timeout(Some(shared.write_timeout)) {
         log::warn!("server: client {id}: cannot set write timeout: {e}");
     }
+    if let Err(e) = stream.set_read_timeout(Some(PARTIAL_LINE_TIMEOUT)) {
+        log::warn!("server: client {id}: cannot set read timeout: {e}");
+    }
     let (reply_tx, reply_rx) = bounded(1);
     let mut conn = Connection {
         id,
@@ -77,7 +83,11 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
     }
     let mut reader = LineReader::new(stream, conn.shared.max_line_bytes);
     loop {
-        let reply = match reader.next_frame() {
+        let frame = reader.next_frame();
+        if matches!(frame, Ok(Some(_))) {
+            conn.shared.in_flight.start();
+        }
+        let reply = match frame {
             Ok(Some(Frame::Line(line))) => conn.handle_line(&line),
             Ok(Some(Frame::TooLarge { bytes })) => encode_error(
                 &CommandError::new(
@@ -90,12 +100,31 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
                 None,
             ),
             Ok(None) => break,
+            // An idle client (a subscriber, an operator at a prompt) may
+            // stay; one that stopped in the middle of a line is dropped.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if reader.has_partial_line() {
+                    log::warn!(
+                        "server: client {id} sent part of a line and nothing for {} s; closing",
+                        PARTIAL_LINE_TIMEOUT.as_secs()
+                    );
+                    break;
+                }
+                continue;
+            }
             Err(e) => {
                 log::debug!("server: client {id}: read error: {e}");
                 break;
             }
         };
-        if conn.outbox.write_line(&reply).is_err() {
+        let written = conn.outbox.write_line(&reply);
+        conn.shared.in_flight.done();
+        if written.is_err() {
             break;
         }
     }
@@ -204,6 +233,7 @@ fn write_events(queue: SubscriberQueue, outbox: Outbox) {
         if dropped > 0 {
             let notice = Event::new(EventKind::EventsDropped, json!({ "count": dropped }));
             if outbox.write_line(&notice.line).is_err() {
+                outbox.close();
                 break;
             }
         }

@@ -9,8 +9,8 @@ pub mod socket;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::Sender;
@@ -21,6 +21,37 @@ use crate::manager::ManagerRequest;
 use crate::protocol::{Hello, PROTOCOL_VERSION};
 use crate::threads::{self, FatalSender};
 use hub::EventHub;
+
+/// Requests read but not yet answered, so the exit can wait for their
+/// replies ("exactly one reply per request line" holds to the end).
+#[derive(Default)]
+pub struct InFlight {
+    count: Mutex<usize>,
+    idle: Condvar,
+}
+
+impl InFlight {
+    pub fn start(&self) {
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+
+    pub fn done(&self) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until no request is in flight; false on timeout.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        match self.idle.wait_timeout_while(count, timeout, |c| *c > 0) {
+            Ok((_, result)) => !result.timed_out(),
+            Err(_) => false,
+        }
+    }
+}
 
 /// What every client thread shares.
 pub struct ServerShared {
@@ -34,6 +65,7 @@ pub struct ServerShared {
     pub hub: Arc<EventHub>,
     pub fatal: FatalSender,
     pub active_clients: AtomicUsize,
+    pub in_flight: InFlight,
     next_client_id: AtomicU64,
 }
 
@@ -56,6 +88,7 @@ impl ServerShared {
             hub,
             fatal,
             active_clients: AtomicUsize::new(0),
+            in_flight: InFlight::default(),
             next_client_id: AtomicU64::new(1),
         }
     }

@@ -195,7 +195,16 @@ impl Drop for Launcher {
             // launcher alone would leave its QEMU running.
             if let Ok(mut client) = Client::try_connect(&self.ready_socket()) {
                 client.send_raw(b"{\"execute\":\"kill\"}\n");
-                let deadline = Instant::now() + Duration::from_secs(15);
+                // No domain to kill: nothing to wait for.
+                let killed = client
+                    .read_line(Duration::from_secs(5))
+                    .is_some_and(|reply| reply.get("return").is_some());
+                let wait = if killed {
+                    Duration::from_secs(15)
+                } else {
+                    Duration::ZERO
+                };
+                let deadline = Instant::now() + wait;
                 while Instant::now() < deadline {
                     if let Ok(Some(_)) = self.child.try_wait() {
                         break;

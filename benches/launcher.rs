@@ -1,0 +1,367 @@
+//! Figures, not pass/fail: `scripts/bench.sh` (or `cargo bench --bench
+//! launcher`) prints how fast and how small the launcher is.
+//!
+//! Sections: `test` (libvirt's test driver: start-up, round trips, memory,
+//! conversion) and `qemu` (the test guest on real libvirt and QEMU: sync,
+//! agent, SIGTERM, poll cost). Pass section names to run only those.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::guest::*;
+use common::*;
+use serde_json::{Value, json};
+use virt_launcher::hypervisor::libvirt::LibvirtHypervisor;
+use virt_launcher::hypervisor::{GuestInfoKind, Hypervisor};
+
+fn main() {
+    let wanted: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
+    println!(
+        "virt-launcher {} benchmarks ({} cores)",
+        env!("CARGO_PKG_VERSION"),
+        cores()
+    );
+    if run("test") {
+        startup();
+        round_trips_and_memory();
+        conversion();
+        binary_size();
+    }
+    if run("qemu") {
+        qemu();
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// p50 and p99 of a set of durations, in microseconds.
+fn percentiles(mut samples: Vec<Duration>) -> (f64, f64, f64) {
+    samples.sort();
+    let at =
+        |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e6;
+    (at(0.50), at(0.99), at(1.0))
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn startup() {
+    let mut samples = Vec::new();
+    for _ in 0..30 {
+        let tree = TempTree::new("bench-start");
+        let started = Instant::now();
+        let launcher = Launcher::start_in(
+            tree,
+            &[
+                "--connect",
+                "test:///default",
+                "--name",
+                "b",
+                "--namespace",
+                "bench",
+            ]
+            .map(String::from),
+        );
+        let socket = launcher.ready_socket();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        samples.push(started.elapsed());
+        drop(launcher);
+    }
+    let (p50, p99, max) = percentiles(samples);
+    println!(
+        "exec -> ready socket (test:///default, 30 runs): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms   [target <= 25 ms]",
+        p50 / 1000.0,
+        p99 / 1000.0,
+        max / 1000.0
+    );
+}
+
+fn time_requests(client: &mut Client, command: &str, n: usize) -> Vec<Duration> {
+    let line = format!("{{\"execute\":\"{command}\",\"id\":1}}\n");
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            client.send_raw(line.as_bytes());
+            let reply = client.read_reply(Duration::from_secs(10));
+            let took = t.elapsed();
+            assert!(reply.get("return").is_some() || reply.get("error").is_some());
+            took
+        })
+        .collect()
+}
+
+fn round_trips_and_memory() {
+    let mut launcher = Launcher::start_in(
+        TempTree::new("bench-rt"),
+        &[
+            "--connect",
+            "test:///default",
+            "--vmi",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/examples/vmi.json"),
+        ]
+        .map(String::from),
+    );
+    launcher.wait_ready(Duration::from_secs(10));
+    let mut client = launcher.client();
+    // Let the standalone sync finish first.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.ok("query-status", Value::Null)["domain"]["state"] != "Running" {
+        assert!(Instant::now() < deadline);
+    }
+    let rss_ready = rss_kib(launcher.pid());
+    time_requests(&mut client, "ping", 1000); // warm up
+    for command in ["ping", "query-status"] {
+        let (p50, p99, max) = percentiles(time_requests(&mut client, command, 10_000));
+        println!(
+            "{command} round trip (10,000 on one connection): p50 {p50:.1} us, p99 {p99:.1} us, max {max:.0} us{}",
+            if command == "ping" {
+                "   [target p50 <= 30 us]"
+            } else {
+                ""
+            }
+        );
+    }
+    let mut mixed = 0;
+    while mixed < 100_000 {
+        time_requests(
+            &mut client,
+            if mixed % 2 == 0 {
+                "ping"
+            } else {
+                "query-status"
+            },
+            1000,
+        );
+        mixed += 1000;
+    }
+    let rss_after = rss_kib(launcher.pid());
+    println!(
+        "RSS: {:.1} MiB after ready, {:.1} MiB after 100,000 more requests (growth {} KiB)   [target <= 20 MiB, growth <= 1 MiB]",
+        rss_ready as f64 / 1024.0,
+        rss_after as f64 / 1024.0,
+        rss_after as i64 - rss_ready as i64
+    );
+}
+
+fn conversion() {
+    use virt_launcher::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
+    let examples = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"));
+    let mut names: Vec<_> = fs::read_dir(examples)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    names.sort();
+    println!("VMI -> domain XML conversion (pure, no file creation; release build):");
+    for path in names {
+        let value: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+        let vmi = virt_launcher::vmi::parse_vmi(&value).unwrap();
+        let ctx = ConvertContext {
+            domain_type: DomainType::Qemu,
+            namespace: vmi.namespace().to_string(),
+            name: vmi.name().to_string(),
+            uid: vmi.uid().to_string(),
+            private_dir: "/var/run/kubevirt-private".into(),
+            ephemeral_disk_dir: "/var/run/kubevirt-ephemeral-disks".into(),
+            container_disk_dir: "/var/run/kubevirt/container-disks".into(),
+            hotplug_disk_dir: "/var/run/kubevirt/hotplug-disks".into(),
+            ovmf: Some(OvmfPaths {
+                code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
+                vars: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
+                secure_code: Some("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd".into()),
+                secure_vars: Some("/usr/share/OVMF/OVMF_VARS_4M.ms.fd".into()),
+            }),
+            user_net_backend: UserNetBackend::Slirp,
+            block_pvcs: ["database".to_string(), "shared-lun".to_string()].into(),
+            taps: [("secondary".to_string(), "tap-secondary".to_string())].into(),
+            grace_period_seconds: 30,
+        };
+        let rounds = 5000u32;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            std::hint::black_box(convert::convert(&vmi, &ctx).unwrap());
+        }
+        let convert_only = t.elapsed() / rounds;
+        let t = Instant::now();
+        for _ in 0..rounds {
+            let vmi = virt_launcher::vmi::parse_vmi(std::hint::black_box(&value)).unwrap();
+            let xml = convert::convert(&vmi, &ctx)
+                .unwrap()
+                .domain
+                .to_xml()
+                .unwrap();
+            std::hint::black_box(xml);
+        }
+        let full = t.elapsed() / rounds;
+        let stem = path.file_stem().unwrap().to_string_lossy();
+        let target = if stem == "fedora-containerdisk" {
+            "   [target <= 200 us]"
+        } else {
+            ""
+        };
+        println!(
+            "  {stem:<22} convert {:>6.1} us; parse + convert + XML {:>6.1} us{target}",
+            convert_only.as_secs_f64() * 1e6,
+            full.as_secs_f64() * 1e6
+        );
+    }
+}
+
+fn binary_size() {
+    let bin = Path::new(BIN);
+    let stripped =
+        std::env::temp_dir().join(format!("virt-launcher-stripped-{}", std::process::id()));
+    fs::copy(bin, &stripped).unwrap();
+    let ok = Command::new("strip")
+        .arg(&stripped)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    let size = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64;
+    println!(
+        "binary: {:.2} MiB as built ({}), {}",
+        size(bin),
+        bin.display(),
+        if ok {
+            format!("{:.2} MiB stripped", size(&stripped))
+        } else {
+            "strip not available".into()
+        }
+    );
+    let _ = fs::remove_file(stripped);
+}
+
+fn qemu() {
+    let opts = GuestOptions::new("bench");
+    let launcher = start_qemu_launcher(TempTree::new("bench-qemu"), "bench", &[]);
+    let mut launcher = launcher;
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+
+    let t = Instant::now();
+    let synced = client.request_timeout("sync", json!({"vmi": guest_vmi(&opts)}), STEP);
+    let sync_reply = t.elapsed();
+    assert!(synced.get("return").is_some(), "{synced}");
+    watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+    let running = t.elapsed();
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    let agent = t.elapsed();
+
+    // The exact XML the launcher defined, for the baseline below.
+    let status = client.ok("query-status", Value::Null);
+    let uri = status["libvirt"]["uri"].as_str().unwrap().to_string();
+    let conn = virt::connect::Connect::open(Some(&uri)).unwrap();
+    let defined_xml = conn
+        .lookup_domain_by_name("e2e_bench")
+        .unwrap()
+        .xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE)
+        .unwrap();
+    println!(
+        "sync -> AGENT_CONNECTED: {:.1} s (plain emulation)",
+        agent.as_secs_f64()
+    );
+
+    // What one full poll round costs, through the same calls the poller makes.
+    let (tx, _rx) = crossbeam_channel::unbounded();
+    let hv: Arc<dyn Hypervisor> =
+        Arc::new(LibvirtHypervisor::connect(&uri, "e2e_bench", tx).unwrap());
+    let round = || {
+        let t = Instant::now();
+        for cmd in [
+            r#"{"execute":"guest-info"}"#,
+            r#"{"execute":"guest-get-fsinfo"}"#,
+            r#"{"execute":"guest-fsfreeze-status"}"#,
+        ] {
+            hv.agent_command("e2e_bench", cmd, Duration::from_secs(5))
+                .unwrap();
+        }
+        hv.guest_info(
+            "e2e_bench",
+            &[
+                GuestInfoKind::Hostname,
+                GuestInfoKind::Os,
+                GuestInfoKind::Timezone,
+                GuestInfoKind::Interfaces,
+            ],
+        )
+        .unwrap();
+        hv.guest_info("e2e_bench", &[GuestInfoKind::Users]).unwrap();
+        t.elapsed()
+    };
+    let rounds: Vec<Duration> = (0..20).map(|_| round()).collect();
+    let (p50, _, max) = percentiles(rounds);
+    println!(
+        "one full agent poll round (5 calls): p50 {:.1} ms, max {:.1} ms",
+        p50 / 1000.0,
+        max / 1000.0
+    );
+
+    // query-guest-info is served from the cache.
+    let deadline = Instant::now() + STEP;
+    while client.ok("query-guest-info", Value::Null)["hostname"] == "" {
+        assert!(Instant::now() < deadline);
+    }
+    let (p50, p99, _) = percentiles(time_requests(&mut client, "query-guest-info", 2000));
+    println!(
+        "query-guest-info round trip (2,000): p50 {p50:.1} us, p99 {p99:.1} us   [target p50 <= 50 us]"
+    );
+    println!(
+        "launcher RSS with a running guest: {:.1} MiB",
+        rss_kib(launcher.pid()) as f64 / 1024.0
+    );
+
+    let t = Instant::now();
+    launcher.signal("TERM");
+    let code = launcher.wait_exit(STEP);
+    println!(
+        "SIGTERM -> exit (cooperative guest, ACPI): {:.2} s, status {code}",
+        t.elapsed().as_secs_f64()
+    );
+    drop(conn);
+
+    // Baseline: the same XML created directly on a fresh daemon of the
+    // same kind (a second launcher's, which runs no domain itself).
+    let other = start_qemu_launcher(TempTree::new("bench-bare"), "baseline", &[]);
+    let mut other_client = other.client();
+    let other_uri = other_client.ok("query-status", Value::Null)["libvirt"]["uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let conn = virt::connect::Connect::open(Some(&other_uri)).unwrap();
+    let bare_xml = defined_xml.replace("<name>e2e_bench</name>", "<name>e2e_bare</name>");
+    let t = Instant::now();
+    let dom = conn.create_domain_xml(&bare_xml, 0).unwrap();
+    let bare = t.elapsed();
+    dom.destroy().unwrap();
+    println!(
+        "sync -> Running: {:.0} ms (sync reply {:.0} ms); bare virDomainCreateXML of the same XML: {:.0} ms; ratio {:.2}   [target <= 1.2]",
+        running.as_secs_f64() * 1e3,
+        sync_reply.as_secs_f64() * 1e3,
+        bare.as_secs_f64() * 1e3,
+        running.as_secs_f64() / bare.as_secs_f64()
+    );
+}

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Prints the launcher's figures (no pass/fail): start-up, round trips,
+# memory, conversion time, binary size, and on real QEMU the sync, agent,
+# SIGTERM and poll figures. `scripts/bench.sh test` or `scripts/bench.sh
+# qemu` runs one section. The qemu section needs the host set-up
+# (scripts/setup-host.sh) and builds the test guest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/build-test-guest.sh target/test-guest >/dev/null
+cargo bench --bench launcher --locked -- "$@"

@@ -1,0 +1,286 @@
+#!/bin/bash
+# smoke.sh [PATH_TO_BINARY]
+#
+# A quick tour of the command socket on libvirt's in-process test driver
+# (test:///default: no daemon, no guest), using only the launcher binary and
+# socat. It starts the launcher in standalone mode with examples/vmi.json in
+# a temporary directory, checks the greeting, the introspection commands,
+# pause/unpause, query-domain, query-stats, errors of several classes and
+# events, then sends SIGTERM and checks the exit status, the socket's removal
+# and the final events a subscriber saw.
+#
+# PATH_TO_BINARY defaults to target/release/virt-launcher, which is built
+# with `cargo build --release` when missing. Prints one line per check that
+# passed; on the first failed check it says which, shows the end of the
+# launcher's log and exits 1. The temporary directory and any process the
+# script started are removed on every exit path.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VMI_FILE=$ROOT/examples/vmi.json
+
+TMP=""
+LAUNCHER_PID=""
+SUB_PID=""
+SUB_FD_OPEN=0
+
+cleanup() {
+    local status=$?
+    trap - EXIT INT TERM
+    if [ "$SUB_FD_OPEN" = 1 ]; then
+        exec 7>&- || true
+    fi
+    for pid in "$LAUNCHER_PID" "$SUB_PID"; do
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            kill -KILL "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    if [ -n "$TMP" ]; then
+        rm -rf "$TMP"
+    fi
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+fail() {
+    echo "smoke: FAIL: $*" >&2
+    if [ -n "$TMP" ] && [ -s "$TMP/launcher.log" ]; then
+        echo "smoke: last lines of the launcher's log:" >&2
+        tail -n 15 "$TMP/launcher.log" | sed 's/^/    /' >&2
+    fi
+    exit 1
+}
+
+ok() { echo "ok   $*"; }
+
+# contains TEXT FRAGMENT: whether TEXT contains FRAGMENT literally.
+contains() { [[ "$1" == *"$2"* ]]; }
+
+# expect WHAT TEXT FRAGMENT...: fails unless TEXT contains every FRAGMENT.
+expect() {
+    local what=$1 text=$2
+    shift 2
+    local fragment
+    for fragment in "$@"; do
+        contains "$text" "$fragment" || fail "$what: expected $fragment in: ${text:0:600}"
+    done
+}
+
+command -v socat >/dev/null || fail "socat is not installed"
+
+# --- the binary --------------------------------------------------------------
+if [ $# -gt 1 ]; then
+    echo "usage: $0 [PATH_TO_BINARY]" >&2
+    exit 2
+fi
+if [ $# -eq 1 ]; then
+    BIN=$1
+    [ -x "$BIN" ] || fail "$BIN is not an executable file"
+else
+    BIN=$ROOT/target/release/virt-launcher
+    if [ ! -x "$BIN" ]; then
+        echo "smoke: $BIN is missing; running cargo build --release" >&2
+        (cd "$ROOT" && cargo build --release) || fail "cargo build --release failed"
+    fi
+fi
+BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+
+# --- start the launcher --------------------------------------------------------
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/vl-smoke.XXXXXX")
+SOCK=$TMP/share/sockets/launcher-sock
+
+"$BIN" --connect test:///default --vmi "$VMI_FILE" \
+    --kubevirt-share-dir "$TMP/share" --private-dir "$TMP/private" \
+    --ephemeral-disk-dir "$TMP/ephemeral" --container-disk-dir "$TMP/container-disks" \
+    --hotplug-disk-dir "$TMP/hotplug-disks" \
+    </dev/null >"$TMP/launcher.log" 2>&1 &
+LAUNCHER_PID=$!
+
+for _ in $(seq 200); do
+    [ -S "$SOCK" ] && break
+    kill -0 "$LAUNCHER_PID" 2>/dev/null || fail "the launcher exited before its socket was ready"
+    sleep 0.05
+done
+[ -S "$SOCK" ] || fail "launcher-sock did not appear within 10 s"
+[ ! -e "$TMP/share/sockets/launcher-init-sock" ] || fail "launcher-init-sock still exists next to launcher-sock"
+[ -e "$SOCK.lock" ] || fail "the lock file launcher-sock.lock is missing"
+mode=$(stat -c %a "$SOCK")
+[ "$mode" = 600 ] || fail "launcher-sock has mode $mode, expected 600"
+ok "launcher-sock ready (mode 0600, lock file present)"
+
+# request LINE...: sends the lines on one connection; prints every line the
+# server wrote (the greeting first).
+request() {
+    printf '%s\n' "$@" | socat -t 5 - "UNIX-CONNECT:$SOCK" \
+        || fail "socat could not talk to $SOCK"
+}
+
+# reply LINE: sends one request; prints its reply line (without the greeting).
+reply() {
+    request "$1" | sed -n 2p
+}
+
+# --- greeting and introspection --------------------------------------------------
+out=$(request '{"execute":"ping","id":1}')
+hello=$(printf '%s\n' "$out" | sed -n 1p)
+expect "greeting" "$hello" '{"hello":{"protocol":1,"server":"virt-launcher",' \
+    "\"pid\":$LAUNCHER_PID," '"vmi":"default/demo"' '"ready":true' \
+    '"commands":["ping",' '"max_line_bytes":1048576}}'
+ok "greeting: protocol 1, pid $LAUNCHER_PID, vmi default/demo, ready"
+
+[ "$(printf '%s\n' "$out" | sed -n 2p)" = '{"return":{},"id":1}' ] \
+    || fail "ping: unexpected reply: $(printf '%s\n' "$out" | sed -n 2p)"
+ok "ping"
+
+out=$(reply '{"execute":"query-version","id":"v"}')
+expect "query-version" "$out" '{"return":{' '"launcher":"' '"protocol":1' \
+    '"uri":"test:///default"' '"hypervisor":"TEST ' '"id":"v"}'
+ok "query-version"
+
+# The standalone sync runs after the socket is ready: wait for the domain.
+for _ in $(seq 100); do
+    status=$(reply '{"execute":"query-status","id":3}')
+    contains "$status" '"phase":"Running"' && break
+    sleep 0.05
+done
+expect "query-status" "$status" '"phase":"Running"' '"vmi":"default/demo"' \
+    '"name":"default_demo"' '"defined":true' '"state":"Running"' '"reason":"Booted"' \
+    '"agent":{"connected":false}' '"uri":"test:///default"' '"id":3}'
+ok "query-status: phase Running, domain default_demo Running (Booted)"
+
+commands=$(reply '{"execute":"query-commands","id":4}')
+expect "query-commands" "$commands" '{"return":{"commands":[{"name":"ping","summary":"' '"id":4}'
+names=$(printf '%s\n' "$hello" | sed 's/.*"commands":\[\([^]]*\)\].*/\1/' | tr -d '"' | tr ',' ' ')
+count=0
+for name in $names; do
+    expect "query-commands" "$commands" "{\"name\":\"$name\",\"summary\":\""
+    count=$((count + 1))
+done
+[ "$count" -ge 16 ] || fail "the greeting lists only $count commands"
+ok "query-commands lists all $count commands of the greeting"
+
+# --- a subscriber in the background --------------------------------------------------
+mkfifo "$TMP/subscriber.in"
+socat - "UNIX-CONNECT:$SOCK" <"$TMP/subscriber.in" >"$TMP/events.log" 2>"$TMP/subscriber.err" &
+SUB_PID=$!
+exec 7>"$TMP/subscriber.in"
+SUB_FD_OPEN=1
+echo '{"execute":"subscribe","id":"sub"}' >&7
+for _ in $(seq 100); do
+    grep -q '"id":"sub"}' "$TMP/events.log" 2>/dev/null && break
+    sleep 0.05
+done
+expect "subscribe" "$(sed -n 2p "$TMP/events.log")" \
+    '{"return":{' '"subscribed":true' '"events":["DOMAIN_LIFECYCLE",' '"id":"sub"}'
+ok "subscriber connected and subscribed to every event"
+
+# wait_event FRAGMENT...: waits up to 5 s for an event line with every FRAGMENT.
+wait_event() {
+    local line
+    for _ in $(seq 100); do
+        while IFS= read -r line; do
+            local all=1 fragment
+            for fragment in "$@"; do
+                contains "$line" "$fragment" || { all=0; break; }
+            done
+            [ "$all" = 1 ] && return 0
+        done < <(grep '^{"event":' "$TMP/events.log" || true)
+        sleep 0.05
+    done
+    return 1
+}
+
+# --- pause / unpause -------------------------------------------------------------
+out=$(reply '{"execute":"pause","id":10}')
+expect "pause" "$out" '{"return":{' '"state":"Paused"' '"reason":"User"' '"id":10}'
+out=$(reply '{"execute":"query-status","id":11}')
+expect "query-status after pause" "$out" '"state":"Paused"' '"paused_by_user":true'
+wait_event '"event":"DOMAIN_LIFECYCLE"' '"event":"Suspended"' '"state":"Paused"' \
+    || fail "the subscriber saw no Suspended DOMAIN_LIFECYCLE event after pause"
+ok "pause: domain Paused (User), paused_by_user, Suspended event"
+
+out=$(reply '{"execute":"unpause","id":12}')
+expect "unpause" "$out" '{"return":{' '"state":"Running"' '"reason":"Unpaused"' '"id":12}'
+wait_event '"event":"DOMAIN_LIFECYCLE"' '"event":"Resumed"' '"state":"Running"' \
+    || fail "the subscriber saw no Resumed DOMAIN_LIFECYCLE event after unpause"
+ok "unpause: domain Running (Unpaused), Resumed event"
+
+# --- query-domain, query-stats ------------------------------------------------------
+out=$(reply '{"execute":"query-domain","id":13}')
+expect "query-domain" "$out" '{"return":{' '"name":"default_demo"' '"uuid":"' \
+    '"state":"Running"' '"spec":{' '"xml":"<domain' '"id":13}'
+ok "query-domain: name, uuid, state, spec and xml"
+
+out=$(reply '{"execute":"query-stats","id":14}')
+expect "query-stats" "$out" '{"return":{' '"domain":"default_demo"' '"stats":{' \
+    '"state.state":1' '"id":14}'
+ok "query-stats"
+
+# --- errors: one reply per line, in order ------------------------------------------------
+out=$(request \
+    '{"execute":"ping","id":20' \
+    '' \
+    '{"execute":"frobnicate","id":21}' \
+    '{"execute":"ping","arguments":{"x":1},"id":22}' \
+    '{"execute":"unpause","id":23}' \
+    '{"id":24}' \
+    '{"execute":"guest-ping","id":25}' \
+    '{"execute":"ping","id":26}')
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 8 ] \
+    || fail "errors: expected the greeting and 7 replies (the blank line gets none), got: $out"
+line() { printf '%s\n' "$out" | sed -n "$1p"; }
+expect "ParseError" "$(line 2)" '{"error":{"class":"ParseError","desc":"invalid JSON: '
+contains "$(line 2)" '"id"' && fail "ParseError: a reply to an unparsable line must have no id: $(line 2)"
+ok "ParseError for invalid JSON, without id"
+expect "CommandNotFound" "$(line 3)" '{"error":{"class":"CommandNotFound",' 'frobnicate' '"id":21}'
+ok "CommandNotFound for an unknown command, id echoed"
+expect "InvalidArgument" "$(line 4)" '{"error":{"class":"InvalidArgument",' 'unknown argument \"x\"' '"id":22}'
+ok "InvalidArgument for an unknown argument"
+expect "InvalidState" "$(line 5)" '{"error":{"class":"InvalidState",' 'must be paused' '"id":23}'
+ok "InvalidState for unpause of a running domain"
+expect "InvalidRequest" "$(line 6)" '{"error":{"class":"InvalidRequest",' 'missing \"execute\"' '"id":24}'
+ok "InvalidRequest for a request without execute"
+expect "Unavailable" "$(line 7)" '{"error":{"class":"Unavailable",' 'guest agent is not connected' '"id":25}'
+ok "Unavailable for a guest command without an agent"
+[ "$(line 8)" = '{"return":{},"id":26}' ] || fail "ping after the errors: unexpected reply: $(line 8)"
+ok "replies came in request order and the connection survived the errors"
+
+# --- SIGTERM -------------------------------------------------------------------------
+kill -TERM "$LAUNCHER_PID"
+for _ in $(seq 300); do
+    kill -0 "$LAUNCHER_PID" 2>/dev/null || break
+    sleep 0.05
+done
+kill -0 "$LAUNCHER_PID" 2>/dev/null && fail "the launcher did not exit within 15 s of SIGTERM"
+rc=0
+wait "$LAUNCHER_PID" || rc=$?
+LAUNCHER_PID=""
+[ "$rc" -eq 0 ] || fail "the launcher exited with status $rc after SIGTERM, expected 0"
+ok "SIGTERM: the launcher exited with status 0"
+
+[ ! -e "$SOCK" ] || fail "launcher-sock still exists after exit"
+[ ! -e "$SOCK.lock" ] || fail "launcher-sock.lock still exists after exit"
+ok "launcher-sock and its lock file were removed"
+
+# The server closed the subscriber's connection; let socat finish.
+exec 7>&-
+SUB_FD_OPEN=0
+for _ in $(seq 100); do
+    kill -0 "$SUB_PID" 2>/dev/null || break
+    sleep 0.05
+done
+wait_event '"event":"SHUTDOWN_STARTED"' '"signal":"SIGTERM"' '"grace_period_seconds":30' \
+    || fail "the subscriber saw no SHUTDOWN_STARTED event"
+ok "subscriber saw SHUTDOWN_STARTED (SIGTERM, grace period 30 s)"
+wait_event '"event":"DOMAIN_LIFECYCLE"' '"event":"Stopped"' '"state":"Shutoff"' \
+    || fail "the subscriber saw no Stopped DOMAIN_LIFECYCLE event"
+ok "subscriber saw the Stopped DOMAIN_LIFECYCLE event"
+while IFS= read -r l; do
+    contains "$l" '"timestamp":{"seconds":' || fail "event line without a timestamp: $l"
+done < <(grep '^{"event":' "$TMP/events.log")
+ok "every event line has a timestamp"
+
+echo "smoke: all checks passed"

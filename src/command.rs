@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::events::EventKind;
+use crate::migration::MigrationOptions;
 use crate::protocol::{CommandError, ErrorClass};
 
 pub struct CommandSpec {
@@ -109,6 +110,26 @@ pub static COMMANDS: &[CommandSpec] = &[
         summary: "Thaw the guest's filesystems.",
     },
     CommandSpec {
+        name: "prepare-migration-target",
+        summary: "On the target launcher: prepare directories and disks for arguments.vmi arriving by migration; returns the address (libvirt URI, migration URI, paths) to give the source's migrate.",
+    },
+    CommandSpec {
+        name: "migrate",
+        summary: "On the source launcher: live-migrate the guest to arguments.target (prepare-migration-target's reply), with KubeVirt's migration options. Returns at once; progress and the outcome come as MIGRATION_* events. After success the launcher exits with status 0.",
+    },
+    CommandSpec {
+        name: "migrate-cancel",
+        summary: "Cancel the running migration: on the source the guest keeps running there; on a prepared target the launcher cleans up and exits.",
+    },
+    CommandSpec {
+        name: "query-migration",
+        summary: "The migration's role, phase, progress, timings and outcome (null when none).",
+    },
+    CommandSpec {
+        name: "finalize-migration",
+        summary: "On the target after the guest arrived: post-migration steps (the guest clock is set through the agent).",
+    },
+    CommandSpec {
         name: "subscribe",
         summary: "Send events on this connection; arguments.events limits them to the listed names.",
     },
@@ -150,6 +171,11 @@ pub enum Command {
     GuestExec(GuestExecArgs),
     Freeze { unfreeze_timeout_seconds: u64 },
     Unfreeze,
+    PrepareMigrationTarget { vmi: Value },
+    Migrate(Box<MigrationOptions>),
+    MigrateCancel,
+    QueryMigration,
+    FinalizeMigration,
 }
 
 /// `guest-exec` arguments.
@@ -261,6 +287,27 @@ impl Command {
                 }
             }
             "unfreeze" => no_args(arguments, Command::Unfreeze)?,
+            "prepare-migration-target" => {
+                let args: SyncArgs = typed_args(arguments)?;
+                if !args.vmi.is_object() {
+                    return Err(CommandError::invalid_argument(
+                        "arguments.vmi must be a VirtualMachineInstance object",
+                    ));
+                }
+                Command::PrepareMigrationTarget { vmi: args.vmi }
+            }
+            "migrate" => {
+                let options: MigrationOptions = typed_args(arguments)?;
+                if options.target.libvirt_uri.is_empty() {
+                    return Err(CommandError::invalid_argument(
+                        "arguments.target.libvirt_uri must name the target's libvirt daemon",
+                    ));
+                }
+                Command::Migrate(Box::new(options))
+            }
+            "migrate-cancel" => no_args(arguments, Command::MigrateCancel)?,
+            "query-migration" => no_args(arguments, Command::QueryMigration)?,
+            "finalize-migration" => no_args(arguments, Command::FinalizeMigration)?,
             _ => {
                 return Err(CommandError::new(
                     ErrorClass::CommandNotFound,
@@ -306,6 +353,11 @@ impl Command {
             Command::GuestExec(_) => "guest-exec",
             Command::Freeze { .. } => "freeze",
             Command::Unfreeze => "unfreeze",
+            Command::PrepareMigrationTarget { .. } => "prepare-migration-target",
+            Command::Migrate(_) => "migrate",
+            Command::MigrateCancel => "migrate-cancel",
+            Command::QueryMigration => "query-migration",
+            Command::FinalizeMigration => "finalize-migration",
         }
     }
 }
@@ -380,7 +432,8 @@ mod tests {
     fn every_listed_command_parses_and_names_round_trip() {
         for spec in COMMANDS {
             let arguments = match spec.name {
-                "sync" => args(json!({"vmi": {}})),
+                "sync" | "prepare-migration-target" => args(json!({"vmi": {}})),
+                "migrate" => args(json!({"target": {"libvirt_uri": "qemu:///system"}})),
                 "guest-exec" => args(json!({"command": "/bin/true"})),
                 _ => Map::new(),
             };
@@ -423,6 +476,13 @@ mod tests {
                 unfreeze_timeout_seconds: 0,
             },
             Command::Unfreeze,
+            Command::PrepareMigrationTarget { vmi: json!({}) },
+            Command::Migrate(Box::new(
+                serde_json::from_value(json!({"target": {"libvirt_uri": "x"}})).unwrap(),
+            )),
+            Command::MigrateCancel,
+            Command::QueryMigration,
+            Command::FinalizeMigration,
         ];
         // A new variant must be added above (the match makes this fail to
         // compile otherwise) and to COMMANDS.
@@ -452,7 +512,12 @@ mod tests {
                 | Command::QueryOsInfo
                 | Command::GuestExec(_)
                 | Command::Freeze { .. }
-                | Command::Unfreeze => {}
+                | Command::Unfreeze
+                | Command::PrepareMigrationTarget { .. }
+                | Command::Migrate(_)
+                | Command::MigrateCancel
+                | Command::QueryMigration
+                | Command::FinalizeMigration => {}
             }
             assert!(
                 COMMANDS.iter().any(|c| c.name == command.name()),

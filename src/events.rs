@@ -19,11 +19,15 @@ pub enum EventKind {
     LibvirtDisconnected,
     LibvirtReconnected,
     GuestInfoChanged,
+    MigrationStarted,
+    MigrationProgress,
+    MigrationCompleted,
+    MigrationFailed,
     EventsDropped,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 12] = [
+    pub const ALL: [EventKind; 16] = [
         EventKind::DomainLifecycle,
         EventKind::DomainReboot,
         EventKind::AgentConnected,
@@ -35,6 +39,10 @@ impl EventKind {
         EventKind::LibvirtDisconnected,
         EventKind::LibvirtReconnected,
         EventKind::GuestInfoChanged,
+        EventKind::MigrationStarted,
+        EventKind::MigrationProgress,
+        EventKind::MigrationCompleted,
+        EventKind::MigrationFailed,
         EventKind::EventsDropped,
     ];
 
@@ -51,6 +59,10 @@ impl EventKind {
             EventKind::LibvirtDisconnected => "LIBVIRT_DISCONNECTED",
             EventKind::LibvirtReconnected => "LIBVIRT_RECONNECTED",
             EventKind::GuestInfoChanged => "GUEST_INFO_CHANGED",
+            EventKind::MigrationStarted => "MIGRATION_STARTED",
+            EventKind::MigrationProgress => "MIGRATION_PROGRESS",
+            EventKind::MigrationCompleted => "MIGRATION_COMPLETED",
+            EventKind::MigrationFailed => "MIGRATION_FAILED",
             EventKind::EventsDropped => "EVENTS_DROPPED",
         }
     }
@@ -83,6 +95,18 @@ impl EventKind {
             EventKind::LibvirtReconnected => "The connection to the libvirt daemon is back.",
             EventKind::GuestInfoChanged => {
                 "The guest's OS info, interfaces or filesystem freeze status changed: data has all three."
+            }
+            EventKind::MigrationStarted => {
+                "A migration began: data has the role (source or target) and the target's libvirt URI."
+            }
+            EventKind::MigrationProgress => {
+                "At most once a second while migrating: iteration, data processed, remaining and total, dirty rate, bandwidth."
+            }
+            EventKind::MigrationCompleted => {
+                "The migration finished: data has the role and, on the source, libvirt's final statistics (downtime, total time)."
+            }
+            EventKind::MigrationFailed => {
+                "The migration failed or was cancelled: data has the reason; the guest keeps running on the source."
             }
             EventKind::EventsDropped => {
                 "This subscriber fell behind and data.count older events were dropped."

@@ -27,10 +27,13 @@ pub enum ExitCode {
     GracePeriodExpired,
     /// --vmi was given and syncing that VMI at start-up failed.
     StandaloneSyncFailed,
+    /// This launcher was a migration target and the incoming migration
+    /// failed or was cancelled; the guest still runs on the source.
+    MigrationAborted,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 9] = [
+    pub const ALL: [ExitCode; 10] = [
         ExitCode::Ok,
         ExitCode::Internal,
         ExitCode::Usage,
@@ -40,6 +43,7 @@ impl ExitCode {
         ExitCode::DomainCrashed,
         ExitCode::GracePeriodExpired,
         ExitCode::StandaloneSyncFailed,
+        ExitCode::MigrationAborted,
     ];
 
     pub fn code(self) -> i32 {
@@ -53,6 +57,7 @@ impl ExitCode {
             ExitCode::DomainCrashed => 6,
             ExitCode::GracePeriodExpired => 7,
             ExitCode::StandaloneSyncFailed => 8,
+            ExitCode::MigrationAborted => 9,
         }
     }
 
@@ -83,6 +88,9 @@ impl ExitCode {
             }
             ExitCode::StandaloneSyncFailed => {
                 "--vmi was given and syncing that VMI at start-up failed."
+            }
+            ExitCode::MigrationAborted => {
+                "This launcher was a migration target and the incoming migration failed or was cancelled; the guest still runs on the source."
             }
         }
     }

@@ -16,6 +16,7 @@ pub mod hypervisor;
 pub mod launcher;
 pub mod logging;
 pub mod manager;
+pub mod migration;
 pub mod protocol;
 pub mod server;
 pub mod signals;

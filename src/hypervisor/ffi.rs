@@ -419,3 +419,195 @@ pub fn guest_info(dom: &Domain, types: c_uint) -> Result<Vec<Stat>, Error> {
     unsafe { sys::virTypedParamsFree(params, nparams) };
     Ok(out)
 }
+
+/// Typed parameters built with libvirt's own helpers, so libvirt owns and
+/// frees every string in them.
+struct TypedParams {
+    params: sys::virTypedParameterPtr,
+    count: c_int,
+    capacity: c_int,
+}
+
+impl TypedParams {
+    fn new() -> TypedParams {
+        TypedParams {
+            params: ptr::null_mut(),
+            count: 0,
+            capacity: 0,
+        }
+    }
+
+    fn add_string(&mut self, name: &CStr, value: &str) -> Result<(), Error> {
+        let value = CString::new(value)?;
+        // SAFETY: the helper grows the array it owns; strings are copied.
+        let rc = unsafe {
+            sys::virTypedParamsAddString(
+                &mut self.params,
+                &mut self.count,
+                &mut self.capacity,
+                name.as_ptr(),
+                value.as_ptr(),
+            )
+        };
+        if rc < 0 {
+            Err(Error::last_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn add_ullong(&mut self, name: &CStr, value: u64) -> Result<(), Error> {
+        // SAFETY: as above.
+        let rc = unsafe {
+            sys::virTypedParamsAddULLong(
+                &mut self.params,
+                &mut self.count,
+                &mut self.capacity,
+                name.as_ptr(),
+                value,
+            )
+        };
+        if rc < 0 {
+            Err(Error::last_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn add_string_list(&mut self, name: &CStr, values: &[String]) -> Result<(), Error> {
+        let owned = values
+            .iter()
+            .map(|v| CString::new(v.as_str()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut pointers: Vec<*const c_char> = owned.iter().map(|s| s.as_ptr()).collect();
+        pointers.push(ptr::null());
+        // SAFETY: a NULL-terminated list of valid strings, copied by libvirt.
+        let rc = unsafe {
+            sys::virTypedParamsAddStringList(
+                &mut self.params,
+                &mut self.count,
+                &mut self.capacity,
+                name.as_ptr(),
+                pointers.as_mut_ptr(),
+            )
+        };
+        if rc < 0 {
+            Err(Error::last_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for TypedParams {
+    fn drop(&mut self) {
+        if !self.params.is_null() {
+            // SAFETY: allocated by the virTypedParamsAdd* helpers.
+            unsafe { sys::virTypedParamsFree(self.params, self.count) };
+        }
+    }
+}
+
+/// What `virDomainMigrateToURI3` is given.
+pub struct MigrateArgs<'a> {
+    pub dconn_uri: &'a str,
+    pub uri: Option<&'a str>,
+    pub dest_xml: Option<&'a str>,
+    pub bandwidth_mib: Option<u64>,
+    pub listen_address: Option<&'a str>,
+    pub migrate_disks: &'a [String],
+    pub flags: c_uint,
+}
+
+/// Peer-to-peer migration of `dom`; blocks until it completes or fails.
+pub fn migrate(dom: &Domain, args: &MigrateArgs) -> Result<(), Error> {
+    let mut params = TypedParams::new();
+    if let Some(uri) = args.uri {
+        params.add_string(sys::VIR_MIGRATE_PARAM_URI, uri)?;
+    }
+    if let Some(xml) = args.dest_xml {
+        params.add_string(sys::VIR_MIGRATE_PARAM_DEST_XML, xml)?;
+        params.add_string(sys::VIR_MIGRATE_PARAM_PERSIST_XML, xml)?;
+    }
+    if let Some(bandwidth) = args.bandwidth_mib {
+        params.add_ullong(sys::VIR_MIGRATE_PARAM_BANDWIDTH, bandwidth)?;
+    }
+    if let Some(address) = args.listen_address {
+        params.add_string(sys::VIR_MIGRATE_PARAM_LISTEN_ADDRESS, address)?;
+    }
+    if !args.migrate_disks.is_empty() {
+        params.add_string_list(sys::VIR_MIGRATE_PARAM_MIGRATE_DISKS, args.migrate_disks)?;
+    }
+    let dconn = CString::new(args.dconn_uri)?;
+    // SAFETY: valid domain, URI and parameter array.
+    let rc = unsafe {
+        sys::virDomainMigrateToURI3(
+            dom.as_ptr(),
+            dconn.as_ptr(),
+            params.params,
+            params.count as c_uint,
+            args.flags,
+        )
+    };
+    if rc < 0 {
+        Err(Error::last_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `virDomainGetJobStats`: the running job's (or, with COMPLETED, the last
+/// finished job's) statistics, with the job type as `type`.
+pub fn job_stats(dom: &Domain, completed: bool) -> Result<Vec<Stat>, Error> {
+    let mut job_type: c_int = 0;
+    let mut params: sys::virTypedParameterPtr = ptr::null_mut();
+    let mut nparams: c_int = 0;
+    let flags = if completed {
+        sys::VIR_DOMAIN_JOB_STATS_COMPLETED
+    } else {
+        0
+    };
+    // SAFETY: valid domain and out-pointers; libvirt allocates params.
+    let rc = unsafe {
+        sys::virDomainGetJobStats(
+            dom.as_ptr(),
+            &mut job_type,
+            &mut params,
+            &mut nparams,
+            flags,
+        )
+    };
+    if rc < 0 {
+        return Err(Error::last_error());
+    }
+    // SAFETY: libvirt returned nparams valid parameters.
+    let mut out = unsafe { typed_params(params, nparams) };
+    // SAFETY: frees what libvirt allocated.
+    unsafe { sys::virTypedParamsFree(params, nparams) };
+    out.push(("type".to_string(), Value::from(job_type)));
+    Ok(out)
+}
+
+pub fn abort_job(dom: &Domain) -> Result<(), Error> {
+    // SAFETY: valid domain.
+    if unsafe { sys::virDomainAbortJob(dom.as_ptr()) } < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+pub fn migrate_start_post_copy(dom: &Domain) -> Result<(), Error> {
+    // SAFETY: valid domain.
+    if unsafe { sys::virDomainMigrateStartPostCopy(dom.as_ptr(), 0) } < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+pub fn migrate_set_max_downtime(dom: &Domain, ms: u64) -> Result<(), Error> {
+    // SAFETY: valid domain.
+    if unsafe { sys::virDomainMigrateSetMaxDowntime(dom.as_ptr(), ms, 0) } < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}

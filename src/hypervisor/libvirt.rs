@@ -17,7 +17,7 @@ use virt::sys;
 use super::ffi;
 use super::{
     DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError,
-    HypervisorErrorKind, HypervisorEvent, HypervisorInfo, RebootMode, Stat,
+    HypervisorErrorKind, HypervisorEvent, HypervisorInfo, MigrationRequest, RebootMode, Stat,
 };
 
 /// Seconds between keepalive probes, and how many may go unanswered before
@@ -342,6 +342,63 @@ impl Hypervisor for LibvirtHypervisor {
         let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
         self.with_domain(name, "virDomainSetTime", |d| {
             d.set_time(seconds, now.subsec_nanos() as i32, 0)
+        })
+    }
+
+    fn migratable_xml(&self, name: &str) -> HvResult<String> {
+        self.with_domain(name, "virDomainGetXMLDesc", |d| {
+            d.xml_desc(sys::VIR_DOMAIN_XML_MIGRATABLE | sys::VIR_DOMAIN_XML_SECURE)
+        })
+    }
+
+    fn migrate(&self, name: &str, request: &MigrationRequest) -> HvResult<()> {
+        let mut flags =
+            sys::VIR_MIGRATE_LIVE | sys::VIR_MIGRATE_PEER2PEER | sys::VIR_MIGRATE_PERSIST_DEST;
+        if !request.block_disks.is_empty() {
+            flags |= sys::VIR_MIGRATE_NON_SHARED_INC;
+        }
+        if request.auto_converge {
+            flags |= sys::VIR_MIGRATE_AUTO_CONVERGE;
+        }
+        if request.post_copy {
+            flags |= sys::VIR_MIGRATE_POSTCOPY;
+        }
+        if request.unsafe_migration {
+            flags |= sys::VIR_MIGRATE_UNSAFE;
+        }
+        let args = ffi::MigrateArgs {
+            dconn_uri: &request.target_uri,
+            uri: request.migration_uri.as_deref(),
+            dest_xml: request.dest_xml.as_deref(),
+            bandwidth_mib: request.bandwidth_mib_per_s,
+            listen_address: request.listen_address.as_deref(),
+            migrate_disks: &request.block_disks,
+            flags,
+        };
+        self.with_domain(name, "virDomainMigrateToURI3", |d| ffi::migrate(d, &args))
+    }
+
+    fn job_stats(&self, name: &str, completed: bool) -> HvResult<Vec<Stat>> {
+        self.with_domain(name, "virDomainGetJobStats", |d| {
+            ffi::job_stats(d, completed)
+        })
+    }
+
+    fn abort_job(&self, name: &str) -> HvResult<()> {
+        self.with_domain(name, "virDomainAbortJob", ffi::abort_job)
+    }
+
+    fn migrate_start_post_copy(&self, name: &str) -> HvResult<()> {
+        self.with_domain(
+            name,
+            "virDomainMigrateStartPostCopy",
+            ffi::migrate_start_post_copy,
+        )
+    }
+
+    fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()> {
+        self.with_domain(name, "virDomainMigrateSetMaxDowntime", |d| {
+            ffi::migrate_set_max_downtime(d, milliseconds)
         })
     }
 

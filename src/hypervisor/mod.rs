@@ -50,6 +50,25 @@ pub enum GuestInfoKind {
     Interfaces,
 }
 
+/// A live migration to another libvirt daemon.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigrationRequest {
+    /// The target daemon's libvirt URI.
+    pub target_uri: String,
+    /// Where QEMU sends the guest's state (e.g. tcp://127.0.0.1).
+    pub migration_uri: Option<String>,
+    /// The domain as the target must define it (its own paths).
+    pub dest_xml: Option<String>,
+    pub bandwidth_mib_per_s: Option<u64>,
+    /// Where the target listens for the data and disk streams.
+    pub listen_address: Option<String>,
+    /// Target devices of local disks to copy (block migration).
+    pub block_disks: Vec<String>,
+    pub auto_converge: bool,
+    pub post_copy: bool,
+    pub unsafe_migration: bool,
+}
+
 /// How `reboot` asks the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RebootMode {
@@ -177,6 +196,20 @@ pub trait Hypervisor: Send + Sync {
     fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>>;
     /// Sets the guest's clock (through the agent) to the host's time now.
     fn sync_guest_time(&self, name: &str) -> HvResult<()>;
+
+    /// The domain's XML as a migration carries it.
+    fn migratable_xml(&self, name: &str) -> HvResult<String>;
+    /// Live-migrates the domain peer to peer; blocks until it completes or
+    /// fails.
+    fn migrate(&self, name: &str, request: &MigrationRequest) -> HvResult<()>;
+    /// Statistics of the running job (or of the last completed one).
+    fn job_stats(&self, name: &str, completed: bool) -> HvResult<Vec<Stat>>;
+    /// Aborts the running job (a migration).
+    fn abort_job(&self, name: &str) -> HvResult<()>;
+    /// Switches a running migration to post-copy.
+    fn migrate_start_post_copy(&self, name: &str) -> HvResult<()>;
+    /// The longest pause the migration may cause at switch-over.
+    fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()>;
 
     /// Whether the connection is believed to be open.
     fn is_connected(&self) -> bool;

@@ -193,6 +193,7 @@ impl DomainManager {
                 "spawned": self.daemons.as_ref().map(|d| d.status()),
             },
             "job": self.jobs.exclusive_running(),
+            "migration": self.migration.as_ref().map(|m| m.to_json()),
             "shutdown": grace,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
         }))
@@ -202,6 +203,11 @@ impl DomainManager {
     fn check_allowed(&self, command: &Command) -> Result<(), CommandError> {
         let name = command.name();
         let read_only = matches!(command, Command::QueryDomain | Command::QueryStats);
+        if !read_only && !matches!(command, Command::Kill) && self.migration_running_as_source() {
+            return Err(CommandError::invalid_state(format!(
+                "{name}: a migration is running; wait for it or migrate-cancel it (kill still works)"
+            )));
+        }
         if !read_only {
             if self.phase == Phase::Exiting {
                 return Err(CommandError::invalid_state(format!(

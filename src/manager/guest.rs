@@ -194,6 +194,12 @@ impl DomainManager {
             )));
             return;
         }
+        if self.migration_running_as_source() {
+            let _ = reply.send(Err(CommandError::invalid_state(
+                "freeze: a migration is running",
+            )));
+            return;
+        }
         if let Some(running) = self.jobs.exclusive_running() {
             let _ = reply.send(Err(CommandError::new(
                 ErrorClass::Busy,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
+use crate::disks::PreparedDisks;
 use crate::hypervisor::{DomainStatus, Hypervisor};
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 use crate::threads::{self, FatalSender};
@@ -44,13 +45,15 @@ impl JobKind {
 }
 
 /// What a job learned about the domain, besides its reply.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 pub enum Observation {
     Nothing,
     /// The domain's state as libvirt reported it (`None`: not defined).
     Status(Option<DomainStatus>),
     /// The guest's filesystems are now "frozen" or "thawed".
     FsFreeze(String),
+    /// Files made for an incoming migration, to remove if it never comes.
+    PreparedDisks(PreparedDisks),
 }
 
 pub struct JobOutput {

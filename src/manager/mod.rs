@@ -8,6 +8,7 @@
 mod commands;
 mod guest;
 mod jobs;
+mod migration;
 mod shutdown;
 mod sync;
 mod timers;
@@ -23,9 +24,14 @@ use crate::agent::{AgentData, AgentUpdate, PollerControl};
 use crate::command::Command;
 use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
+use crate::disks::PreparedDisks;
 use crate::events::{Event, EventKind};
 use crate::exit::ExitCode;
-use crate::hypervisor::{DomainState, DomainStatus, Hypervisor, HypervisorEvent, LifecycleEvent};
+use crate::hypervisor::{
+    DomainState, DomainStatus, Hypervisor, HypervisorEvent, LifecycleEvent, Stat,
+};
+use crate::migration::worker::CancelHandle;
+use crate::migration::{MigrationRecord, MigrationUpdate};
 use crate::protocol::CommandResult;
 use crate::server::hub::EventHub;
 use crate::threads::FatalSender;
@@ -90,6 +96,8 @@ pub enum Phase {
     WaitingForDomain,
     /// The domain has been started.
     Running,
+    /// Prepared as a migration target: waiting for the domain to arrive.
+    MigrationTarget,
     /// A signal arrived: the guest is being asked to power off.
     ShuttingDown,
     /// The domain stopped; the launcher is exiting.
@@ -102,6 +110,7 @@ impl Phase {
             Phase::Initializing => "Initializing",
             Phase::WaitingForDomain => "WaitingForDomain",
             Phase::Running => "Running",
+            Phase::MigrationTarget => "MigrationTarget",
             Phase::ShuttingDown => "ShuttingDown",
             Phase::Exiting => "Exiting",
         }
@@ -158,9 +167,23 @@ pub struct DomainManager {
     poller_active: bool,
     /// The exit decision, held while the domain's definition is removed.
     pending_exit: Option<ExitRequest>,
+    exit_cleanup_started: bool,
+    /// libvirt's statistics of the last completed job (a migration's
+    /// downtime and duration).
+    last_completed_job: Option<Vec<Stat>>,
     /// How long a signalled guest has to power off: --grace-period-seconds,
     /// else the synced VMI's terminationGracePeriodSeconds.
     grace_period: Duration,
+    /// The migration this launcher takes part in, if any.
+    migration: Option<MigrationRecord>,
+    migration_cancel: Option<CancelHandle>,
+    /// The source worker's reports come in here.
+    migration_tx: Sender<MigrationUpdate>,
+    migration_rx: Receiver<MigrationUpdate>,
+    last_progress_event: Option<Instant>,
+    /// Files a target made for the incoming domain, until it arrives.
+    prepared_target: Option<PreparedDisks>,
+    fatal: FatalSender,
 }
 
 /// How long a command's libvirt call may take before the client is told
@@ -192,8 +215,9 @@ impl DomainManager {
             fatal,
         } = parts;
         let grace_period = config.grace_period.unwrap_or(DEFAULT_GRACE_PERIOD);
+        let (migration_tx, migration_rx) = crossbeam_channel::unbounded();
         DomainManager {
-            jobs: JobRunner::new(hypervisor.clone(), fatal),
+            jobs: JobRunner::new(hypervisor.clone(), fatal.clone()),
             config,
             hypervisor,
             hub,
@@ -217,7 +241,16 @@ impl DomainManager {
             poller,
             poller_active: false,
             pending_exit: None,
+            exit_cleanup_started: false,
+            last_completed_job: None,
             grace_period,
+            migration: None,
+            migration_cancel: None,
+            migration_tx,
+            migration_rx,
+            last_progress_event: None,
+            prepared_target: None,
+            fatal,
         }
     }
 
@@ -228,6 +261,7 @@ impl DomainManager {
         // Adopt a domain that already exists (a restarted launcher).
         self.refresh_status();
         let completions = self.jobs.completions().clone();
+        let migration_updates = self.migration_rx.clone();
         let mut requests_open = true;
         let mut signals_open = true;
         let mut control_open = true;
@@ -259,6 +293,15 @@ impl DomainManager {
                 recv(inputs.hypervisor_events) -> msg => match msg {
                     Ok(event) => self.handle_hypervisor_event(event),
                     Err(_) => return,
+                },
+                recv(migration_updates) -> msg => {
+                    if let Ok(update) = msg {
+                        self.handle_migration_update(update);
+                        if self.pending_exit.is_some() {
+                            self.start_exit_cleanup();
+                            self.exit_when_settled();
+                        }
+                    }
                 },
                 recv(inputs.agent_updates) -> msg => {
                     if let Ok(update) = msg {
@@ -353,6 +396,17 @@ impl DomainManager {
         self.timers = Timers::default();
         self.pending_exit = Some(ExitRequest { code, reason });
         self.timers.arm_in(Timer::ExitNow, EXIT_CLEANUP_WAIT);
+        self.start_exit_cleanup();
+        self.exit_when_settled();
+    }
+
+    /// Removes a stopped domain's definition before exiting, once no
+    /// migration still needs it (its final statistics are read from it).
+    fn start_exit_cleanup(&mut self) {
+        if self.migration_running_as_source() || self.exit_cleanup_started {
+            return;
+        }
+        self.exit_cleanup_started = true;
         let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();
         if stopped_and_defined && self.hypervisor.is_connected() {
             let name = self.config.domain_name.clone();
@@ -373,16 +427,18 @@ impl DomainManager {
                 },
             );
         }
-        self.exit_when_settled();
     }
 
     /// Sends the held exit decision once nothing it would cut short is
     /// still running.
     fn exit_when_settled(&mut self) {
+        // A migration's outcome (MIGRATION_COMPLETED) follows the
+        // source domain's Stopped/Migrated event; wait for it too.
         let settled = !self.jobs.has_waiting_clients()
             && !self.jobs.is_running(JobKind::Internal {
                 name: UNDEFINE_ON_EXIT,
-            });
+            })
+            && !self.migration_running_as_source();
         if settled {
             self.exit_now();
         }
@@ -421,6 +477,7 @@ impl DomainManager {
                 json!({ "domain": domain, "alias": alias }),
             ),
             HypervisorEvent::JobCompleted { stats } => {
+                self.last_completed_job = Some(stats.clone());
                 let stats: serde_json::Map<String, Value> = stats.into_iter().collect();
                 self.publish(
                     EventKind::JobCompleted,
@@ -467,6 +524,9 @@ impl DomainManager {
                 "reason": self.domain.status.reason,
             }),
         );
+        if self.on_target_lifecycle(lifecycle) {
+            return;
+        }
         self.after_status_change(Some(lifecycle));
     }
 
@@ -477,7 +537,11 @@ impl DomainManager {
             self.domain.agent_connected = false;
         }
         self.update_poller();
-        if status.state.is_active() && !self.domain.started_once {
+        // A migration target's incoming domain is not its own until it runs.
+        if status.state.is_active()
+            && !self.domain.started_once
+            && self.phase != Phase::MigrationTarget
+        {
             self.domain.started_once = true;
             self.timers.cancel(Timer::QemuTimeout);
             if self.phase == Phase::WaitingForDomain {
@@ -642,6 +706,7 @@ impl DomainManager {
         match output.observed {
             Observation::Status(status) => self.apply_observed_status(status),
             Observation::FsFreeze(state) => self.apply_agent_data(AgentData::FsFreeze(state)),
+            Observation::PreparedDisks(prepared) => self.on_target_prepared(prepared),
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {
@@ -678,6 +743,9 @@ impl DomainManager {
     fn handle_request(&mut self, request: ManagerRequest) {
         let ManagerRequest { command, reply } = request;
         let Some((command, reply)) = self.run_guest_command(command, reply) else {
+            return;
+        };
+        let Some((command, reply)) = self.run_migration_command(command, reply) else {
             return;
         };
         match command {

@@ -46,6 +46,14 @@ impl DomainManager {
             Phase::Exiting => return,
             _ => {}
         }
+        // A pod's end stops an outgoing migration; the guest stays here
+        // and is shut down like any other.
+        if self.migration_running_as_source()
+            && let Some(cancel) = &self.migration_cancel
+        {
+            log::info!("manager: {name}: cancelling the running migration first");
+            cancel.cancel();
+        }
         if !self.domain.status.state.is_active() {
             self.finish(
                 ExitCode::Ok,

@@ -86,17 +86,24 @@ fn at_vmi_path(path: &str, message: &str) -> String {
 }
 
 /// Everything the sync job needs, decided before it starts.
-struct SyncPlan {
+pub(super) struct SyncPlan {
     domain_name: String,
     xml: String,
-    disk_plan: DiskPlan,
+    pub(super) disk_plan: DiskPlan,
     start_paused: bool,
     paused_by_user: bool,
 }
 
 impl DomainManager {
     pub(super) fn start_sync(&mut self, vmi: Value, reply: Sender<CommandResult>) {
+        if self.migration_running_as_source() {
+            let _ = reply.send(Err(CommandError::invalid_state(
+                "sync: a migration is running; wait for it or migrate-cancel it",
+            )));
+            return;
+        }
         let refused = match self.phase {
+            Phase::MigrationTarget => Some("sync: this launcher is waiting for a migrating domain"),
             Phase::Exiting => Some("sync: the launcher is exiting"),
             Phase::ShuttingDown => Some("sync: the launcher is stopping the domain after a signal"),
             _ => None,
@@ -130,7 +137,7 @@ impl DomainManager {
         );
     }
 
-    fn plan_sync(&mut self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
+    pub(super) fn plan_sync(&mut self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
         let vmi = crate::vmi::parse_vmi(vmi_json)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         self.check_identity(vmi.namespace(), vmi.name(), vmi.uid())?;

@@ -377,6 +377,39 @@ impl Client {
         }
     }
 
+    /// Waits until every predicate has matched some event, in any order;
+    /// returns the matching events in the predicates' order.
+    pub fn wait_events(
+        &mut self,
+        timeout: Duration,
+        what: &[(&str, &dyn Fn(&Value) -> bool)],
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut found: Vec<Option<Value>> = vec![None; what.len()];
+        let mut seen = Vec::new();
+        while found.iter().any(Option::is_none) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Some(event) = self.next_event(left) else {
+                let missing: Vec<&str> = what
+                    .iter()
+                    .zip(&found)
+                    .filter(|(_, f)| f.is_none())
+                    .map(|((name, _), _)| *name)
+                    .collect();
+                panic!("no {missing:?} within {timeout:?}; saw: {seen:?}");
+            };
+            match what
+                .iter()
+                .zip(&found)
+                .position(|((_, pred), f)| f.is_none() && pred(&event))
+            {
+                Some(i) => found[i] = Some(event),
+                None => seen.push(event),
+            }
+        }
+        found.into_iter().flatten().collect()
+    }
+
     /// Whether the server closed the connection (EOF) within `timeout`.
     pub fn closed_within(&mut self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;

@@ -1,0 +1,469 @@
+//! Migration commands and the manager's side of a migration: what the
+//! target prepares and how it takes over the domain, and how the source
+//! starts, watches and cancels the worker that migrates.
+
+use std::os::unix::fs::FileTypeExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use serde_json::{Map, Value, json};
+
+use super::commands::{hypervisor_error, object};
+use super::jobs::{JobKind, JobOutput, Observation};
+use super::{COMMAND_TIMEOUT, DomainManager, Phase};
+use crate::command::Command;
+use crate::disks;
+use crate::events::EventKind;
+use crate::exit::ExitCode;
+use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent};
+use crate::migration::{
+    LauncherPaths, MigrationOptions, MigrationPhase, MigrationRecord, MigrationUpdate, Role,
+    TargetAddress, progress_summary, worker,
+};
+use crate::protocol::{CommandError, CommandResult, ErrorClass};
+
+/// MIGRATION_PROGRESS is sent at most this often.
+const PROGRESS_EVENT_EVERY: Duration = Duration::from_secs(1);
+/// Where the target's QEMU listens for the guest's state: two launchers on
+/// one host, as two pods on one node.
+const MIGRATION_LISTEN_ADDRESS: &str = "127.0.0.1";
+
+impl DomainManager {
+    /// This launcher's directories, as a migration peer sees them.
+    pub(super) fn launcher_paths(&self) -> LauncherPaths {
+        LauncherPaths {
+            private_dir: self.config.dirs.private.clone(),
+            ephemeral_disk_dir: self.config.dirs.ephemeral.clone(),
+            container_disk_dir: self.config.dirs.container_disks.clone(),
+            hotplug_disk_dir: self.config.dirs.hotplug_disks.clone(),
+            uid: self.config.uid.clone(),
+        }
+    }
+
+    pub(super) fn migration_running_as_source(&self) -> bool {
+        self.migration
+            .as_ref()
+            .is_some_and(|m| m.role == Role::Source && m.is_running())
+    }
+
+    /// Migration commands. Returns the command back when it is not one.
+    pub(super) fn run_migration_command(
+        &mut self,
+        command: Command,
+        reply: Sender<CommandResult>,
+    ) -> Option<(Command, Sender<CommandResult>)> {
+        match command {
+            Command::PrepareMigrationTarget { vmi } => self.prepare_migration_target(vmi, reply),
+            Command::Migrate(options) => {
+                let result = self.start_migration(*options);
+                let _ = reply.send(result);
+            }
+            Command::MigrateCancel => {
+                let result = self.cancel_migration();
+                let _ = reply.send(result);
+            }
+            Command::QueryMigration => {
+                let record = self.migration.as_ref().map(MigrationRecord::to_json);
+                let _ = reply.send(Ok(object(json!({ "migration": record }))));
+            }
+            Command::FinalizeMigration => {
+                let result = self.finalize_migration();
+                let _ = reply.send(result);
+            }
+            other => return Some((other, reply)),
+        }
+        None
+    }
+
+    fn prepare_migration_target(&mut self, vmi: Value, reply: Sender<CommandResult>) {
+        let refuse = |why: String| {
+            let _ = reply.send(Err(CommandError::invalid_state(format!(
+                "prepare-migration-target: {why}"
+            ))));
+        };
+        if self.migration.is_some() {
+            return refuse("this launcher is already part of a migration".into());
+        }
+        if self.phase != Phase::WaitingForDomain
+            || self.domain.defined
+            || self.domain.status.state.is_active()
+        {
+            return refuse(format!(
+                "this launcher already runs a domain (phase {}, domain {}); a target must be a fresh launcher",
+                self.phase.as_str(),
+                self.domain.status.state.as_str()
+            ));
+        }
+        let info = self.hypervisor.info();
+        if info.driver == DriverKind::Test {
+            let _ = reply.send(Err(CommandError::new(
+                ErrorClass::Unavailable,
+                "prepare-migration-target: libvirt's test driver cannot migrate; use a QEMU daemon",
+            )));
+            return;
+        }
+        if let Some(running) = self.jobs.exclusive_running() {
+            let _ = reply.send(Err(CommandError::new(
+                ErrorClass::Busy,
+                format!("prepare-migration-target: {running} is still in progress"),
+            )));
+            return;
+        }
+        let plan = match self.plan_sync(&vmi) {
+            Ok(plan) => plan,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let address = TargetAddress {
+            libvirt_uri: info.uri,
+            migration_uri: Some(format!("tcp://{MIGRATION_LISTEN_ADDRESS}")),
+            listen_address: Some(MIGRATION_LISTEN_ADDRESS.into()),
+            paths: Some(self.launcher_paths()),
+        };
+        let address = serde_json::to_value(&address).unwrap_or(Value::Null);
+        self.jobs.spawn(
+            JobKind::Command {
+                name: "prepare-migration-target",
+                exclusive: true,
+            },
+            Some(reply),
+            self.config.qemu_timeout,
+            move |_hv| match disks::prepare(&plan.disk_plan) {
+                Ok(prepared) => JobOutput {
+                    result: Ok(object(json!({ "target": address }))),
+                    observed: Observation::PreparedDisks(prepared),
+                },
+                Err(e) => JobOutput::reply(Err(CommandError::new(
+                    ErrorClass::InvalidArgument,
+                    format!("prepare-migration-target: cannot prepare the VMI's disks: {e}"),
+                ))),
+            },
+        );
+    }
+
+    /// The target is prepared: it now waits for the incoming domain.
+    pub(super) fn on_target_prepared(&mut self, prepared: disks::PreparedDisks) {
+        self.prepared_target = Some(prepared);
+        self.phase = Phase::MigrationTarget;
+        self.migration = Some(MigrationRecord::new(
+            Role::Target,
+            MigrationPhase::Prepared,
+            None,
+        ));
+        log::info!("manager: prepared as a migration target; waiting for the domain");
+    }
+
+    fn start_migration(&mut self, options: MigrationOptions) -> CommandResult {
+        if let Some(m) = &self.migration {
+            if m.is_running() {
+                return Err(CommandError::invalid_state(
+                    "migrate: a migration is already running; migrate-cancel it first",
+                ));
+            }
+            if m.role == Role::Target && m.phase != MigrationPhase::Completed {
+                return Err(CommandError::invalid_state(
+                    "migrate: this launcher is a migration target",
+                ));
+            }
+        }
+        if self.phase != Phase::Running {
+            return Err(CommandError::invalid_state(format!(
+                "migrate: the launcher is {}, not Running",
+                self.phase.as_str()
+            )));
+        }
+        if self.domain.status.state != DomainState::Running {
+            return Err(CommandError::invalid_state(format!(
+                "migrate: the domain is {} ({}); only a running guest is migrated",
+                self.domain.status.state.as_str(),
+                self.domain.status.reason
+            )));
+        }
+        if let Some(running) = self.jobs.exclusive_running() {
+            return Err(CommandError::new(
+                ErrorClass::Busy,
+                format!("migrate: {running} is still in progress; retry when it completes"),
+            ));
+        }
+        let own_uri = self.hypervisor.info().uri;
+        let target_uri = options.target.libvirt_uri.clone();
+        if target_uri == own_uri {
+            return Err(CommandError::invalid_argument(format!(
+                "migrate: {target_uri} is this launcher's own libvirt daemon; the target must be another launcher's"
+            )));
+        }
+        check_target_socket(&target_uri)?;
+        let cancel = worker::spawn(
+            self.hypervisor.clone(),
+            self.config.domain_name.clone(),
+            self.launcher_paths(),
+            &options,
+            self.migration_tx.clone(),
+            &self.fatal,
+        )
+        .map_err(|e| CommandError::internal(format!("migrate: cannot start the worker: {e}")))?;
+        self.migration_cancel = Some(cancel);
+        self.migration = Some(MigrationRecord::new(
+            Role::Source,
+            MigrationPhase::Running,
+            Some(target_uri.clone()),
+        ));
+        self.last_progress_event = None;
+        self.publish(
+            EventKind::MigrationStarted,
+            json!({
+                "domain": self.config.domain_name,
+                "role": Role::Source,
+                "target_uri": target_uri,
+            }),
+        );
+        Ok(object(json!({ "started": true, "target_uri": target_uri })))
+    }
+
+    fn cancel_migration(&mut self) -> CommandResult {
+        let Some(record) = &self.migration else {
+            return Err(CommandError::invalid_state(
+                "migrate-cancel: there is no migration",
+            ));
+        };
+        match (record.role, record.phase) {
+            (Role::Source, MigrationPhase::Running) => {
+                if let Some(cancel) = &self.migration_cancel {
+                    cancel.cancel();
+                }
+                Ok(object(json!({ "cancelling": true })))
+            }
+            // Prepared, nothing arrived yet: clean up and leave.
+            (Role::Target, MigrationPhase::Prepared) => {
+                self.abort_target("cancelled on the target before the domain arrived".into());
+                Ok(object(json!({ "cancelling": true })))
+            }
+            // The domain is arriving: abort the incoming job; its stop ends
+            // this launcher.
+            (Role::Target, MigrationPhase::Running) => {
+                let name = self.config.domain_name.clone();
+                self.jobs.spawn(
+                    JobKind::Internal {
+                        name: "abort-incoming",
+                    },
+                    None,
+                    COMMAND_TIMEOUT,
+                    move |hv| {
+                        JobOutput::reply(
+                            hv.abort_job(&name)
+                                .map(|()| Map::new())
+                                .map_err(|e| hypervisor_error(&e)),
+                        )
+                    },
+                );
+                Ok(object(json!({ "cancelling": true })))
+            }
+            (_, phase) => Err(CommandError::invalid_state(format!(
+                "migrate-cancel: the migration is already {}",
+                serde_json::to_value(phase)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default()
+            ))),
+        }
+    }
+
+    fn finalize_migration(&mut self) -> CommandResult {
+        let done = self
+            .migration
+            .as_ref()
+            .is_some_and(|m| m.role == Role::Target && m.phase == MigrationPhase::Completed);
+        if !done {
+            return Err(CommandError::invalid_state(
+                "finalize-migration: only a target whose incoming migration completed can finalize",
+            ));
+        }
+        // The guest's clock stood still during the switch-over.
+        let time_sync = self.domain.agent_connected;
+        self.start_guest_time_sync();
+        Ok(object(json!({
+            "finalized": true,
+            "guest_time_sync": if time_sync { "started" } else { "skipped: no guest agent" },
+        })))
+    }
+
+    /// The source worker's reports.
+    pub(super) fn handle_migration_update(&mut self, update: MigrationUpdate) {
+        let domain = self.config.domain_name.clone();
+        // Taken out while it changes, so events can be published meanwhile.
+        let Some(mut record) = self.migration.take() else {
+            return;
+        };
+        match update {
+            MigrationUpdate::Progress(stats) => {
+                let mut summary = progress_summary(&stats);
+                summary["mode"] = json!(if record.post_copy {
+                    "post-copy"
+                } else {
+                    "pre-copy"
+                });
+                record.progress = Some(summary.clone());
+                let due = self
+                    .last_progress_event
+                    .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
+                if due {
+                    self.last_progress_event = Some(Instant::now());
+                    summary["domain"] = json!(domain);
+                    summary["role"] = json!(Role::Source);
+                    self.publish(EventKind::MigrationProgress, summary);
+                }
+            }
+            MigrationUpdate::SwitchedToPostCopy { reason } => {
+                record.post_copy = true;
+                self.publish(
+                    EventKind::MigrationProgress,
+                    json!({ "domain": domain, "role": Role::Source, "mode": "post-copy", "reason": reason }),
+                );
+            }
+            MigrationUpdate::Completed { stats } => {
+                // The worker reads them from the source domain; libvirt's
+                // JOB_COMPLETED event carries the same figures.
+                let stats = if stats.is_empty() {
+                    self.last_completed_job.clone().unwrap_or_default()
+                } else {
+                    stats
+                };
+                let stats: Map<String, Value> = stats.into_iter().collect();
+                record.end(MigrationPhase::Completed);
+                record.completed_stats = Some(Value::Object(stats.clone()));
+                self.migration_cancel = None;
+                log::info!("manager: migration completed");
+                self.publish(
+                    EventKind::MigrationCompleted,
+                    json!({
+                        "domain": domain,
+                        "role": Role::Source,
+                        "downtime_ms": stats.get("downtime"),
+                        "time_elapsed_ms": stats.get("time_elapsed"),
+                        "data_total": stats.get("data_total"),
+                        "mode": if record.post_copy { "post-copy" } else { "pre-copy" },
+                        "stats": stats,
+                    }),
+                );
+            }
+            MigrationUpdate::Failed { reason, cancelled } => {
+                record.end(if cancelled {
+                    MigrationPhase::Cancelled
+                } else {
+                    MigrationPhase::Failed
+                });
+                record.failure = Some(reason.clone());
+                self.migration_cancel = None;
+                log::warn!("manager: migration failed: {reason}; the guest keeps running here");
+                self.publish(
+                    EventKind::MigrationFailed,
+                    json!({ "domain": domain, "role": Role::Source, "reason": reason, "cancelled": cancelled }),
+                );
+            }
+        }
+        self.migration = Some(record);
+    }
+
+    /// The target's view of the incoming domain. True when the event
+    /// belongs to the migration and was handled.
+    pub(super) fn on_target_lifecycle(&mut self, lifecycle: LifecycleEvent) -> bool {
+        if self.phase != Phase::MigrationTarget {
+            return false;
+        }
+        let domain = self.config.domain_name.clone();
+        let status = self.domain.status;
+        if lifecycle.event == "Stopped" {
+            self.abort_target(format!(
+                "the incoming domain stopped ({}) before the migration completed",
+                lifecycle.detail
+            ));
+            return true;
+        }
+        let Some(record) = self.migration.as_mut() else {
+            return false;
+        };
+        if record.phase == MigrationPhase::Prepared && status.state.is_active() {
+            record.phase = MigrationPhase::Running;
+            self.publish(
+                EventKind::MigrationStarted,
+                json!({ "domain": domain, "role": Role::Target }),
+            );
+        }
+        let Some(record) = self.migration.as_mut() else {
+            return false;
+        };
+        if status.state == DomainState::Running {
+            // The guest runs here now: this launcher owns it.
+            record.end(MigrationPhase::Completed);
+            self.phase = Phase::Running;
+            self.prepared_target = None;
+            log::info!("manager: the migrated domain runs here now");
+            self.publish(
+                EventKind::MigrationCompleted,
+                json!({ "domain": domain, "role": Role::Target }),
+            );
+        }
+        // Let the usual reaction (started, poller) follow.
+        false
+    }
+
+    /// The incoming migration will not happen: remove what was prepared
+    /// and exit.
+    fn abort_target(&mut self, reason: String) {
+        if let Some(prepared) = self.prepared_target.take() {
+            prepared.rollback();
+        }
+        if let Some(record) = self.migration.as_mut() {
+            record.end(MigrationPhase::Failed);
+            record.failure = Some(reason.clone());
+        }
+        self.publish(
+            EventKind::MigrationFailed,
+            json!({ "domain": self.config.domain_name, "role": Role::Target, "reason": reason }),
+        );
+        self.finish(ExitCode::MigrationAborted, reason);
+    }
+}
+
+/// A local target (`qemu+unix:...?socket=PATH`) must exist before the
+/// source's daemon is sent to it; other URIs are checked by libvirt.
+fn check_target_socket(uri: &str) -> Result<(), CommandError> {
+    let Some(path) = uri
+        .split(['?', '&'])
+        .find_map(|part| part.strip_prefix("socket="))
+    else {
+        return Ok(());
+    };
+    match std::fs::metadata(Path::new(path)) {
+        Ok(meta) if meta.file_type().is_socket() => Ok(()),
+        Ok(_) => Err(CommandError::invalid_argument(format!(
+            "migrate: {path} is not a socket; arguments.target.libvirt_uri must name the target launcher's libvirt daemon"
+        ))),
+        Err(e) => Err(CommandError::invalid_argument(format!(
+            "migrate: no libvirt daemon listens at {path} ({e}); use the address prepare-migration-target returned"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_socket_must_exist() {
+        assert!(check_target_socket("qemu+tcp://elsewhere/system").is_ok());
+        let err = check_target_socket("qemu+unix:///system?socket=/nonexistent/libvirt-sock")
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(
+            err.desc.contains("/nonexistent/libvirt-sock"),
+            "{}",
+            err.desc
+        );
+        let err = check_target_socket("qemu+unix:///system?socket=/etc/hostname").unwrap_err();
+        assert!(err.desc.contains("is not a socket"));
+    }
+}

@@ -1,0 +1,325 @@
+//! Live migration between two launchers, as KubeVirt's DomainManager does
+//! it: the target prepares (`prepare-migration-target`), the source
+//! migrates peer to peer to the target's libvirt daemon (`migrate`), and
+//! the target finalizes (`finalize-migration`). The source's side runs on
+//! a worker thread (see `worker`), never on the manager thread.
+
+pub mod worker;
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::domxml::Domain;
+use crate::hypervisor::Stat;
+
+/// KubeVirt's MigrationOptions, under the names of this protocol.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationOptions {
+    /// Where the guest goes: `prepare-migration-target`'s reply.
+    pub target: TargetAddress,
+    /// Bandwidth cap in MiB/s; unset: unlimited.
+    #[serde(default)]
+    pub bandwidth_mib_per_s: Option<u64>,
+    /// Seconds allowed per GiB of guest memory before giving up (or
+    /// switching to post-copy).
+    #[serde(default = "default_completion_timeout_per_gib")]
+    pub completion_timeout_per_gib: u64,
+    /// Seconds without progress before giving up (or post-copy).
+    #[serde(default = "default_progress_timeout")]
+    pub progress_timeout: u64,
+    #[serde(default)]
+    pub max_downtime_ms: Option<u64>,
+    #[serde(default)]
+    pub allow_auto_converge: bool,
+    #[serde(default)]
+    pub allow_post_copy: bool,
+    #[serde(default, rename = "unsafe")]
+    pub unsafe_migration: bool,
+}
+
+/// KubeVirt's defaults.
+fn default_completion_timeout_per_gib() -> u64 {
+    150
+}
+
+fn default_progress_timeout() -> u64 {
+    150
+}
+
+/// How the source reaches the target: what `prepare-migration-target`
+/// returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetAddress {
+    /// The target launcher's libvirt daemon.
+    pub libvirt_uri: String,
+    /// Where the guest's memory and disks stream to.
+    #[serde(default)]
+    pub migration_uri: Option<String>,
+    #[serde(default)]
+    pub listen_address: Option<String>,
+    /// The target launcher's directories, so the source can give the
+    /// domain the target's paths. Absent: same paths on both sides.
+    #[serde(default)]
+    pub paths: Option<LauncherPaths>,
+}
+
+/// The directories per-launcher files live in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LauncherPaths {
+    pub private_dir: PathBuf,
+    pub ephemeral_disk_dir: PathBuf,
+    pub container_disk_dir: PathBuf,
+    pub hotplug_disk_dir: PathBuf,
+    pub uid: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Source,
+    Target,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MigrationPhase {
+    /// Target: prepared, waiting for the domain.
+    Prepared,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+/// What the source's worker reports to the manager.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MigrationUpdate {
+    Progress(Vec<Stat>),
+    SwitchedToPostCopy { reason: String },
+    Completed { stats: Vec<Stat> },
+    Failed { reason: String, cancelled: bool },
+}
+
+/// The manager's record of a migration, for `query-migration`.
+#[derive(Debug, Clone)]
+pub struct MigrationRecord {
+    pub role: Role,
+    pub phase: MigrationPhase,
+    pub started: SystemTime,
+    pub ended: Option<SystemTime>,
+    pub target_uri: Option<String>,
+    pub post_copy: bool,
+    pub progress: Option<Value>,
+    pub failure: Option<String>,
+    pub completed_stats: Option<Value>,
+}
+
+impl MigrationRecord {
+    pub fn new(role: Role, phase: MigrationPhase, target_uri: Option<String>) -> MigrationRecord {
+        MigrationRecord {
+            role,
+            phase,
+            started: SystemTime::now(),
+            ended: None,
+            target_uri,
+            post_copy: false,
+            progress: None,
+            failure: None,
+            completed_stats: None,
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.phase == MigrationPhase::Running
+    }
+
+    pub fn end(&mut self, phase: MigrationPhase) {
+        self.phase = phase;
+        self.ended = Some(SystemTime::now());
+    }
+
+    pub fn to_json(&self) -> Value {
+        let seconds = |t: SystemTime| {
+            t.duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0)
+        };
+        let elapsed = self
+            .ended
+            .unwrap_or_else(SystemTime::now)
+            .duration_since(self.started)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        json!({
+            "role": self.role,
+            "phase": self.phase,
+            "started": seconds(self.started),
+            "ended": self.ended.map(seconds),
+            "elapsed_seconds": elapsed,
+            "target_uri": self.target_uri,
+            "mode": if self.post_copy { "post-copy" } else { "pre-copy" },
+            "progress": self.progress,
+            "failure": self.failure,
+            "completed": self.completed_stats,
+        })
+    }
+}
+
+/// The figures a MIGRATION_PROGRESS event carries, from libvirt's job
+/// statistics.
+pub fn progress_summary(stats: &[Stat]) -> Value {
+    let get = |name: &str| {
+        stats
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "iteration": get("memory_iteration"),
+        "data_processed": get("data_processed"),
+        "data_remaining": get("data_remaining"),
+        "data_total": get("data_total"),
+        "memory_dirty_rate": get("memory_dirty_rate"),
+        "memory_bps": get("memory_bps"),
+        "disk_processed": get("disk_processed"),
+        "disk_remaining": get("disk_remaining"),
+        "time_elapsed_ms": get("time_elapsed"),
+    })
+}
+
+/// Gives the source's migratable XML the target launcher's paths: every
+/// per-launcher file (console socket and log, cloud-init and config ISOs,
+/// overlays, empty disks) lives in that launcher's own directories.
+pub fn rewrite_paths(xml: &str, from: &LauncherPaths, to: &LauncherPaths) -> String {
+    // Most specific first: the per-VMI directory inside the private one.
+    let pairs = [
+        (
+            from.private_dir.join(&from.uid),
+            to.private_dir.join(&to.uid),
+        ),
+        (from.private_dir.clone(), to.private_dir.clone()),
+        (
+            from.ephemeral_disk_dir.clone(),
+            to.ephemeral_disk_dir.clone(),
+        ),
+        (
+            from.container_disk_dir.clone(),
+            to.container_disk_dir.clone(),
+        ),
+        (from.hotplug_disk_dir.clone(), to.hotplug_disk_dir.clone()),
+    ];
+    let mut out = xml.to_string();
+    for (old, new) in pairs {
+        let (old, new) = (old.display().to_string(), new.display().to_string());
+        if old == new || old.is_empty() {
+            continue;
+        }
+        // Only whole paths in attribute values or element text.
+        for (lead, trail) in [
+            ("'", "/"),
+            ("\"", "/"),
+            (">", "/"),
+            ("'", "'"),
+            ("\"", "\""),
+            (">", "<"),
+        ] {
+            out = out.replace(
+                &format!("{lead}{old}{trail}"),
+                &format!("{lead}{new}{trail}"),
+            );
+        }
+    }
+    out
+}
+
+/// The disks only this launcher has (under its ephemeral directory:
+/// containerDisk overlays, empty disks) that the guest can write: their
+/// contents must be copied (block migration). Read-only ones (cloud-init
+/// ISOs) the target makes itself.
+pub fn local_disks(xml: &str, paths: &LauncherPaths) -> Vec<String> {
+    let Ok(domain) = Domain::from_xml(xml) else {
+        return Vec::new();
+    };
+    let ephemeral = paths.ephemeral_disk_dir.display().to_string();
+    domain
+        .devices
+        .disks
+        .iter()
+        .filter(|d| d.readonly.is_none() && d.device.as_deref().unwrap_or("disk") == "disk")
+        .filter(|d| {
+            d.source
+                .as_ref()
+                .and_then(|s| s.file.as_deref())
+                .is_some_and(|f| f.starts_with(&format!("{ephemeral}/")))
+        })
+        .map(|d| d.target.dev.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(root: &str, uid: &str) -> LauncherPaths {
+        LauncherPaths {
+            private_dir: format!("{root}/private").into(),
+            ephemeral_disk_dir: format!("{root}/eph").into(),
+            container_disk_dir: format!("{root}/cd").into(),
+            hotplug_disk_dir: format!("{root}/hp").into(),
+            uid: uid.into(),
+        }
+    }
+
+    #[test]
+    fn rewrites_whole_paths_only() {
+        let xml = "<serial type='unix'><source mode='bind' path='/a/private/u1/virt-serial0'/><log file='/a/private/u1/virt-serial0-log'/></serial>\
+                   <disk><source file='/a/eph/disk-data/root/disk.qcow2'/></disk>\
+                   <disk><source file='/a/private/config-map-disks/app.iso'/></disk>\
+                   <disk><source file='/a/ephemeral-other/x'/></disk><nvram>/a/private/u1/nvram</nvram>";
+        let out = rewrite_paths(xml, &paths("/a", "u1"), &paths("/b", "u2"));
+        assert!(out.contains("path='/b/private/u2/virt-serial0'"));
+        assert!(out.contains("file='/b/private/u2/virt-serial0-log'"));
+        assert!(out.contains("file='/b/eph/disk-data/root/disk.qcow2'"));
+        assert!(out.contains("file='/b/private/config-map-disks/app.iso'"));
+        // A sibling directory sharing a prefix is left alone.
+        assert!(out.contains("file='/a/ephemeral-other/x'"));
+        assert!(out.contains("<nvram>/b/private/u2/nvram</nvram>"));
+    }
+
+    #[test]
+    fn finds_writable_local_disks() {
+        let xml = "<domain type='kvm'><name>x</name><memory>1</memory><os><type>hvm</type></os><devices>\
+            <disk type='file' device='disk'><source file='/a/eph/disk-data/root/disk.qcow2'/><target dev='vda' bus='virtio'/></disk>\
+            <disk type='file' device='disk'><source file='/a/eph/cloud-init-data/ns/n/noCloud.iso'/><target dev='vdb' bus='virtio'/><readonly/></disk>\
+            <disk type='file' device='disk'><source file='/shared/data.img'/><target dev='vdc' bus='virtio'/></disk>\
+            <disk type='file' device='disk'><source file='/a/eph/empty-disks/scratch.qcow2'/><target dev='vdd' bus='virtio'/></disk>\
+            </devices></domain>";
+        assert_eq!(local_disks(xml, &paths("/a", "u1")), vec!["vda", "vdd"]);
+    }
+
+    #[test]
+    fn options_use_kubevirt_defaults_and_reject_unknown_keys() {
+        let opts: MigrationOptions = serde_json::from_value(json!({
+            "target": {"libvirt_uri": "qemu+unix:///system?socket=/x"}
+        }))
+        .unwrap();
+        assert_eq!(
+            (opts.completion_timeout_per_gib, opts.progress_timeout),
+            (150, 150)
+        );
+        assert!(!opts.allow_post_copy && !opts.unsafe_migration);
+        assert!(
+            serde_json::from_value::<MigrationOptions>(json!({
+                "target": {"libvirt_uri": "x"}, "bandwith": 5
+            }))
+            .is_err()
+        );
+    }
+}

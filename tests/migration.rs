@@ -120,3 +120,286 @@ fn a_running_guest_moves_to_another_launcher_and_keeps_running() {
     assert_eq!(b.wait_exit(STEP), 0);
     wait_no_qemu("e2e_mover", Duration::from_secs(5));
 }
+
+/// A source guest and a prepared target, for the failure cases.
+struct Pair {
+    a: Booted,
+    b: Launcher,
+    b_client: Client,
+    b_watch: Client,
+    target: Value,
+    domain: String,
+}
+
+fn pair(tag: &str, name: &str) -> Pair {
+    let opts = GuestOptions::new(name);
+    let a = boot(TempTree::new(&format!("{tag}-a")), &opts, &[]);
+    let (b, b_client, b_watch, target) = prepared_target(TempTree::new(&format!("{tag}-b")), &opts);
+    Pair {
+        a,
+        b,
+        b_client,
+        b_watch,
+        target,
+        domain: format!("e2e_{name}"),
+    }
+}
+
+/// The guest still runs on the source and answers its agent.
+fn still_on_source(p: &mut Pair) {
+    let status = p.a.client.ok("query-status", Value::Null);
+    assert_eq!(
+        (status["phase"].as_str(), status["domain"]["state"].as_str()),
+        (Some("Running"), Some("Running"))
+    );
+    p.a.client.ok("guest-ping", Value::Null);
+}
+
+/// The target gave up: it removed its files and exited 9.
+fn target_cleaned_up(p: &mut Pair) {
+    let failed = p
+        .b_watch
+        .wait_event(STEP, "target MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert_eq!(failed["data"]["role"], "target");
+    assert_eq!(p.b.wait_exit(STEP), 9);
+    assert!(!p.b.ready_socket().exists());
+    let leftovers = p.b.tree.path("ephemeral/cloud-init-data");
+    let left: Vec<_> = std::fs::read_dir(&leftovers)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the target left files behind: {left:?}");
+}
+
+#[test]
+fn migrate_cancel_keeps_the_guest_on_the_source() {
+    let mut p = pair("m-cancel", "cancelled");
+    // 1 MiB/s: 192 MiB would take minutes.
+    p.a.client.ok(
+        "migrate",
+        json!({"target": p.target, "bandwidth_mib_per_s": 1}),
+    );
+    let progress =
+        p.a.watcher
+            .wait_event(STEP, "MIGRATION_PROGRESS", named("MIGRATION_PROGRESS"));
+    assert!(
+        progress["data"]["data_total"].as_u64().unwrap() > 100 << 20,
+        "{progress}"
+    );
+    let running = p.a.client.ok("query-migration", Value::Null);
+    assert_eq!(
+        (
+            running["migration"]["role"].as_str(),
+            running["migration"]["phase"].as_str()
+        ),
+        (Some("source"), Some("running"))
+    );
+    assert_eq!(
+        p.b_client.ok("query-migration", Value::Null)["migration"]["role"],
+        "target"
+    );
+
+    assert_eq!(
+        p.a.client.ok("migrate-cancel", Value::Null)["cancelling"],
+        true
+    );
+    let failed =
+        p.a.watcher
+            .wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert_eq!(failed["data"]["cancelled"], true, "{failed}");
+    assert_eq!(
+        p.a.client.ok("query-migration", Value::Null)["migration"]["phase"],
+        "cancelled"
+    );
+    still_on_source(&mut p);
+    target_cleaned_up(&mut p);
+    // The target's QEMU goes; the source's stays.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while qemu_pids(&p.domain).len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "QEMUs left: {:?}",
+            qemu_pids(&p.domain)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_stalled_migration_fails_on_its_progress_timeout() {
+    let mut p = pair("m-stall", "stalled");
+    p.a.client.ok(
+        "migrate",
+        json!({"target": p.target, "bandwidth_mib_per_s": 2, "progress_timeout": 3}),
+    );
+    p.a.watcher
+        .wait_event(STEP, "MIGRATION_PROGRESS", named("MIGRATION_PROGRESS"));
+    // Freeze the incoming QEMU, as a partitioned network would: nothing
+    // moves any more.
+    let pidfile =
+        p.b.tree
+            .path(&format!("private/libvirt/run/qemu/{}.pid", p.domain));
+    let target_qemu = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &target_qemu])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Long enough for the 3 s progress timeout to fire, then the network
+    // heals (libvirt's peer-to-peer finish waits for the target).
+    std::thread::sleep(Duration::from_secs(8));
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &target_qemu])
+        .status();
+    let failed =
+        p.a.watcher
+            .wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    let reason = failed["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("progress_timeout 3 s"), "{reason}");
+    assert_eq!(failed["data"]["cancelled"], false);
+    assert_eq!(
+        p.a.client.ok("query-migration", Value::Null)["migration"]["phase"],
+        "failed"
+    );
+    still_on_source(&mut p);
+    target_cleaned_up(&mut p);
+}
+
+#[test]
+fn a_slow_migration_fails_on_its_completion_timeout() {
+    let mut p = pair("m-slow", "slow");
+    // 2 s per GiB of ~192 MiB allows under half a second; at 2 MiB/s the
+    // copy needs well over a minute.
+    p.a.client.ok(
+        "migrate",
+        json!({"target": p.target, "bandwidth_mib_per_s": 2, "completion_timeout_per_gib": 2}),
+    );
+    let failed =
+        p.a.watcher
+            .wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    let reason = failed["data"]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("completion_timeout_per_gib 2 s"),
+        "{reason}"
+    );
+    still_on_source(&mut p);
+    target_cleaned_up(&mut p);
+}
+
+#[test]
+fn bad_migrations_are_refused_and_the_guest_keeps_running() {
+    let mut p = pair("m-bad", "refused");
+    // A target nobody listens on.
+    let (class, desc) = p.a.client.err_class(
+        "migrate",
+        json!({"target": {"libvirt_uri": "qemu+unix:///system?socket=/nonexistent/libvirt-sock"}}),
+    );
+    assert_eq!(class, "InvalidArgument", "{desc}");
+    assert!(desc.contains("/nonexistent/libvirt-sock"));
+    // Its own daemon.
+    let own = p.a.client.ok("query-status", Value::Null)["libvirt"]["uri"].clone();
+    let (class, _) =
+        p.a.client
+            .err_class("migrate", json!({"target": {"libvirt_uri": own}}));
+    assert_eq!(class, "InvalidArgument");
+    // Unknown option keys.
+    let (class, desc) =
+        p.a.client
+            .err_class("migrate", json!({"target": p.target, "bandwith": 5}));
+    assert_eq!(class, "InvalidArgument", "{desc}");
+    // Paused.
+    p.a.client.ok("pause", Value::Null);
+    let (class, desc) = p.a.client.err_class("migrate", json!({"target": p.target}));
+    assert_eq!(class, "InvalidState", "{desc}");
+    assert!(desc.contains("Paused"), "{desc}");
+    p.a.client.ok("unpause", Value::Null);
+    // Already migrating (throttled so it lasts), and what is refused meanwhile.
+    p.a.client.ok(
+        "migrate",
+        json!({"target": p.target, "bandwidth_mib_per_s": 1}),
+    );
+    let (class, desc) = p.a.client.err_class("migrate", json!({"target": p.target}));
+    assert_eq!(class, "InvalidState", "{desc}");
+    assert!(desc.contains("already running"), "{desc}");
+    assert_eq!(p.a.client.err_class("pause", Value::Null).0, "InvalidState");
+    assert_eq!(
+        p.a.client.err_class("freeze", Value::Null).0,
+        "InvalidState"
+    );
+    // A launcher that already runs a domain cannot be a target.
+    let (class, desc) = p.a.client.err_class(
+        "prepare-migration-target",
+        json!({"vmi": guest_vmi(&GuestOptions::new("refused"))}),
+    );
+    assert_eq!(class, "InvalidState", "{desc}");
+    // Nor can one prepared twice.
+    let (class, _) = p.b_client.err_class(
+        "prepare-migration-target",
+        json!({"vmi": guest_vmi(&GuestOptions::new("refused"))}),
+    );
+    assert_eq!(class, "InvalidState");
+    p.a.client.ok("migrate-cancel", Value::Null);
+    p.a.watcher
+        .wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    still_on_source(&mut p);
+    target_cleaned_up(&mut p);
+    // And the guest is fine after all that.
+    assert_eq!(guest_sh(&mut p.a.client, "echo ok").1, "ok\n");
+}
+
+#[test]
+fn a_local_disk_is_copied_by_block_migration() {
+    // An emptyDisk lives in the launcher's own ephemeral directory, so the
+    // target has its own (empty) copy: its contents must travel.
+    let mut opts = GuestOptions::new("blocky");
+    opts.extra_volumes = vec![(
+        json!({"name": "scratch", "disk": {"bus": "virtio"}}),
+        json!({"name": "scratch", "emptyDisk": {"capacity": "64Mi"}}),
+    )];
+    let mut a = boot(TempTree::new("m-block-a"), &opts, &[]);
+    let mark = format!("block-{}", std::process::id());
+    let (code, _) = guest_sh(
+        &mut a.client,
+        &format!("printf {mark} | dd of=/dev/vda bs=512 conv=sync,fsync 2>/dev/null"),
+    );
+    assert_eq!(code, 0);
+    let (mut b, mut b_client, mut b_watch, target) =
+        prepared_target(TempTree::new("m-block-b"), &opts);
+    a.client.ok("migrate", json!({"target": target}));
+    a.watcher.wait_events(
+        BOOT,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            ("Stopped/Migrated", &lifecycle("Stopped", "Migrated")),
+        ],
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    let (_, out) = guest_sh(
+        &mut b_client,
+        &format!("dd if=/dev/vda bs=1 count={} 2>/dev/null", mark.len()),
+    );
+    assert_eq!(out, mark);
+    // The disk B runs on is B's own file, not A's.
+    let xml = b_client.ok("query-domain", Value::Null)["xml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        xml.contains(&b.tree.path("ephemeral").display().to_string()),
+        "{xml}"
+    );
+    b_client.ok("kill", Value::Null);
+    assert_eq!(b.wait_exit(STEP), 0);
+}

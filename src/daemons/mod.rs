@@ -134,9 +134,54 @@ impl LibvirtDaemons {
     }
 
     /// Stops the daemons, the libvirt daemon first (it uses virtlogd).
+    /// A QEMU of theirs still running (its domain's stop went unobserved, or
+    /// the launcher is giving up) is ended first, as KubeVirt's
+    /// virt-launcher-monitor does: nothing the launcher started outlives it.
     pub fn stop(&self) {
+        self.end_leftover_qemu();
         self.libvirtd.stop(STOP_GRACE);
         self.virtlogd.stop(STOP_GRACE);
+    }
+
+    /// QEMU processes listed in the daemon's pid files, still alive.
+    fn leftover_qemu(&self) -> Vec<u32> {
+        let dir = self.runtime_dir.join("run/qemu");
+        let Ok(entries) = fs::read_dir(&dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "pid"))
+            .filter_map(|e| {
+                fs::read_to_string(e.path())
+                    .ok()?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+            .filter(|pid| {
+                fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("qemu"))
+            })
+            .collect()
+    }
+
+    fn end_leftover_qemu(&self) {
+        let pids = self.leftover_qemu();
+        if pids.is_empty() {
+            return;
+        }
+        log::warn!("daemons: ending QEMU processes still running: {pids:?}");
+        for pid in &pids {
+            let _ = namespace::send_signal(*pid, libc::SIGTERM);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline && !self.leftover_qemu().is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        for pid in self.leftover_qemu() {
+            let _ = namespace::send_signal(pid, libc::SIGKILL);
+        }
     }
 
     /// For query-status.

@@ -514,7 +514,7 @@ pub struct MigrateArgs<'a> {
     pub uri: Option<&'a str>,
     pub dest_xml: Option<&'a str>,
     pub bandwidth_mib: Option<u64>,
-    pub listen_address: Option<&'a str>,
+    pub disks_uri: Option<&'a str>,
     pub migrate_disks: &'a [String],
     pub flags: c_uint,
 }
@@ -532,8 +532,8 @@ pub fn migrate(dom: &Domain, args: &MigrateArgs) -> Result<(), Error> {
     if let Some(bandwidth) = args.bandwidth_mib {
         params.add_ullong(sys::VIR_MIGRATE_PARAM_BANDWIDTH, bandwidth)?;
     }
-    if let Some(address) = args.listen_address {
-        params.add_string(sys::VIR_MIGRATE_PARAM_LISTEN_ADDRESS, address)?;
+    if let Some(uri) = args.disks_uri {
+        params.add_string(sys::VIR_MIGRATE_PARAM_DISKS_URI, uri)?;
     }
     if !args.migrate_disks.is_empty() {
         params.add_string_list(sys::VIR_MIGRATE_PARAM_MIGRATE_DISKS, args.migrate_disks)?;

@@ -82,11 +82,28 @@ impl LibvirtHypervisor {
     /// Converts a libvirt error, noting a lost connection so that the next
     /// call fails fast and the manager reconnects.
     fn error(&self, operation: &'static str, e: virt::error::Error) -> HypervisorError {
-        let err = convert_error(operation, &e);
+        let mut err = convert_error(operation, &e);
         if err.kind == HypervisorErrorKind::ConnectionLost {
-            self.connected.store(false, Ordering::Release);
+            // RPC errors also come from connections the daemon makes (a
+            // peer-to-peer migration's link to the target daemon); only a
+            // dead connection of ours is a lost connection.
+            if self.our_connection_alive() {
+                err.kind = HypervisorErrorKind::Other;
+            } else {
+                self.connected.store(false, Ordering::Release);
+            }
         }
         err
+    }
+
+    /// virConnectIsAlive: a local check of the connection, no round trip.
+    fn our_connection_alive(&self) -> bool {
+        match self.conn.read() {
+            Ok(guard) => guard
+                .as_ref()
+                .is_some_and(|c| c.is_alive().unwrap_or(false)),
+            Err(_) => false,
+        }
     }
 
     fn with_domain<T>(
@@ -371,7 +388,7 @@ impl Hypervisor for LibvirtHypervisor {
             uri: request.migration_uri.as_deref(),
             dest_xml: request.dest_xml.as_deref(),
             bandwidth_mib: request.bandwidth_mib_per_s,
-            listen_address: request.listen_address.as_deref(),
+            disks_uri: request.disks_uri.as_deref(),
             migrate_disks: &request.block_disks,
             flags,
         };

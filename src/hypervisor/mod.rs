@@ -60,8 +60,8 @@ pub struct MigrationRequest {
     /// The domain as the target must define it (its own paths).
     pub dest_xml: Option<String>,
     pub bandwidth_mib_per_s: Option<u64>,
-    /// Where the target listens for the data and disk streams.
-    pub listen_address: Option<String>,
+    /// Where local disks stream to (block migration).
+    pub disks_uri: Option<String>,
     /// Target devices of local disks to copy (block migration).
     pub block_disks: Vec<String>,
     pub auto_converge: bool,

@@ -185,10 +185,18 @@ impl LifecycleEvent {
                     "Wakeup",
                     "Recreated",
                 ]);
+                // On a migration's target the domain is started paused,
+                // waiting for the guest's state; it runs only at
+                // Resumed/Migrated.
+                let status = if detail == "Migrated" {
+                    status(DomainState::Paused, "Migration")
+                } else {
+                    status(DomainState::Running, detail)
+                };
                 LifecycleEvent {
                     event: "Started",
                     detail,
-                    status: status(DomainState::Running, detail),
+                    status,
                 }
             }
             3 => {
@@ -304,6 +312,17 @@ mod tests {
         assert_eq!(e.status.map(|s| s.state), Some(DomainState::Running));
         let e = LifecycleEvent::from_libvirt(3, 0);
         assert_eq!(e.status.map(|s| s.reason), Some("User"));
+        // An incoming migration starts paused; it runs at Resumed/Migrated.
+        let e = LifecycleEvent::from_libvirt(2, 1);
+        assert_eq!(
+            e.status.map(|s| (s.state, s.reason)),
+            Some((DomainState::Paused, "Migration"))
+        );
+        let e = LifecycleEvent::from_libvirt(4, 1);
+        assert_eq!(
+            e.status.map(|s| (s.state, s.reason)),
+            Some((DomainState::Running, "Migrated"))
+        );
         let e = LifecycleEvent::from_libvirt(5, 5);
         assert_eq!((e.event, e.detail), ("Stopped", "Failed"));
         assert_eq!(

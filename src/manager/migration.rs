@@ -25,9 +25,6 @@ use crate::protocol::{CommandError, CommandResult, ErrorClass};
 
 /// MIGRATION_PROGRESS is sent at most this often.
 const PROGRESS_EVENT_EVERY: Duration = Duration::from_secs(1);
-/// Where the target's QEMU listens for the guest's state: two launchers on
-/// one host, as two pods on one node.
-const MIGRATION_LISTEN_ADDRESS: &str = "127.0.0.1";
 
 impl DomainManager {
     /// This launcher's directories, as a migration peer sees them.
@@ -117,10 +114,19 @@ impl DomainManager {
                 return;
             }
         };
+        // Unix sockets in this launcher's own directory, as KubeVirt's
+        // migration proxy uses: no TCP ports for two daemons to race for.
+        let uid_dir = self.config.dirs.private.join(&self.config.uid);
         let address = TargetAddress {
             libvirt_uri: info.uri,
-            migration_uri: Some(format!("tcp://{MIGRATION_LISTEN_ADDRESS}")),
-            listen_address: Some(MIGRATION_LISTEN_ADDRESS.into()),
+            migration_uri: Some(format!(
+                "unix://{}",
+                uid_dir.join("migration.sock").display()
+            )),
+            disks_uri: Some(format!(
+                "unix://{}",
+                uid_dir.join("migration-disks.sock").display()
+            )),
             paths: Some(self.launcher_paths()),
         };
         let address = serde_json::to_value(&address).unwrap_or(Value::Null);
@@ -306,9 +312,13 @@ impl DomainManager {
                     "pre-copy"
                 });
                 record.progress = Some(summary.clone());
-                let due = self
-                    .last_progress_event
-                    .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
+                // Samples before libvirt has figures (or while it cannot
+                // read them) say nothing; they are kept but not sent.
+                let has_figures = summary["data_total"].as_u64().is_some_and(|t| t > 0);
+                let due = has_figures
+                    && self
+                        .last_progress_event
+                        .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
                 if due {
                     self.last_progress_event = Some(Instant::now());
                     summary["domain"] = json!(domain);

@@ -57,11 +57,12 @@ fn default_progress_timeout() -> u64 {
 pub struct TargetAddress {
     /// The target launcher's libvirt daemon.
     pub libvirt_uri: String,
-    /// Where the guest's memory and disks stream to.
+    /// Where the guest's memory streams to (unix:///... on the target).
     #[serde(default)]
     pub migration_uri: Option<String>,
+    /// Where local disks stream to.
     #[serde(default)]
-    pub listen_address: Option<String>,
+    pub disks_uri: Option<String>,
     /// The target launcher's directories, so the source can give the
     /// domain the target's paths. Absent: same paths on both sides.
     #[serde(default)]

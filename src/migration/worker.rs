@@ -116,7 +116,7 @@ fn build_request(
         migration_uri: target.migration_uri.clone(),
         dest_xml,
         bandwidth_mib_per_s: options.bandwidth_mib_per_s,
-        listen_address: target.listen_address.clone(),
+        disks_uri: target.disks_uri.clone(),
         block_disks,
         auto_converge: options.allow_auto_converge,
         post_copy: options.allow_post_copy,
@@ -159,12 +159,16 @@ impl Watch {
         data_remaining: Option<u64>,
         data_total: Option<u64>,
     ) -> Option<String> {
-        // Progress: the data left to move reached a new low.
-        if let Some(remaining) = data_remaining {
-            if self.lowest_remaining.is_none_or(|low| remaining < low) {
-                self.lowest_remaining = Some(remaining);
-                self.last_progress = now;
-            }
+        // Progress: the data left to move reached a new low. A sample
+        // without a total carries no figures (libvirt reports zeros when
+        // it cannot read QEMU's statistics, e.g. while the stream is
+        // stuck): it is no progress.
+        let figures = data_total.is_some_and(|t| t > 0);
+        if let Some(remaining) = data_remaining.filter(|_| figures)
+            && self.lowest_remaining.is_none_or(|low| remaining < low)
+        {
+            self.lowest_remaining = Some(remaining);
+            self.last_progress = now;
         }
         if !self.progress_timeout.is_zero()
             && now.duration_since(self.last_progress) > self.progress_timeout
@@ -201,6 +205,17 @@ fn stat_u64(stats: &[Stat], name: &str) -> Option<u64> {
 }
 
 impl Monitor {
+    /// Aborts the migration job; false when there is none yet to abort.
+    fn try_abort(&self) -> bool {
+        match self.hypervisor.abort_job(&self.domain) {
+            Ok(()) => true,
+            Err(e) => {
+                log::debug!("migration: abort not taken yet: {e}");
+                false
+            }
+        }
+    }
+
     fn run(self, done: Receiver<HvResult<()>>, cancel: Receiver<()>) {
         let hv = self.hypervisor.as_ref();
         let mut watch = Watch::new(
@@ -210,6 +225,9 @@ impl Monitor {
             0,
         );
         let mut intervention: Option<Intervention> = None;
+        // An abort asked for before libvirt has started the job ("no job
+        // is active") is tried again until it takes.
+        let mut abort_pending = false;
         let mut post_copy = false;
         let mut downtime_set = false;
         let outcome = loop {
@@ -225,12 +243,13 @@ impl Monitor {
                     if intervention.is_none() {
                         log::info!("migration: cancelling on request");
                         intervention = Some(Intervention::Cancelled);
-                        if let Err(e) = hv.abort_job(&self.domain) {
-                            log::warn!("migration: abort failed: {e}");
-                        }
+                        abort_pending = !self.try_abort();
                     }
                 },
                 default(MONITOR_INTERVAL) => {
+                    if abort_pending {
+                        abort_pending = !self.try_abort();
+                    }
                     let Ok(stats) = hv.job_stats(&self.domain, false) else { continue };
                     // No job yet (type 0) means the migration has not started.
                     if stat_u64(&stats, "type").unwrap_or(0) == 0 {
@@ -238,11 +257,10 @@ impl Monitor {
                     }
                     if !downtime_set {
                         downtime_set = true;
-                        if let Some(ms) = self.max_downtime_ms {
-                            if let Err(e) = hv.migrate_set_max_downtime(&self.domain, ms) {
+                        if let Some(ms) = self.max_downtime_ms
+                            && let Err(e) = hv.migrate_set_max_downtime(&self.domain, ms) {
                                 log::warn!("migration: cannot set the maximum downtime: {e}");
                             }
-                        }
                     }
                     let verdict = watch.sample(
                         Instant::now(),
@@ -263,15 +281,13 @@ impl Monitor {
                                 Err(e) => {
                                     log::warn!("migration: post-copy refused ({e}); aborting");
                                     intervention = Some(Intervention::TimedOut(reason));
-                                    let _ = hv.abort_job(&self.domain);
+                                    abort_pending = !self.try_abort();
                                 }
                             }
                         } else {
                             log::warn!("migration: {reason}; aborting");
                             intervention = Some(Intervention::TimedOut(reason));
-                            if let Err(e) = hv.abort_job(&self.domain) {
-                                log::warn!("migration: abort failed: {e}");
-                            }
+                            abort_pending = !self.try_abort();
                         }
                     }
                 },
@@ -308,18 +324,24 @@ mod tests {
     fn progress_is_a_new_low_of_remaining_data() {
         let t0 = Instant::now();
         let s = Duration::from_secs;
+        let total = Some(192 * MIB);
         let mut w = Watch::new(t0, s(5), 0, 192 * MIB);
-        assert_eq!(w.sample(t0 + s(1), Some(100 * MIB), None), None);
+        assert_eq!(w.sample(t0 + s(1), Some(100 * MIB), total), None);
         // Remaining goes up and down (dirty pages) but no new low.
-        assert_eq!(w.sample(t0 + s(3), Some(120 * MIB), None), None);
-        assert_eq!(w.sample(t0 + s(5), Some(101 * MIB), None), None);
-        let stalled = w.sample(t0 + s(7), Some(110 * MIB), None).unwrap();
+        assert_eq!(w.sample(t0 + s(3), Some(120 * MIB), total), None);
+        assert_eq!(w.sample(t0 + s(5), Some(101 * MIB), total), None);
+        let stalled = w.sample(t0 + s(7), Some(110 * MIB), total).unwrap();
         assert!(stalled.contains("progress_timeout 5 s"), "{stalled}");
+        // Zeros (no figures) are not progress.
+        let mut w = Watch::new(t0, s(5), 0, 0);
+        w.sample(t0 + s(1), Some(100 * MIB), total);
+        assert_eq!(w.sample(t0 + s(3), Some(0), Some(0)), None);
+        assert!(w.sample(t0 + s(7), Some(0), Some(0)).is_some());
         // A new low resets it.
         let mut w = Watch::new(t0, s(5), 0, 192 * MIB);
-        w.sample(t0 + s(1), Some(100 * MIB), None);
-        assert_eq!(w.sample(t0 + s(5), Some(99 * MIB), None), None);
-        assert_eq!(w.sample(t0 + s(9), Some(98 * MIB), None), None);
+        w.sample(t0 + s(1), Some(100 * MIB), total);
+        assert_eq!(w.sample(t0 + s(5), Some(99 * MIB), total), None);
+        assert_eq!(w.sample(t0 + s(9), Some(98 * MIB), total), None);
     }
 
     #[test]

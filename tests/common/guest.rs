@@ -53,6 +53,8 @@ pub struct GuestOptions {
     pub mac: String,
     pub grace_seconds: Option<u64>,
     pub extra_cmdline: String,
+    /// More (disk, volume) pairs, after the data disk.
+    pub extra_volumes: Vec<(Value, Value)>,
 }
 
 impl GuestOptions {
@@ -64,6 +66,7 @@ impl GuestOptions {
             mac: "52:54:00:7e:57:01".into(),
             grace_seconds: None,
             extra_cmdline: String::new(),
+            extra_volumes: Vec::new(),
         }
     }
 }
@@ -80,6 +83,10 @@ pub fn guest_vmi(opts: &GuestOptions) -> Value {
         cmdline.push_str(" tg.mount=/dev/vda:/mnt/data");
         disks.push(json!({"name": "data", "disk": {"bus": "virtio"}, "serial": "data1"}));
         volumes.push(json!({"name": "data", "hostDisk": {"path": data, "type": "Disk"}}));
+    }
+    for (disk, volume) in &opts.extra_volumes {
+        disks.push(disk.clone());
+        volumes.push(volume.clone());
     }
     if !opts.extra_cmdline.is_empty() {
         cmdline.push(' ');

@@ -225,6 +225,9 @@ impl Drop for Launcher {
     }
 }
 
+/// A test on an event line.
+pub type EventPredicate = dyn Fn(&Value) -> bool;
+
 /// A line client that keeps events apart from replies.
 pub struct Client {
     reader: BufReader<UnixStream>,
@@ -382,7 +385,7 @@ impl Client {
     pub fn wait_events(
         &mut self,
         timeout: Duration,
-        what: &[(&str, &dyn Fn(&Value) -> bool)],
+        what: &[(&str, &EventPredicate)],
     ) -> Vec<Value> {
         let deadline = Instant::now() + timeout;
         let mut found: Vec<Option<Value>> = vec![None; what.len()];

@@ -40,6 +40,9 @@ fn main() {
     if run("qemu") {
         qemu();
     }
+    if run("migration") {
+        migration();
+    }
 }
 
 fn cores() -> usize {
@@ -285,7 +288,10 @@ fn qemu() {
         agent.as_secs_f64()
     );
 
-    // What one full poll round costs, through the same calls the poller makes.
+    // What one full poll round costs, through the same calls the poller
+    // makes (on a connection of this process, which needs libvirt's event
+    // implementation registered, as the launcher does at start-up).
+    virt_launcher::hypervisor::event_loop::register().unwrap();
     let (tx, _rx) = crossbeam_channel::unbounded();
     let hv: Arc<dyn Hypervisor> =
         Arc::new(LibvirtHypervisor::connect(&uri, "e2e_bench", tx).unwrap());
@@ -364,4 +370,83 @@ fn qemu() {
         bare.as_secs_f64() * 1e3,
         running.as_secs_f64() / bare.as_secs_f64()
     );
+}
+
+/// Moves one guest across three fresh launchers and times each hop.
+fn migration() {
+    let opts = GuestOptions::new("hopper");
+    let mut current = boot(TempTree::new("bench-mig-0"), &opts, &[]);
+    let mut rows = Vec::new();
+    for hop in 1..=3 {
+        let target_launcher =
+            start_qemu_launcher(TempTree::new(&format!("bench-mig-{hop}")), "hopper", &[]);
+        let mut watcher = target_launcher.client();
+        watcher.ok("subscribe", Value::Null);
+        let mut client = target_launcher.client();
+        let prepared = client.request_timeout(
+            "prepare-migration-target",
+            json!({"vmi": guest_vmi(&opts)}),
+            STEP,
+        );
+        let target = prepared["return"]["target"].clone();
+        let t = Instant::now();
+        let sent = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        current.client.ok("migrate", json!({"target": target}));
+        // The guest runs on the target when the target says so.
+        let arrived = watcher.wait_event(
+            STEP,
+            "target MIGRATION_COMPLETED",
+            named("MIGRATION_COMPLETED"),
+        );
+        let ts = &arrived["timestamp"];
+        let on_target =
+            ts["seconds"].as_f64().unwrap() + ts["microseconds"].as_f64().unwrap() / 1e6 - sent;
+        // This launcher was the previous hop's target: its own
+        // (role target) completion is already in its event stream.
+        let done = current
+            .watcher
+            .wait_event(STEP, "MIGRATION_COMPLETED", |e| {
+                e["event"] == "MIGRATION_COMPLETED" && e["data"]["role"] == "source"
+            });
+        let total = t.elapsed();
+        let completed_at = Instant::now();
+        // B answers the guest agent.
+        let agent = loop {
+            let reply = client.request("guest-ping", json!({"timeout_seconds": 5}));
+            if reply.get("return").is_some() {
+                break completed_at.elapsed();
+            }
+            assert!(completed_at.elapsed() < STEP, "{reply}");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let downtime = done["data"]["downtime_ms"].as_u64().unwrap_or(0);
+        let libvirt_ms = done["data"]["time_elapsed_ms"].as_u64().unwrap_or(0);
+        rows.push((on_target, total, libvirt_ms, downtime, agent));
+        let _ = current.launcher.wait_exit(STEP);
+        current = Booted {
+            launcher: target_launcher,
+            client,
+            watcher,
+            booted_at: Instant::now(),
+        };
+    }
+    println!(
+        "live migration of the test guest (192 MiB, plain emulation, same host, unix sockets):"
+    );
+    for (i, (on_target, total, libvirt_ms, downtime, agent)) in rows.iter().enumerate() {
+        println!(
+            "  hop {}: migrate -> guest running on the target {:.0} ms; -> source done (MIGRATION_COMPLETED) {:.0} ms (libvirt job {} ms); downtime {} ms; MIGRATION_COMPLETED -> target answers guest-ping {:.0} ms",
+            i + 1,
+            on_target * 1e3,
+            total.as_secs_f64() * 1e3,
+            libvirt_ms,
+            downtime,
+            agent.as_secs_f64() * 1e3
+        );
+    }
+    current.client.ok("kill", Value::Null);
+    let _ = current.launcher.wait_exit(STEP);
 }

@@ -6,5 +6,8 @@
 # (scripts/setup-host.sh) and builds the test guest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/build-test-guest.sh target/test-guest >/dev/null
+if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; then
+    cat target/test-guest.log >&2
+    exit 1
+fi
 cargo bench --bench launcher --locked -- "$@"

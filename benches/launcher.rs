@@ -169,7 +169,7 @@ fn round_trips_and_memory() {
 }
 
 fn conversion() {
-    use virt_launcher::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
+    use virt_launcher::convert;
     let examples = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"));
     let mut names: Vec<_> = fs::read_dir(examples)
         .unwrap()
@@ -182,26 +182,7 @@ fn conversion() {
     for path in names {
         let value: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
         let vmi = virt_launcher::vmi::parse_vmi(&value).unwrap();
-        let ctx = ConvertContext {
-            domain_type: DomainType::Qemu,
-            namespace: vmi.namespace().to_string(),
-            name: vmi.name().to_string(),
-            uid: vmi.uid().to_string(),
-            private_dir: "/var/run/kubevirt-private".into(),
-            ephemeral_disk_dir: "/var/run/kubevirt-ephemeral-disks".into(),
-            container_disk_dir: "/var/run/kubevirt/container-disks".into(),
-            hotplug_disk_dir: "/var/run/kubevirt/hotplug-disks".into(),
-            ovmf: Some(OvmfPaths {
-                code: "/usr/share/OVMF/OVMF_CODE_4M.fd".into(),
-                vars: "/usr/share/OVMF/OVMF_VARS_4M.fd".into(),
-                secure_code: Some("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd".into()),
-                secure_vars: Some("/usr/share/OVMF/OVMF_VARS_4M.ms.fd".into()),
-            }),
-            user_net_backend: UserNetBackend::Slirp,
-            block_pvcs: ["database".to_string(), "shared-lun".to_string()].into(),
-            taps: [("secondary".to_string(), "tap-secondary".to_string())].into(),
-            grace_period_seconds: 30,
-        };
+        let ctx = convert::example_context(&vmi, convert::DomainType::Qemu);
         let rounds = 5000u32;
         let t = Instant::now();
         for _ in 0..rounds {

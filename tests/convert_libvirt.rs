@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -19,7 +19,7 @@ use common::guest::*;
 use common::*;
 use serde_json::Value;
 use virt::connect::Connect;
-use virt_launcher::convert::{ConvertContext, DomainType, OvmfPaths, UserNetBackend, convert};
+use virt_launcher::convert::{ConvertContext, DomainType, convert};
 use virt_launcher::domxml::{Disk, Domain, Interface, MaxMemory, ScaledInteger};
 use virt_launcher::vmi::{VirtualMachineInstance, parse_vmi};
 
@@ -42,30 +42,10 @@ fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The context the golden files were generated with (a copy of the
-/// crate-private `golden_context` in src/convert/golden_tests.rs), with
-/// `domain_type` chosen by the caller.
+/// The context the golden files were generated with, with `domain_type`
+/// chosen by the caller.
 fn golden_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
-    ConvertContext {
-        domain_type,
-        namespace: vmi.namespace().to_string(),
-        name: vmi.name().to_string(),
-        uid: vmi.uid().to_string(),
-        private_dir: PathBuf::from("/var/run/kubevirt-private"),
-        ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
-        container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
-        hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
-        ovmf: Some(OvmfPaths {
-            code: PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"),
-            vars: PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"),
-            secure_code: Some(PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")),
-            secure_vars: Some(PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")),
-        }),
-        user_net_backend: UserNetBackend::Slirp,
-        block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
-        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
-        grace_period_seconds: vmi.termination_grace_period_seconds(),
-    }
+    virt_launcher::convert::example_context(vmi, domain_type)
 }
 
 /// `examples/<stem>.json` converted for `domain_type`, as XML.

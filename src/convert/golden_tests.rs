@@ -3,12 +3,12 @@
 //! libvirt's schema (`virt-xml-validate`). `UPDATE_GOLDEN=1 cargo test`
 //! rewrites the golden files.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{ConvertContext, DomainType, OvmfPaths, UserNetBackend, convert};
+use super::{ConvertContext, DomainType, convert};
 use crate::domxml::Domain;
 use crate::vmi::{VirtualMachineInstance, parse_vmi};
 
@@ -19,26 +19,7 @@ const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
 /// TCG, slirp, the UID from the VMI, fixed OVMF paths, one block PVC volume
 /// name and one pre-created tap used by the examples.
 pub(crate) fn golden_context(vmi: &VirtualMachineInstance) -> ConvertContext {
-    ConvertContext {
-        domain_type: DomainType::Qemu,
-        namespace: vmi.namespace().to_string(),
-        name: vmi.name().to_string(),
-        uid: vmi.uid().to_string(),
-        private_dir: PathBuf::from("/var/run/kubevirt-private"),
-        ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
-        container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
-        hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
-        ovmf: Some(OvmfPaths {
-            code: PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"),
-            vars: PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"),
-            secure_code: Some(PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")),
-            secure_vars: Some(PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")),
-        }),
-        user_net_backend: UserNetBackend::Slirp,
-        block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
-        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
-        grace_period_seconds: vmi.termination_grace_period_seconds(),
-    }
+    super::example_context(vmi, DomainType::Qemu)
 }
 
 /// (example stem, example path), sorted.

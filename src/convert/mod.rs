@@ -40,6 +40,47 @@ use crate::vmi::VirtualMachineInstance;
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in, detect_taps};
 pub use devices::GUEST_AGENT_CHANNEL;
 
+/// A context with KubeVirt's default directories, fixed OVMF paths,
+/// user-mode networking over slirp, no block PVCs or taps, and a 30 s grace
+/// period: a base for reproducible conversions (tests, benchmarks).
+pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
+    ConvertContext {
+        domain_type,
+        namespace: String::new(),
+        name: String::new(),
+        uid: String::new(),
+        private_dir: PathBuf::from("/var/run/kubevirt-private"),
+        ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
+        container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
+        hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
+        ovmf: Some(OvmfPaths {
+            code: PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"),
+            vars: PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"),
+            secure_code: Some(PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")),
+            secure_vars: Some(PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")),
+        }),
+        user_net_backend: UserNetBackend::Slirp,
+        block_pvcs: BTreeSet::new(),
+        taps: BTreeMap::new(),
+        grace_period_seconds: 30,
+    }
+}
+
+/// The fixed context the examples' golden XML files are made with: the
+/// VMI's identity and grace period, plus the block PVC names and the
+/// pre-created tap the examples use.
+pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
+    ConvertContext {
+        namespace: vmi.namespace().to_string(),
+        name: vmi.name().to_string(),
+        uid: vmi.uid().to_string(),
+        block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
+        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
+        grace_period_seconds: vmi.termination_grace_period_seconds(),
+        ..kubevirt_defaults(domain_type)
+    }
+}
+
 /// libvirt domain type: `kvm`, `qemu` (TCG emulation) or `test` (libvirt's
 /// `test:///default` driver; same XML, `type='test'`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

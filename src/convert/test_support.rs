@@ -1,36 +1,17 @@
 //! Shared fixtures for the converter's unit tests.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-
 use serde_json::{Value, json};
 
-use super::{
-    Conversion, ConvertContext, ConvertError, DomainType, OvmfPaths, UserNetBackend, convert,
-};
+use super::{Conversion, ConvertContext, ConvertError, DomainType, convert};
 use crate::vmi::{VirtualMachineInstance, parse_vmi};
 
 /// KubeVirt's default directories, fixed OVMF paths, TCG.
 pub(crate) fn context() -> ConvertContext {
     ConvertContext {
-        domain_type: DomainType::Qemu,
         namespace: "default".into(),
         name: "testvmi".into(),
         uid: "11111111-2222-3333-4444-555555555555".into(),
-        private_dir: PathBuf::from("/var/run/kubevirt-private"),
-        ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
-        container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
-        hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
-        ovmf: Some(OvmfPaths {
-            code: PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.fd"),
-            vars: PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.fd"),
-            secure_code: Some(PathBuf::from("/usr/share/OVMF/OVMF_CODE_4M.secboot.fd")),
-            secure_vars: Some(PathBuf::from("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")),
-        }),
-        user_net_backend: UserNetBackend::Slirp,
-        block_pvcs: BTreeSet::new(),
-        taps: BTreeMap::new(),
-        grace_period_seconds: 30,
+        ..super::kubevirt_defaults(DomainType::Qemu)
     }
 }
 

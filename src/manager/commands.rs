@@ -222,11 +222,8 @@ impl DomainManager {
                 )));
             }
             let exclusive = !matches!(command, Command::Kill);
-            if exclusive && let Some(running) = self.jobs.exclusive_running() {
-                return Err(CommandError::new(
-                    ErrorClass::Busy,
-                    format!("{name}: {running} is still in progress; retry when it completes"),
-                ));
+            if exclusive {
+                self.jobs.ensure_idle(name)?;
             }
         }
         if !self.domain.defined && !self.domain.status.state.is_active() {

@@ -200,11 +200,8 @@ impl DomainManager {
             )));
             return;
         }
-        if let Some(running) = self.jobs.exclusive_running() {
-            let _ = reply.send(Err(CommandError::new(
-                ErrorClass::Busy,
-                format!("freeze: {running} is still in progress; retry when it completes"),
-            )));
+        if let Err(busy) = self.jobs.ensure_idle("freeze") {
+            let _ = reply.send(Err(busy));
             return;
         }
         let name = self.config.domain_name.clone();

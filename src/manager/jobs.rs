@@ -130,6 +130,18 @@ impl JobRunner {
         })
     }
 
+    /// Busy when an exclusive job (one that changes the domain) runs:
+    /// `command` must wait for it.
+    pub fn ensure_idle(&self, command: &str) -> Result<(), CommandError> {
+        match self.exclusive_running() {
+            None => Ok(()),
+            Some(running) => Err(CommandError::new(
+                ErrorClass::Busy,
+                format!("{command}: {running} is still in progress; retry when it completes"),
+            )),
+        }
+    }
+
     pub fn is_running(&self, kind: JobKind) -> bool {
         self.pending.values().any(|p| p.kind == kind)
     }

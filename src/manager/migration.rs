@@ -100,11 +100,8 @@ impl DomainManager {
             )));
             return;
         }
-        if let Some(running) = self.jobs.exclusive_running() {
-            let _ = reply.send(Err(CommandError::new(
-                ErrorClass::Busy,
-                format!("prepare-migration-target: {running} is still in progress"),
-            )));
+        if let Err(busy) = self.jobs.ensure_idle("prepare-migration-target") {
+            let _ = reply.send(Err(busy));
             return;
         }
         let plan = match self.plan_sync(&vmi) {
@@ -188,12 +185,7 @@ impl DomainManager {
                 self.domain.status.reason
             )));
         }
-        if let Some(running) = self.jobs.exclusive_running() {
-            return Err(CommandError::new(
-                ErrorClass::Busy,
-                format!("migrate: {running} is still in progress; retry when it completes"),
-            ));
-        }
+        self.jobs.ensure_idle("migrate")?;
         let own_uri = self.hypervisor.info().uri;
         let target_uri = options.target.libvirt_uri.clone();
         if target_uri == own_uri {

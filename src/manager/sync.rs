@@ -112,11 +112,8 @@ impl DomainManager {
             let _ = reply.send(Err(CommandError::invalid_state(why)));
             return;
         }
-        if let Some(running) = self.jobs.exclusive_running() {
-            let _ = reply.send(Err(CommandError::new(
-                ErrorClass::Busy,
-                format!("sync: {running} is still in progress; retry when it completes"),
-            )));
+        if let Err(busy) = self.jobs.ensure_idle("sync") {
+            let _ = reply.send(Err(busy));
             return;
         }
         let plan = match self.plan_sync(&vmi) {

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the daemon on libvirt's test driver, and the
-# end-to-end tests that boot the test guest under real libvirt and QEMU.
-# Needs the host set-up (scripts/setup-host.sh, run by .ci/run).
+# Runs every test: unit tests, the daemon on libvirt's test driver, the
+# end-to-end tests that boot the test guest under real libvirt and QEMU,
+# and the socat smoke tours. Needs the host set-up (scripts/setup-host.sh,
+# which .ci/run runs first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s)
 # Build (or reuse) the test guest before the tests that boot it.
 scripts/build-test-guest.sh target/test-guest
+# Two test threads: the guests run under plain emulation on two cores.
+cargo test --locked -- --test-threads=2
 cargo build --release --locked
-cargo test --release --locked -- --test-threads=2
+scripts/smoke.sh target/release/virt-launcher
+scripts/smoke-qemu.sh target/release/virt-launcher
+echo "test.sh: all tests passed in $(( $(date +%s) - started )) s"

@@ -21,7 +21,15 @@ fn uptime(client: &mut Client) -> f64 {
 /// A prepared target launcher for `opts`, its watcher, and the address
 /// prepare-migration-target returned.
 fn prepared_target(tree: TempTree, opts: &GuestOptions) -> (Launcher, Client, Client, Value) {
-    let launcher = start_qemu_launcher(tree, &opts.name, &[]);
+    prepared_target_with(tree, opts, &[])
+}
+
+fn prepared_target_with(
+    tree: TempTree,
+    opts: &GuestOptions,
+    extra: &[&str],
+) -> (Launcher, Client, Client, Value) {
+    let launcher = start_qemu_launcher(tree, &opts.name, extra);
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();
@@ -402,4 +410,89 @@ fn a_local_disk_is_copied_by_block_migration() {
     );
     b_client.ok("kill", Value::Null);
     assert_eq!(b.wait_exit(STEP), 0);
+}
+
+#[test]
+fn a_target_can_give_up_and_leaves_the_guest_on_the_source() {
+    let opts = GuestOptions::new("giveup");
+    let mut a = boot(TempTree::new("m-giveup-a"), &opts, &[]);
+
+    // A target with a short --qemu-timeout that receives a slow migration:
+    // once the domain arrives, the timeout no longer applies.
+    let (mut b, mut b_client, mut b_watch, target) = prepared_target_with(
+        TempTree::new("m-giveup-b"),
+        &opts,
+        &["--qemu-timeout", "5s"],
+    );
+    a.client.ok(
+        "migrate",
+        json!({"target": target, "bandwidth_mib_per_s": 1}),
+    );
+    b_watch.wait_event(STEP, "target MIGRATION_STARTED", named("MIGRATION_STARTED"));
+    std::thread::sleep(Duration::from_secs(7));
+    let status = b_client.ok("query-status", Value::Null);
+    assert_eq!(
+        status["phase"], "MigrationTarget",
+        "the target gave up on its own: {status}"
+    );
+    // The target cancels: its incoming domain goes, the source keeps the guest.
+    assert_eq!(
+        b_client.ok("migrate-cancel", Value::Null)["cancelling"],
+        true
+    );
+    let failed = b_watch.wait_event(STEP, "target MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert_eq!(failed["data"]["role"], "target");
+    assert_eq!(b.wait_exit(STEP), 9);
+    let source_failed =
+        a.watcher
+            .wait_event(STEP, "source MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert_eq!(source_failed["data"]["role"], "source");
+    let progress = a.client.ok("query-migration", Value::Null)["migration"]["progress"].clone();
+    assert!(
+        progress["data_total"].as_u64().unwrap() > 0,
+        "last real figures kept: {progress}"
+    );
+    a.client.ok("guest-ping", Value::Null);
+
+    // SIGTERM on a prepared target: it cleans up and exits 9 too.
+    let (mut c, _c_client, mut c_watch, _) = prepared_target(TempTree::new("m-giveup-c"), &opts);
+    c.signal("TERM");
+    let failed = c_watch.wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert!(
+        failed["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("SIGTERM"),
+        "{failed}"
+    );
+    assert_eq!(c.wait_exit(STEP), 9);
+    let uid_dirs: Vec<_> = std::fs::read_dir(c.tree.path("private"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("migration.sock").exists())
+        .collect();
+    assert!(uid_dirs.is_empty(), "migration sockets left behind");
+
+    // SIGTERM on the source during a migration cancels it with that reason.
+    let (_d, _d_client, _d_watch, target) = prepared_target(TempTree::new("m-giveup-d"), &opts);
+    a.client.ok(
+        "migrate",
+        json!({"target": target, "bandwidth_mib_per_s": 1}),
+    );
+    a.watcher
+        .wait_event(STEP, "MIGRATION_PROGRESS", named("MIGRATION_PROGRESS"));
+    a.launcher.signal("TERM");
+    let failed = a
+        .watcher
+        .wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert!(
+        failed["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("SIGTERM"),
+        "{failed}"
+    );
+    a.watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
 }

@@ -19,6 +19,13 @@ use crate::events::EventKind;
 use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, HypervisorErrorKind};
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 
+/// What became of a request to set the guest's clock.
+pub(super) enum TimeSync {
+    Started,
+    AlreadyRunning,
+    NoAgent,
+}
+
 /// How many times, a second apart, the guest clock is set after unpause.
 const TIME_SYNC_ATTEMPTS: u32 = 10;
 
@@ -305,13 +312,14 @@ impl DomainManager {
 
     /// After unpause the guest's clock is behind by the pause; set it from
     /// the host through the agent, retrying while the agent catches up.
-    pub(super) fn start_guest_time_sync(&mut self) {
-        if !self.domain.agent_connected
-            || self.jobs.is_running(JobKind::Internal {
-                name: "guest-time-sync",
-            })
-        {
-            return;
+    pub(super) fn start_guest_time_sync(&mut self) -> TimeSync {
+        if !self.domain.agent_connected {
+            return TimeSync::NoAgent;
+        }
+        if self.jobs.is_running(JobKind::Internal {
+            name: "guest-time-sync",
+        }) {
+            return TimeSync::AlreadyRunning;
         }
         let name = self.config.domain_name.clone();
         self.jobs.spawn(
@@ -348,6 +356,7 @@ impl DomainManager {
                 JobOutput::reply(Err(e))
             },
         );
+        TimeSync::Started
     }
 
     /// Applies a poll result; tells subscribers when what KubeVirt reports

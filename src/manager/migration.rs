@@ -10,7 +10,9 @@ use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
 
 use super::commands::{hypervisor_error, object};
+use super::guest::TimeSync;
 use super::jobs::{JobKind, JobOutput, Observation};
+use super::timers::Timer;
 use super::{COMMAND_TIMEOUT, DomainManager, Phase};
 use crate::command::Command;
 use crate::disks;
@@ -23,6 +25,9 @@ use crate::migration::{
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 
+/// The target's sockets for the memory and the disk streams, in its
+/// `<private>/<uid>/`.
+const MIGRATION_SOCKETS: [&str; 2] = ["migration.sock", "migration-disks.sock"];
 /// MIGRATION_PROGRESS is sent at most this often.
 const PROGRESS_EVENT_EVERY: Duration = Duration::from_secs(1);
 
@@ -118,11 +123,11 @@ impl DomainManager {
             libvirt_uri: info.uri,
             migration_uri: Some(format!(
                 "unix://{}",
-                uid_dir.join("migration.sock").display()
+                uid_dir.join(MIGRATION_SOCKETS[0]).display()
             )),
             disks_uri: Some(format!(
                 "unix://{}",
-                uid_dir.join("migration-disks.sock").display()
+                uid_dir.join(MIGRATION_SOCKETS[1]).display()
             )),
             paths: Some(self.launcher_paths()),
         };
@@ -230,7 +235,7 @@ impl DomainManager {
         match (record.role, record.phase) {
             (Role::Source, MigrationPhase::Running) => {
                 if let Some(cancel) = &self.migration_cancel {
-                    cancel.cancel();
+                    cancel.cancel("cancelled by migrate-cancel");
                 }
                 Ok(object(json!({ "cancelling": true })))
             }
@@ -239,24 +244,11 @@ impl DomainManager {
                 self.abort_target("cancelled on the target before the domain arrived".into());
                 Ok(object(json!({ "cancelling": true })))
             }
-            // The domain is arriving: abort the incoming job; its stop ends
-            // this launcher.
+            // The domain is arriving: libvirt cannot abort an incoming
+            // migration, so destroy the incoming domain; its stop ends this
+            // launcher and fails the source's migration.
             (Role::Target, MigrationPhase::Running) => {
-                let name = self.config.domain_name.clone();
-                self.jobs.spawn(
-                    JobKind::Internal {
-                        name: "abort-incoming",
-                    },
-                    None,
-                    COMMAND_TIMEOUT,
-                    move |hv| {
-                        JobOutput::reply(
-                            hv.abort_job(&name)
-                                .map(|()| Map::new())
-                                .map_err(|e| hypervisor_error(&e)),
-                        )
-                    },
-                );
+                self.destroy_incoming();
                 Ok(object(json!({ "cancelling": true })))
             }
             (_, phase) => Err(CommandError::invalid_state(format!(
@@ -280,12 +272,14 @@ impl DomainManager {
             ));
         }
         // The guest's clock stood still during the switch-over.
-        let time_sync = self.domain.agent_connected;
-        self.start_guest_time_sync();
-        Ok(object(json!({
-            "finalized": true,
-            "guest_time_sync": if time_sync { "started" } else { "skipped: no guest agent" },
-        })))
+        let time_sync = match self.start_guest_time_sync() {
+            TimeSync::Started => "started",
+            TimeSync::AlreadyRunning => "already running",
+            TimeSync::NoAgent => "skipped: no guest agent",
+        };
+        Ok(object(
+            json!({ "finalized": true, "guest_time_sync": time_sync }),
+        ))
     }
 
     /// The source worker's reports.
@@ -303,10 +297,12 @@ impl DomainManager {
                 } else {
                     "pre-copy"
                 });
-                record.progress = Some(summary.clone());
                 // Samples before libvirt has figures (or while it cannot
-                // read them) say nothing; they are kept but not sent.
+                // read them) say nothing: the last real figures stand.
                 let has_figures = summary["data_total"].as_u64().is_some_and(|t| t > 0);
+                if has_figures {
+                    record.progress = Some(summary.clone());
+                }
                 let due = has_figures
                     && self
                         .last_progress_event
@@ -389,6 +385,8 @@ impl DomainManager {
         };
         if record.phase == MigrationPhase::Prepared && status.state.is_active() {
             record.phase = MigrationPhase::Running;
+            // The domain is here: --qemu-timeout no longer applies.
+            self.timers.cancel(Timer::QemuTimeout);
             self.publish(
                 EventKind::MigrationStarted,
                 json!({ "domain": domain, "role": Role::Target }),
@@ -412,11 +410,49 @@ impl DomainManager {
         false
     }
 
+    /// Destroys a domain still arriving by migration.
+    pub(super) fn destroy_incoming(&mut self) {
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            JobKind::Internal {
+                name: "destroy-incoming",
+            },
+            None,
+            COMMAND_TIMEOUT,
+            move |hv| {
+                JobOutput::reply(
+                    hv.destroy(&name, false)
+                        .map(|()| Map::new())
+                        .map_err(|e| hypervisor_error(&e)),
+                )
+            },
+        );
+    }
+
+    /// The target gives up: an incoming domain is destroyed (its stop then
+    /// ends the launcher), or, with nothing arriving yet, the launcher
+    /// cleans up and leaves at once.
+    pub(super) fn give_up_target(&mut self, why: &str) {
+        let arriving = self
+            .migration
+            .as_ref()
+            .is_some_and(|m| m.phase == MigrationPhase::Running);
+        if arriving {
+            self.destroy_incoming();
+        } else {
+            self.abort_target(why.to_string());
+        }
+    }
+
     /// The incoming migration will not happen: remove what was prepared
     /// and exit.
     fn abort_target(&mut self, reason: String) {
         if let Some(prepared) = self.prepared_target.take() {
             prepared.rollback();
+        }
+        let uid_dir = self.config.dirs.private.join(&self.config.uid);
+        for socket in MIGRATION_SOCKETS {
+            let _ = std::fs::remove_file(uid_dir.join(socket));
         }
         if let Some(record) = self.migration.as_mut() {
             record.end(MigrationPhase::Failed);

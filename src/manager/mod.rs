@@ -695,7 +695,7 @@ impl DomainManager {
             JobKind::Command {
                 name: "unpause", ..
             } if output.result.is_ok() => {
-                self.start_guest_time_sync();
+                let _ = self.start_guest_time_sync();
             }
             JobKind::Command { name: "sync", .. } => self.on_sync_done(&output),
             JobKind::Command { name: "pause", .. } if output.result.is_ok() => {

@@ -52,7 +52,15 @@ impl DomainManager {
             && let Some(cancel) = &self.migration_cancel
         {
             log::info!("manager: {name}: cancelling the running migration first");
-            cancel.cancel();
+            cancel.cancel(&format!("cancelled by {name}: the launcher is stopping"));
+        }
+        // A target gives its incoming migration up.
+        if self.phase == Phase::MigrationTarget {
+            log::info!("manager: {name}: giving up the incoming migration");
+            self.give_up_target(&format!(
+                "{name} received while waiting for the migrating domain"
+            ));
+            return;
         }
         if !self.domain.status.state.is_active() {
             self.finish(

@@ -20,18 +20,19 @@ const MONITOR_INTERVAL: Duration = Duration::from_millis(400);
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// Cancels a running migration.
-pub struct CancelHandle(Sender<()>);
+pub struct CancelHandle(Sender<String>);
 
 impl CancelHandle {
-    pub fn cancel(&self) {
-        let _ = self.0.try_send(());
+    /// Cancels; `why` becomes the MIGRATION_FAILED reason.
+    pub fn cancel(&self, why: &str) {
+        let _ = self.0.try_send(why.to_string());
     }
 }
 
 /// Why the monitor stepped in.
 #[derive(Debug, Clone, PartialEq)]
 enum Intervention {
-    Cancelled,
+    Cancelled(String),
     TimedOut(String),
 }
 
@@ -46,7 +47,7 @@ pub fn spawn(
     fatal: &FatalSender,
 ) -> std::io::Result<CancelHandle> {
     let (done_tx, done_rx) = bounded::<HvResult<()>>(1);
-    let (cancel_tx, cancel_rx) = bounded(1);
+    let (cancel_tx, cancel_rx) = bounded::<String>(1);
     let hv = hypervisor.clone();
     let name = domain.clone();
     let opts = options.clone();
@@ -216,7 +217,7 @@ impl Monitor {
         }
     }
 
-    fn run(self, done: Receiver<HvResult<()>>, cancel: Receiver<()>) {
+    fn run(self, done: Receiver<HvResult<()>>, cancel: Receiver<String>) {
         let hv = self.hypervisor.as_ref();
         let mut watch = Watch::new(
             Instant::now(),
@@ -239,10 +240,12 @@ impl Monitor {
                         "the migration thread ended without a result",
                     ))
                 }),
-                recv(cancel) -> _ => {
+                recv(cancel) -> why => {
                     if intervention.is_none() {
                         log::info!("migration: cancelling on request");
-                        intervention = Some(Intervention::Cancelled);
+                        intervention = Some(Intervention::Cancelled(
+                            why.unwrap_or_else(|_| "cancelled".to_string()),
+                        ));
                         abort_pending = !self.try_abort();
                     }
                 },
@@ -297,8 +300,8 @@ impl Monitor {
             (Ok(()), _) => MigrationUpdate::Completed {
                 stats: hv.job_stats(&self.domain, true).unwrap_or_default(),
             },
-            (Err(_), Some(Intervention::Cancelled)) => MigrationUpdate::Failed {
-                reason: "cancelled by migrate-cancel".into(),
+            (Err(_), Some(Intervention::Cancelled(why))) => MigrationUpdate::Failed {
+                reason: why,
                 cancelled: true,
             },
             (Err(e), Some(Intervention::TimedOut(reason))) => MigrationUpdate::Failed {

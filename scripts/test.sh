@@ -11,6 +11,7 @@ scripts/build-test-guest.sh target/test-guest
 # Two test threads: the guests run under plain emulation on two cores.
 cargo test --locked -- --test-threads=2
 cargo build --release --locked
-scripts/smoke.sh target/release/virt-launcher
-scripts/smoke-qemu.sh target/release/virt-launcher
+bin=${CARGO_TARGET_DIR:-target}/release/virt-launcher
+scripts/smoke.sh "$bin"
+scripts/smoke-qemu.sh "$bin"
 echo "test.sh: all tests passed in $(( $(date +%s) - started )) s"

@@ -496,3 +496,69 @@ fn a_target_can_give_up_and_leaves_the_guest_on_the_source() {
         .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
     assert_eq!(a.launcher.wait_exit(STEP), 0);
 }
+
+#[test]
+fn a_prepared_target_that_waits_too_long_cleans_up_and_exits_5() {
+    let opts = GuestOptions::new("waiter");
+    let (mut b, _client, mut watch, _) =
+        prepared_target_with(TempTree::new("m-wait"), &opts, &["--qemu-timeout", "3s"]);
+    let failed = watch.wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    assert!(
+        failed["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("--qemu-timeout"),
+        "{failed}"
+    );
+    assert_eq!(b.wait_exit(STEP), 5);
+    let cloud_init = b.tree.path("ephemeral/cloud-init-data");
+    let left: Vec<_> = std::fs::read_dir(&cloud_init)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "prepared files left: {left:?}");
+}
+
+#[test]
+fn a_slow_migration_switches_to_post_copy_when_allowed_and_completes() {
+    let opts = GuestOptions::new("postcopy");
+    let mut a = boot(TempTree::new("m-post-a"), &opts, &[]);
+    let uptime_before = uptime(&mut a.client);
+    let (mut b, mut b_client, mut b_watch, target) =
+        prepared_target(TempTree::new("m-post-b"), &opts);
+    // Far too slow for its completion budget: instead of aborting, the
+    // guest switches to the target and pulls the rest of its memory.
+    a.client.ok(
+        "migrate",
+        json!({"target": target, "bandwidth_mib_per_s": 1, "completion_timeout_per_gib": 2, "allow_post_copy": true}),
+    );
+    let switched = a.watcher.wait_event(STEP, "post-copy", |e| {
+        e["event"] == "MIGRATION_PROGRESS" && e["data"]["mode"] == "post-copy"
+    });
+    assert!(
+        switched["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("completion_timeout_per_gib"),
+        "{switched}"
+    );
+    let events = a.watcher.wait_events(
+        BOOT,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            ("Stopped/Migrated", &lifecycle("Stopped", "Migrated")),
+        ],
+    );
+    assert_eq!(events[0]["data"]["mode"], "post-copy");
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    assert!(uptime(&mut b_client) > uptime_before);
+    b_client.ok("kill", Value::Null);
+    assert_eq!(b.wait_exit(STEP), 0);
+}

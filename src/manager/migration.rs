@@ -447,6 +447,12 @@ impl DomainManager {
     /// The incoming migration will not happen: remove what was prepared
     /// and exit.
     fn abort_target(&mut self, reason: String) {
+        self.end_target(reason, ExitCode::MigrationAborted);
+    }
+
+    /// Ends a target: removes what it prepared, reports MIGRATION_FAILED
+    /// and exits with `code`.
+    pub(super) fn end_target(&mut self, reason: String, code: ExitCode) {
         if let Some(prepared) = self.prepared_target.take() {
             prepared.rollback();
         }
@@ -462,7 +468,7 @@ impl DomainManager {
             EventKind::MigrationFailed,
             json!({ "domain": self.config.domain_name, "role": Role::Target, "reason": reason }),
         );
-        self.finish(ExitCode::MigrationAborted, reason);
+        self.finish(code, reason);
     }
 }
 

@@ -376,6 +376,14 @@ impl DomainManager {
         if self.domain.started_once || self.phase == Phase::Exiting {
             return;
         }
+        if self.phase == Phase::MigrationTarget {
+            let reason = format!(
+                "no migrating domain arrived within {} (--qemu-timeout)",
+                humanize(self.config.qemu_timeout)
+            );
+            self.end_target(reason, ExitCode::QemuTimeout);
+            return;
+        }
         let reason = format!(
             "no domain was defined and started within {} (--qemu-timeout); sync a VMI sooner or raise the timeout",
             humanize(self.config.qemu_timeout)

@@ -21,6 +21,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SMOKE=smoke-qemu
 GUEST_DIR=$ROOT/target/test-guest
 START=$(date +%s)
 
@@ -107,49 +108,14 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-fail() {
-    echo "smoke-qemu: FAIL: $*" >&2
-    if [ -n "$TMP" ] && [ -s "$TMP/launcher.log" ]; then
-        echo "smoke-qemu: last lines of the launcher's log:" >&2
-        tail -n 20 "$TMP/launcher.log" | cut -c1-400 | sed 's/^/    /' >&2
-    fi
-    exit 1
-}
-
-ok() { echo "ok   $*"; }
-
-# contains TEXT FRAGMENT: whether TEXT contains FRAGMENT literally.
-contains() { [[ "$1" == *"$2"* ]]; }
-
-# expect WHAT TEXT FRAGMENT...: fails unless TEXT contains every FRAGMENT.
-expect() {
-    local what=$1 text=$2
-    shift 2
-    local fragment
-    for fragment in "$@"; do
-        contains "$text" "$fragment" || fail "$what: expected $fragment in: ${text:0:800}"
-    done
-}
+# shellcheck source=smoke-lib.sh
+. "$ROOT/scripts/smoke-lib.sh"
 
 command -v socat >/dev/null || fail "socat is not installed"
 [ "$(id -u)" = 0 ] || fail "run as root: --spawn-libvirt needs it"
 
 # --- the binary and the guest ---------------------------------------------------
-if [ $# -gt 1 ]; then
-    echo "usage: $0 [PATH_TO_BINARY]" >&2
-    exit 2
-fi
-if [ $# -eq 1 ]; then
-    BIN=$1
-    [ -x "$BIN" ] || fail "$BIN is not an executable file"
-else
-    BIN=$ROOT/target/release/virt-launcher
-    if [ ! -x "$BIN" ]; then
-        echo "smoke-qemu: $BIN is missing; running cargo build --release" >&2
-        (cd "$ROOT" && cargo build --release) || fail "cargo build --release failed"
-    fi
-fi
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+resolve_binary "$@"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/vl-smoke-qemu.XXXXXX")
 SOCK=$TMP/share/sockets/launcher-sock
@@ -210,60 +176,10 @@ done
 [ -S "$SOCK" ] || fail "launcher-sock did not appear within $READY_SECONDS s"
 ok "launcher-sock ready (pid $LAUNCHER_PID, own libvirt daemons, domain $DOMAIN)"
 
-# request TIMEOUT LINE...: sends the lines on one connection, waiting up to
-# TIMEOUT seconds for the replies; prints every line the server wrote (the
-# greeting first).
-request() {
-    local wait=$1
-    shift
-    printf '%s\n' "$@" | socat -t "$wait" - "UNIX-CONNECT:$SOCK" \
-        || fail "socat could not talk to $SOCK"
-}
-
-# reply LINE [TIMEOUT]: sends one request; prints its reply line.
-reply() {
-    request "${2:-5}" "$1" | sed -n 2p
-}
-
 # --- a subscriber in the background ------------------------------------------------
-mkfifo "$TMP/subscriber.in"
-socat - "UNIX-CONNECT:$SOCK" <"$TMP/subscriber.in" >"$TMP/events.log" 2>"$TMP/subscriber.err" &
-SUB_PID=$!
-exec 7>"$TMP/subscriber.in"
-SUB_FD_OPEN=1
-echo '{"execute":"subscribe","id":"sub"}' >&7
-for _ in $(seq 100); do
-    grep -q '"id":"sub"}' "$TMP/events.log" 2>/dev/null && break
-    sleep 0.05
-done
+start_subscriber
 expect "subscribe" "$(sed -n 2p "$TMP/events.log")" '{"return":{' '"subscribed":true' '"id":"sub"}'
 ok "subscriber connected and subscribed to every event"
-
-# seen FRAGMENT...: whether the subscriber got an event line with every FRAGMENT.
-seen() {
-    local line fragment all
-    while IFS= read -r line; do
-        all=1
-        for fragment in "$@"; do
-            contains "$line" "$fragment" || { all=0; break; }
-        done
-        [ "$all" = 1 ] && return 0
-    done < <(grep '^{"event":' "$TMP/events.log" || true)
-    return 1
-}
-
-# wait_event SECONDS FRAGMENT...: waits for such an event line.
-wait_event() {
-    local seconds=$1
-    shift
-    local i
-    for i in $(seq $((seconds * 5))); do
-        seen "$@" && return 0
-        [ $((i % 25)) = 0 ] && ! kill -0 "$LAUNCHER_PID" 2>/dev/null && return 1
-        sleep 0.2
-    done
-    return 1
-}
 
 # --- boot -------------------------------------------------------------------------
 wait_event "$BOOT_SECONDS" '"event":"AGENT_CONNECTED"' "\"domain\":\"$DOMAIN\"" \
@@ -317,30 +233,10 @@ expect "query-status after unpause" "$out" '"state":"Running"' '"paused_by_user"
 ok "unpause: domain Running (Unpaused), Resumed event"
 
 # --- SIGTERM -------------------------------------------------------------------------
-kill -TERM "$LAUNCHER_PID"
-t0=$(date +%s)
-for _ in $(seq $((STOP_SECONDS * 10))); do
-    kill -0 "$LAUNCHER_PID" 2>/dev/null || break
-    sleep 0.1
-done
-kill -0 "$LAUNCHER_PID" 2>/dev/null && fail "the launcher did not exit within $STOP_SECONDS s of SIGTERM"
-rc=0
-wait "$LAUNCHER_PID" || rc=$?
-LAUNCHER_PID=""
-[ "$rc" -eq 0 ] || fail "the launcher exited with status $rc after SIGTERM, expected 0"
-ok "SIGTERM: the guest powered off and the launcher exited with status 0 after $(($(date +%s) - t0)) s"
-
-[ ! -e "$SOCK" ] || fail "launcher-sock still exists after exit"
-[ ! -e "$SOCK.lock" ] || fail "launcher-sock.lock still exists after exit"
+sigterm_and_expect_clean_exit "$STOP_SECONDS"
+ok "SIGTERM: the guest powered off and the launcher exited with status 0 after $STOPPED_AFTER s"
 ok "launcher-sock and its lock file were removed"
 
-# The server closed the subscriber's connection; let socat finish.
-exec 7>&-
-SUB_FD_OPEN=0
-for _ in $(seq 100); do
-    kill -0 "$SUB_PID" 2>/dev/null || break
-    sleep 0.05
-done
 seen '"event":"SHUTDOWN_STARTED"' '"signal":"SIGTERM"' "\"grace_period_seconds\":$GRACE_SECONDS" \
     || fail "the subscriber saw no SHUTDOWN_STARTED event"
 ok "subscriber saw SHUTDOWN_STARTED (SIGTERM, grace period $GRACE_SECONDS s)"

@@ -17,6 +17,7 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SMOKE=smoke
 VMI_FILE=$ROOT/examples/vmi.json
 
 TMP=""
@@ -45,48 +46,13 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-fail() {
-    echo "smoke: FAIL: $*" >&2
-    if [ -n "$TMP" ] && [ -s "$TMP/launcher.log" ]; then
-        echo "smoke: last lines of the launcher's log:" >&2
-        tail -n 15 "$TMP/launcher.log" | sed 's/^/    /' >&2
-    fi
-    exit 1
-}
-
-ok() { echo "ok   $*"; }
-
-# contains TEXT FRAGMENT: whether TEXT contains FRAGMENT literally.
-contains() { [[ "$1" == *"$2"* ]]; }
-
-# expect WHAT TEXT FRAGMENT...: fails unless TEXT contains every FRAGMENT.
-expect() {
-    local what=$1 text=$2
-    shift 2
-    local fragment
-    for fragment in "$@"; do
-        contains "$text" "$fragment" || fail "$what: expected $fragment in: ${text:0:600}"
-    done
-}
+# shellcheck source=smoke-lib.sh
+. "$ROOT/scripts/smoke-lib.sh"
 
 command -v socat >/dev/null || fail "socat is not installed"
 
 # --- the binary --------------------------------------------------------------
-if [ $# -gt 1 ]; then
-    echo "usage: $0 [PATH_TO_BINARY]" >&2
-    exit 2
-fi
-if [ $# -eq 1 ]; then
-    BIN=$1
-    [ -x "$BIN" ] || fail "$BIN is not an executable file"
-else
-    BIN=$ROOT/target/release/virt-launcher
-    if [ ! -x "$BIN" ]; then
-        echo "smoke: $BIN is missing; running cargo build --release" >&2
-        (cd "$ROOT" && cargo build --release) || fail "cargo build --release failed"
-    fi
-fi
-BIN=$(cd "$(dirname "$BIN")" && pwd)/$(basename "$BIN")
+resolve_binary "$@"
 
 # --- start the launcher --------------------------------------------------------
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/vl-smoke.XXXXXX")
@@ -110,18 +76,6 @@ done
 mode=$(stat -c %a "$SOCK")
 [ "$mode" = 600 ] || fail "launcher-sock has mode $mode, expected 600"
 ok "launcher-sock ready (mode 0600, lock file present)"
-
-# request LINE...: sends the lines on one connection; prints every line the
-# server wrote (the greeting first).
-request() {
-    printf '%s\n' "$@" | socat -t 5 - "UNIX-CONNECT:$SOCK" \
-        || fail "socat could not talk to $SOCK"
-}
-
-# reply LINE: sends one request; prints its reply line (without the greeting).
-reply() {
-    request "$1" | sed -n 2p
-}
 
 # --- greeting and introspection --------------------------------------------------
 out=$(request '{"execute":"ping","id":1}')
@@ -163,48 +117,23 @@ done
 ok "query-commands lists all $count commands of the greeting"
 
 # --- a subscriber in the background --------------------------------------------------
-mkfifo "$TMP/subscriber.in"
-socat - "UNIX-CONNECT:$SOCK" <"$TMP/subscriber.in" >"$TMP/events.log" 2>"$TMP/subscriber.err" &
-SUB_PID=$!
-exec 7>"$TMP/subscriber.in"
-SUB_FD_OPEN=1
-echo '{"execute":"subscribe","id":"sub"}' >&7
-for _ in $(seq 100); do
-    grep -q '"id":"sub"}' "$TMP/events.log" 2>/dev/null && break
-    sleep 0.05
-done
+start_subscriber
 expect "subscribe" "$(sed -n 2p "$TMP/events.log")" \
     '{"return":{' '"subscribed":true' '"events":["DOMAIN_LIFECYCLE",' '"id":"sub"}'
 ok "subscriber connected and subscribed to every event"
-
-# wait_event FRAGMENT...: waits up to 5 s for an event line with every FRAGMENT.
-wait_event() {
-    local line
-    for _ in $(seq 100); do
-        while IFS= read -r line; do
-            local all=1 fragment
-            for fragment in "$@"; do
-                contains "$line" "$fragment" || { all=0; break; }
-            done
-            [ "$all" = 1 ] && return 0
-        done < <(grep '^{"event":' "$TMP/events.log" || true)
-        sleep 0.05
-    done
-    return 1
-}
 
 # --- pause / unpause -------------------------------------------------------------
 out=$(reply '{"execute":"pause","id":10}')
 expect "pause" "$out" '{"return":{' '"state":"Paused"' '"reason":"User"' '"id":10}'
 out=$(reply '{"execute":"query-status","id":11}')
 expect "query-status after pause" "$out" '"state":"Paused"' '"paused_by_user":true'
-wait_event '"event":"DOMAIN_LIFECYCLE"' '"event":"Suspended"' '"state":"Paused"' \
+wait_event 5 '"event":"DOMAIN_LIFECYCLE"' '"event":"Suspended"' '"state":"Paused"' \
     || fail "the subscriber saw no Suspended DOMAIN_LIFECYCLE event after pause"
 ok "pause: domain Paused (User), paused_by_user, Suspended event"
 
 out=$(reply '{"execute":"unpause","id":12}')
 expect "unpause" "$out" '{"return":{' '"state":"Running"' '"reason":"Unpaused"' '"id":12}'
-wait_event '"event":"DOMAIN_LIFECYCLE"' '"event":"Resumed"' '"state":"Running"' \
+wait_event 5 '"event":"DOMAIN_LIFECYCLE"' '"event":"Resumed"' '"state":"Running"' \
     || fail "the subscriber saw no Resumed DOMAIN_LIFECYCLE event after unpause"
 ok "unpause: domain Running (Unpaused), Resumed event"
 
@@ -249,33 +178,14 @@ ok "Unavailable for a guest command without an agent"
 ok "replies came in request order and the connection survived the errors"
 
 # --- SIGTERM -------------------------------------------------------------------------
-kill -TERM "$LAUNCHER_PID"
-for _ in $(seq 300); do
-    kill -0 "$LAUNCHER_PID" 2>/dev/null || break
-    sleep 0.05
-done
-kill -0 "$LAUNCHER_PID" 2>/dev/null && fail "the launcher did not exit within 15 s of SIGTERM"
-rc=0
-wait "$LAUNCHER_PID" || rc=$?
-LAUNCHER_PID=""
-[ "$rc" -eq 0 ] || fail "the launcher exited with status $rc after SIGTERM, expected 0"
+sigterm_and_expect_clean_exit 15
 ok "SIGTERM: the launcher exited with status 0"
-
-[ ! -e "$SOCK" ] || fail "launcher-sock still exists after exit"
-[ ! -e "$SOCK.lock" ] || fail "launcher-sock.lock still exists after exit"
 ok "launcher-sock and its lock file were removed"
 
-# The server closed the subscriber's connection; let socat finish.
-exec 7>&-
-SUB_FD_OPEN=0
-for _ in $(seq 100); do
-    kill -0 "$SUB_PID" 2>/dev/null || break
-    sleep 0.05
-done
-wait_event '"event":"SHUTDOWN_STARTED"' '"signal":"SIGTERM"' '"grace_period_seconds":30' \
+seen '"event":"SHUTDOWN_STARTED"' '"signal":"SIGTERM"' '"grace_period_seconds":30' \
     || fail "the subscriber saw no SHUTDOWN_STARTED event"
 ok "subscriber saw SHUTDOWN_STARTED (SIGTERM, grace period 30 s)"
-wait_event '"event":"DOMAIN_LIFECYCLE"' '"event":"Stopped"' '"state":"Shutoff"' \
+seen '"event":"DOMAIN_LIFECYCLE"' '"event":"Stopped"' '"state":"Shutoff"' \
     || fail "the subscriber saw no Stopped DOMAIN_LIFECYCLE event"
 ok "subscriber saw the Stopped DOMAIN_LIFECYCLE event"
 while IFS= read -r l; do

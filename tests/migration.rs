@@ -171,8 +171,14 @@ fn target_cleaned_up(p: &mut Pair) {
     assert_eq!(failed["data"]["role"], "target");
     assert_eq!(p.b.wait_exit(STEP), 9);
     assert!(!p.b.ready_socket().exists());
-    let leftovers = p.b.tree.path("ephemeral/cloud-init-data");
-    let left: Vec<_> = std::fs::read_dir(&leftovers)
+    assert_target_left_no_files(&p.b.tree);
+}
+
+/// A target that gave up removed what prepare-migration-target made (the
+/// cloud-init ISO of the test guest).
+fn assert_target_left_no_files(tree: &TempTree) {
+    let cloud_init = tree.path("ephemeral/cloud-init-data");
+    let left: Vec<_> = std::fs::read_dir(&cloud_init)
         .map(|d| d.flatten().collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "the target left files behind: {left:?}");
@@ -511,11 +517,7 @@ fn a_prepared_target_that_waits_too_long_cleans_up_and_exits_5() {
         "{failed}"
     );
     assert_eq!(b.wait_exit(STEP), 5);
-    let cloud_init = b.tree.path("ephemeral/cloud-init-data");
-    let left: Vec<_> = std::fs::read_dir(&cloud_init)
-        .map(|d| d.flatten().collect())
-        .unwrap_or_default();
-    assert!(left.is_empty(), "prepared files left: {left:?}");
+    assert_target_left_no_files(&b.tree);
 }
 
 #[test]

@@ -7,8 +7,29 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The launcher needs Rust 1.89 or newer (edition 2024, let chains, std file locks). Debian 12's
+# own rustc is 1.63, so say how to get a current one instead of failing
+# with a compiler error.
+RUST_MIN=1.89
+rust_help() {
+    cat >&2 <<HELP
+demo: $1
+virt-launcher needs Rust $RUST_MIN or newer (Cargo.toml rust-version); Debian 12's rustc is 1.63.
+Install a current toolchain with rustup (https://rustup.rs), then run this script again:
+  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  . "\$HOME/.cargo/env"
+HELP
+    exit 1
+}
+command -v cargo >/dev/null || rust_help "cargo is not installed (or not on PATH)"
+cargo_version=$(cargo --version 2>/dev/null | awk '{print $2}')
+[ -n "$cargo_version" ] || rust_help "cargo --version does not work"
+if [ "$(printf '%s\n%s\n' "$RUST_MIN" "${cargo_version%%-*}" | sort -V | head -1)" != "$RUST_MIN" ]; then
+    rust_help "cargo $cargo_version is too old"
+fi
+
 need=()
-for p in libvirt-dev pkg-config socat; do
+for p in libvirt-dev pkg-config socat gcc libc6-dev; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ "${#need[@]}" -gt 0 ]; then
@@ -52,5 +73,5 @@ in one session and {"execute":"pause"} in another):
   socat READLINE UNIX-CONNECT:$SOCK
 Stop it gracefully (the guest is asked to power off, then the launcher exits):
   kill -TERM $PID
-Its log: $DIR/launcher.log. The protocol: docs/protocol.md; flags: man man/virt-launcher.8
+Its log: $DIR/launcher.log. The protocol: docs/protocol.md; flags: man -l man/virt-launcher.8
 EOF

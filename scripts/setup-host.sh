@@ -3,12 +3,21 @@
 # Debian 12 / Ubuntu machine (root). Idempotent: safe to run again.
 #
 #  1. installs the Debian packages the launcher and the tests need;
-#  2. does what Debian's container-less libvirt install leaves out: the
+#  2. checks that every program the launcher, its tests and its scripts run
+#     is present and works (the PROGRAMS table below), reinstalls the
+#     package of any that an install step removed or broke, and otherwise
+#     fails naming the program and its package;
+#  3. does what Debian's container-less libvirt install leaves out: the
 #     libvirt-qemu user and group the QEMU driver insists on, and a
 #     qemu.conf that runs QEMU as root without security labels;
-#  3. starts the host's virtlogd and libvirtd (for qemu:///system without
+#  4. starts the host's virtlogd and libvirtd (for qemu:///system without
 #     --spawn-libvirt) and warms libvirt's QEMU capabilities cache, which
 #     every launcher-spawned daemon then starts from.
+#
+# Why step 2 exists: a machine image may ship a newer qemu-utils (from
+# backports) than Debian 12's qemu-system-x86; installing the latter makes
+# apt remove the former, and qemu-img silently vanishes. Installing
+# qemu-utils again (Debian 12's version) repairs it.
 set -euo pipefail
 
 if [ "$(id -u)" != 0 ]; then
@@ -16,21 +25,123 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-packages=(
-    libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt-dev pkg-config
-    qemu-system-x86 qemu-utils qemu-guest-agent
-    socat xorriso genisoimage libxml2-utils e2fsprogs procps util-linux
+# Every program something in this repository runs, the Debian package that
+# provides it, and a command that proves it works (run with bash -c, output
+# discarded, at most 60 s). Add a row when your code or test runs a new
+# program; the package is then installed by this script as well.
+PROGRAMS=$(cat <<'TABLE'
+# program          package               check
+qemu-img           qemu-utils            qemu-img --version
+qemu-system-x86_64 qemu-system-x86       qemu-system-x86_64 --version
+qemu-ga            qemu-guest-agent      /usr/sbin/qemu-ga --version
+libvirtd           libvirt-daemon        libvirtd --version
+virtlogd           libvirt-daemon        virtlogd --version
+virsh              libvirt-clients       virsh --version
+virt-xml-validate  libvirt-clients       virt-xml-validate "$SETUP_TMP/domain.xml" domain
+xmllint            libxml2-utils         xmllint --version
+pkg-config         pkg-config            pkg-config --exists libvirt libvirt-qemu
+cc                 gcc                   printf "int main(void){return 0;}" | cc -x c - -o "$SETUP_TMP/a.out"
+strip              binutils              strip --version
+socat              socat                 socat -V
+xorriso            xorriso               xorriso -version
+isoinfo            genisoimage           isoinfo -version
+blkid              util-linux            blkid -V
+flock              util-linux            flock -V
+mount              mount                 mount -V
+umount             mount                 umount -V
+mkfs.ext4          e2fsprogs             mkfs.ext4 -V
+debugfs            e2fsprogs             debugfs -V
+pgrep              procps                pgrep -V
+kill               procps                "$(type -P kill)" -V
+ip                 iproute2              ip -V
+nft                nftables              nft --version
+passt              passt                 passt --version
+swtpm              swtpm                 swtpm --version
+swtpm_setup        swtpm-tools           swtpm_setup --print-capabilities
+groff              groff-base            groff -man -Tutf8 -ww "$SETUP_TMP/page.8"
+mandoc             mandoc                mandoc -Tlint "$SETUP_TMP/page.8"
+man                man-db                man --version
+gzip               gzip                  gzip --version
+dpkg-deb           dpkg                  dpkg-deb --version
+ldd                libc-bin              ldd --version
+TABLE
 )
+# Packages no program row names: libraries and data the build and the
+# launcher need.
+EXTRA_PACKAGES=(libvirt-daemon-driver-qemu libvirt-dev libc6-dev)
+
+rows() { grep -v '^#' <<<"$PROGRAMS" | grep -v '^[[:space:]]*$'; }
+
+packages=("${EXTRA_PACKAGES[@]}")
+while read -r _ pkg _; do
+    packages+=("$pkg")
+done < <(rows)
+mapfile -t packages < <(printf '%s\n' "${packages[@]}" | sort -u)
+
+export DEBIAN_FRONTEND=noninteractive
+apt_updated=0
+apt_install() { # PACKAGE... (installs or upgrades to the candidate)
+    if [ "$apt_updated" = 0 ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+is_installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
 missing=()
 for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    is_installed "$p" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup-host: installing ${missing[*]}"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
 fi
+
+SETUP_TMP=$(mktemp -d /tmp/setup-host.XXXXXX)
+export SETUP_TMP
+trap 'rm -rf "$SETUP_TMP"' EXIT
+printf '%s\n' '<domain type="qemu"><name>setup-host</name><memory>131072</memory><os><type>hvm</type></os></domain>' \
+    >"$SETUP_TMP/domain.xml"
+printf '%s\n' '.TH SETUP\-HOST 8 2025-01-01 setup\-host' '.SH NAME' 'setup\-host \- check' \
+    >"$SETUP_TMP/page.8"
+
+# check_programs: prints "program package" for every row whose program is
+# missing or whose check fails.
+check_programs() {
+    local prog pkg check
+    while read -r prog pkg check; do
+        if ! type -P "$prog" >/dev/null && [ ! -x "/usr/sbin/$prog" ]; then
+            echo "$prog $pkg missing"
+        elif ! timeout 60 bash -c "$check" >/dev/null 2>&1 </dev/null; then
+            echo "$prog $pkg broken"
+        fi
+    done < <(rows)
+}
+
+failed=$(check_programs)
+if [ -n "$failed" ]; then
+    repair=()
+    reinstall=()
+    while read -r prog pkg why; do
+        echo "setup-host: $prog ($pkg) is $why; repairing"
+        if is_installed "$pkg"; then reinstall+=("$pkg"); else repair+=("$pkg"); fi
+    done <<<"$failed"
+    mapfile -t repair < <(printf '%s\n' "${repair[@]}" | grep -v '^$' | sort -u)
+    mapfile -t reinstall < <(printf '%s\n' "${reinstall[@]}" | grep -v '^$' | sort -u)
+    [ "${#repair[@]}" -eq 0 ] || apt_install "${repair[@]}" || true
+    [ "${#reinstall[@]}" -eq 0 ] || apt_install --reinstall "${reinstall[@]}" || true
+    failed=$(check_programs)
+    if [ -n "$failed" ]; then
+        while read -r prog pkg why; do
+            echo "setup-host: $prog is $why after repair: install Debian package $pkg (apt-get install $pkg) and run this script again" >&2
+        done <<<"$failed"
+        exit 1
+    fi
+fi
+echo "setup-host: all $(rows | wc -l) programs present and working"
 
 # The QEMU driver resolves its default user and group (libvirt-qemu) before
 # it reads qemu.conf, and fails to start when they do not exist.

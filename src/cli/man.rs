@@ -1,33 +1,71 @@
 //! The man page, generated from the flag, exit-code, command and event
 //! tables so it cannot drift from the code. `man/virt-launcher.8` is this
-//! output, checked in; a test fails when they differ.
+//! output, checked in; a test fails when they differ, and another runs
+//! `groff -ww` and `mandoc -Tlint` over it.
+//!
+//! Formatting rules: hyphenation is off (`.nh`) and lines are not
+//! justified (`.ad l`), so a flag, path or class name is never split or
+//! given a typographic hyphen when copied from the page; every literal `-`
+//! is written `\-`; every text line stays within 80 bytes.
 
 use super::FLAGS;
 use crate::command::COMMANDS;
 use crate::events::EventKind;
 use crate::exit::ExitCode;
 
-/// Escapes text for roff: backslashes, hyphens that must stay hyphens, and
-/// a leading dot or quote that roff would read as a request.
+/// The page's date (`.TH`). Update it when the page's content changes.
+pub const MAN_DATE: &str = "2026-11-30";
+
+/// Longest text line the generator writes.
+const MAX_LINE: usize = 80;
+
+/// Escapes text for roff: backslashes and hyphens (every `-` in this page
+/// is literal text: flags, paths, names).
 fn roff(text: &str) -> String {
-    let escaped = text.replace('\\', "\\e").replace('-', "\\-");
-    if escaped.starts_with('.') || escaped.starts_with('\'') {
-        format!("\\&{escaped}")
-    } else {
-        escaped
+    text.replace('\\', "\\e").replace('-', "\\-")
+}
+
+/// Escaped text as filled input lines of at most `MAX_LINE` bytes. A line
+/// that would start with `.` or `'` (a roff request) is protected with `\&`.
+fn fill(text: &str) -> String {
+    let mut out = String::new();
+    let mut line = String::new();
+    for word in roff(text).split_whitespace() {
+        if !line.is_empty() && line.len() + 1 + word.len() > MAX_LINE {
+            push_line(&mut out, &line);
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
     }
+    if !line.is_empty() {
+        push_line(&mut out, &line);
+    }
+    out
+}
+
+fn push_line(out: &mut String, line: &str) {
+    if line.starts_with('.') || line.starts_with('\'') {
+        out.push_str("\\&");
+    }
+    out.push_str(line);
+    out.push('\n');
 }
 
 pub fn man_page() -> String {
     let mut m = String::new();
-    let version = env!("CARGO_PKG_VERSION");
+    let version = roff(env!("CARGO_PKG_VERSION"));
     m.push_str(&format!(
-        ".TH VIRT\\-LAUNCHER 8 \"\" \"virt-launcher {version}\" \"System Administration\"\n"
+        ".TH VIRT\\-LAUNCHER 8 {MAN_DATE} \"virt\\-launcher {version}\" \"System Administration\"\n"
     ));
-    m.push_str(".SH NAME\nvirt\\-launcher \\- run one KubeVirt virtual machine instance through libvirt and QEMU\n");
+    m.push_str(".nh\n.ad l\n");
+    m.push_str(".SH NAME\nvirt\\-launcher \\- run one KubeVirt virtual machine instance through libvirt\nand QEMU\n");
     m.push_str(".SH SYNOPSIS\n.B virt\\-launcher\n\\fB\\-\\-name\\fR \\fINAME\\fR \\fB\\-\\-namespace\\fR \\fINAMESPACE\\fR [\\fIFLAGS\\fR]\n.br\n.B virt\\-launcher\n\\fB\\-\\-vmi\\fR \\fIFILE\\fR [\\fIFLAGS\\fR]\n");
     m.push_str(DESCRIPTION);
     m.push_str(".SH OPTIONS\n");
+    m.push_str(OPTIONS_TEXT);
     for flag in FLAGS {
         m.push_str(".TP\n");
         let mut names = String::new();
@@ -40,97 +78,127 @@ pub fn man_page() -> String {
         }
         m.push_str(&names);
         m.push('\n');
-        m.push_str(&roff(flag.help));
+        let mut text = flag.help.to_string();
         if let Some(d) = flag.default_text() {
-            m.push_str(&format!(" Default: \\fB{}\\fR.", roff(d)));
+            text.push_str(&format!(" Default: {d}."));
         }
-        m.push('\n');
+        m.push_str(&fill(&text));
     }
+    m.push_str(VALUES_TEXT);
     m.push_str(".SH COMMAND SOCKET\n");
     m.push_str(SOCKET_TEXT);
     m.push_str(".PP\nCommands:\n");
     for command in COMMANDS {
-        m.push_str(&format!(
-            ".TP\n\\fB{}\\fR\n{}\n",
-            roff(command.name),
-            roff(command.summary)
-        ));
+        m.push_str(&format!(".TP\n\\fB{}\\fR\n", roff(command.name)));
+        m.push_str(&fill(command.summary));
     }
     m.push_str(".PP\nEvents (after \\fBsubscribe\\fR):\n");
     for kind in EventKind::ALL {
-        m.push_str(&format!(
-            ".TP\n\\fB{}\\fR\n{}\n",
-            roff(kind.name()),
-            roff(kind.summary())
-        ));
+        m.push_str(&format!(".TP\n\\fB{}\\fR\n", roff(kind.name())));
+        m.push_str(&fill(kind.summary()));
     }
     m.push_str(SIGNALS_TEXT);
     m.push_str(".SH EXIT STATUS\n");
     for code in ExitCode::ALL {
-        m.push_str(&format!(
-            ".TP\n\\fB{}\\fR\n{}\n",
-            code.code(),
-            roff(code.meaning())
-        ));
+        m.push_str(&format!(".TP\n\\fB{}\\fR\n", code.code()));
+        m.push_str(&fill(code.meaning()));
     }
     m.push_str(FILES_TEXT);
     m.push_str(ENVIRONMENT_TEXT);
     m.push_str(EXAMPLES_TEXT);
-    m.push_str(".SH SEE ALSO\n\\fBvirsh\\fR(1), \\fBlibvirtd\\fR(8), \\fBsocat\\fR(1), \\fBqemu\\-ga\\fR(8), docs/protocol.md\n");
+    m.push_str(".SH SEE ALSO\n\\fBvirsh\\fR(1), \\fBlibvirtd\\fR(8), \\fBsocat\\fR(1), \\fBqemu\\-ga\\fR(8),\ndocs/protocol.md in the source tree\n");
     m
 }
 
 const DESCRIPTION: &str = r#".SH DESCRIPTION
-\fBvirt\-launcher\fR runs one virtual machine: it prepares the VMI's directories, connects to
-libvirt, turns a KubeVirt VirtualMachineInstance (JSON) into libvirt domain XML, starts and
-supervises the guest, and serves a line\-delimited JSON command socket that \fBsocat\fR can
-drive by hand. When the domain stops, the launcher sends the final event to subscribers,
-removes its socket and exits; the exit status says why (see \fBEXIT STATUS\fR).
+\fBvirt\-launcher\fR runs one virtual machine: it prepares the VMI's
+directories, connects to libvirt, turns a KubeVirt VirtualMachineInstance
+(JSON) into libvirt domain XML, starts and supervises the guest, and serves a
+line\-delimited JSON command socket that \fBsocat\fR can drive by hand. When
+the domain stops, the launcher sends the final event to subscribers, removes
+its socket and exits; the exit status says why (see \fBEXIT STATUS\fR).
 .PP
-Start\-up: flags are parsed, the directories below are created, libvirt's event loop is
-registered and the connection is opened (retried every 500 ms for up to 15 s). The command
-socket listens as \fIsockets/launcher\-init\-sock\fR; once the event loop runs and a ping through
-that socket answers, it is renamed to \fIsockets/launcher\-sock\fR, which is the sign that the
-launcher is ready. The launcher then waits up to \fB\-\-qemu\-timeout\fR for a domain, from
-\fB\-\-vmi\fR or a \fBsync\fR command.
+Start\-up: flags are parsed, the directories below are created, libvirt's
+event loop is registered and the connection is opened (retried every 500 ms
+for up to 15 s). The command socket listens as
+\fIsockets/launcher\-init\-sock\fR; once the event loop runs and a ping
+through that socket answers, it is renamed to \fIsockets/launcher\-sock\fR,
+which is the sign that the launcher is ready. The launcher then waits up to
+\fB\-\-qemu\-timeout\fR for a domain, from \fB\-\-vmi\fR or a \fBsync\fR
+command.
 .PP
-With \fB\-\-connect test:///default\fR the launcher uses libvirt's in\-process test driver, which
-needs no daemon and runs no guest: useful for trying the protocol.
+With \fB\-\-connect test:///default\fR the launcher uses libvirt's
+in\-process test driver, which needs no daemon and runs no guest: useful for
+trying the protocol.
 "#;
 
-const SOCKET_TEXT: &str = r#"The socket is \fIKUBEVIRT_SHARE_DIR\fR\fB/sockets/launcher\-sock\fR (mode 0600). Each line a client
-sends is one JSON object: \fB{"execute":"NAME","arguments":{...},"id":ANY}\fR, where
-\fBarguments\fR and \fBid\fR are optional. Each request gets exactly one reply line, in order:
-\fB{"return":{...},"id":ANY}\fR or \fB{"error":{"class":"C","desc":"...","causes":[...]},"id":ANY}\fR.
-On connect the server writes a \fBhello\fR line with the protocol version, the launcher version,
-its pid, the VMI and the command list. Error classes: ParseError, RequestTooLarge,
-InvalidRequest, CommandNotFound, InvalidArgument, InvalidState, NotFound, Unavailable,
-Timeout, Busy, Internal. The full contract, with an example for every command and event, is
-in docs/protocol.md.
+const OPTIONS_TEXT: &str = r#"A flag's value follows it as the next argument (\fB\-\-name vm1\fR) or
+after an equals sign (\fB\-\-name=vm1\fR). The value syntaxes (DURATION,
+BYTES, N, SECONDS) are defined under \fBVALUES\fR below.
+"#;
+
+const VALUES_TEXT: &str = r#".SH VALUES
+.TP
+\fIDURATION\fR
+One or more whole numbers, each followed by a unit: \fBms\fR
+(milliseconds), \fBs\fR (seconds), \fBm\fR (minutes) or \fBh\fR (hours),
+added up: \fB500ms\fR, \fB90s\fR, \fB5m\fR, \fB1h\fR, \fB4m30s\fR. A plain
+whole number is seconds (\fB287\fR). No fractions, signs or spaces.
+.TP
+\fIBYTES\fR
+A whole number of bytes, optionally followed by \fBKiB\fR (1024) or
+\fBMiB\fR (1048576): \fB65536\fR, \fB64KiB\fR, \fB1MiB\fR.
+.TP
+\fIN\fR
+A whole number, at least 1.
+.TP
+\fISECONDS\fR
+A whole number of seconds, 0 or more.
+"#;
+
+const SOCKET_TEXT: &str = r#"The socket is \fIKUBEVIRT_SHARE_DIR\fR\fB/sockets/launcher\-sock\fR (mode
+0600). Each line a client sends is one JSON object:
+\fB{"execute":"NAME","arguments":{...},"id":ANY}\fR, where \fBarguments\fR
+and \fBid\fR are optional. Each request gets exactly one reply line, in
+order: \fB{"return":{...},"id":ANY}\fR or
+\fB{"error":{"class":"C","desc":"...","causes":[...]},"id":ANY}\fR. On
+connect the server writes a \fBhello\fR line with the protocol version, the
+launcher version, its pid, the VMI and the command list. Error classes:
+ParseError, RequestTooLarge, InvalidRequest, CommandNotFound,
+InvalidArgument, InvalidState, NotFound, Unavailable, Timeout, Busy,
+Internal. The full contract, with an example for every command and event,
+is in docs/protocol.md.
 "#;
 
 const SIGNALS_TEXT: &str = r#".SH SIGNALS
 .TP
 \fBSIGTERM\fR, \fBSIGINT\fR
-Graceful stop. The launcher emits SHUTDOWN_STARTED, asks the guest to power off by ACPI and
-repeats the request every 5 seconds (a guest still booting misses the first). When the guest
-has not powered off after \fB\-\-grace\-period\-seconds\fR, the launcher emits
-SHUTDOWN_GRACE_EXPIRED, forces the domain off and exits with status 7. A second signal does
-not shorten the grace period. A signal that arrives before any domain exists makes the
-launcher exit at once with status 0.
+Graceful stop. The launcher emits SHUTDOWN_STARTED, asks the guest to power
+off by ACPI and repeats the request every 5 seconds (a guest still booting
+misses the first). When the guest has not powered off after
+\fB\-\-grace\-period\-seconds\fR, the launcher emits SHUTDOWN_GRACE_EXPIRED,
+forces the domain off and exits with status 7. A second signal does not
+shorten the grace period. A signal that arrives before any domain exists
+makes the launcher exit at once with status 0.
 "#;
 
 const FILES_TEXT: &str = r#".SH FILES
 .TP
-\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-init\-sock, launcher\-sock
-The command socket, before and after readiness. \fBlauncher\-sock.lock\fR beside it is held
-(flock) while the launcher runs; a socket found without a live lock holder is stale and is
-removed at start\-up.
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-init\-sock
+.TQ
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-sock
+The command socket, before and after readiness.
+\fBlauncher\-sock.lock\fR beside it is held (flock) while the launcher runs;
+a socket found without a live lock holder is stale and is removed at
+start\-up.
 .TP
-\fIPRIVATE_DIR\fR/{vm\-disks,config\-map\-disks,secret\-disks,downwardapi\-disks,service\-account\-disk,sysprep\-disks,downwardmetrics\-channel} (0750), \fIPRIVATE_DIR\fR/\fIUID\fR (0755)
-Created at start\-up, as KubeVirt does. The serial console socket is \fIPRIVATE_DIR\fR/\fIUID\fR/virt\-serial0 with its log virt\-serial0\-log.
+\fIPRIVATE_DIR\fR/vm\-disks, config\-map\-disks, secret\-disks,
+downwardapi\-disks, service\-account\-disk, sysprep\-disks,
+downwardmetrics\-channel (0750); \fIPRIVATE_DIR\fR/\fIUID\fR (0755)
+Created at start\-up, as KubeVirt does. The serial console socket is
+\fIPRIVATE_DIR\fR/\fIUID\fR/virt\-serial0 with its log virt\-serial0\-log.
 .TP
-\fIEPHEMERAL_DISK_DIR\fR/{cloud\-init\-data,ignition\-data,disk\-data} (0755)
+\fIEPHEMERAL_DISK_DIR\fR/cloud\-init\-data, ignition\-data, disk\-data (0755)
 Cloud\-init ISOs and disk overlays.
 .TP
 \fICONTAINER_DISK_DIR\fR (0750), \fIHOTPLUG_DISK_DIR\fR (0755)
@@ -140,29 +208,35 @@ containerDisk base images and hotplugged volumes.
 const ENVIRONMENT_TEXT: &str = r#".SH ENVIRONMENT
 .TP
 \fBRUST_LOG\fR
-Log filter (for example \fBdebug\fR or \fBvirt_launcher::server=trace\fR); overrides \fB\-v\fR.
-Logs go to standard error.
+Log filter (for example \fBdebug\fR or \fBvirt_launcher::server=trace\fR);
+overrides \fB\-v\fR. Logs go to standard error.
 .TP
 \fBLIBVIRT_LOG_FILTERS\fR, \fBLIBVIRT_LOG_OUTPUTS\fR
-Read by the libvirt client library; \fB\-\-libvirt\-log\-filters\fR sets the first.
+Read by the libvirt client library; \fB\-\-libvirt\-log\-filters\fR sets the
+first.
 "#;
 
 const EXAMPLES_TEXT: &str = r#".SH EXAMPLES
 Run the demo VMI on libvirt's test driver and talk to it:
 .PP
 .nf
+.in +2
 virt\-launcher \-\-connect test:///default \-\-vmi examples/vmi.json \e
-    \-\-kubevirt\-share\-dir /tmp/vl/share \-\-private\-dir /tmp/vl/private \e
-    \-\-ephemeral\-disk\-dir /tmp/vl/ephemeral \-\-container\-disk\-dir /tmp/vl/cd \e
-    \-\-hotplug\-disk\-dir /tmp/vl/hp &
-echo '{"execute":"query\-status","id":1}' | socat \- UNIX\-CONNECT:/tmp/vl/share/sockets/launcher\-sock
+  \-\-kubevirt\-share\-dir /tmp/vl/share \-\-private\-dir /tmp/vl/private \e
+  \-\-ephemeral\-disk\-dir /tmp/vl/ephemeral \e
+  \-\-container\-disk\-dir /tmp/vl/cd \-\-hotplug\-disk\-dir /tmp/vl/hp &
+SOCK=/tmp/vl/share/sockets/launcher\-sock
+echo '{"execute":"query\-status","id":1}' | socat \- UNIX\-CONNECT:$SOCK
+.in
 .fi
 .PP
 Follow events interactively:
 .PP
 .nf
+.in +2
 socat READLINE UNIX\-CONNECT:/var/run/kubevirt/sockets/launcher\-sock
 {"execute":"subscribe"}
+.in
 .fi
 "#;
 
@@ -203,9 +277,27 @@ mod tests {
     }
 
     #[test]
-    fn roff_escaping() {
+    fn roff_escaping_and_filling() {
         assert_eq!(roff("--flag"), "\\-\\-flag");
-        assert_eq!(roff(".start"), "\\&.start");
         assert_eq!(roff("a\\b"), "a\\eb");
+        assert_eq!(fill(".start here"), "\\&.start here\n");
+        let long = "word ".repeat(40);
+        let filled = fill(&long);
+        assert!(filled.lines().count() > 1);
+        assert!(filled.lines().all(|l| l.len() <= MAX_LINE), "{filled}");
+        assert_eq!(filled.split_whitespace().count(), 40);
+    }
+
+    #[test]
+    fn every_line_fits_and_no_hyphen_is_left_to_roff() {
+        for (n, line) in man_page().lines().enumerate() {
+            assert!(line.len() <= MAX_LINE, "line {}: {line}", n + 1);
+            // A bare `-` becomes a typographic hyphen in some renderings;
+            // the request lines (.TH date) are the only exception.
+            if !line.starts_with(".TH") {
+                let bare = line.replace("\\-", "");
+                assert!(!bare.contains('-'), "line {}: bare '-' in {line}", n + 1);
+            }
+        }
     }
 }

@@ -6,9 +6,18 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crossbeam_channel::Sender;
+
 use crate::events::EventKind;
 use crate::migration::MigrationOptions;
-use crate::protocol::{CommandError, ErrorClass};
+use crate::protocol::{CommandError, CommandResult, ErrorClass};
+
+/// A client command for the domain manager, and where to send its one
+/// reply.
+pub struct ManagerRequest {
+    pub command: Command,
+    pub reply: Sender<CommandResult>,
+}
 
 pub struct CommandSpec {
     pub name: &'static str,

@@ -18,7 +18,7 @@ use virt::domain::Domain;
 use virt::error::Error;
 use virt::sys;
 
-use super::{HypervisorEvent, LifecycleEvent, Stat};
+use super::{AgentLifecycle, CloseReason, HypervisorEvent, LifecycleEvent, Stat};
 
 /// Registers libvirt's default event loop implementation. Must run before
 /// any connection is opened.
@@ -141,16 +141,9 @@ unsafe extern "C" fn on_agent_lifecycle(
     // SAFETY: called by libvirt with our opaque and a valid domain.
     let sink = unsafe { sink(opaque) };
     if unsafe { sink.is_ours(dom) } {
-        let reason = match reason {
-            1 => "domain started",
-            2 => "channel event",
-            _ => "unknown",
-        };
-        sink.deliver(HypervisorEvent::AgentLifecycle {
-            connected: state
-                == sys::VIR_CONNECT_DOMAIN_EVENT_AGENT_LIFECYCLE_STATE_CONNECTED as c_int,
-            reason,
-        });
+        sink.deliver(HypervisorEvent::AgentLifecycle(
+            AgentLifecycle::from_libvirt(state, reason),
+        ));
     }
 }
 
@@ -290,13 +283,7 @@ pub fn register_domain_events(
 unsafe extern "C" fn on_close(_conn: sys::virConnectPtr, reason: c_int, opaque: *mut c_void) {
     // SAFETY: opaque is the Box<Sender> registered below.
     let tx = unsafe { &*(opaque as *const Sender<HypervisorEvent>) };
-    let reason = match reason as c_uint {
-        sys::VIR_CONNECT_CLOSE_REASON_ERROR => "error",
-        sys::VIR_CONNECT_CLOSE_REASON_EOF => "end of file (daemon gone)",
-        sys::VIR_CONNECT_CLOSE_REASON_KEEPALIVE => "keepalive timeout",
-        sys::VIR_CONNECT_CLOSE_REASON_CLIENT => "closed by client",
-        _ => "unknown",
-    };
+    let reason = CloseReason::from_libvirt(reason);
     let _ = tx.try_send(HypervisorEvent::ConnectionClosed { reason });
 }
 
@@ -391,14 +378,14 @@ unsafe fn typed_params(params: sys::virTypedParameterPtr, n: c_int) -> Vec<Stat>
 
 /// `virDomainGetState`, with its error reported (the `virt` crate's wrapper
 /// discards it and returns an unknown state instead).
-pub fn domain_state(dom: &Domain) -> Result<(u32, i32), Error> {
+pub fn domain_state(dom: &Domain) -> Result<(c_int, c_int), Error> {
     let mut state: c_int = -1;
     let mut reason: c_int = -1;
     // SAFETY: valid domain and out-pointers.
     if unsafe { sys::virDomainGetState(dom.as_ptr(), &mut state, &mut reason, 0) } < 0 {
         return Err(Error::last_error());
     }
-    Ok((u32::try_from(state).unwrap_or(0), reason))
+    Ok((state, reason))
 }
 
 /// `virDomainGetGuestInfo`: what the guest agent reports, as typed

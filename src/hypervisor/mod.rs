@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use state::{DomainState, DomainStatus, LifecycleEvent};
+pub use state::{
+    AgentChannelReason, AgentLifecycle, CloseReason, DomainState, DomainStatus, LifecycleEvent,
+    StateReason,
+};
 
 /// Which libvirt driver is behind the connection. It decides the domain
 /// type the converter writes.
@@ -84,10 +87,7 @@ pub type Stat = (String, Value);
 #[derive(Debug, Clone, PartialEq)]
 pub enum HypervisorEvent {
     Lifecycle(LifecycleEvent),
-    AgentLifecycle {
-        connected: bool,
-        reason: &'static str,
-    },
+    AgentLifecycle(AgentLifecycle),
     Reboot,
     DeviceRemoved {
         alias: String,
@@ -97,7 +97,7 @@ pub enum HypervisorEvent {
     },
     /// The connection to the daemon closed (EOF, keepalive timeout, error).
     ConnectionClosed {
-        reason: &'static str,
+        reason: CloseReason,
     },
 }
 

@@ -1,38 +1,79 @@
-//! Domain states and lifecycle events under KubeVirt's names.
+//! Domain states, reasons and events under KubeVirt's names.
 //!
-//! libvirt reports states, reasons, events and details as small integers.
-//! KubeVirt names them (`Running`/`Booted`, `Shutoff`/`Destroyed`, ...) and
-//! operators know those names, so the wire uses them. These tables are pure
-//! so they can be tested without libvirt.
+//! libvirt reports states, reasons, lifecycle events, agent channel changes
+//! and connection closes as small integers. KubeVirt names them
+//! (`Running`/`Booted`, `Shutoff`/`Destroyed`, ...) and operators know
+//! those names, so the wire uses them. Inside the launcher they are enums;
+//! their names become strings only at the wire (`as_str`).
+//!
+//! The `from_libvirt` constructors here are the one place any backend turns
+//! libvirt's numbers into values: the `virt` backend's callbacks and a
+//! backend that reads libvirt's wire protocol both call them. They are pure,
+//! so they are tested without libvirt, and a number from a newer libvirt
+//! becomes `Unknown` instead of a panic.
 
-use serde::Serialize;
+/// Declares an enum whose variants are named as the wire names them, with
+/// `as_str` giving that name.
+macro_rules! wire_names {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum DomainState {
-    NoState,
-    Running,
-    Blocked,
-    Paused,
-    ShuttingDown,
-    Shutoff,
-    Crashed,
-    PMSuspended,
+        impl $name {
+            /// The name on the wire.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => stringify!($variant),)+
+                }
+            }
+        }
+    };
+}
+
+/// Declares an event detail: its variants in libvirt's order (numbered
+/// from 0) and `Unknown` for numbers this version does not know.
+macro_rules! libvirt_detail {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident),+ $(,)? }) => {
+        wire_names! {
+            $(#[$meta])*
+            $name { $($variant,)+ Unknown }
+        }
+
+        impl $name {
+            /// From libvirt's number for it.
+            pub fn from_libvirt(number: i32) -> $name {
+                const NUMBERED: &[$name] = &[$($name::$variant),+];
+                numbered(NUMBERED, number).unwrap_or($name::Unknown)
+            }
+        }
+    };
+}
+
+/// The entry for libvirt's `number` in a table numbered from 0.
+fn numbered<T: Copy>(table: &[T], number: i32) -> Option<T> {
+    usize::try_from(number)
+        .ok()
+        .and_then(|i| table.get(i).copied())
+}
+
+wire_names! {
+    /// A domain's state (`virDomainState`).
+    DomainState {
+        NoState,
+        Running,
+        Blocked,
+        Paused,
+        ShuttingDown,
+        Shutoff,
+        Crashed,
+        PMSuspended,
+    }
 }
 
 impl DomainState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DomainState::NoState => "NoState",
-            DomainState::Running => "Running",
-            DomainState::Blocked => "Blocked",
-            DomainState::Paused => "Paused",
-            DomainState::ShuttingDown => "ShuttingDown",
-            DomainState::Shutoff => "Shutoff",
-            DomainState::Crashed => "Crashed",
-            DomainState::PMSuspended => "PMSuspended",
-        }
-    }
-
     /// A QEMU process exists for the domain.
     pub fn is_active(self) -> bool {
         matches!(
@@ -46,238 +87,423 @@ impl DomainState {
     }
 }
 
+wire_names! {
+    /// Why a domain is in its state: KubeVirt's names for libvirt's state
+    /// reasons, and the reasons lifecycle events leave behind. A few names
+    /// differ only in case because KubeVirt spells them so (`PostCopy` for
+    /// a running domain, `Postcopy` for a paused one); the wire keeps them.
+    StateReason {
+        Unknown,
+        /// No such domain.
+        NonExistent,
+        Booted,
+        Migrated,
+        Restored,
+        FromSnapshot,
+        Unpaused,
+        MigrationCanceled,
+        SaveCanceled,
+        Wakeup,
+        Crashed,
+        PostCopy,
+        PostCopyFailed,
+        Recreated,
+        /// Paused by `virDomainSuspend` (the `pause` command) or started
+        /// paused.
+        User,
+        Migration,
+        Save,
+        Dump,
+        IOError,
+        Watchdog,
+        ShuttingDown,
+        Snapshot,
+        StartingUp,
+        Postcopy,
+        PostcopyFailed,
+        APIError,
+        Shutdown,
+        Destroyed,
+        Saved,
+        Failed,
+        Daemon,
+        Panicked,
+    }
+}
+
 /// A state with its reason, e.g. `Shutoff`/`Destroyed`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DomainStatus {
     pub state: DomainState,
-    pub reason: &'static str,
+    pub reason: StateReason,
 }
 
 impl DomainStatus {
     /// What KubeVirt reports for a domain that does not exist.
     pub const NON_EXISTENT: DomainStatus = DomainStatus {
         state: DomainState::NoState,
-        reason: "NonExistent",
+        reason: StateReason::NonExistent,
     };
 
+    pub const fn new(state: DomainState, reason: StateReason) -> DomainStatus {
+        DomainStatus { state, reason }
+    }
+
+    /// Paused by the user: by `pause` (libvirt's `virDomainSuspend`), or
+    /// started paused. `sync` never resumes such a domain.
+    pub fn is_paused_by_user(self) -> bool {
+        self.state == DomainState::Paused && self.reason == StateReason::User
+    }
+
     /// From `virDomainGetState`'s state and reason.
-    pub fn from_libvirt(state: u32, reason: i32) -> DomainStatus {
-        let pick = |names: &[&'static str]| {
-            usize::try_from(reason)
-                .ok()
-                .and_then(|i| names.get(i).copied())
-                .unwrap_or("Unknown")
+    pub fn from_libvirt(state: i32, reason: i32) -> DomainStatus {
+        use StateReason as R;
+        let (state, reasons): (DomainState, &[StateReason]) = match state {
+            1 => (
+                DomainState::Running,
+                &[
+                    R::Unknown,
+                    R::Booted,
+                    R::Migrated,
+                    R::Restored,
+                    R::FromSnapshot,
+                    R::Unpaused,
+                    R::MigrationCanceled,
+                    R::SaveCanceled,
+                    R::Wakeup,
+                    R::Crashed,
+                    R::PostCopy,
+                    R::PostCopyFailed,
+                ],
+            ),
+            2 => (DomainState::Blocked, &[]),
+            3 => (
+                DomainState::Paused,
+                &[
+                    R::Unknown,
+                    R::User,
+                    R::Migration,
+                    R::Save,
+                    R::Dump,
+                    R::IOError,
+                    R::Watchdog,
+                    R::FromSnapshot,
+                    R::ShuttingDown,
+                    R::Snapshot,
+                    R::Crashed,
+                    R::StartingUp,
+                    R::Postcopy,
+                    R::PostcopyFailed,
+                    R::APIError,
+                ],
+            ),
+            4 => (DomainState::ShuttingDown, &[R::Unknown, R::User]),
+            5 => (
+                DomainState::Shutoff,
+                &[
+                    R::Unknown,
+                    R::Shutdown,
+                    R::Destroyed,
+                    R::Crashed,
+                    R::Migrated,
+                    R::Saved,
+                    R::Failed,
+                    R::FromSnapshot,
+                    R::Daemon,
+                ],
+            ),
+            6 => (DomainState::Crashed, &[R::Unknown, R::Panicked]),
+            7 => (DomainState::PMSuspended, &[]),
+            _ => (DomainState::NoState, &[]),
         };
-        match state {
-            1 => DomainStatus {
-                state: DomainState::Running,
-                reason: pick(&[
-                    "Unknown",
-                    "Booted",
-                    "Migrated",
-                    "Restored",
-                    "FromSnapshot",
-                    "Unpaused",
-                    "MigrationCanceled",
-                    "SaveCanceled",
-                    "Wakeup",
-                    "Crashed",
-                    "PostCopy",
-                    "PostCopyFailed",
-                ]),
-            },
-            2 => DomainStatus {
-                state: DomainState::Blocked,
-                reason: "Unknown",
-            },
-            3 => DomainStatus {
-                state: DomainState::Paused,
-                reason: pick(&[
-                    "Unknown",
-                    "User",
-                    "Migration",
-                    "Save",
-                    "Dump",
-                    "IOError",
-                    "Watchdog",
-                    "FromSnapshot",
-                    "ShuttingDown",
-                    "Snapshot",
-                    "Crashed",
-                    "StartingUp",
-                    "Postcopy",
-                    "PostcopyFailed",
-                    "APIError",
-                ]),
-            },
-            4 => DomainStatus {
-                state: DomainState::ShuttingDown,
-                reason: pick(&["Unknown", "User"]),
-            },
-            5 => DomainStatus {
-                state: DomainState::Shutoff,
-                reason: pick(&[
-                    "Unknown",
-                    "Shutdown",
-                    "Destroyed",
-                    "Crashed",
-                    "Migrated",
-                    "Saved",
-                    "Failed",
-                    "FromSnapshot",
-                    "Daemon",
-                ]),
-            },
-            6 => DomainStatus {
-                state: DomainState::Crashed,
-                reason: pick(&["Unknown", "Panicked"]),
-            },
-            7 => DomainStatus {
-                state: DomainState::PMSuspended,
-                reason: "Unknown",
-            },
-            _ => DomainStatus {
-                state: DomainState::NoState,
-                reason: "Unknown",
-            },
+        DomainStatus {
+            state,
+            reason: numbered(reasons, reason).unwrap_or(R::Unknown),
         }
     }
 }
 
-/// A libvirt lifecycle event, named.
+libvirt_detail! {
+    /// `Defined`: the definition was added or changed.
+    DefinedDetail { Added, Updated, Renamed, FromSnapshot }
+}
+
+libvirt_detail! {
+    /// `Undefined`: the definition was removed.
+    UndefinedDetail { Removed, Renamed }
+}
+
+libvirt_detail! {
+    /// `Started`: a QEMU process now runs the domain.
+    StartedDetail { Booted, Migrated, Restored, FromSnapshot, Wakeup, Recreated }
+}
+
+libvirt_detail! {
+    /// `Suspended`: the domain's vCPUs stopped.
+    SuspendedDetail {
+        Paused,
+        Migrated,
+        IOError,
+        Watchdog,
+        Restored,
+        FromSnapshot,
+        APIError,
+        Postcopy,
+        PostcopyFailed,
+    }
+}
+
+libvirt_detail! {
+    /// `Resumed`: the domain's vCPUs run again.
+    ResumedDetail { Unpaused, Migrated, FromSnapshot, Postcopy, PostcopyFailed }
+}
+
+libvirt_detail! {
+    /// `Stopped`: the QEMU process is gone.
+    StoppedDetail { Shutdown, Destroyed, Crashed, Migrated, Saved, Failed, FromSnapshot, Recreated }
+}
+
+libvirt_detail! {
+    /// `Shutdown`: the guest is powering off.
+    ShutdownDetail { Finished, Guest, Host }
+}
+
+libvirt_detail! {
+    /// `PMSuspended`: the guest suspended itself.
+    PMSuspendedDetail { Memory, Disk }
+}
+
+libvirt_detail! {
+    /// `Crashed`: the guest panicked.
+    CrashedDetail { Panicked, Crashloaded }
+}
+
+/// A libvirt lifecycle event with its detail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LifecycleEvent {
-    pub event: &'static str,
-    pub detail: &'static str,
-    /// The state the domain is in after this event, when the event says.
-    /// `None` for events that do not change whether the domain runs
-    /// (Defined, Undefined of a running domain).
-    pub status: Option<DomainStatus>,
+pub enum LifecycleEvent {
+    Defined(DefinedDetail),
+    Undefined(UndefinedDetail),
+    Started(StartedDetail),
+    Suspended(SuspendedDetail),
+    Resumed(ResumedDetail),
+    Stopped(StoppedDetail),
+    Shutdown(ShutdownDetail),
+    PMSuspended(PMSuspendedDetail),
+    Crashed(CrashedDetail),
+    /// An event this version does not know.
+    Unknown,
 }
 
 impl LifecycleEvent {
     /// From `virConnectDomainEventCallback`'s event and detail.
     pub fn from_libvirt(event: i32, detail: i32) -> LifecycleEvent {
-        let pick = |names: &[&'static str]| {
-            usize::try_from(detail)
-                .ok()
-                .and_then(|i| names.get(i).copied())
-                .unwrap_or("Unknown")
-        };
-        let status = |state, reason| Some(DomainStatus { state, reason });
         match event {
-            0 => LifecycleEvent {
-                event: "Defined",
-                detail: pick(&["Added", "Updated", "Renamed", "FromSnapshot"]),
-                status: None,
-            },
-            1 => LifecycleEvent {
-                event: "Undefined",
-                detail: pick(&["Removed", "Renamed"]),
-                status: None,
-            },
-            2 => {
-                let detail = pick(&[
-                    "Booted",
-                    "Migrated",
-                    "Restored",
-                    "FromSnapshot",
-                    "Wakeup",
-                    "Recreated",
-                ]);
-                // On a migration's target the domain is started paused,
-                // waiting for the guest's state; it runs only at
-                // Resumed/Migrated.
-                let status = if detail == "Migrated" {
-                    status(DomainState::Paused, "Migration")
-                } else {
-                    status(DomainState::Running, detail)
+            0 => LifecycleEvent::Defined(DefinedDetail::from_libvirt(detail)),
+            1 => LifecycleEvent::Undefined(UndefinedDetail::from_libvirt(detail)),
+            2 => LifecycleEvent::Started(StartedDetail::from_libvirt(detail)),
+            3 => LifecycleEvent::Suspended(SuspendedDetail::from_libvirt(detail)),
+            4 => LifecycleEvent::Resumed(ResumedDetail::from_libvirt(detail)),
+            5 => LifecycleEvent::Stopped(StoppedDetail::from_libvirt(detail)),
+            6 => LifecycleEvent::Shutdown(ShutdownDetail::from_libvirt(detail)),
+            7 => LifecycleEvent::PMSuspended(PMSuspendedDetail::from_libvirt(detail)),
+            8 => LifecycleEvent::Crashed(CrashedDetail::from_libvirt(detail)),
+            _ => LifecycleEvent::Unknown,
+        }
+    }
+
+    /// The event's name on the wire (`DOMAIN_LIFECYCLE`'s `event`).
+    pub fn name(self) -> &'static str {
+        match self {
+            LifecycleEvent::Defined(_) => "Defined",
+            LifecycleEvent::Undefined(_) => "Undefined",
+            LifecycleEvent::Started(_) => "Started",
+            LifecycleEvent::Suspended(_) => "Suspended",
+            LifecycleEvent::Resumed(_) => "Resumed",
+            LifecycleEvent::Stopped(_) => "Stopped",
+            LifecycleEvent::Shutdown(_) => "Shutdown",
+            LifecycleEvent::PMSuspended(_) => "PMSuspended",
+            LifecycleEvent::Crashed(_) => "Crashed",
+            LifecycleEvent::Unknown => "Unknown",
+        }
+    }
+
+    /// The detail's name on the wire (`DOMAIN_LIFECYCLE`'s `detail`).
+    pub fn detail(self) -> &'static str {
+        match self {
+            LifecycleEvent::Defined(d) => d.as_str(),
+            LifecycleEvent::Undefined(d) => d.as_str(),
+            LifecycleEvent::Started(d) => d.as_str(),
+            LifecycleEvent::Suspended(d) => d.as_str(),
+            LifecycleEvent::Resumed(d) => d.as_str(),
+            LifecycleEvent::Stopped(d) => d.as_str(),
+            LifecycleEvent::Shutdown(d) => d.as_str(),
+            LifecycleEvent::PMSuspended(d) => d.as_str(),
+            LifecycleEvent::Crashed(d) => d.as_str(),
+            LifecycleEvent::Unknown => "Unknown",
+        }
+    }
+
+    /// The state the domain is in after this event, when the event says.
+    /// `None` for events that do not change whether the domain runs
+    /// (Defined, Undefined) and for unknown ones.
+    pub fn status(self) -> Option<DomainStatus> {
+        use StateReason as R;
+        let status = |state, reason| Some(DomainStatus { state, reason });
+        match self {
+            LifecycleEvent::Defined(_) | LifecycleEvent::Undefined(_) => None,
+            LifecycleEvent::Started(detail) => {
+                let reason = match detail {
+                    // On a migration's target the domain is started paused,
+                    // waiting for the guest's state; it runs only at
+                    // Resumed/Migrated.
+                    StartedDetail::Migrated => {
+                        return status(DomainState::Paused, R::Migration);
+                    }
+                    StartedDetail::Booted => R::Booted,
+                    StartedDetail::Restored => R::Restored,
+                    StartedDetail::FromSnapshot => R::FromSnapshot,
+                    StartedDetail::Wakeup => R::Wakeup,
+                    StartedDetail::Recreated => R::Recreated,
+                    StartedDetail::Unknown => R::Unknown,
                 };
-                LifecycleEvent {
-                    event: "Started",
-                    detail,
-                    status,
-                }
+                status(DomainState::Running, reason)
             }
-            3 => {
-                let detail = pick(&[
-                    "Paused",
-                    "Migrated",
-                    "IOError",
-                    "Watchdog",
-                    "Restored",
-                    "FromSnapshot",
-                    "APIError",
-                    "Postcopy",
-                    "PostcopyFailed",
-                ]);
-                // The paused *reason* uses different words than the event
+            LifecycleEvent::Suspended(detail) => {
+                // The paused *reason* uses other words than the event
                 // detail for the two common cases.
                 let reason = match detail {
-                    "Paused" => "User",
-                    "Migrated" => "Migration",
-                    other => other,
+                    SuspendedDetail::Paused => R::User,
+                    SuspendedDetail::Migrated => R::Migration,
+                    SuspendedDetail::IOError => R::IOError,
+                    SuspendedDetail::Watchdog => R::Watchdog,
+                    SuspendedDetail::Restored => R::Restored,
+                    SuspendedDetail::FromSnapshot => R::FromSnapshot,
+                    SuspendedDetail::APIError => R::APIError,
+                    SuspendedDetail::Postcopy => R::Postcopy,
+                    SuspendedDetail::PostcopyFailed => R::PostcopyFailed,
+                    SuspendedDetail::Unknown => R::Unknown,
                 };
-                LifecycleEvent {
-                    event: "Suspended",
-                    detail,
-                    status: status(DomainState::Paused, reason),
-                }
+                status(DomainState::Paused, reason)
             }
-            4 => {
-                let detail = pick(&[
-                    "Unpaused",
-                    "Migrated",
-                    "FromSnapshot",
-                    "Postcopy",
-                    "PostcopyFailed",
-                ]);
-                LifecycleEvent {
-                    event: "Resumed",
-                    detail,
-                    status: status(DomainState::Running, detail),
-                }
+            LifecycleEvent::Resumed(detail) => {
+                let reason = match detail {
+                    ResumedDetail::Unpaused => R::Unpaused,
+                    ResumedDetail::Migrated => R::Migrated,
+                    ResumedDetail::FromSnapshot => R::FromSnapshot,
+                    ResumedDetail::Postcopy => R::Postcopy,
+                    ResumedDetail::PostcopyFailed => R::PostcopyFailed,
+                    ResumedDetail::Unknown => R::Unknown,
+                };
+                status(DomainState::Running, reason)
             }
-            5 => {
-                let detail = pick(&[
-                    "Shutdown",
-                    "Destroyed",
-                    "Crashed",
-                    "Migrated",
-                    "Saved",
-                    "Failed",
-                    "FromSnapshot",
-                    "Recreated",
-                ]);
-                LifecycleEvent {
-                    event: "Stopped",
-                    detail,
-                    status: status(DomainState::Shutoff, detail),
-                }
+            LifecycleEvent::Stopped(detail) => {
+                let reason = match detail {
+                    StoppedDetail::Shutdown => R::Shutdown,
+                    StoppedDetail::Destroyed => R::Destroyed,
+                    StoppedDetail::Crashed => R::Crashed,
+                    StoppedDetail::Migrated => R::Migrated,
+                    StoppedDetail::Saved => R::Saved,
+                    StoppedDetail::Failed => R::Failed,
+                    StoppedDetail::FromSnapshot => R::FromSnapshot,
+                    StoppedDetail::Recreated => R::Recreated,
+                    StoppedDetail::Unknown => R::Unknown,
+                };
+                status(DomainState::Shutoff, reason)
             }
-            6 => LifecycleEvent {
-                event: "Shutdown",
-                detail: pick(&["Finished", "Guest", "Host"]),
-                status: status(DomainState::ShuttingDown, "User"),
-            },
-            7 => LifecycleEvent {
-                event: "PMSuspended",
-                detail: pick(&["Memory", "Disk"]),
-                status: status(DomainState::PMSuspended, "Unknown"),
-            },
-            8 => {
-                let detail = pick(&["Panicked", "Crashloaded"]);
-                LifecycleEvent {
-                    event: "Crashed",
-                    detail,
-                    status: status(DomainState::Crashed, "Panicked"),
-                }
-            }
-            _ => LifecycleEvent {
-                event: "Unknown",
-                detail: "Unknown",
-                status: None,
-            },
+            LifecycleEvent::Shutdown(_) => status(DomainState::ShuttingDown, R::User),
+            LifecycleEvent::PMSuspended(_) => status(DomainState::PMSuspended, R::Unknown),
+            LifecycleEvent::Crashed(_) => status(DomainState::Crashed, R::Panicked),
+            LifecycleEvent::Unknown => None,
+        }
+    }
+}
+
+wire_names! {
+    /// Why the guest agent's channel changed
+    /// (`virConnectDomainEventAgentLifecycleReason`).
+    AgentChannelReason {
+        Unknown,
+        /// The domain (re)started: the channel was set up anew.
+        DomainStarted,
+        /// The agent in the guest opened or closed its end.
+        Channel,
+    }
+}
+
+impl AgentChannelReason {
+    /// The sentence `AGENT_CONNECTED`/`AGENT_DISCONNECTED` carry as
+    /// `reason`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            AgentChannelReason::Unknown => "unknown",
+            AgentChannelReason::DomainStarted => "domain started",
+            AgentChannelReason::Channel => "channel event",
+        }
+    }
+}
+
+/// The guest agent's channel connected or disconnected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentLifecycle {
+    pub connected: bool,
+    pub reason: AgentChannelReason,
+}
+
+impl AgentLifecycle {
+    /// From `virConnectDomainEventAgentLifecycleCallback`'s state
+    /// (1 connected, 2 disconnected) and reason.
+    pub fn from_libvirt(state: i32, reason: i32) -> AgentLifecycle {
+        const REASONS: &[AgentChannelReason] = &[
+            AgentChannelReason::Unknown,
+            AgentChannelReason::DomainStarted,
+            AgentChannelReason::Channel,
+        ];
+        AgentLifecycle {
+            connected: state == 1,
+            reason: numbered(REASONS, reason).unwrap_or(AgentChannelReason::Unknown),
+        }
+    }
+}
+
+wire_names! {
+    /// Why the connection to the libvirt daemon closed
+    /// (`virConnectCloseReason`, and the backend's own discovery).
+    CloseReason {
+        Error,
+        /// The daemon went away.
+        Eof,
+        /// The daemon stopped answering keepalive probes.
+        Keepalive,
+        Client,
+        /// A call failed because the connection is dead (the backend
+        /// noticed before libvirt's close callback).
+        CallFailed,
+        /// A reason this version does not know.
+        Unknown,
+    }
+}
+
+impl CloseReason {
+    /// From `virConnectCloseFunc`'s reason.
+    pub fn from_libvirt(reason: i32) -> CloseReason {
+        const REASONS: &[CloseReason] = &[
+            CloseReason::Error,
+            CloseReason::Eof,
+            CloseReason::Keepalive,
+            CloseReason::Client,
+        ];
+        numbered(REASONS, reason).unwrap_or(CloseReason::Unknown)
+    }
+
+    /// The sentence `LIBVIRT_DISCONNECTED` carries as `reason`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            CloseReason::Error => "error",
+            CloseReason::Eof => "end of file (daemon gone)",
+            CloseReason::Keepalive => "keepalive timeout",
+            CloseReason::Client => "closed by client",
+            CloseReason::CallFailed => "a libvirt call failed",
+            CloseReason::Unknown => "unknown",
         }
     }
 }
@@ -286,58 +512,142 @@ impl LifecycleEvent {
 mod tests {
     use super::*;
 
+    fn status(s: DomainStatus) -> (&'static str, &'static str) {
+        (s.state.as_str(), s.reason.as_str())
+    }
+
     #[test]
     fn states_use_kubevirt_names() {
-        let s = DomainStatus::from_libvirt(1, 1);
-        assert_eq!((s.state, s.reason), (DomainState::Running, "Booted"));
-        let s = DomainStatus::from_libvirt(3, 1);
-        assert_eq!((s.state, s.reason), (DomainState::Paused, "User"));
-        let s = DomainStatus::from_libvirt(5, 2);
-        assert_eq!((s.state, s.reason), (DomainState::Shutoff, "Destroyed"));
-        let s = DomainStatus::from_libvirt(5, 6);
-        assert_eq!((s.state, s.reason), (DomainState::Shutoff, "Failed"));
-        let s = DomainStatus::from_libvirt(6, 1);
-        assert_eq!((s.state, s.reason), (DomainState::Crashed, "Panicked"));
+        assert_eq!(
+            status(DomainStatus::from_libvirt(1, 1)),
+            ("Running", "Booted")
+        );
+        assert_eq!(status(DomainStatus::from_libvirt(3, 1)), ("Paused", "User"));
+        assert_eq!(
+            status(DomainStatus::from_libvirt(5, 2)),
+            ("Shutoff", "Destroyed")
+        );
+        assert_eq!(
+            status(DomainStatus::from_libvirt(5, 6)),
+            ("Shutoff", "Failed")
+        );
+        assert_eq!(
+            status(DomainStatus::from_libvirt(6, 1)),
+            ("Crashed", "Panicked")
+        );
+        assert_eq!(
+            status(DomainStatus::from_libvirt(1, 10)),
+            ("Running", "PostCopy")
+        );
+        assert_eq!(
+            status(DomainStatus::from_libvirt(3, 12)),
+            ("Paused", "Postcopy")
+        );
+        assert_eq!(
+            status(DomainStatus::from_libvirt(2, 0)),
+            ("Blocked", "Unknown")
+        );
         // Out-of-range values from a newer libvirt do not panic.
-        let s = DomainStatus::from_libvirt(5, 99);
-        assert_eq!((s.state, s.reason), (DomainState::Shutoff, "Unknown"));
-        let s = DomainStatus::from_libvirt(42, -1);
-        assert_eq!((s.state, s.reason), (DomainState::NoState, "Unknown"));
+        assert_eq!(
+            status(DomainStatus::from_libvirt(5, 99)),
+            ("Shutoff", "Unknown")
+        );
+        assert_eq!(
+            status(DomainStatus::from_libvirt(42, -1)),
+            ("NoState", "Unknown")
+        );
+        assert_eq!(
+            status(DomainStatus::NON_EXISTENT),
+            ("NoState", "NonExistent")
+        );
     }
 
     #[test]
     fn lifecycle_events_carry_resulting_state() {
         let e = LifecycleEvent::from_libvirt(2, 0);
-        assert_eq!((e.event, e.detail), ("Started", "Booted"));
-        assert_eq!(e.status.map(|s| s.state), Some(DomainState::Running));
+        assert_eq!(e, LifecycleEvent::Started(StartedDetail::Booted));
+        assert_eq!((e.name(), e.detail()), ("Started", "Booted"));
+        assert_eq!(e.status().map(status), Some(("Running", "Booted")));
         let e = LifecycleEvent::from_libvirt(3, 0);
-        assert_eq!(e.status.map(|s| s.reason), Some("User"));
+        assert_eq!(e.status().map(status), Some(("Paused", "User")));
         // An incoming migration starts paused; it runs at Resumed/Migrated.
         let e = LifecycleEvent::from_libvirt(2, 1);
-        assert_eq!(
-            e.status.map(|s| (s.state, s.reason)),
-            Some((DomainState::Paused, "Migration"))
-        );
+        assert_eq!(e.status().map(status), Some(("Paused", "Migration")));
         let e = LifecycleEvent::from_libvirt(4, 1);
-        assert_eq!(
-            e.status.map(|s| (s.state, s.reason)),
-            Some((DomainState::Running, "Migrated"))
-        );
+        assert_eq!(e.status().map(status), Some(("Running", "Migrated")));
         let e = LifecycleEvent::from_libvirt(5, 5);
-        assert_eq!((e.event, e.detail), ("Stopped", "Failed"));
+        assert_eq!((e.name(), e.detail()), ("Stopped", "Failed"));
         assert_eq!(
-            e.status,
-            Some(DomainStatus {
-                state: DomainState::Shutoff,
-                reason: "Failed"
-            })
+            e.status(),
+            Some(DomainStatus::new(DomainState::Shutoff, StateReason::Failed))
         );
         let e = LifecycleEvent::from_libvirt(6, 1);
-        assert_eq!((e.event, e.detail), ("Shutdown", "Guest"));
+        assert_eq!((e.name(), e.detail()), ("Shutdown", "Guest"));
+        assert_eq!(e.status().map(status), Some(("ShuttingDown", "User")));
         let e = LifecycleEvent::from_libvirt(0, 0);
-        assert_eq!((e.event, e.detail, e.status), ("Defined", "Added", None));
+        assert_eq!(
+            (e.name(), e.detail(), e.status()),
+            ("Defined", "Added", None)
+        );
+        let e = LifecycleEvent::from_libvirt(8, 1);
+        assert_eq!((e.name(), e.detail()), ("Crashed", "Crashloaded"));
+        // Unknown numbers, in either place.
         let e = LifecycleEvent::from_libvirt(99, 99);
-        assert_eq!(e.event, "Unknown");
+        assert_eq!(
+            (e.name(), e.detail(), e.status()),
+            ("Unknown", "Unknown", None)
+        );
+        let e = LifecycleEvent::from_libvirt(5, 42);
+        assert_eq!((e.name(), e.detail()), ("Stopped", "Unknown"));
+        assert_eq!(e.status().map(status), Some(("Shutoff", "Unknown")));
+        assert_eq!(
+            LifecycleEvent::from_libvirt(1, -3),
+            LifecycleEvent::Undefined(UndefinedDetail::Unknown)
+        );
+    }
+
+    #[test]
+    fn every_detail_is_numbered_as_libvirt_numbers_it() {
+        // The last of each list, by libvirt's number.
+        let last = [
+            (LifecycleEvent::from_libvirt(0, 3), "FromSnapshot"),
+            (LifecycleEvent::from_libvirt(1, 1), "Renamed"),
+            (LifecycleEvent::from_libvirt(2, 5), "Recreated"),
+            (LifecycleEvent::from_libvirt(3, 8), "PostcopyFailed"),
+            (LifecycleEvent::from_libvirt(4, 4), "PostcopyFailed"),
+            (LifecycleEvent::from_libvirt(5, 7), "Recreated"),
+            (LifecycleEvent::from_libvirt(6, 2), "Host"),
+            (LifecycleEvent::from_libvirt(7, 1), "Disk"),
+            (LifecycleEvent::from_libvirt(8, 1), "Crashloaded"),
+        ];
+        for (event, detail) in last {
+            assert_eq!(event.detail(), detail, "{event:?}");
+        }
+    }
+
+    #[test]
+    fn agent_channel_and_close_reasons() {
+        let a = AgentLifecycle::from_libvirt(1, 2);
+        assert!(a.connected);
+        assert_eq!(a.reason.describe(), "channel event");
+        let a = AgentLifecycle::from_libvirt(2, 1);
+        assert!(!a.connected);
+        assert_eq!(a.reason, AgentChannelReason::DomainStarted);
+        assert_eq!(
+            AgentLifecycle::from_libvirt(7, 7).reason,
+            AgentChannelReason::Unknown
+        );
+        assert_eq!(CloseReason::from_libvirt(1), CloseReason::Eof);
+        assert_eq!(CloseReason::from_libvirt(2).describe(), "keepalive timeout");
+        assert_eq!(CloseReason::from_libvirt(17), CloseReason::Unknown);
+    }
+
+    #[test]
+    fn paused_by_user_is_paused_with_reason_user() {
+        assert!(DomainStatus::from_libvirt(3, 1).is_paused_by_user());
+        assert!(!DomainStatus::from_libvirt(3, 2).is_paused_by_user());
+        assert!(!DomainStatus::from_libvirt(1, 5).is_paused_by_user());
+        assert!(!DomainStatus::from_libvirt(4, 1).is_paused_by_user());
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub fn object(value: Value) -> Map<String, Value> {
 }
 
 pub fn status_object(status: DomainStatus) -> Map<String, Value> {
-    object(json!({ "state": status.state.as_str(), "reason": status.reason }))
+    object(json!({ "state": status.state.as_str(), "reason": status.reason.as_str() }))
 }
 
 /// Which states a command needs the domain in.
@@ -99,7 +99,7 @@ fn precondition(
     Err(CommandError::invalid_state(format!(
         "{command}: the domain must be {want}, but it is {} ({})",
         state.as_str(),
-        status.reason
+        status.reason.as_str()
     )))
 }
 
@@ -183,7 +183,7 @@ impl DomainManager {
                 "name": self.config.domain_name,
                 "defined": self.domain.defined,
                 "state": self.domain.status.state.as_str(),
-                "reason": self.domain.status.reason,
+                "reason": self.domain.status.reason.as_str(),
                 "paused_by_user": self.domain.paused_by_user,
             },
             "agent": { "connected": self.domain.agent_connected },
@@ -331,7 +331,7 @@ fn query_domain(hv: &dyn Hypervisor, name: &str) -> JobOutput {
             "name": name,
             "uuid": uuid,
             "state": shown.state.as_str(),
-            "reason": shown.reason,
+            "reason": shown.reason.as_str(),
             "spec": spec,
             "xml": xml,
         }))),

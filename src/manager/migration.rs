@@ -187,7 +187,7 @@ impl DomainManager {
             return Err(CommandError::invalid_state(format!(
                 "migrate: the domain is {} ({}); only a running guest is migrated",
                 self.domain.status.state.as_str(),
-                self.domain.status.reason
+                self.domain.status.reason.as_str()
             )));
         }
         self.jobs.ensure_idle("migrate")?;
@@ -373,10 +373,10 @@ impl DomainManager {
         }
         let domain = self.config.domain_name.clone();
         let status = self.domain.status;
-        if lifecycle.event == "Stopped" {
+        if let LifecycleEvent::Stopped(detail) = lifecycle {
             self.abort_target(format!(
                 "the incoming domain stopped ({}) before the migration completed",
-                lifecycle.detail
+                detail.as_str()
             ));
             return true;
         }

@@ -21,30 +21,24 @@ use serde_json::{Value, json};
 
 use crate::agent::cache::GuestAgentCache;
 use crate::agent::{AgentData, AgentUpdate, PollerControl};
-use crate::command::Command;
+use crate::command::{Command, ManagerRequest};
 use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
 use crate::disks::PreparedDisks;
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventHub, EventKind};
 use crate::exit::ExitCode;
 use crate::hypervisor::{
-    DomainState, DomainStatus, Hypervisor, HypervisorEvent, LifecycleEvent, Stat,
+    AgentLifecycle, CloseReason, DomainState, DomainStatus, Hypervisor, HypervisorEvent,
+    LifecycleEvent, Stat, StateReason,
 };
 use crate::migration::worker::CancelHandle;
 use crate::migration::{MigrationRecord, MigrationUpdate};
 use crate::protocol::CommandResult;
-use crate::server::hub::EventHub;
 use crate::threads::FatalSender;
 use jobs::{Finished, JobKind, JobOutput, JobRunner, Observation};
 pub use shutdown::signal_name;
 pub use sync::HostFacts;
 use timers::{Timer, Timers};
-
-/// A client command and where to send its one reply.
-pub struct ManagerRequest {
-    pub command: Command,
-    pub reply: Sender<CommandResult>,
-}
 
 /// Messages from the main thread.
 #[derive(Debug, Clone)]
@@ -467,7 +461,7 @@ impl DomainManager {
         let domain = self.config.domain_name.clone();
         match event {
             HypervisorEvent::Lifecycle(lifecycle) => self.on_lifecycle(lifecycle),
-            HypervisorEvent::AgentLifecycle { connected, reason } => {
+            HypervisorEvent::AgentLifecycle(AgentLifecycle { connected, reason }) => {
                 self.domain.agent_connected = connected;
                 self.update_poller();
                 let kind = if connected {
@@ -475,7 +469,10 @@ impl DomainManager {
                 } else {
                     EventKind::AgentDisconnected
                 };
-                self.publish(kind, json!({ "domain": domain, "reason": reason }));
+                self.publish(
+                    kind,
+                    json!({ "domain": domain, "reason": reason.describe() }),
+                );
             }
             HypervisorEvent::Reboot => {
                 self.publish(EventKind::DomainReboot, json!({ "domain": domain }))
@@ -497,39 +494,37 @@ impl DomainManager {
     }
 
     fn on_lifecycle(&mut self, lifecycle: LifecycleEvent) {
-        match lifecycle.event {
-            "Defined" => {
+        match lifecycle {
+            LifecycleEvent::Defined(_) => {
                 self.domain.defined = true;
                 if self.domain.status == DomainStatus::NON_EXISTENT {
-                    self.domain.status = DomainStatus {
-                        state: DomainState::Shutoff,
-                        reason: "Unknown",
-                    };
+                    self.domain.status =
+                        DomainStatus::new(DomainState::Shutoff, StateReason::Unknown);
                 }
             }
-            "Undefined" => {
+            LifecycleEvent::Undefined(_) => {
                 self.domain.defined = false;
                 if !self.domain.status.state.is_active() {
                     self.domain.status = DomainStatus::NON_EXISTENT;
                 }
             }
-            _ => {
-                if let Some(status) = lifecycle.status {
+            other => {
+                if let Some(status) = other.status() {
                     self.domain.status = status;
                 }
             }
         }
-        if lifecycle.event == "Resumed" {
+        if let LifecycleEvent::Resumed(_) = lifecycle {
             self.domain.paused_by_user = false;
         }
         self.publish(
             EventKind::DomainLifecycle,
             json!({
                 "domain": self.config.domain_name,
-                "event": lifecycle.event,
-                "detail": lifecycle.detail,
+                "event": lifecycle.name(),
+                "detail": lifecycle.detail(),
                 "state": self.domain.status.state.as_str(),
-                "reason": self.domain.status.reason,
+                "reason": self.domain.status.reason.as_str(),
             }),
         );
         if self.on_target_lifecycle(lifecycle) {
@@ -560,7 +555,7 @@ impl DomainManager {
             return;
         }
         match lifecycle {
-            Some(e) if e.event == "Stopped" => {
+            Some(LifecycleEvent::Stopped(_)) => {
                 self.timers.cancel(Timer::FinalEvent);
                 self.domain.agent_connected = false;
                 let (code, reason) = self.stop_outcome(status.reason);
@@ -590,42 +585,44 @@ impl DomainManager {
     }
 
     /// The exit code for a domain that stopped with `reason`.
-    fn stop_outcome(&self, reason: &str) -> (ExitCode, String) {
+    fn stop_outcome(&self, reason: StateReason) -> (ExitCode, String) {
         let intent = self.stop_intent;
         match (reason, intent) {
-            ("Migrated", _) => (ExitCode::Ok, "the domain migrated away".into()),
-            ("Shutdown", _) => (ExitCode::Ok, "the guest powered off".into()),
-            ("Destroyed", Some(StopIntent::Kill)) => {
+            (StateReason::Migrated, _) => (ExitCode::Ok, "the domain migrated away".into()),
+            (StateReason::Shutdown, _) => (ExitCode::Ok, "the guest powered off".into()),
+            (StateReason::Destroyed, Some(StopIntent::Kill)) => {
                 (ExitCode::Ok, "the domain was killed on request".into())
             }
-            ("Destroyed", Some(StopIntent::GraceExpired)) => (
+            (StateReason::Destroyed, Some(StopIntent::GraceExpired)) => (
                 ExitCode::GracePeriodExpired,
                 format!(
                     "the guest did not power off within the {} s grace period and was forced off",
                     self.grace_period.as_secs()
                 ),
             ),
-            ("Destroyed", _) => (
+            (StateReason::Destroyed, _) => (
                 ExitCode::DomainCrashed,
                 "the domain was destroyed by something outside the launcher".into(),
             ),
-            ("NonExistent", _) => (
+            (StateReason::NonExistent, _) => (
                 ExitCode::DomainCrashed,
                 "the domain disappeared while libvirt was unreachable".into(),
             ),
             (other, _) => (
                 ExitCode::DomainCrashed,
                 format!(
-                    "the domain stopped unexpectedly (reason {other}): the guest crashed or QEMU died"
+                    "the domain stopped unexpectedly (reason {}): the guest crashed or QEMU died",
+                    other.as_str()
                 ),
             ),
         }
     }
 
-    fn on_connection_lost(&mut self, reason: &str) {
+    fn on_connection_lost(&mut self, reason: CloseReason) {
         if self.reconnecting || self.phase == Phase::Exiting {
             return;
         }
+        let reason = reason.describe();
         log::warn!("manager: lost the libvirt connection ({reason}); reconnecting");
         self.hypervisor.connection_lost();
         self.reconnecting = true;
@@ -724,7 +721,7 @@ impl DomainManager {
             self.exit_when_settled();
         }
         if !self.hypervisor.is_connected() && !self.reconnecting {
-            self.on_connection_lost("a libvirt call failed");
+            self.on_connection_lost(CloseReason::CallFailed);
         }
     }
 

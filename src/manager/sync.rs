@@ -18,7 +18,7 @@ use super::jobs::{JobKind, JobOutput, Observation};
 use super::{DomainManager, Phase};
 use crate::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
 use crate::disks::{self, DiskErrorKind, DiskPlan};
-use crate::hypervisor::{DomainState, DriverKind, Hypervisor};
+use crate::hypervisor::{DomainState, DriverKind, Hypervisor, StateReason};
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 
 /// Facts about the host, probed once at start-up, that decide how VMIs
@@ -263,8 +263,8 @@ fn sync_domain(
         Some(status)
             if status.state == DomainState::Paused
                 && !plan.paused_by_user
-                && status.reason != "User"
-                && status.reason != "Migration" =>
+                && status.reason != StateReason::User
+                && status.reason != StateReason::Migration =>
         {
             hv.resume(name).map_err(|e| hypervisor_error(&e))?;
             action = "resumed";

@@ -10,10 +10,8 @@ use crossbeam_channel::{Receiver, Sender, bounded};
 use serde_json::{Map, Value, json};
 
 use super::ServerShared;
-use super::hub::SubscriberQueue;
-use crate::command::{COMMANDS, Command};
-use crate::events::{Event, EventKind};
-use crate::manager::ManagerRequest;
+use crate::command::{COMMANDS, Command, ManagerRequest};
+use crate::events::{Event, EventKind, SubscriberQueue};
 use crate::protocol::codec::{Frame, LineReader};
 use crate::protocol::{
     CommandError, CommandResult, ErrorClass, encode_error, encode_hello, encode_return,

@@ -3,7 +3,6 @@
 //! `ManagerRequest`s; events reach them through the `EventHub`.
 
 pub mod client;
-pub mod hub;
 pub mod socket;
 
 use std::io::{BufRead, BufReader, Write};
@@ -16,11 +15,10 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 use serde_json::Value;
 
-use crate::command::command_names;
-use crate::manager::ManagerRequest;
+use crate::command::{ManagerRequest, command_names};
+use crate::events::EventHub;
 use crate::protocol::{Hello, PROTOCOL_VERSION};
 use crate::threads::{self, FatalSender};
-use hub::EventHub;
 
 /// Requests read but not yet answered, so the exit can wait for their
 /// replies ("exactly one reply per request line" holds to the end).

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
-use crate::events::{Event, EventKind};
+use super::{Event, EventKind};
 
 /// Events a subscriber may have queued before the oldest are dropped.
 pub const SUBSCRIBER_QUEUE_LEN: usize = 256;

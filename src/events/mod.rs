@@ -1,10 +1,14 @@
-//! Events the launcher streams to subscribers.
+//! Events the launcher streams to subscribers: their names, and the hub
+//! that fans them out to subscribed connections (`hub`).
+
+pub mod hub;
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::protocol::{Timestamp, encode_event};
+pub use hub::{EventHub, SubscriberQueue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {

@@ -17,6 +17,8 @@ pub mod launcher;
 pub mod logging;
 pub mod manager;
 pub mod migration;
+pub mod network;
+pub mod os_net;
 pub mod protocol;
 pub mod server;
 pub mod signals;

@@ -1,0 +1,369 @@
+//! Raw OS calls for pod networking: sockets bound to a device, a raw
+//! ICMPv6 socket, tap creation on /dev/net/tun, and the netlink socket.
+//! Every `unsafe` block is here, each with its SAFETY argument; callers
+//! get safe functions that return `io::Result`.
+
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::mem;
+use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to a live T of the size passed.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (value as *const T).cast(),
+            mem::size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+fn new_socket(
+    domain: libc::c_int,
+    kind: libc::c_int,
+    protocol: libc::c_int,
+) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) takes no pointers; a valid result is a fresh fd we own.
+    let fd = check(unsafe { libc::socket(domain, kind | libc::SOCK_CLOEXEC, protocol) })?;
+    // SAFETY: fd was just returned by socket(2) and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn bind_to_device(fd: RawFd, device: &str) -> io::Result<()> {
+    let name = CString::new(device)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "device name contains NUL"))?;
+    let bytes = name.as_bytes_with_nul();
+    // SAFETY: the pointer and length describe the NUL-terminated name.
+    check(unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_BINDTODEVICE,
+            bytes.as_ptr().cast(),
+            bytes.len() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// The index of network device `name` in this network namespace.
+pub fn interface_index(name: &str) -> io::Result<u32> {
+    let c = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "device name contains NUL"))?;
+    // SAFETY: c is a valid NUL-terminated string for the call's duration.
+    let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if index == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(index)
+    }
+}
+
+/// A UDP socket on `port` of every address, receiving and sending only
+/// on `device` (SO_BINDTODEVICE), allowed to broadcast; several such
+/// sockets on one port coexist (SO_REUSEADDR), one per device.
+pub fn udp_on_device(ipv6: bool, port: u16, device: &str) -> io::Result<UdpSocket> {
+    let domain = if ipv6 { libc::AF_INET6 } else { libc::AF_INET };
+    let socket = new_socket(domain, libc::SOCK_DGRAM, 0)?;
+    let fd = socket.as_raw_fd();
+    let one: libc::c_int = 1;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, &one)?;
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_BROADCAST, &one)?;
+    if ipv6 {
+        setsockopt(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, &one)?;
+    }
+    bind_to_device(fd, device)?;
+    let udp = UdpSocket::from(socket);
+    if ipv6 {
+        bind_udp(
+            &udp,
+            std::net::SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)),
+        )?;
+    } else {
+        bind_udp(&udp, std::net::SocketAddr::from(([0, 0, 0, 0], port)))?;
+    }
+    Ok(udp)
+}
+
+fn bind_udp(socket: &UdpSocket, addr: std::net::SocketAddr) -> io::Result<()> {
+    let fd = socket.as_raw_fd();
+    match addr {
+        std::net::SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sin is a valid sockaddr_in of the length passed.
+            check(unsafe {
+                libc::bind(
+                    fd,
+                    (&sin as *const libc::sockaddr_in).cast(),
+                    mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                )
+            })
+            .map(drop)
+        }
+        std::net::SocketAddr::V6(v6) => {
+            let sin6 = sockaddr_in6(&v6);
+            // SAFETY: sin6 is a valid sockaddr_in6 of the length passed.
+            check(unsafe {
+                libc::bind(
+                    fd,
+                    (&sin6 as *const libc::sockaddr_in6).cast(),
+                    mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                )
+            })
+            .map(drop)
+        }
+    }
+}
+
+fn sockaddr_in6(addr: &SocketAddrV6) -> libc::sockaddr_in6 {
+    libc::sockaddr_in6 {
+        sin6_family: libc::AF_INET6 as libc::sa_family_t,
+        sin6_port: addr.port().to_be(),
+        sin6_flowinfo: 0,
+        sin6_addr: libc::in6_addr {
+            s6_addr: addr.ip().octets(),
+        },
+        sin6_scope_id: addr.scope_id(),
+    }
+}
+
+/// A raw ICMPv6 socket on `device` that sends with hop limit 255 (as
+/// neighbour discovery requires) and has joined `group`.
+pub struct Icmp6Socket {
+    fd: OwnedFd,
+}
+
+impl Icmp6Socket {
+    pub fn open(device: &str, ifindex: u32, group: Ipv6Addr) -> io::Result<Icmp6Socket> {
+        let fd = new_socket(libc::AF_INET6, libc::SOCK_RAW, libc::IPPROTO_ICMPV6)?;
+        let raw = fd.as_raw_fd();
+        bind_to_device(raw, device)?;
+        let hops: libc::c_int = 255;
+        setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_HOPS, &hops)?;
+        setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, &hops)?;
+        let zero: libc::c_int = 0;
+        setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_MULTICAST_LOOP, &zero)?;
+        let mreq = libc::ipv6_mreq {
+            ipv6mr_multiaddr: libc::in6_addr {
+                s6_addr: group.octets(),
+            },
+            ipv6mr_interface: ifindex,
+        };
+        setsockopt(raw, libc::IPPROTO_IPV6, libc::IPV6_ADD_MEMBERSHIP, &mreq)?;
+        Ok(Icmp6Socket { fd })
+    }
+
+    pub fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        setsockopt(
+            self.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv,
+        )
+    }
+
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    pub fn send_to(&self, message: &[u8], to: &SocketAddrV6) -> io::Result<usize> {
+        let addr = sockaddr_in6(&SocketAddrV6::new(*to.ip(), 0, 0, to.scope_id()));
+        // SAFETY: message and addr are valid for the lengths passed.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                message.as_ptr().cast(),
+                message.len(),
+                0,
+                (&addr as *const libc::sockaddr_in6).cast(),
+                mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+// linux/if_tun.h
+const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
+const TUNSETOWNER: libc::c_ulong = 0x4004_54cc;
+const TUNSETGROUP: libc::c_ulong = 0x4004_54ce;
+const IFF_TAP: libc::c_short = 0x0002;
+const IFF_NO_PI: libc::c_short = 0x1000;
+const IFF_VNET_HDR: libc::c_short = 0x4000;
+const IFF_MULTI_QUEUE: libc::c_short = 0x0100;
+
+#[repr(C)]
+struct IfReqFlags {
+    name: [libc::c_char; libc::IFNAMSIZ],
+    flags: libc::c_short,
+    _pad: [u8; 22],
+}
+
+/// Creates the persistent tap `name` (multi-queue when asked), owned by
+/// `owner` (uid, gid) when given, so QEMU can open it later: the device
+/// stays after this process closes /dev/net/tun (TUNSETPERSIST).
+pub fn create_tap(name: &str, multi_queue: bool, owner: Option<(u32, u32)>) -> io::Result<()> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{name:?} is not a valid interface name"),
+        ));
+    }
+    let tun: File = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")?;
+    let mut req = IfReqFlags {
+        name: [0; libc::IFNAMSIZ],
+        flags: IFF_TAP | IFF_NO_PI | IFF_VNET_HDR | if multi_queue { IFF_MULTI_QUEUE } else { 0 },
+        _pad: [0; 22],
+    };
+    for (slot, byte) in req.name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    let fd = tun.as_raw_fd();
+    // SAFETY: req is a valid, initialised struct ifreq-compatible buffer
+    // that TUNSETIFF reads and writes in place.
+    check(unsafe { libc::ioctl(fd, TUNSETIFF, &mut req as *mut IfReqFlags) })?;
+    if let Some((uid, gid)) = owner {
+        // SAFETY: these ioctls take an integer argument.
+        check(unsafe { libc::ioctl(fd, TUNSETOWNER, uid as libc::c_ulong) })?;
+        // SAFETY: as above.
+        check(unsafe { libc::ioctl(fd, TUNSETGROUP, gid as libc::c_ulong) })?;
+    }
+    // SAFETY: integer argument.
+    check(unsafe { libc::ioctl(fd, TUNSETPERSIST, 1 as libc::c_ulong) })?;
+    Ok(())
+}
+
+/// A NETLINK_ROUTE socket.
+pub struct NetlinkSocket {
+    fd: OwnedFd,
+}
+
+impl NetlinkSocket {
+    pub fn open() -> io::Result<NetlinkSocket> {
+        let fd = new_socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)?;
+        // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
+        let mut addr: libc::sockaddr_nl = unsafe { mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: addr is a valid sockaddr_nl of the length passed.
+        check(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_nl).cast(),
+                mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        })?;
+        let socket = NetlinkSocket { fd };
+        let tv = libc::timeval {
+            tv_sec: 5,
+            tv_usec: 0,
+        };
+        setsockopt(
+            socket.fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv,
+        )?;
+        let one: libc::c_int = 1;
+        // Extended acks carry the kernel's error message; best effort.
+        let _ = setsockopt(
+            socket.fd.as_raw_fd(),
+            libc::SOL_NETLINK,
+            libc::NETLINK_EXT_ACK,
+            &one,
+        );
+        Ok(socket)
+    }
+
+    pub fn send(&self, message: &[u8]) -> io::Result<()> {
+        // SAFETY: sockaddr_nl is plain data; all-zero (pid 0 = the kernel)
+        // is the destination wanted.
+        let mut addr: libc::sockaddr_nl = unsafe { mem::zeroed() };
+        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // SAFETY: message and addr are valid for the lengths passed.
+        let n = unsafe {
+            libc::sendto(
+                self.fd.as_raw_fd(),
+                message.as_ptr().cast(),
+                message.len(),
+                0,
+                (&addr as *const libc::sockaddr_nl).cast(),
+                mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+/// Whether this process has CAP_NET_ADMIN in its effective set.
+pub fn has_cap_net_admin() -> bool {
+    const CAP_NET_ADMIN: u32 = 12;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << CAP_NET_ADMIN) != 0)
+}
+
+/// The inode of a process's network namespace (`/proc/PID/ns/net`).
+pub fn netns_id(pid: &str) -> io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata(format!("/proc/{pid}/ns/net"))?.ino())
+}

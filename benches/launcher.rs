@@ -7,6 +7,10 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "sections/conversion.rs"]
+mod conversion;
+#[path = "sections/iso9660.rs"]
+mod iso9660;
 
 use std::fs;
 use std::path::Path;
@@ -34,7 +38,8 @@ fn main() {
     if run("test") {
         startup();
         round_trips_and_memory();
-        conversion();
+        conversion::conversion();
+        iso9660::iso9660();
         binary_size();
     }
     if run("qemu") {
@@ -166,52 +171,6 @@ fn round_trips_and_memory() {
         rss_after as f64 / 1024.0,
         rss_after as i64 - rss_ready as i64
     );
-}
-
-fn conversion() {
-    use virt_launcher::convert;
-    let examples = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"));
-    let mut names: Vec<_> = fs::read_dir(examples)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    names.sort();
-    println!("VMI -> domain XML conversion (pure, no file creation; release build):");
-    for path in names {
-        let value: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
-        let vmi = virt_launcher::vmi::parse_vmi(&value).unwrap();
-        let ctx = convert::example_context(&vmi, convert::DomainType::Qemu);
-        let rounds = 5000u32;
-        let t = Instant::now();
-        for _ in 0..rounds {
-            std::hint::black_box(convert::convert(&vmi, &ctx).unwrap());
-        }
-        let convert_only = t.elapsed() / rounds;
-        let t = Instant::now();
-        for _ in 0..rounds {
-            let vmi = virt_launcher::vmi::parse_vmi(std::hint::black_box(&value)).unwrap();
-            let xml = convert::convert(&vmi, &ctx)
-                .unwrap()
-                .domain
-                .to_xml()
-                .unwrap();
-            std::hint::black_box(xml);
-        }
-        let full = t.elapsed() / rounds;
-        let stem = path.file_stem().unwrap().to_string_lossy();
-        let target = if stem == "fedora-containerdisk" {
-            "   [target <= 200 us]"
-        } else {
-            ""
-        };
-        println!(
-            "  {stem:<22} convert {:>6.1} us; parse + convert + XML {:>6.1} us{target}",
-            convert_only.as_secs_f64() * 1e6,
-            full.as_secs_f64() * 1e6
-        );
-    }
 }
 
 fn binary_size() {

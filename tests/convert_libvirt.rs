@@ -6,58 +6,26 @@
 //! (`VIR_DOMAIN_XML_INACTIVE`) must parse into the model with the values the
 //! converter set.
 //!
-//! The byte-for-byte goldens and the model round trip without libvirt are
-//! unit tests (src/convert/golden_tests.rs).
+//! Every golden XML also passes libvirt's schema (`virt-xml-validate`). The
+//! byte-for-byte goldens and the model round trip without libvirt are in
+//! tests/golden.rs.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use common::examples::*;
 use common::guest::*;
 use common::*;
 use serde_json::Value;
 use virt::connect::Connect;
-use virt_launcher::convert::{ConvertContext, DomainType, convert};
+use virt_launcher::convert::DomainType;
 use virt_launcher::domxml::{Disk, Domain, Interface, MaxMemory, ScaledInteger};
-use virt_launcher::vmi::{VirtualMachineInstance, parse_vmi};
-
-const EXAMPLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
-const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
-
-/// Files in `dir` ending in `.ext`, as (stem, path), sorted.
-fn files_with_ext(dir: &str, ext: &str) -> Vec<(String, PathBuf)> {
-    let mut found: Vec<(String, PathBuf)> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .map(|entry| entry.unwrap_or_else(|e| panic!("{dir}: {e}")).path())
-        .filter(|path| path.extension().is_some_and(|e| e == ext))
-        .filter_map(|path| Some((path.file_stem()?.to_string_lossy().into_owned(), path)))
-        .collect();
-    found.sort();
-    found
-}
 
 fn read(path: &Path) -> String {
     fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The context the golden files were generated with, with `domain_type`
-/// chosen by the caller.
-fn golden_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
-    virt_launcher::convert::example_context(vmi, domain_type)
-}
-
-/// `examples/<stem>.json` converted for `domain_type`, as XML.
-fn example_xml(path: &Path, domain_type: DomainType) -> String {
-    let value: Value =
-        serde_json::from_str(&read(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let vmi = parse_vmi(&value).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    convert(&vmi, &golden_context(&vmi, domain_type))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .domain
-        .to_xml()
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The same XML text with the domain renamed (first `<name>` element, the
@@ -587,4 +555,26 @@ fn the_comparison_notices_values_that_change() {
     ] {
         assert!(diffs.contains(needle), "{needle} not reported:\n{diffs}");
     }
+}
+
+#[test]
+fn every_golden_xml_passes_libvirt_schema() {
+    let mut failures = Vec::new();
+    for (stem, path) in files_with_ext(GOLDEN_DIR, "xml") {
+        let output = std::process::Command::new("virt-xml-validate")
+            .arg(&path)
+            .arg("domain")
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("virt-xml-validate (package libvirt-clients) is needed: {e}")
+            });
+        if !output.status.success() {
+            failures.push(format!(
+                "{stem}: {}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -3,7 +3,7 @@
 //! converter/compute/{console,channels,graphics,input_device,balloon,rng,
 //! watchdog,panic_devices}.go and converter.go's controllers).
 
-use super::storage::virtio_model;
+use super::virtio::virtio_model;
 use super::{ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths};
 use crate::disks::DiskPlan;
 use crate::domxml::{

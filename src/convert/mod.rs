@@ -11,6 +11,7 @@
 //! testable alone: metadata → CPU → memory → firmware → features and clock →
 //! disks → interfaces → console and channels → controllers and devices.
 
+mod boot_order;
 mod cloudinit;
 mod codec;
 mod cpu;
@@ -22,10 +23,10 @@ mod memory;
 mod metadata;
 mod network;
 mod paths;
+mod pci;
 mod storage;
+mod virtio;
 
-#[cfg(test)]
-mod golden_tests;
 #[cfg(test)]
 mod test_support;
 
@@ -63,21 +64,6 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         block_pvcs: BTreeSet::new(),
         taps: BTreeMap::new(),
         grace_period_seconds: 30,
-    }
-}
-
-/// The fixed context the examples' golden XML files are made with: the
-/// VMI's identity and grace period, plus the block PVC names and the
-/// pre-created tap the examples use.
-pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
-    ConvertContext {
-        namespace: vmi.namespace().to_string(),
-        name: vmi.name().to_string(),
-        uid: vmi.uid().to_string(),
-        block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
-        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
-        grace_period_seconds: vmi.termination_grace_period_seconds(),
-        ..kubevirt_defaults(domain_type)
     }
 }
 
@@ -217,5 +203,46 @@ pub fn set_balloon_stats_period(domain: &mut Domain, seconds: u32) {
         && model != "none"
     {
         *stats = (seconds > 0).then_some(crate::domxml::BalloonStats { period: seconds });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::path::Path;
+
+    /// The source text of every `.rs` file under `src/convert/<rel>`.
+    fn sources(rel: &str) -> Vec<(String, String)> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/convert")
+            .join(rel);
+        let files = if path.is_dir() {
+            fs::read_dir(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+                .map(|entry| entry.unwrap_or_else(|e| panic!("{e}")).path())
+                .collect()
+        } else {
+            vec![path]
+        };
+        files
+            .into_iter()
+            .map(|file| {
+                let text =
+                    fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                (file.display().to_string(), text)
+            })
+            .collect()
+    }
+
+    /// Interfaces and disks share helpers (boot orders, PCI addresses, the
+    /// virtio model) through their own modules, not through each other.
+    #[test]
+    fn network_and_storage_do_not_depend_on_each_other() {
+        for (file, text) in sources("network.rs") {
+            assert!(!text.contains("storage::"), "{file} uses the storage step");
+        }
+        for (file, text) in sources("storage") {
+            assert!(!text.contains("network::"), "{file} uses the network step");
+        }
     }
 }

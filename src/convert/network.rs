@@ -5,12 +5,14 @@
 
 use std::collections::BTreeSet;
 
+use super::boot_order::{BootOrders, claim_boot_order};
 use super::cpu::Vcpus;
-use super::storage::{BootOrders, claim_boot_order, virtio_model};
+use super::pci::parse_pci_address;
+use super::virtio::virtio_model;
 use super::{ConvertContext, ConvertError, UserNetBackend, paths};
 use crate::domxml::{
-    self, AcpiIndex, Address, Alias, BootOrder, Domain, InterfaceBackend, InterfaceDriver,
-    InterfaceIp, InterfaceTarget, LinkState, MacAddress, ModelType, PortForward, PortRange, Rom,
+    self, AcpiIndex, Alias, BootOrder, Domain, InterfaceBackend, InterfaceDriver, InterfaceIp,
+    InterfaceTarget, LinkState, MacAddress, ModelType, PortForward, PortRange, Rom,
 };
 use crate::vmi::{
     Interface, InterfaceState, Network, PodNetwork, PortProtocol, VirtualMachineInstance,
@@ -349,38 +351,6 @@ fn normalize_mac(mac: &str, path: &str) -> Result<String, ConvertError> {
         ));
     }
     Ok(parts.join(":").to_ascii_lowercase())
-}
-
-/// "0000:81:01.0" → `<address type='pci' domain='0x0000' bus='0x81' slot='0x01' function='0x0'/>`
-/// (KubeVirt pkg/virt-launcher/virtwrap/device `NewPciAddressField`).
-pub(crate) fn parse_pci_address(text: &str, path: &str) -> Result<Address, ConvertError> {
-    let invalid = || {
-        ConvertError::new(
-            path,
-            format!("{text:?} is not a PCI address such as 0000:81:01.0"),
-        )
-    };
-    let (domain_bus_slot, function) = text.split_once('.').ok_or_else(invalid)?;
-    let parts: Vec<&str> = domain_bus_slot.split(':').collect();
-    let hex =
-        |part: &str, len: usize| part.len() == len && part.bytes().all(|b| b.is_ascii_hexdigit());
-    let valid = parts.len() == 3
-        && hex(parts[0], 4)
-        && hex(parts[1], 2)
-        && hex(parts[2], 2)
-        && function.len() == 1
-        && function.bytes().all(|b| (b'0'..=b'7').contains(&b));
-    if !valid {
-        return Err(invalid());
-    }
-    Ok(Address {
-        address_type: "pci".to_string(),
-        domain: Some(format!("0x{}", parts[0].to_ascii_lowercase())),
-        bus: Some(format!("0x{}", parts[1].to_ascii_lowercase())),
-        slot: Some(format!("0x{}", parts[2].to_ascii_lowercase())),
-        function: Some(format!("0x{function}")),
-        ..Address::default()
-    })
 }
 
 #[cfg(test)]

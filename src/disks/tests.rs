@@ -1,11 +1,13 @@
+//! Disk plans that run no external program: existence checks, kinds, files
+//! and ISOs written in-process, rollback. Plans that run qemu-img are in
+//! tests/disk_prepare.rs.
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 
 use super::iso9660::IsoFile;
 use super::prepare::write_file;
-use super::qemu_img::{self, CommandFailure};
 use super::*;
 
 /// A scratch directory removed on drop (no tempfile crate here).
@@ -33,25 +35,6 @@ impl Drop for Scratch {
     }
 }
 
-fn sparse(path: &Path, size: u64) {
-    let file = fs::File::create(path).unwrap_or_else(|e| panic!("{e}"));
-    file.set_len(size).unwrap_or_else(|e| panic!("{e}"));
-}
-
-fn qemu_img_info(path: &Path) -> serde_json::Value {
-    let out = std::process::Command::new("qemu-img")
-        .args(["info", "--output=json", "-U"])
-        .arg(path)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
-}
-
 fn everything_under(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -68,40 +51,17 @@ fn everything_under(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-fn full_plan(scratch: &Scratch) -> DiskPlan {
-    let base = scratch.path("container-disks/disk_0.img");
+/// A plan whose steps all run in-process: a config ISO of a mounted
+/// directory, a cloud-init ISO with a secret read at prepare time, and a
+/// sparse hostDisk file.
+fn in_process_plan(scratch: &Scratch) -> DiskPlan {
     let config = scratch.path("private/config-map/app-config");
-    let secret = scratch.path("private/secret/cloudinit");
     let mut plan = DiskPlan::default();
-    plan.require(
-        base.clone(),
-        PathKind::File,
-        "containerDisk volume \"rootdisk\"",
-    );
     plan.require(
         config.clone(),
         PathKind::Dir,
         "configMap volume \"app-config\"",
     );
-    plan.make_dir(
-        scratch.path("eph/disk-data/rootdisk"),
-        "containerDisk volume \"rootdisk\"",
-    );
-    plan.push(DiskStep::CreateOverlay {
-        path: scratch.path("eph/disk-data/rootdisk/disk.qcow2"),
-        backing: base,
-        backing_format: None,
-        what: "containerDisk volume \"rootdisk\"".into(),
-    });
-    plan.make_dir(
-        scratch.path("eph/empty-disks"),
-        "emptyDisk volume \"scratch\"",
-    );
-    plan.push(DiskStep::CreateQcow2 {
-        path: scratch.path("eph/empty-disks/scratch.qcow2"),
-        size: 64 << 20,
-        what: "emptyDisk volume \"scratch\"".into(),
-    });
     plan.push(DiskStep::CreateSparseFile {
         path: scratch.path("host/data.img"),
         size: 32 << 20,
@@ -121,7 +81,7 @@ fn full_plan(scratch: &Scratch) -> DiskPlan {
             }],
             secrets: vec![SecretFile {
                 iso_path: "user-data".into(),
-                dir: secret,
+                dir: scratch.path("private/secret/cloudinit"),
                 names: vec!["userdata".into(), "userData".into()],
             }],
         },
@@ -142,14 +102,12 @@ fn full_plan(scratch: &Scratch) -> DiskPlan {
 
 fn fixtures(scratch: &Scratch) {
     for dir in [
-        "container-disks",
         "private/config-map/app-config",
         "private/secret/cloudinit",
         "host",
     ] {
         fs::create_dir_all(scratch.path(dir)).unwrap_or_else(|e| panic!("{e}"));
     }
-    sparse(&scratch.path("container-disks/disk_0.img"), 16 << 20);
     write_file(
         &scratch.path("private/config-map/app-config/app.conf"),
         b"key=value\n",
@@ -163,38 +121,25 @@ fn fixtures(scratch: &Scratch) {
 }
 
 #[test]
-fn prepare_creates_everything_and_rollback_removes_exactly_that() {
-    let scratch = Scratch::new("full");
+fn in_process_steps_and_rollback() {
+    let scratch = Scratch::new("inproc");
     fixtures(&scratch);
     let before = everything_under(&scratch.0);
-    let prepared = prepare(&full_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
-
-    let overlay = qemu_img_info(&scratch.path("eph/disk-data/rootdisk/disk.qcow2"));
-    assert_eq!(overlay["format"], "qcow2");
-    assert_eq!(overlay["backing-filename-format"], "raw");
-    let empty = qemu_img_info(&scratch.path("eph/empty-disks/scratch.qcow2"));
-    assert_eq!(empty["virtual-size"], 64 << 20);
+    let prepared = prepare(&in_process_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
     let host = fs::metadata(scratch.path("host/data.img")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(host.len(), 32 << 20);
     let iso = fs::read(scratch.path("eph/cloud-init-data/default/demo/noCloud.iso"))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&iso[0x8001..0x8006], b"CD001");
-    assert!(
-        scratch
-            .path("private/config-map-disks/app-config.iso")
-            .is_file()
-    );
+    assert!(iso.windows(14).any(|w| w == b"#cloud-config\n"));
+    let config = fs::read(scratch.path("private/config-map-disks/app-config.iso"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.windows(10).any(|w| w == b"key=value\n"));
     assert!(
         !scratch
             .path("eph/cloud-init-data/default/demo/noCloud.iso.staging")
             .exists()
     );
-    assert!(
-        prepared
-            .created_paths()
-            .contains(&scratch.path("eph").as_path())
-    );
-
     prepared.rollback();
     assert_eq!(everything_under(&scratch.0), before);
 }
@@ -203,9 +148,14 @@ fn prepare_creates_everything_and_rollback_removes_exactly_that() {
 fn a_missing_image_fails_before_anything_is_created() {
     let scratch = Scratch::new("missing");
     fixtures(&scratch);
-    fs::remove_file(scratch.path("container-disks/disk_0.img")).unwrap_or_else(|e| panic!("{e}"));
+    let mut plan = in_process_plan(&scratch);
+    plan.require(
+        scratch.path("container-disks/disk_0.img"),
+        PathKind::File,
+        "containerDisk volume \"rootdisk\"",
+    );
     let before = everything_under(&scratch.0);
-    let err = prepare(&full_plan(&scratch))
+    let err = prepare(&plan)
         .err()
         .unwrap_or_else(|| panic!("expected an error"));
     assert_eq!(err.kind, DiskErrorKind::Missing);
@@ -215,6 +165,26 @@ fn a_missing_image_fails_before_anything_is_created() {
             "containerDisk volume \"rootdisk\": file {}: does not exist; put the image file there (the launcher pulls and copies nothing)",
             scratch.path("container-disks/disk_0.img").display()
         )
+    );
+    assert_eq!(everything_under(&scratch.0), before);
+}
+
+#[test]
+fn a_failure_midway_removes_what_was_created() {
+    let scratch = Scratch::new("midway");
+    fixtures(&scratch);
+    // The secret has no userdata key: the cloud-init ISO (a late step) fails.
+    fs::remove_file(scratch.path("private/secret/cloudinit/userData"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let before = everything_under(&scratch.0);
+    let err = prepare(&in_process_plan(&scratch))
+        .err()
+        .unwrap_or_else(|| panic!("expected an error"));
+    assert_eq!(err.kind, DiskErrorKind::Missing);
+    assert!(
+        err.message.contains("has no userdata or userData"),
+        "{}",
+        err.message
     );
     assert_eq!(everything_under(&scratch.0), before);
 }
@@ -239,106 +209,6 @@ fn wrong_kind_is_reported() {
 }
 
 #[test]
-fn a_failure_midway_removes_what_was_created() {
-    let scratch = Scratch::new("midway");
-    fixtures(&scratch);
-    // The secret has no userdata key: the cloud-init ISO (a late step) fails.
-    fs::remove_file(scratch.path("private/secret/cloudinit/userData"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let before = everything_under(&scratch.0);
-    let err = prepare(&full_plan(&scratch))
-        .err()
-        .unwrap_or_else(|| panic!("expected an error"));
-    assert_eq!(err.kind, DiskErrorKind::Missing);
-    assert!(
-        err.message.contains("has no userdata or userData"),
-        "{}",
-        err.message
-    );
-    assert_eq!(everything_under(&scratch.0), before);
-}
-
-#[test]
-fn existing_disks_are_kept_and_not_rolled_back() {
-    let scratch = Scratch::new("keep");
-    fixtures(&scratch);
-    write_file(&scratch.path("host/data.img"), b"guest data").unwrap_or_else(|e| panic!("{e}"));
-    let prepared = prepare(&full_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        !prepared
-            .created_paths()
-            .contains(&scratch.path("host/data.img").as_path())
-    );
-    prepared.rollback();
-    assert_eq!(
-        fs::read(scratch.path("host/data.img")).ok().as_deref(),
-        Some(&b"guest data"[..])
-    );
-}
-
-#[test]
-fn a_chained_base_image_is_refused() {
-    let scratch = Scratch::new("chained");
-    let base = scratch.path("base.qcow2");
-    let chained = scratch.path("chained.qcow2");
-    let out = std::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2"])
-        .arg(&base)
-        .arg("1M")
-        .status()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.success());
-    let out = std::process::Command::new("qemu-img")
-        .args(["create", "-q", "-f", "qcow2", "-F", "qcow2", "-b"])
-        .arg(&base)
-        .arg(&chained)
-        .status()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert!(out.success());
-    let mut plan = DiskPlan::default();
-    plan.push(DiskStep::CreateOverlay {
-        path: scratch.path("overlay.qcow2"),
-        backing: chained,
-        backing_format: None,
-        what: "containerDisk volume \"rootdisk\"".into(),
-    });
-    let err = prepare(&plan)
-        .err()
-        .unwrap_or_else(|| panic!("expected an error"));
-    assert_eq!(err.kind, DiskErrorKind::Invalid);
-    assert!(
-        err.message.contains("has its own backing file"),
-        "{}",
-        err.message
-    );
-    assert!(!scratch.path("overlay.qcow2").exists());
-}
-
-#[test]
-fn qemu_img_failure_is_reported_with_its_output() {
-    let scratch = Scratch::new("qemufail");
-    let mut plan = DiskPlan::default();
-    plan.make_dir(scratch.path("new"), "ephemeral volume \"data\"");
-    plan.push(DiskStep::CreateOverlay {
-        path: scratch.path("new/disk.qcow2"),
-        backing: scratch.path("nowhere.img"),
-        backing_format: Some("raw".into()),
-        what: "ephemeral volume \"data\"".into(),
-    });
-    let err = prepare(&plan)
-        .err()
-        .unwrap_or_else(|| panic!("expected an error"));
-    assert_eq!(err.kind, DiskErrorKind::Command);
-    assert!(
-        err.message
-            .starts_with("ephemeral volume \"data\": qemu-img could not create overlay"),
-        "{}",
-        err.message
-    );
-    assert!(!scratch.path("new").exists());
-}
-
-#[test]
 fn missing_qemu_img_says_what_to_install() {
     let scratch = Scratch::new("noqemu");
     let mut plan = DiskPlan::default();
@@ -360,19 +230,4 @@ fn missing_qemu_img_says_what_to_install() {
         "{}",
         err.message
     );
-}
-
-#[test]
-fn a_hanging_command_is_killed_at_the_deadline() {
-    let started = Instant::now();
-    let result = qemu_img::run(
-        Path::new("sleep"),
-        &["5".as_ref()],
-        Duration::from_millis(200),
-    );
-    assert!(
-        matches!(result, Err(CommandFailure::TimedOut(_))),
-        "{result:?}"
-    );
-    assert!(started.elapsed() < Duration::from_secs(2));
 }

@@ -12,6 +12,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub mod examples;
 pub mod guest;
 
 use serde_json::{Value, json};

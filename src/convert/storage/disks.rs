@@ -1,0 +1,394 @@
+//! How a disk appears to the guest: device kind, bus and target name,
+//! driver options, PCI address, and the bus controllers.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::ConvertError;
+use super::super::cpu::Vcpus;
+use super::super::pci::parse_pci_address;
+use super::iothreads::IoThreadPlan;
+use super::{Device, DiskEntry, Source};
+use crate::domxml::{self, Controller, ControllerDriver, DiskDriver, DiskSource, Domain};
+use crate::vmi::{DiskBus, DiskCache, DiskIo};
+
+/// KubeVirt's defaults: disk → virtio, lun → scsi, cdrom → sata.
+pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), ConvertError> {
+    let disk = &entry.disk;
+    let path = &entry.path;
+    match (&disk.disk, &disk.lun, &disk.cdrom) {
+        (Some(target), None, None) => Ok((Device::Disk, target.bus.unwrap_or(DiskBus::Virtio))),
+        (None, None, None) => Ok((Device::Disk, DiskBus::Virtio)),
+        (None, Some(lun), None) => {
+            if lun.reservation {
+                return Err(ConvertError::unsupported(
+                    format!("{path}.lun.reservation"),
+                    "SCSI persistent reservation (it needs qemu-pr-helper)",
+                ));
+            }
+            match lun.bus.unwrap_or(DiskBus::Scsi) {
+                DiskBus::Scsi => Ok((Device::Lun, DiskBus::Scsi)),
+                other => Err(ConvertError::new(
+                    format!("{path}.lun.bus"),
+                    format!("a LUN needs the scsi bus, not {}", other.as_str()),
+                )),
+            }
+        }
+        (None, None, Some(cdrom)) => match cdrom.bus.unwrap_or(DiskBus::Sata) {
+            DiskBus::Virtio => Err(ConvertError::new(
+                format!("{path}.cdrom.bus"),
+                "a cdrom cannot use the virtio bus (use sata or scsi)",
+            )),
+            bus => Ok((Device::Cdrom, bus)),
+        },
+        _ => Err(ConvertError::new(
+            path.clone(),
+            "set only one of disk, lun or cdrom",
+        )),
+    }
+}
+
+pub(super) fn readonly(entry: &DiskEntry, device: Device) -> bool {
+    match device {
+        Device::Disk => entry.disk.disk.as_ref().is_some_and(|d| d.readonly),
+        Device::Lun => entry.disk.lun.as_ref().is_some_and(|l| l.readonly),
+        Device::Cdrom => entry
+            .disk
+            .cdrom
+            .as_ref()
+            .and_then(|c| c.readonly)
+            .unwrap_or(true),
+    }
+}
+
+pub(super) fn configure_pci_address(
+    entry: &DiskEntry,
+    bus: DiskBus,
+    disk: &mut domxml::Disk,
+) -> Result<(), ConvertError> {
+    let Some(text) = entry
+        .disk
+        .disk
+        .as_ref()
+        .and_then(|d| d.pci_address.as_deref())
+    else {
+        return Ok(());
+    };
+    let path = format!("{}.disk.pciAddress", entry.path);
+    if bus != DiskBus::Virtio {
+        return Err(ConvertError::new(
+            path,
+            "a PCI address can only be set on a virtio disk",
+        ));
+    }
+    disk.address = Some(parse_pci_address(text, &path)?);
+    Ok(())
+}
+
+/// Generates vdX / sdX names per bus family (KubeVirt `makeDeviceName`; sata,
+/// scsi and usb share the sd namespace).
+#[derive(Default)]
+pub(super) struct DeviceNamer {
+    used: BTreeMap<&'static str, usize>,
+}
+
+impl DeviceNamer {
+    pub(super) fn next(&mut self, bus: DiskBus) -> (String, usize) {
+        let prefix = match bus {
+            DiskBus::Virtio => "vd",
+            DiskBus::Sata | DiskBus::Scsi | DiskBus::Usb => "sd",
+        };
+        let counter = self.used.entry(prefix).or_insert(0);
+        let index = *counter;
+        *counter += 1;
+        (device_name(prefix, index), index)
+    }
+}
+
+/// Linux's sd naming: a…z, aa…zz, aaa… (KubeVirt `FormatDeviceName`).
+pub(super) fn device_name(prefix: &str, index: usize) -> String {
+    let mut letters = Vec::new();
+    let mut n = index as i64;
+    while n >= 0 {
+        letters.push(b'a' + (n % 26) as u8);
+        n = n / 26 - 1;
+    }
+    letters.reverse();
+    format!("{prefix}{}", String::from_utf8_lossy(&letters))
+}
+
+pub(super) fn driver(
+    entry: &DiskEntry,
+    device: Device,
+    bus: DiskBus,
+    source: &Source,
+    queues: Option<u32>,
+    iothread: Option<u32>,
+) -> Result<DiskDriver, ConvertError> {
+    let shareable = entry.disk.shareable == Some(true);
+    let io = entry.disk.io.filter(|io| *io != DiskIo::Default);
+    let cache = match (entry.disk.cache, shareable, io) {
+        (Some(DiskCache::None), _, _) | (None, true, _) | (None, false, Some(DiskIo::Native)) => {
+            Some(DiskCache::None)
+        }
+        (Some(other), true, _) => {
+            return Err(ConvertError::new(
+                format!("{}.cache", entry.path),
+                format!("a shareable disk needs cache none, not {}", other.as_str()),
+            ));
+        }
+        (Some(other), false, Some(DiskIo::Native)) => {
+            return Err(ConvertError::new(
+                format!("{}.io", entry.path),
+                format!(
+                    "io native needs cache none (O_DIRECT), not {}",
+                    other.as_str()
+                ),
+            ));
+        }
+        (cache, _, _) => cache,
+    };
+    let format = match source {
+        Source::File { format, .. } => format,
+        Source::Block { .. } | Source::Empty => "raw",
+    };
+    Ok(DiskDriver {
+        name: Some("qemu".to_string()),
+        format: Some(format.to_string()),
+        cache: cache.map(|c| c.as_str().to_string()),
+        io: io.map(|io| io.as_str().to_string()),
+        error_policy: Some(
+            entry
+                .disk
+                .error_policy
+                .map_or("stop", |p| p.as_str())
+                .to_string(),
+        ),
+        discard: matches!(device, Device::Disk | Device::Lun).then(|| "unmap".to_string()),
+        queues: if bus == DiskBus::Virtio { queues } else { None },
+        iothread: if bus == DiskBus::Virtio {
+            iothread
+        } else {
+            None
+        },
+    })
+}
+
+pub(super) fn apply_source(source: Source, disk: &mut domxml::Disk) {
+    match source {
+        Source::File { path, .. } => {
+            disk.disk_type = "file".to_string();
+            disk.source = Some(DiskSource {
+                file: Some(path),
+                ..DiskSource::default()
+            });
+        }
+        Source::Block { path } => {
+            disk.disk_type = "block".to_string();
+            disk.source = Some(DiskSource {
+                dev: Some(path),
+                ..DiskSource::default()
+            });
+        }
+        Source::Empty => disk.disk_type = "file".to_string(),
+    }
+}
+
+/// SATA and SCSI disks get their controller; SCSI uses virtio-scsi.
+pub(super) fn add_storage_controllers(
+    buses: &BTreeSet<DiskBus>,
+    io_threads: &IoThreadPlan,
+    virtio_model: &str,
+    vcpus: Vcpus,
+    domain: &mut Domain,
+) {
+    if buses.contains(&DiskBus::Sata) {
+        domain.devices.controllers.push(Controller {
+            controller_type: "sata".to_string(),
+            index: 0,
+            ..Controller::default()
+        });
+    }
+    if buses.contains(&DiskBus::Scsi) {
+        domain.devices.controllers.push(Controller {
+            controller_type: "scsi".to_string(),
+            index: 0,
+            model: Some(virtio_model.to_string()),
+            driver: io_threads.scsi_thread.map(|thread| ControllerDriver {
+                queues: Some(vcpus.enabled),
+                iothread: Some(thread),
+            }),
+            ..Controller::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::super::test_support::{convert_err, convert_ok};
+    use super::device_name;
+    use crate::domxml;
+
+    fn disks(spec: serde_json::Value) -> Vec<domxml::Disk> {
+        convert_ok(spec).domain.devices.disks
+    }
+
+    fn targets(disks: &[domxml::Disk]) -> Vec<(String, String)> {
+        disks
+            .iter()
+            .map(|d| {
+                (
+                    d.target.dev.clone(),
+                    d.target.bus.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn device_names_follow_linux() {
+        let names: Vec<String> = [0, 1, 25, 26, 27, 701, 702]
+            .iter()
+            .map(|i| device_name("sd", *i))
+            .collect();
+        assert_eq!(
+            names,
+            ["sda", "sdb", "sdz", "sdaa", "sdab", "sdzz", "sdaaa"]
+        );
+    }
+
+    #[test]
+    fn bus_to_target_naming_and_controllers() {
+        let spec = json!({"domain": {"devices": {"disks": [
+            {"name": "a", "disk": {"bus": "virtio"}}, {"name": "b", "disk": {"bus": "sata"}},
+            {"name": "c", "disk": {"bus": "scsi"}}, {"name": "d"}, {"name": "e", "cdrom": {}}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}, {"name": "b", "emptyDisk": {"capacity": "1Gi"}},
+                        {"name": "c", "emptyDisk": {"capacity": "1Gi"}}, {"name": "d", "emptyDisk": {"capacity": "1Gi"}}]});
+        let conversion = convert_ok(spec);
+        let devices = &conversion.domain.devices;
+        assert_eq!(
+            targets(&devices.disks),
+            [
+                ("vda", "virtio"),
+                ("sda", "sata"),
+                ("sdb", "scsi"),
+                ("vdb", "virtio"),
+                ("sdc", "sata")
+            ]
+            .map(|(d, b)| (d.to_string(), b.to_string()))
+        );
+        let scsi = devices.disks[2].address.clone().unwrap_or_default();
+        assert_eq!(
+            (scsi.address_type.as_str(), scsi.unit.as_deref()),
+            ("drive", Some("1"))
+        );
+        let controllers: Vec<&str> = devices
+            .controllers
+            .iter()
+            .map(|c| c.controller_type.as_str())
+            .collect();
+        assert_eq!(controllers, ["sata", "scsi", "usb", "virtio-serial"]);
+        // The cdrom has no volume: an empty, read-only drive.
+        assert!(devices.disks[4].source.is_none());
+        assert!(devices.disks[4].readonly.is_some());
+        assert_eq!(
+            devices.disks[0].model.as_deref(),
+            Some("virtio-non-transitional")
+        );
+        assert!(devices.disks[1].model.is_none());
+    }
+
+    #[test]
+    fn unknown_bus_is_reported_by_the_parser_with_its_path() {
+        let value = json!({"kind": "VirtualMachineInstance", "spec": {"domain": {"devices": {"disks": [
+            {"name": "a"}, {"name": "b", "disk": {"bus": "foo"}}]}}}});
+        let err = crate::vmi::parse_vmi(&value)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            err,
+            "spec.domain.devices.disks[1].disk.bus: unknown bus \"foo\" (use virtio, sata, scsi or usb)"
+        );
+    }
+
+    #[test]
+    fn device_kind_errors() {
+        let cdrom = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "c", "cdrom": {"bus": "virtio"}}]}}}),
+        );
+        assert_eq!(
+            cdrom,
+            "spec.domain.devices.disks[0].cdrom.bus: a cdrom cannot use the virtio bus (use sata or scsi)"
+        );
+        let lun = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "l", "lun": {}}]}},
+            "volumes": [{"name": "l", "persistentVolumeClaim": {"claimName": "x"}}]}),
+        );
+        assert!(
+            lun.starts_with("spec.domain.devices.disks[0].lun: a LUN needs a block-mode"),
+            "{lun}"
+        );
+        let both = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "x", "disk": {}, "cdrom": {}}]}}}),
+        );
+        assert_eq!(
+            both,
+            "spec.domain.devices.disks[0]: set only one of disk, lun or cdrom"
+        );
+        let pci = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "x", "disk": {"bus": "sata", "pciAddress": "0000:00:05.0"}}]}},
+            "volumes": [{"name": "x", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+        assert_eq!(
+            pci,
+            "spec.domain.devices.disks[0].disk.pciAddress: a PCI address can only be set on a virtio disk"
+        );
+    }
+
+    #[test]
+    fn driver_options() {
+        let spec = json!({"domain": {"cpu": {"cores": 2}, "devices": {"blockMultiQueue": true, "disks": [
+            {"name": "a", "cache": "writeback", "io": "threads", "errorPolicy": "report", "serial": "SER1"},
+            {"name": "b", "shareable": true, "disk": {"readonly": true}},
+            {"name": "c", "io": "native", "blockSize": {"custom": {"logical": 512, "physical": 4096}}}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}, {"name": "b", "emptyDisk": {"capacity": "1Gi"}},
+                        {"name": "c", "emptyDisk": {"capacity": "1Gi"}}]});
+        let disks = disks(spec);
+        let driver = |i: usize| disks[i].driver.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                driver(0).cache.as_deref(),
+                driver(0).io.as_deref(),
+                driver(0).error_policy.as_deref(),
+                driver(0).queues
+            ),
+            (Some("writeback"), Some("threads"), Some("report"), Some(2))
+        );
+        assert_eq!(driver(0).discard.as_deref(), Some("unmap"));
+        assert_eq!(disks[0].serial.as_deref(), Some("SER1"));
+        assert_eq!(driver(1).cache.as_deref(), Some("none"));
+        assert!(disks[1].shareable.is_none());
+        assert!(disks[1].readonly.is_some());
+        assert_eq!(
+            (driver(2).cache.as_deref(), driver(2).io.as_deref()),
+            (Some("none"), Some("native"))
+        );
+        assert_eq!(
+            disks[2]
+                .blockio
+                .as_ref()
+                .and_then(|b| b.physical_block_size),
+            Some(4096)
+        );
+        let conflict = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "a", "shareable": true, "cache": "writeback"}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+        assert_eq!(
+            conflict,
+            "spec.domain.devices.disks[0].cache: a shareable disk needs cache none, not writeback"
+        );
+    }
+}

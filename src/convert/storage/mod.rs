@@ -1,0 +1,176 @@
+//! Disks and volumes (KubeVirt: converter.go `Convert_v1_Disk_To_api_Disk`,
+//! `Convert_v1_Volume_To_api_Disk`, device naming, I/O threads, controllers).
+//!
+//! Each disk of `spec.domain.devices.disks` is matched with its volume; like
+//! KubeVirt's defaulting, a volume without a disk gets a virtio disk. The
+//! volume decides the source and adds [`DiskPlan`] steps.
+//!
+//! `volumes` turns each volume into a disk source and [`DiskPlan`] steps,
+//! `disks` chooses device, bus, target name and driver, `iothreads` assigns
+//! I/O threads.
+
+mod disks;
+mod iothreads;
+mod volumes;
+
+use std::collections::BTreeSet;
+
+use super::boot_order::{BootOrders, claim_boot_order};
+use super::cpu::Vcpus;
+use super::virtio::virtio_model;
+use super::{ConvertContext, ConvertError};
+use crate::disks::DiskPlan;
+use crate::domxml::{self, Address, Alias, BlockIo, BootOrder, DiskTarget, Domain, Flag};
+use crate::vmi::{Disk, DiskBus, VirtualMachineInstance};
+
+use disks::{
+    DeviceNamer, add_storage_controllers, apply_source, configure_pci_address, device_and_bus,
+    driver, readonly,
+};
+use iothreads::IoThreadPlan;
+use volumes::{disk_entries, index_volumes, volume_source};
+
+/// How a disk is presented to the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Device {
+    Disk,
+    Lun,
+    Cdrom,
+}
+
+impl Device {
+    fn as_str(self) -> &'static str {
+        match self {
+            Device::Disk => "disk",
+            Device::Lun => "lun",
+            Device::Cdrom => "cdrom",
+        }
+    }
+}
+
+/// A disk with the JSON path errors about it should point at.
+struct DiskEntry {
+    path: String,
+    disk: Disk,
+}
+
+/// Where the data of a disk comes from.
+enum Source {
+    File {
+        path: String,
+        format: &'static str,
+    },
+    Block {
+        path: String,
+    },
+    /// An empty cdrom drive (a cdrom disk without a volume).
+    Empty,
+}
+
+pub(crate) fn configure(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    vcpus: Vcpus,
+    domain: &mut Domain,
+    plan: &mut DiskPlan,
+) -> Result<BootOrders, ConvertError> {
+    let volumes = index_volumes(&vmi.spec.volumes)?;
+    let disks = disk_entries(vmi, &volumes)?;
+    let io_threads = IoThreadPlan::new(vmi, &disks)?;
+    let virtio_model = virtio_model(vmi);
+    // devices.blockMultiQueue: one queue per vCPU on virtio disks.
+    let block_queues =
+        (vmi.spec.domain.devices.block_multi_queue == Some(true)).then_some(vcpus.enabled);
+    let mut namer = DeviceNamer::default();
+    let mut boot_orders = BootOrders::new();
+    let mut buses = BTreeSet::new();
+    for entry in &disks {
+        let (device, bus) = device_and_bus(entry)?;
+        buses.insert(bus);
+        let (dev, index) = namer.next(bus);
+        let mut disk = domxml::Disk {
+            device: Some(device.as_str().to_string()),
+            target: DiskTarget {
+                dev,
+                bus: Some(bus.as_str().to_string()),
+                tray: entry
+                    .disk
+                    .cdrom
+                    .as_ref()
+                    .and_then(|c| c.tray)
+                    .map(|t| t.as_str().to_string()),
+            },
+            serial: entry.disk.serial.clone().filter(|s| !s.is_empty()),
+            alias: Some(Alias::user(&entry.disk.name)),
+            ..domxml::Disk::default()
+        };
+        if bus == DiskBus::Virtio {
+            disk.model = Some(virtio_model.to_string());
+        }
+        // KubeVirt puts every SCSI disk on controller 0, unit = its sdX index.
+        if bus == DiskBus::Scsi {
+            disk.address = Some(Address {
+                address_type: "drive".to_string(),
+                controller: Some("0".to_string()),
+                bus: Some("0".to_string()),
+                unit: Some(index.to_string()),
+                ..Address::default()
+            });
+        }
+        configure_pci_address(entry, bus, &mut disk)?;
+        if readonly(entry, device) {
+            disk.readonly = Some(Flag {});
+        }
+        if let Some(order) = entry.disk.boot_order {
+            claim_boot_order(
+                &mut boot_orders,
+                order,
+                &format!("{}.bootOrder", entry.path),
+                &entry.disk.name,
+                "disk",
+            )?;
+            disk.boot = Some(BootOrder { order });
+        }
+        if let Some(custom) = entry
+            .disk
+            .block_size
+            .as_ref()
+            .and_then(|b| b.custom.as_ref())
+        {
+            disk.blockio = Some(BlockIo {
+                logical_block_size: Some(custom.logical),
+                physical_block_size: Some(custom.physical),
+                discard_granularity: custom.discard_granularity,
+            });
+        }
+        let source = match volumes.get(entry.disk.name.as_str()) {
+            Some(&(index, volume)) => volume_source(vmi, ctx, volume, index, plan, &mut disk)?,
+            None if device == Device::Cdrom => Source::Empty,
+            None => {
+                return Err(ConvertError::new(
+                    format!("{}.name", entry.path),
+                    format!(
+                        "no volume named {:?} in spec.volumes; add one (only a cdrom may be empty)",
+                        entry.disk.name
+                    ),
+                ));
+            }
+        };
+        if device == Device::Lun && !matches!(source, Source::Block { .. }) {
+            return Err(ConvertError::new(
+                format!("{}.lun", entry.path),
+                format!(
+                    "a LUN needs a block-mode persistentVolumeClaim or dataVolume; volume {:?} is not one",
+                    entry.disk.name
+                ),
+            ));
+        }
+        let thread = io_threads.thread_for(entry);
+        disk.driver = Some(driver(entry, device, bus, &source, block_queues, thread)?);
+        apply_source(source, &mut disk);
+        domain.devices.disks.push(disk);
+    }
+    domain.iothreads = io_threads.count();
+    add_storage_controllers(&buses, &io_threads, virtio_model, vcpus, domain);
+    Ok(boot_orders)
+}

@@ -1,0 +1,708 @@
+//! Where a disk's data comes from: each volume source becomes a file or
+//! block device plus the [`DiskPlan`] steps that create or check it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::super::cloudinit::{self, DataSource};
+use super::super::{ConvertContext, ConvertError, paths};
+use super::{DiskEntry, Source};
+use crate::disks::{DiskPlan, DiskStep, IsoContents, PathKind};
+use crate::domxml::{self, BackingStore, DiskSource, FormatType};
+use crate::vmi::{Disk, HostDiskType, Quantity, VirtualMachineInstance, Volume};
+
+const MIB: u64 = 1 << 20;
+
+/// Volume name → (index in spec.volumes, volume), after checking names and
+/// that each volume has exactly one source.
+pub(super) fn index_volumes(
+    volumes: &[Volume],
+) -> Result<BTreeMap<&str, (usize, &Volume)>, ConvertError> {
+    let mut index = BTreeMap::new();
+    for (i, volume) in volumes.iter().enumerate() {
+        let path = format!("spec.volumes[{i}]");
+        if !paths::is_dns_label(&volume.name) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid volume name (lowercase letters, digits and '-', at most 63)",
+                    volume.name
+                ),
+            ));
+        }
+        let sources = source_kinds(volume);
+        if sources.len() != 1 {
+            let found = if sources.is_empty() {
+                "none".to_string()
+            } else {
+                sources.join(", ")
+            };
+            return Err(ConvertError::new(
+                path,
+                format!("a volume needs exactly one source (found: {found})"),
+            ));
+        }
+        if index.insert(volume.name.as_str(), (i, volume)).is_some() {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!("volume {:?} is defined twice", volume.name),
+            ));
+        }
+    }
+    let singletons = [
+        (
+            "cloud-init volume",
+            ["cloudInitNoCloud", "cloudInitConfigDrive"].as_slice(),
+        ),
+        ("serviceAccount volume", ["serviceAccount"].as_slice()),
+    ];
+    for (what, kinds) in singletons {
+        let mut matching = volumes.iter().enumerate().filter(|(_, v)| {
+            source_kinds(v)
+                .first()
+                .is_some_and(|kind| kinds.contains(kind))
+        });
+        if let (Some(_), Some((second, _))) = (matching.next(), matching.next()) {
+            return Err(ConvertError::new(
+                format!("spec.volumes[{second}]"),
+                format!("only one {what} is allowed"),
+            ));
+        }
+    }
+    Ok(index)
+}
+
+pub(super) fn source_kinds(volume: &Volume) -> Vec<&'static str> {
+    let present = [
+        ("containerDisk", volume.container_disk.is_some()),
+        ("hostDisk", volume.host_disk.is_some()),
+        (
+            "persistentVolumeClaim",
+            volume.persistent_volume_claim.is_some(),
+        ),
+        ("dataVolume", volume.data_volume.is_some()),
+        ("ephemeral", volume.ephemeral.is_some()),
+        ("emptyDisk", volume.empty_disk.is_some()),
+        ("cloudInitNoCloud", volume.cloud_init_no_cloud.is_some()),
+        (
+            "cloudInitConfigDrive",
+            volume.cloud_init_config_drive.is_some(),
+        ),
+        ("configMap", volume.config_map.is_some()),
+        ("secret", volume.secret.is_some()),
+        ("downwardAPI", volume.downward_api.is_some()),
+        ("serviceAccount", volume.service_account.is_some()),
+    ];
+    present
+        .into_iter()
+        .filter(|(_, set)| *set)
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// The VMI's disks plus a default disk for each volume that has none.
+pub(super) fn disk_entries(
+    vmi: &VirtualMachineInstance,
+    volumes: &BTreeMap<&str, (usize, &Volume)>,
+) -> Result<Vec<DiskEntry>, ConvertError> {
+    let mut names = BTreeSet::new();
+    let mut entries = Vec::new();
+    for (i, disk) in vmi.spec.domain.devices.disks.iter().enumerate() {
+        let path = format!("spec.domain.devices.disks[{i}]");
+        if !paths::is_dns_label(&disk.name) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!(
+                    "{:?} is not a valid disk name (lowercase letters, digits and '-', at most 63)",
+                    disk.name
+                ),
+            ));
+        }
+        if !names.insert(disk.name.as_str()) {
+            return Err(ConvertError::new(
+                format!("{path}.name"),
+                format!("disk {:?} is listed twice", disk.name),
+            ));
+        }
+        entries.push(DiskEntry {
+            path,
+            disk: disk.clone(),
+        });
+    }
+    // In spec.volumes order, like KubeVirt's defaulting.
+    let mut without_disk: Vec<(usize, &str)> = volumes
+        .iter()
+        .filter(|(name, _)| !names.contains(*name))
+        .map(|(name, (index, _))| (*index, *name))
+        .collect();
+    without_disk.sort_unstable();
+    for (index, name) in without_disk {
+        entries.push(DiskEntry {
+            path: format!("spec.volumes[{index}]"),
+            disk: Disk {
+                name: name.to_string(),
+                ..Disk::default()
+            },
+        });
+    }
+    Ok(entries)
+}
+
+pub(super) fn volume_source(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    volume: &Volume,
+    index: usize,
+    plan: &mut DiskPlan,
+    disk: &mut domxml::Disk,
+) -> Result<Source, ConvertError> {
+    let name = volume.name.as_str();
+    let path = format!("spec.volumes[{index}]");
+    if volume.container_disk.is_some() {
+        return Ok(container_disk(ctx, name, index, plan));
+    }
+    if let Some(pvc) = &volume.persistent_volume_claim {
+        return Ok(claim(
+            ctx,
+            name,
+            "persistentVolumeClaim",
+            pvc.hotpluggable,
+            plan,
+        ));
+    }
+    if let Some(dv) = &volume.data_volume {
+        return Ok(claim(ctx, name, "dataVolume", dv.hotpluggable, plan));
+    }
+    if volume.ephemeral.is_some() {
+        return Ok(ephemeral(ctx, name, plan, disk));
+    }
+    if let Some(empty) = &volume.empty_disk {
+        let size = disk_size(&empty.capacity, &format!("{path}.emptyDisk.capacity"))?;
+        return Ok(empty_disk(ctx, name, size, plan));
+    }
+    if let Some(host_disk) = &volume.host_disk {
+        return host_disk_source(name, &path, host_disk, plan);
+    }
+    if let Some(source) = &volume.cloud_init_no_cloud {
+        return cloud_init(vmi, ctx, name, index, source, DataSource::NoCloud, plan);
+    }
+    if let Some(source) = &volume.cloud_init_config_drive {
+        return cloud_init(vmi, ctx, name, index, source, DataSource::ConfigDrive, plan);
+    }
+    if let Some(config_map) = &volume.config_map {
+        let source = paths::config_map_source(ctx, name);
+        let iso = paths::config_map_disks_dir(ctx).join(format!("{name}.iso"));
+        let label = config_map.volume_label.as_deref();
+        return Ok(config_iso(plan, "configMap", name, source, iso, label));
+    }
+    if let Some(secret) = &volume.secret {
+        let source = paths::secret_source(ctx, name);
+        let iso = paths::secret_disks_dir(ctx).join(format!("{name}.iso"));
+        return Ok(config_iso(
+            plan,
+            "secret",
+            name,
+            source,
+            iso,
+            secret.volume_label.as_deref(),
+        ));
+    }
+    if let Some(downward) = &volume.downward_api {
+        let source = paths::downward_api_source(ctx, name);
+        let iso = paths::downward_api_disks_dir(ctx).join(format!("{name}.iso"));
+        return Ok(config_iso(
+            plan,
+            "downwardAPI",
+            name,
+            source,
+            iso,
+            downward.volume_label.as_deref(),
+        ));
+    }
+    // index_volumes guarantees exactly one source: this is serviceAccount.
+    let source = std::path::PathBuf::from(paths::SERVICE_ACCOUNT_SOURCE);
+    Ok(config_iso(
+        plan,
+        "serviceAccount",
+        name,
+        source,
+        paths::service_account_iso(ctx),
+        None,
+    ))
+}
+
+pub(super) fn what(kind: &str, volume: &str) -> String {
+    format!("{kind} volume {volume:?}")
+}
+
+/// A qcow2 overlay on the read-only base image, so the base is never written.
+pub(super) fn container_disk(
+    ctx: &ConvertContext,
+    volume: &str,
+    index: usize,
+    plan: &mut DiskPlan,
+) -> Source {
+    let what = what("containerDisk", volume);
+    let base = paths::container_disk_image(ctx, index);
+    let overlay = paths::overlay_image(ctx, volume);
+    plan.require(base.clone(), PathKind::File, &what);
+    plan.make_dir(paths::overlay_dir(ctx, volume), &what);
+    // The base format (qcow2 or raw) is detected when the plan runs and
+    // recorded in the overlay, so libvirt reads the chain from the image.
+    plan.push(DiskStep::CreateOverlay {
+        path: overlay.clone(),
+        backing: base,
+        backing_format: None,
+        what,
+    });
+    Source::File {
+        path: paths::text(&overlay),
+        format: "qcow2",
+    }
+}
+
+/// PVC or DataVolume: an image file in the mounted claim, or a block device.
+pub(super) fn claim(
+    ctx: &ConvertContext,
+    volume: &str,
+    kind: &str,
+    hotpluggable: bool,
+    plan: &mut DiskPlan,
+) -> Source {
+    let what = what(kind, volume);
+    if hotpluggable {
+        log::debug!("convert: {what} is hotpluggable; attached at start like any other claim");
+    }
+    if ctx.block_pvcs.contains(volume) {
+        let device = paths::pvc_block_device(volume);
+        plan.require(device.clone(), PathKind::BlockDevice, &what);
+        Source::Block {
+            path: paths::text(&device),
+        }
+    } else {
+        let image = paths::pvc_image(ctx, volume);
+        plan.require(image.clone(), PathKind::File, &what);
+        Source::File {
+            path: paths::text(&image),
+            format: "raw",
+        }
+    }
+}
+
+/// A qcow2 overlay over a raw PVC: the claim stays untouched.
+pub(super) fn ephemeral(
+    ctx: &ConvertContext,
+    volume: &str,
+    plan: &mut DiskPlan,
+    disk: &mut domxml::Disk,
+) -> Source {
+    let what = what("ephemeral", volume);
+    let block = ctx.block_pvcs.contains(volume);
+    let (backing, kind, store_type) = if block {
+        (
+            paths::pvc_block_device(volume),
+            PathKind::BlockDevice,
+            "block",
+        )
+    } else {
+        (paths::pvc_image(ctx, volume), PathKind::File, "file")
+    };
+    let overlay = paths::overlay_image(ctx, volume);
+    plan.require(backing.clone(), kind, &what);
+    plan.make_dir(paths::overlay_dir(ctx, volume), &what);
+    plan.push(DiskStep::CreateOverlay {
+        path: overlay.clone(),
+        backing: backing.clone(),
+        backing_format: Some("raw".to_string()),
+        what,
+    });
+    let backing_text = paths::text(&backing);
+    disk.backing_store = Some(BackingStore {
+        store_type: Some(store_type.to_string()),
+        format: Some(FormatType {
+            format: "raw".to_string(),
+        }),
+        source: Some(if block {
+            DiskSource {
+                dev: Some(backing_text),
+                ..DiskSource::default()
+            }
+        } else {
+            DiskSource {
+                file: Some(backing_text),
+                ..DiskSource::default()
+            }
+        }),
+        ..BackingStore::default()
+    });
+    Source::File {
+        path: paths::text(&overlay),
+        format: "qcow2",
+    }
+}
+
+pub(super) fn empty_disk(
+    ctx: &ConvertContext,
+    volume: &str,
+    size: u64,
+    plan: &mut DiskPlan,
+) -> Source {
+    let what = what("emptyDisk", volume);
+    let image = paths::empty_disk_image(ctx, volume);
+    plan.make_dir(paths::empty_disk_dir(ctx), &what);
+    plan.push(DiskStep::CreateQcow2 {
+        path: image.clone(),
+        size,
+        what,
+    });
+    Source::File {
+        path: paths::text(&image),
+        format: "qcow2",
+    }
+}
+
+/// KubeVirt mounts the host path into the pod; this launcher has no pod, so
+/// `path` is used as is and must be absolute.
+pub(super) fn host_disk_source(
+    volume: &str,
+    path: &str,
+    host_disk: &crate::vmi::HostDisk,
+    plan: &mut DiskPlan,
+) -> Result<Source, ConvertError> {
+    let what = what("hostDisk", volume);
+    let image = std::path::PathBuf::from(&host_disk.path);
+    if !image.is_absolute() || image.file_name().is_none() {
+        return Err(ConvertError::new(
+            format!("{path}.hostDisk.path"),
+            format!("{:?} is not an absolute file path", host_disk.path),
+        ));
+    }
+    match host_disk.disk_type {
+        HostDiskType::Disk => plan.require(image.clone(), PathKind::File, &what),
+        HostDiskType::DiskOrCreate => {
+            let capacity_path = format!("{path}.hostDisk.capacity");
+            let capacity = host_disk.capacity.as_ref().ok_or_else(|| {
+                ConvertError::new(
+                    &capacity_path,
+                    "capacity is required with type DiskOrCreate",
+                )
+            })?;
+            let size = disk_size(capacity, &capacity_path)?;
+            if let Some(parent) = image.parent() {
+                plan.make_dir(parent.to_path_buf(), &what);
+            }
+            plan.push(DiskStep::CreateSparseFile {
+                path: image.clone(),
+                size,
+                what,
+            });
+        }
+    }
+    Ok(Source::File {
+        path: host_disk.path.clone(),
+        format: "raw",
+    })
+}
+
+/// Disk sizes are rounded down to whole MiB, as KubeVirt does for emptyDisks.
+pub(super) fn disk_size(capacity: &Quantity, path: &str) -> Result<u64, ConvertError> {
+    let bytes = capacity
+        .floor()
+        .map_err(|err| ConvertError::new(path, err.message))?;
+    let aligned = u64::try_from(bytes).unwrap_or(0) / MIB * MIB;
+    if aligned == 0 {
+        return Err(ConvertError::new(
+            path,
+            format!("{capacity} is below 1Mi (sizes are rounded down to whole MiB)"),
+        ));
+    }
+    Ok(aligned)
+}
+
+pub(super) fn cloud_init(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    volume: &str,
+    index: usize,
+    source: &crate::vmi::CloudInitSource,
+    data_source: DataSource,
+    plan: &mut DiskPlan,
+) -> Result<Source, ConvertError> {
+    let kind = match data_source {
+        DataSource::NoCloud => "cloudInitNoCloud",
+        DataSource::ConfigDrive => "cloudInitConfigDrive",
+    };
+    let what = what(kind, volume);
+    let contents = cloudinit::contents(vmi, ctx, source, data_source, volume, index)?;
+    if let IsoContents::FilesWithSecrets { secrets, .. } = &contents
+        && let Some(secret) = secrets.first()
+    {
+        plan.require(
+            secret.dir.clone(),
+            PathKind::Dir,
+            &format!("secret of {what}"),
+        );
+    }
+    let iso = match data_source {
+        DataSource::NoCloud => paths::no_cloud_iso(ctx),
+        DataSource::ConfigDrive => paths::config_drive_iso(ctx),
+    };
+    plan.make_dir(paths::cloud_init_dir(ctx), &what);
+    plan.push(DiskStep::WriteIso {
+        path: iso.clone(),
+        volume_id: data_source.volume_id().to_string(),
+        contents,
+        what,
+    });
+    Ok(Source::File {
+        path: paths::text(&iso),
+        format: "raw",
+    })
+}
+
+/// configMap / secret / downwardAPI / serviceAccount: an ISO of the mounted
+/// directory, labelled `volumeLabel` or "cfgdata" (KubeVirt pkg/config).
+pub(super) fn config_iso(
+    plan: &mut DiskPlan,
+    kind: &str,
+    volume: &str,
+    source: std::path::PathBuf,
+    iso: std::path::PathBuf,
+    label: Option<&str>,
+) -> Source {
+    let what = what(kind, volume);
+    plan.require(source.clone(), PathKind::Dir, &what);
+    if let Some(dir) = iso.parent() {
+        plan.make_dir(dir.to_path_buf(), &what);
+    }
+    plan.push(DiskStep::WriteIso {
+        path: iso.clone(),
+        volume_id: label
+            .filter(|l| !l.is_empty())
+            .unwrap_or("cfgdata")
+            .to_string(),
+        contents: IsoContents::Dir(source),
+        what,
+    });
+    Source::File {
+        path: paths::text(&iso),
+        format: "raw",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::super::test_support::{context, convert_err, convert_ok, convert_with};
+    use crate::disks::{DiskStep, IsoContents, PathKind};
+
+    #[test]
+    fn missing_volume_and_name_errors() {
+        let missing = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "root"}, {"name": "data"}]}},
+            "volumes": [{"name": "root", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+        assert_eq!(
+            missing,
+            "spec.domain.devices.disks[1].name: no volume named \"data\" in spec.volumes; add one (only a cdrom may be empty)"
+        );
+        let twice = convert_err(
+            json!({"volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}},
+            {"name": "a", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+        assert_eq!(twice, "spec.volumes[1].name: volume \"a\" is defined twice");
+        let two_sources = convert_err(
+            json!({"volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"},
+            "containerDisk": {"image": "x"}}]}),
+        );
+        assert_eq!(
+            two_sources,
+            "spec.volumes[0]: a volume needs exactly one source (found: containerDisk, emptyDisk)"
+        );
+        let bad_name =
+            convert_err(json!({"volumes": [{"name": "../x", "emptyDisk": {"capacity": "1Gi"}}]}));
+        assert!(
+            bad_name.starts_with("spec.volumes[0].name: \"../x\" is not a valid volume name"),
+            "{bad_name}"
+        );
+        let small =
+            convert_err(json!({"volumes": [{"name": "a", "emptyDisk": {"capacity": "100Ki"}}]}));
+        assert_eq!(
+            small,
+            "spec.volumes[0].emptyDisk.capacity: 100Ki is below 1Mi (sizes are rounded down to whole MiB)"
+        );
+    }
+
+    #[test]
+    fn only_one_cloud_init_volume() {
+        let message = convert_err(json!({"volumes": [
+            {"name": "a", "cloudInitNoCloud": {"userData": "x"}},
+            {"name": "b", "cloudInitConfigDrive": {"userData": "y"}}]}));
+        assert_eq!(
+            message,
+            "spec.volumes[1]: only one cloud-init volume is allowed"
+        );
+    }
+
+    #[test]
+    fn container_disk_overlay_plan() {
+        let conversion = convert_ok(
+            json!({"volumes": [{"name": "other", "emptyDisk": {"capacity": "1Gi"}},
+            {"name": "root", "containerDisk": {"image": "quay.io/containerdisks/fedora:40"}}]}),
+        );
+        let root = &conversion.domain.devices.disks[1];
+        assert_eq!(root.disk_type, "file");
+        assert_eq!(
+            root.driver.as_ref().and_then(|d| d.format.as_deref()),
+            Some("qcow2")
+        );
+        assert_eq!(
+            root.source.as_ref().and_then(|s| s.file.as_deref()),
+            Some("/var/run/kubevirt-ephemeral-disks/disk-data/root/disk.qcow2")
+        );
+        assert!(
+            conversion
+                .disk_plan
+                .steps
+                .contains(&DiskStep::CreateOverlay {
+                    path: "/var/run/kubevirt-ephemeral-disks/disk-data/root/disk.qcow2".into(),
+                    backing: "/var/run/kubevirt/container-disks/disk_1.img".into(),
+                    backing_format: None,
+                    what: "containerDisk volume \"root\"".into(),
+                })
+        );
+        assert!(
+            conversion
+                .disk_plan
+                .steps
+                .contains(&DiskStep::RequireExisting {
+                    path: "/var/run/kubevirt/container-disks/disk_1.img".into(),
+                    kind: PathKind::File,
+                    what: "containerDisk volume \"root\"".into(),
+                })
+        );
+    }
+
+    #[test]
+    fn pvc_file_block_and_ephemeral() {
+        let mut ctx = context();
+        ctx.block_pvcs.insert("fast".into());
+        let spec = json!({"volumes": [
+            {"name": "slow", "persistentVolumeClaim": {"claimName": "slow-pvc"}},
+            {"name": "fast", "dataVolume": {"name": "fast-dv"}},
+            {"name": "scratch", "ephemeral": {"persistentVolumeClaim": {"claimName": "base"}}}]});
+        let conversion = convert_with(spec, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        let disks = &conversion.domain.devices.disks;
+        assert_eq!(
+            disks[0].source.as_ref().and_then(|s| s.file.as_deref()),
+            Some("/var/run/kubevirt-private/vmi-disks/slow/disk.img")
+        );
+        assert_eq!(
+            (
+                disks[1].disk_type.as_str(),
+                disks[1].source.as_ref().and_then(|s| s.dev.as_deref())
+            ),
+            ("block", Some("/dev/fast"))
+        );
+        let backing = disks[2].backing_store.clone().unwrap_or_default();
+        assert_eq!(backing.format.map(|f| f.format).as_deref(), Some("raw"));
+        assert_eq!(
+            backing.source.and_then(|s| s.file).as_deref(),
+            Some("/var/run/kubevirt-private/vmi-disks/scratch/disk.img")
+        );
+        assert!(
+            conversion
+                .disk_plan
+                .steps
+                .contains(&DiskStep::RequireExisting {
+                    path: "/dev/fast".into(),
+                    kind: PathKind::BlockDevice,
+                    what: "dataVolume volume \"fast\"".into(),
+                })
+        );
+    }
+
+    #[test]
+    fn host_disks() {
+        let conversion = convert_ok(json!({"volumes": [
+            {"name": "existing", "hostDisk": {"path": "/data/existing.img", "type": "Disk"}},
+            {"name": "created", "hostDisk": {"path": "/data/new/created.img", "type": "DiskOrCreate", "capacity": "10.5Gi"}}]}));
+        assert!(
+            conversion
+                .disk_plan
+                .steps
+                .contains(&DiskStep::CreateSparseFile {
+                    path: "/data/new/created.img".into(),
+                    size: 10_737_418_240 + (512 << 20),
+                    what: "hostDisk volume \"created\"".into(),
+                })
+        );
+        let relative = convert_err(
+            json!({"volumes": [{"name": "h", "hostDisk": {"path": "disk.img", "type": "Disk"}}]}),
+        );
+        assert_eq!(
+            relative,
+            "spec.volumes[0].hostDisk.path: \"disk.img\" is not an absolute file path"
+        );
+        let no_capacity = convert_err(
+            json!({"volumes": [{"name": "h", "hostDisk": {"path": "/d.img", "type": "DiskOrCreate"}}]}),
+        );
+        assert_eq!(
+            no_capacity,
+            "spec.volumes[0].hostDisk.capacity: capacity is required with type DiskOrCreate"
+        );
+    }
+
+    #[test]
+    fn config_volumes_become_isos_of_their_mounts() {
+        let conversion = convert_ok(json!({"volumes": [
+            {"name": "app", "configMap": {"name": "app-config", "volumeLabel": "OEMDRV"}},
+            {"name": "creds", "secret": {"secretName": "creds"}},
+            {"name": "info", "downwardAPI": {"fields": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            {"name": "sa", "serviceAccount": {"serviceAccountName": "default"}}]}));
+        let isos: Vec<(String, String, IsoContents)> = conversion
+            .disk_plan
+            .steps
+            .into_iter()
+            .filter_map(|s| match s {
+                DiskStep::WriteIso {
+                    path,
+                    volume_id,
+                    contents,
+                    ..
+                } => Some((path.to_string_lossy().into_owned(), volume_id, contents)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            isos,
+            [
+                (
+                    "/var/run/kubevirt-private/config-map-disks/app.iso",
+                    "OEMDRV",
+                    "/var/run/kubevirt-private/config-map/app"
+                ),
+                (
+                    "/var/run/kubevirt-private/secret-disks/creds.iso",
+                    "cfgdata",
+                    "/var/run/kubevirt-private/secret/creds"
+                ),
+                (
+                    "/var/run/kubevirt-private/downwardapi-disks/info.iso",
+                    "cfgdata",
+                    "/var/run/kubevirt-private/downwardapi/info"
+                ),
+                (
+                    "/var/run/kubevirt-private/service-account-disk/service-account.iso",
+                    "cfgdata",
+                    "/var/run/secrets/kubernetes.io/serviceaccount"
+                ),
+            ]
+            .map(|(iso, label, dir)| (
+                iso.to_string(),
+                label.to_string(),
+                IsoContents::Dir(dir.into())
+            ))
+        );
+    }
+}

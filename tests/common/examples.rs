@@ -1,0 +1,66 @@
+//! The example VMIs (`examples/*.json`) and the fixed conversion context
+//! their golden XML files (`tests/golden/*.xml`) are made with. Shared by
+//! the golden tests, the libvirt tests and the conversion benchmark.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use virt_launcher::convert::{ConvertContext, DomainType, convert, kubevirt_defaults};
+use virt_launcher::vmi::{VirtualMachineInstance, parse_vmi};
+
+pub const EXAMPLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+pub const GOLDEN_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
+
+/// Files in `dir` ending in `.ext`, as (stem, path), sorted.
+pub fn files_with_ext(dir: &str, ext: &str) -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|entry| entry.unwrap_or_else(|e| panic!("{dir}: {e}")).path())
+        .filter(|path| path.extension().is_some_and(|e| e == ext))
+        .filter_map(|path| Some((path.file_stem()?.to_string_lossy().into_owned(), path)))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Every `examples/*.json`, as (stem, path), sorted.
+pub fn examples() -> Vec<(String, PathBuf)> {
+    files_with_ext(EXAMPLES_DIR, "json")
+}
+
+/// The example's JSON document.
+pub fn example_json(path: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The example, parsed.
+pub fn load_example(path: &Path) -> VirtualMachineInstance {
+    parse_vmi(&example_json(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The fixed context of the golden files: KubeVirt's default directories,
+/// fixed OVMF paths, slirp, the VMI's identity and grace period, plus the
+/// block PVC volume names and the pre-created tap the examples use.
+pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
+    ConvertContext {
+        namespace: vmi.namespace().to_string(),
+        name: vmi.name().to_string(),
+        uid: vmi.uid().to_string(),
+        block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
+        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
+        grace_period_seconds: vmi.termination_grace_period_seconds(),
+        ..kubevirt_defaults(domain_type)
+    }
+}
+
+/// `examples/<stem>.json` converted with [`example_context`], as XML.
+pub fn example_xml(path: &Path, domain_type: DomainType) -> String {
+    let vmi = load_example(path);
+    convert(&vmi, &example_context(&vmi, domain_type))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .domain
+        .to_xml()
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}

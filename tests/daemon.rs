@@ -590,6 +590,59 @@ fn bad_vmi_is_invalid_argument_with_its_path_and_nothing_is_defined() {
     assert_eq!(c.err_class("sync", Value::Null).0, "InvalidArgument");
 }
 
+/// Issue 9 item 9: what the docs call strict is strict. Each shape is
+/// refused with InvalidArgument naming its path, and nothing is defined.
+#[test]
+fn lenient_vmi_shapes_are_invalid_argument_with_their_path() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    let cases: [(&str, Value, &str); 6] = [
+        (
+            "/spec/domain/cpu",
+            json!([3]),
+            "arguments.vmi.spec.domain.cpu: invalid type: sequence, expected an object",
+        ),
+        (
+            "/metadata",
+            json!(["demo", "default"]),
+            "arguments.vmi.metadata: invalid type: sequence, expected an object",
+        ),
+        (
+            "/spec/domain/memory/guest",
+            json!("1Ki"),
+            "arguments.vmi.spec.domain.memory.guest: 1Ki is less than the minimum of 1M guest memory",
+        ),
+        (
+            "/spec/domain/memory/guest",
+            json!("1Ei"),
+            "arguments.vmi.spec.domain.memory.guest: 1Ei is more than x86-64 can address",
+        ),
+        (
+            "/spec/domain/cpu",
+            json!({"cores": 0}),
+            "arguments.vmi.spec.domain.cpu.cores: cores must be at least 1",
+        ),
+        (
+            "/spec/domain/cpu",
+            json!({"cores": 100000}),
+            "arguments.vmi.spec.domain.cpu.cores: 100000 cores is more vCPUs than QEMU's x86_64 machines take",
+        ),
+    ];
+    for (pointer, value, expected) in cases {
+        let mut vmi = demo_vmi();
+        *vmi.pointer_mut(pointer)
+            .unwrap_or_else(|| panic!("demo VMI has no {pointer}")) = value;
+        let (class, desc) = c.err_class("sync", json!({"vmi": vmi}));
+        assert_eq!(class, "InvalidArgument", "{pointer}: {desc}");
+        assert!(desc.starts_with(expected), "{pointer}: {desc}");
+    }
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["defined"],
+        false
+    );
+}
+
 #[test]
 fn slow_subscriber_loses_oldest_events_and_never_stalls_the_manager() {
     let (launcher, mut c) = synced(&[]);

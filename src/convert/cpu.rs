@@ -13,6 +13,9 @@ pub(crate) struct Vcpus {
 }
 
 const HOST_MODEL: &str = "host-model";
+/// No x86_64 QEMU machine type takes more vCPUs (q35 of QEMU 9; QEMU 7.2's
+/// q35 takes 288 and says so when it starts).
+const MAX_VCPUS: u32 = 4096;
 const HOST_PASSTHROUGH: &str = "host-passthrough";
 
 pub(crate) fn configure(
@@ -28,7 +31,7 @@ pub(crate) fn configure(
     let topology = topology(vmi)?;
     let enabled = vcpu_count(&topology)?;
     let mut cpu = domxml::Cpu::default();
-    let vcpus = match spec_cpu.and_then(|c| c.max_sockets).filter(|max| *max != 0) {
+    let vcpus = match count(spec_cpu.and_then(|c| c.max_sockets), "maxSockets")? {
         Some(max_sockets) => {
             let hotplug = hotplug_topology(&topology, max_sockets)?;
             let total = vcpu_count(&hotplug)?;
@@ -92,10 +95,9 @@ fn reject_passthrough_under_emulation(
 /// `resources.requests.cpu`, rounded up ("500m" → 1).
 pub(crate) fn topology(vmi: &VirtualMachineInstance) -> Result<CpuTopology, ConvertError> {
     let cpu = vmi.spec.domain.cpu.as_ref();
-    let pick = |value: Option<u32>| value.filter(|v| *v != 0);
-    let cores = cpu.and_then(|c| pick(c.cores));
-    let sockets = cpu.and_then(|c| pick(c.sockets));
-    let threads = cpu.and_then(|c| pick(c.threads));
+    let cores = count(cpu.and_then(|c| c.cores), "cores")?;
+    let sockets = count(cpu.and_then(|c| c.sockets), "sockets")?;
+    let threads = count(cpu.and_then(|c| c.threads), "threads")?;
     let sockets = match (cores, sockets, threads) {
         (None, None, None) => sockets_from_resources(vmi)?,
         _ => sockets.unwrap_or(1),
@@ -108,6 +110,25 @@ pub(crate) fn topology(vmi: &VirtualMachineInstance) -> Result<CpuTopology, Conv
     })
 }
 
+/// A topology count as given: absent, or 1 to [`MAX_VCPUS`]. KubeVirt
+/// omits zero counts, so an explicit 0 is a mistake, not "unset".
+fn count(value: Option<u32>, field: &str) -> Result<Option<u32>, ConvertError> {
+    match value {
+        None => Ok(None),
+        Some(0) => Err(ConvertError::new(
+            format!("spec.domain.cpu.{field}"),
+            format!("{field} must be at least 1 (leave it out for the default of 1)"),
+        )),
+        Some(n) if n > MAX_VCPUS => Err(ConvertError::new(
+            format!("spec.domain.cpu.{field}"),
+            format!(
+                "{n} {field} is more vCPUs than QEMU's x86_64 machines take (at most {MAX_VCPUS})"
+            ),
+        )),
+        Some(n) => Ok(Some(n)),
+    }
+}
+
 fn sockets_from_resources(vmi: &VirtualMachineInstance) -> Result<u32, ConvertError> {
     let resources = &vmi.spec.domain.resources;
     let (path, quantity) = match (resources.limits.get("cpu"), resources.requests.get("cpu")) {
@@ -118,19 +139,34 @@ fn sockets_from_resources(vmi: &VirtualMachineInstance) -> Result<u32, ConvertEr
     let count = quantity
         .ceil()
         .map_err(|err| ConvertError::new(path, err.message))?;
-    u32::try_from(count)
-        .ok()
-        .filter(|c| *c > 0)
-        .ok_or_else(|| ConvertError::new(path, format!("{quantity} is not a usable CPU count")))
+    match u32::try_from(count) {
+        Ok(n) if n > MAX_VCPUS => Err(ConvertError::new(
+            path,
+            format!(
+                "{quantity} CPUs is more than QEMU's x86_64 machines take (at most {MAX_VCPUS})"
+            ),
+        )),
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ConvertError::new(
+            path,
+            format!("{quantity} is not a usable CPU count"),
+        )),
+    }
 }
 
 fn vcpu_count(topology: &CpuTopology) -> Result<u32, ConvertError> {
-    topology
-        .sockets
-        .checked_mul(topology.cores)
-        .and_then(|n| n.checked_mul(topology.threads))
+    let total =
+        u64::from(topology.sockets) * u64::from(topology.cores) * u64::from(topology.threads);
+    u32::try_from(total)
+        .ok()
+        .filter(|total| *total <= MAX_VCPUS)
         .ok_or_else(|| {
-            ConvertError::new("spec.domain.cpu", "sockets × cores × threads is too large")
+            ConvertError::new(
+                "spec.domain.cpu",
+                format!(
+                    "sockets × cores × threads = {total} vCPUs, more than QEMU's x86_64 machines take (at most {MAX_VCPUS})"
+                ),
+            )
         })
 }
 
@@ -230,6 +266,38 @@ mod tests {
         assert_eq!(cpu_of(spec), (12, "host-model".into(), (2, 3, 2)));
         let cores_only = json!({"domain": {"cpu": {"cores": 4}}});
         assert_eq!(cpu_of(cores_only).2, (1, 4, 1));
+    }
+
+    #[test]
+    fn zero_and_huge_counts_name_their_field() {
+        let zero = convert_err(json!({"domain": {"cpu": {"cores": 0}}}));
+        assert_eq!(
+            zero,
+            "spec.domain.cpu.cores: cores must be at least 1 (leave it out for the default of 1)"
+        );
+        let threads = convert_err(json!({"domain": {"cpu": {"sockets": 2, "threads": 0}}}));
+        assert!(
+            threads.starts_with("spec.domain.cpu.threads: "),
+            "{threads}"
+        );
+        let huge = convert_err(json!({"domain": {"cpu": {"cores": 100000}}}));
+        assert_eq!(
+            huge,
+            "spec.domain.cpu.cores: 100000 cores is more vCPUs than QEMU's x86_64 machines take (at most 4096)"
+        );
+        let product =
+            convert_err(json!({"domain": {"cpu": {"sockets": 64, "cores": 64, "threads": 2}}}));
+        assert_eq!(
+            product,
+            "spec.domain.cpu: sockets × cores × threads = 8192 vCPUs, more than QEMU's x86_64 machines take (at most 4096)"
+        );
+        let limit = convert_err(json!({"domain": {"resources": {"limits": {"cpu": "100000"}}}}));
+        assert_eq!(
+            limit,
+            "spec.domain.resources.limits.cpu: 100000 CPUs is more than QEMU's x86_64 machines take (at most 4096)"
+        );
+        let max = convert_err(json!({"domain": {"cpu": {"sockets": 1, "maxSockets": 0}}}));
+        assert!(max.starts_with("spec.domain.cpu.maxSockets: "), "{max}");
     }
 
     #[test]

@@ -16,6 +16,11 @@ const GIB: u64 = 1 << 30;
 const HOTPLUG_BLOCK: u64 = 2 * MIB;
 /// KubeVirt refuses memory hotplug below this much guest memory.
 const HOTPLUG_MIN_GUEST: u64 = GIB;
+/// KubeVirt's webhook refuses less guest memory than 1M (10^6 bytes).
+const MIN_GUEST: u64 = 1_000_000;
+/// x86-64 addresses at most 2^52 bytes of physical memory (4Pi); QEMU
+/// cannot give a guest more.
+const MAX_GUEST: u64 = 1 << 52;
 /// Annotation that turns the memfd backend off (KubeVirt `MemfdMemoryBackend`).
 const MEMFD_ANNOTATION: &str = "kubevirt.io/memfd";
 
@@ -133,6 +138,18 @@ fn guest_memory(vmi: &VirtualMachineInstance) -> Result<GuestMemory, ConvertErro
         }
     };
     let bytes = positive_bytes(path, quantity)?;
+    if bytes < MIN_GUEST {
+        return Err(ConvertError::new(
+            path,
+            format!("{quantity} is less than the minimum of 1M guest memory"),
+        ));
+    }
+    if bytes > MAX_GUEST {
+        return Err(ConvertError::new(
+            path,
+            format!("{quantity} is more than x86-64 can address (at most 4Pi of guest memory)"),
+        ));
+    }
     Ok(GuestMemory { bytes, path })
 }
 
@@ -198,6 +215,12 @@ fn hotplug_size(
         return Ok(None);
     };
     let max = positive_bytes(PATH, max_guest)?;
+    if max > MAX_GUEST {
+        return Err(ConvertError::new(
+            PATH,
+            format!("{max_guest} is more than x86-64 can address (at most 4Pi of guest memory)"),
+        ));
+    }
     if max == guest.bytes {
         return Ok(None);
     }
@@ -263,6 +286,29 @@ mod tests {
         assert_eq!(
             zero,
             "spec.domain.memory.guest: 0 must be greater than zero"
+        );
+    }
+
+    #[test]
+    fn too_little_or_too_much_memory_is_refused() {
+        let tiny = convert_err(json!({"domain": {"resources": {"requests": {"memory": "1Ki"}}}}));
+        assert_eq!(
+            tiny,
+            "spec.domain.resources.requests.memory: 1Ki is less than the minimum of 1M guest memory"
+        );
+        let huge = convert_err(json!({"domain": {"memory": {"guest": "1Ei"}}}));
+        assert_eq!(
+            huge,
+            "spec.domain.memory.guest: 1Ei is more than x86-64 can address (at most 4Pi of guest memory)"
+        );
+        let max = convert_err(json!({"domain": {"memory": {"guest": "1Gi", "maxGuest": "1Ei"}}}));
+        assert!(max.starts_with("spec.domain.memory.maxGuest: "), "{max}");
+        assert_eq!(
+            convert_ok(json!({"domain": {"memory": {"guest": "1M"}}}))
+                .domain
+                .memory
+                .value,
+            1_000_000
         );
     }
 

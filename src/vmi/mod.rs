@@ -5,6 +5,7 @@
 //! e.g. `spec.domain.devices.disks[1].disk.bus: unknown bus "foo" (use virtio,
 //! sata, scsi or usb)`.
 
+mod objects_only;
 mod quantity;
 pub(crate) mod strict;
 mod types;
@@ -42,14 +43,15 @@ const VMI_KIND: &str = "VirtualMachineInstance";
 /// whole VMI (a disk without a volume, ...) happen in `crate::convert`.
 pub fn parse_vmi(value: &serde_json::Value) -> Result<VirtualMachineInstance, VmiError> {
     check_kind(value)?;
-    serde_path_to_error::deserialize::<_, VirtualMachineInstance>(value).map_err(|err| {
-        let path = err.path().to_string();
-        VmiError {
-            // serde_path_to_error prints the document root as ".".
-            path: if path == "." { String::new() } else { path },
-            message: err.into_inner().to_string(),
-        }
-    })
+    serde_path_to_error::deserialize::<_, VirtualMachineInstance>(objects_only::ObjectsOnly(value))
+        .map_err(|err| {
+            let path = err.path().to_string();
+            VmiError {
+                // serde_path_to_error prints the document root as ".".
+                path: if path == "." { String::new() } else { path },
+                message: err.into_inner().to_string(),
+            }
+        })
 }
 
 /// Catches the common mistake of sending a VirtualMachine (whose VMI is in

@@ -151,3 +151,24 @@ fn wrong_type_names_the_path() {
         "{message}"
     );
 }
+
+#[test]
+fn arrays_are_refused_where_objects_are_expected() {
+    let cpu = error_for(|v| v["spec"]["domain"]["cpu"] = json!([3]));
+    assert_eq!(
+        cpu,
+        "spec.domain.cpu: invalid type: sequence, expected an object"
+    );
+    let metadata = error_for(|v| v["metadata"] = json!(["demo", "default"]));
+    assert_eq!(
+        metadata,
+        "metadata: invalid type: sequence, expected an object"
+    );
+    let disk = error_for(|v| v["spec"]["domain"]["devices"]["disks"][0] = json!(["root"]));
+    assert_eq!(
+        disk,
+        "spec.domain.devices.disks[0]: invalid type: sequence, expected an object"
+    );
+    let spec = error_for(|v| v["spec"] = json!([{"domain": {}}]));
+    assert_eq!(spec, "spec: invalid type: sequence, expected an object");
+}

@@ -1,27 +1,28 @@
-//! The commands of the socket protocol: their names, one-line summaries and
-//! typed arguments. A request becomes a `Command` here, before anything
+//! The commands of the socket protocol. The table `COMMANDS` declares each
+//! command once: its name, its one-line summary and how its arguments are
+//! parsed. A request becomes a typed `Command` here, before anything
 //! happens, so unknown commands and bad arguments never cause side effects.
+//!
+//! Commands come in four groups, and the group decides who runs them:
+//! `LocalCommand`s are answered by the client's connection itself; domain,
+//! guest-agent and migration commands go to the domain manager as a
+//! `ManagerRequest`, each with its own reply channel.
 
+use crossbeam_channel::{Receiver, Sender, bounded};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-
-use crossbeam_channel::Sender;
 
 use crate::events::EventKind;
 use crate::migration::MigrationOptions;
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 
-/// A client command for the domain manager, and where to send its one
-/// reply.
-pub struct ManagerRequest {
-    pub command: Command,
-    pub reply: Sender<CommandResult>,
-}
-
+/// One command: its name on the wire, what `query-commands` says about
+/// it, and how its arguments become a `Command`.
 pub struct CommandSpec {
     pub name: &'static str,
     pub summary: &'static str,
+    parse: fn(Arguments) -> Result<Command, CommandError>,
 }
 
 /// Every command, in the order the greeting and the docs list them.
@@ -29,122 +30,185 @@ pub static COMMANDS: &[CommandSpec] = &[
     CommandSpec {
         name: "ping",
         summary: "Answers {} when the launcher's domain manager is alive.",
+        parse: |a| a.none(DomainCommand::Ping),
     },
     CommandSpec {
         name: "query-version",
         summary: "Versions of the launcher, the libvirt library, the libvirt daemon and the hypervisor.",
+        parse: |a| a.none(DomainCommand::QueryVersion),
     },
     CommandSpec {
         name: "query-commands",
         summary: "The commands this launcher understands.",
+        parse: |a| a.none(LocalCommand::QueryCommands),
     },
     CommandSpec {
         name: "query-status",
         summary: "The launcher's phase and the domain's state and reason, from the launcher's own view (never blocks on libvirt).",
+        parse: |a| a.none(DomainCommand::QueryStatus),
     },
     CommandSpec {
         name: "sync",
         summary: "Reconcile to arguments.vmi (a KubeVirt VMI): define the domain if missing, start it if down, resume it if paused by something other than pause; returns the domain's state.",
+        parse: |a| Ok(DomainCommand::Sync { vmi: a.vmi()? }.into()),
     },
     CommandSpec {
         name: "pause",
         summary: "Suspend the running domain.",
+        parse: |a| a.none(DomainCommand::Pause),
     },
     CommandSpec {
         name: "unpause",
         summary: "Resume a domain suspended by pause.",
+        parse: |a| a.none(DomainCommand::Unpause),
     },
     CommandSpec {
         name: "shutdown",
         summary: "Ask the guest to power off by ACPI. Returns at once; completion shows as DOMAIN_LIFECYCLE events and the launcher then exits with status 0.",
+        parse: |a| a.none(DomainCommand::Shutdown),
     },
     CommandSpec {
         name: "reboot",
         summary: "Soft reboot: through the guest agent when it is connected, else by ACPI.",
+        parse: |a| a.none(DomainCommand::Reboot),
     },
     CommandSpec {
         name: "reset",
         summary: "Hard reset of the guest, like pressing the reset button.",
+        parse: |a| a.none(DomainCommand::Reset),
     },
     CommandSpec {
         name: "kill",
         summary: "Force the domain off (libvirt destroy). The launcher then exits with status 0.",
+        parse: |a| a.none(DomainCommand::Kill),
     },
     CommandSpec {
         name: "delete",
         summary: "Undefine the domain. A running domain keeps running as a transient one.",
+        parse: |a| a.none(DomainCommand::Delete),
     },
     CommandSpec {
         name: "query-domain",
         summary: "The live domain: name, uuid, state, reason and the parsed domain XML.",
+        parse: |a| a.none(DomainCommand::QueryDomain),
     },
     CommandSpec {
         name: "query-stats",
         summary: "libvirt bulk statistics of the domain (cpu, balloon, vcpu, block, interface), named as virsh domstats names them.",
+        parse: |a| a.none(DomainCommand::QueryStats),
     },
     CommandSpec {
         name: "guest-ping",
         summary: "Ping the QEMU guest agent (arguments.timeout_seconds, default 5).",
+        parse: |a| {
+            let args: GuestPingArgs = a.typed()?;
+            let timeout_seconds = bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?;
+            Ok(GuestCommand::Ping { timeout_seconds }.into())
+        },
     },
     CommandSpec {
         name: "query-guest-info",
         summary: "What the guest agent last reported: agent version and commands, hostname, OS, timezone, freeze status, users and filesystems (at most 10 each). Served from the launcher's cache.",
+        parse: |a| a.none(GuestCommand::QueryGuestInfo),
     },
     CommandSpec {
         name: "query-users",
         summary: "Users logged in to the guest, from the agent (full list).",
+        parse: |a| a.none(GuestCommand::QueryUsers),
     },
     CommandSpec {
         name: "query-filesystems",
         summary: "The guest's mounted filesystems, from the agent (full list).",
+        parse: |a| a.none(GuestCommand::QueryFilesystems),
     },
     CommandSpec {
         name: "query-interfaces",
         summary: "The guest's network interfaces from the agent, without lo; the primary IPv4 address first.",
+        parse: |a| a.none(GuestCommand::QueryInterfaces),
     },
     CommandSpec {
         name: "query-os-info",
         summary: "The guest's OS (os-release and kernel), hostname and timezone, from the agent.",
+        parse: |a| a.none(GuestCommand::QueryOsInfo),
     },
     CommandSpec {
         name: "guest-exec",
         summary: "Run arguments.command with arguments.args in the guest through the agent and wait up to arguments.timeout_seconds (default 30): exit code, stdout and stderr. A non-zero exit is a result, not an error.",
+        parse: |a| {
+            let args: GuestExecArgs = a.typed()?;
+            if args.command.is_empty() {
+                return Err(CommandError::invalid_argument(
+                    "arguments.command must name the program to run in the guest",
+                ));
+            }
+            bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?;
+            Ok(GuestCommand::Exec(args).into())
+        },
     },
     CommandSpec {
         name: "freeze",
         summary: "Freeze the guest's filesystems; they thaw by themselves after arguments.unfreeze_timeout_seconds (0: never).",
+        parse: |a| {
+            let args: FreezeArgs = a.typed()?;
+            let unfreeze_timeout_seconds =
+                bounded_seconds("unfreeze_timeout_seconds", args.unfreeze_timeout_seconds, 0)?;
+            Ok(GuestCommand::Freeze {
+                unfreeze_timeout_seconds,
+            }
+            .into())
+        },
     },
     CommandSpec {
         name: "unfreeze",
         summary: "Thaw the guest's filesystems.",
+        parse: |a| a.none(GuestCommand::Unfreeze),
     },
     CommandSpec {
         name: "prepare-migration-target",
         summary: "On the target launcher: prepare directories and disks for arguments.vmi arriving by migration; returns the address (libvirt URI, migration URI, paths) to give the source's migrate.",
+        parse: |a| Ok(MigrationCommand::PrepareTarget { vmi: a.vmi()? }.into()),
     },
     CommandSpec {
         name: "migrate",
         summary: "On the source launcher: live-migrate the guest to arguments.target (prepare-migration-target's reply), with KubeVirt's migration options. Returns at once; progress and the outcome come as MIGRATION_* events. After success the launcher exits with status 0.",
+        parse: |a| {
+            let options: MigrationOptions = a.typed()?;
+            if options.target.libvirt_uri.is_empty() {
+                return Err(CommandError::invalid_argument(
+                    "arguments.target.libvirt_uri must name the target's libvirt daemon",
+                ));
+            }
+            Ok(MigrationCommand::Migrate(Box::new(options)).into())
+        },
     },
     CommandSpec {
         name: "migrate-cancel",
         summary: "Cancel the running migration: on the source the guest keeps running there; on a prepared target the launcher cleans up and exits.",
+        parse: |a| a.none(MigrationCommand::Cancel),
     },
     CommandSpec {
         name: "query-migration",
         summary: "The migration's role, phase, progress, timings and outcome (null when none).",
+        parse: |a| a.none(MigrationCommand::Query),
     },
     CommandSpec {
         name: "finalize-migration",
         summary: "On the target after the guest arrived: post-migration steps (the guest clock is set through the agent).",
+        parse: |a| a.none(MigrationCommand::Finalize),
     },
     CommandSpec {
         name: "subscribe",
         summary: "Send events on this connection; arguments.events limits them to the listed names.",
+        parse: |a| {
+            let args: SubscribeArgs = a.typed()?;
+            let events = args.events.map(event_filter).transpose()?;
+            Ok(LocalCommand::Subscribe { events }.into())
+        },
     },
     CommandSpec {
         name: "unsubscribe",
         summary: "Stop sending events on this connection.",
+        parse: |a| a.none(LocalCommand::Unsubscribe),
     },
 ];
 
@@ -152,12 +216,37 @@ pub fn command_names() -> Vec<&'static str> {
     COMMANDS.iter().map(|c| c.name).collect()
 }
 
-/// A request that passed validation.
+/// A request that passed validation, by who runs it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// Answered by the client's connection itself.
+    Local(LocalCommand),
+    /// Sent to the domain manager.
+    Manager(ManagerCommand),
+}
+
+/// Commands a connection answers without the domain manager.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocalCommand {
+    QueryCommands,
+    Subscribe { events: Option<Vec<EventKind>> },
+    Unsubscribe,
+}
+
+/// Commands the domain manager runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ManagerCommand {
+    Domain(DomainCommand),
+    Guest(GuestCommand),
+    Migration(MigrationCommand),
+}
+
+/// The launcher and its domain: queries answered from the manager's view,
+/// `sync`, and operations libvirt carries out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DomainCommand {
     Ping,
     QueryVersion,
-    QueryCommands,
     QueryStatus,
     Sync { vmi: Value },
     Pause,
@@ -169,22 +258,171 @@ pub enum Command {
     Delete,
     QueryDomain,
     QueryStats,
-    Subscribe { events: Option<Vec<EventKind>> },
-    Unsubscribe,
-    GuestPing { timeout_seconds: u64 },
+}
+
+/// The guest-agent commands: none reaches the agent unless it is
+/// connected.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GuestCommand {
+    Ping { timeout_seconds: u64 },
     QueryGuestInfo,
     QueryUsers,
     QueryFilesystems,
     QueryInterfaces,
     QueryOsInfo,
-    GuestExec(GuestExecArgs),
+    Exec(GuestExecArgs),
     Freeze { unfreeze_timeout_seconds: u64 },
     Unfreeze,
-    PrepareMigrationTarget { vmi: Value },
+}
+
+/// Live migration between two launchers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MigrationCommand {
+    PrepareTarget { vmi: Value },
     Migrate(Box<MigrationOptions>),
-    MigrateCancel,
-    QueryMigration,
-    FinalizeMigration,
+    Cancel,
+    Query,
+    Finalize,
+}
+
+impl Command {
+    /// Validates a command name and its arguments.
+    pub fn parse(name: &str, arguments: Map<String, Value>) -> Result<Command, CommandError> {
+        let spec = COMMANDS.iter().find(|c| c.name == name).ok_or_else(|| {
+            CommandError::new(
+                ErrorClass::CommandNotFound,
+                format!("unknown command \"{name}\"; query-commands lists the known ones"),
+            )
+        })?;
+        (spec.parse)(Arguments {
+            command: spec.name,
+            map: arguments,
+        })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Local(c) => c.name(),
+            Command::Manager(c) => c.name(),
+        }
+    }
+}
+
+impl LocalCommand {
+    pub fn name(&self) -> &'static str {
+        match self {
+            LocalCommand::QueryCommands => "query-commands",
+            LocalCommand::Subscribe { .. } => "subscribe",
+            LocalCommand::Unsubscribe => "unsubscribe",
+        }
+    }
+}
+
+impl ManagerCommand {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ManagerCommand::Domain(c) => c.name(),
+            ManagerCommand::Guest(c) => c.name(),
+            ManagerCommand::Migration(c) => c.name(),
+        }
+    }
+}
+
+impl DomainCommand {
+    pub fn name(&self) -> &'static str {
+        match self {
+            DomainCommand::Ping => "ping",
+            DomainCommand::QueryVersion => "query-version",
+            DomainCommand::QueryStatus => "query-status",
+            DomainCommand::Sync { .. } => "sync",
+            DomainCommand::Pause => "pause",
+            DomainCommand::Unpause => "unpause",
+            DomainCommand::Shutdown => "shutdown",
+            DomainCommand::Reboot => "reboot",
+            DomainCommand::Reset => "reset",
+            DomainCommand::Kill => "kill",
+            DomainCommand::Delete => "delete",
+            DomainCommand::QueryDomain => "query-domain",
+            DomainCommand::QueryStats => "query-stats",
+        }
+    }
+}
+
+impl GuestCommand {
+    pub fn name(&self) -> &'static str {
+        match self {
+            GuestCommand::Ping { .. } => "guest-ping",
+            GuestCommand::QueryGuestInfo => "query-guest-info",
+            GuestCommand::QueryUsers => "query-users",
+            GuestCommand::QueryFilesystems => "query-filesystems",
+            GuestCommand::QueryInterfaces => "query-interfaces",
+            GuestCommand::QueryOsInfo => "query-os-info",
+            GuestCommand::Exec(_) => "guest-exec",
+            GuestCommand::Freeze { .. } => "freeze",
+            GuestCommand::Unfreeze => "unfreeze",
+        }
+    }
+}
+
+impl MigrationCommand {
+    pub fn name(&self) -> &'static str {
+        match self {
+            MigrationCommand::PrepareTarget { .. } => "prepare-migration-target",
+            MigrationCommand::Migrate(_) => "migrate",
+            MigrationCommand::Cancel => "migrate-cancel",
+            MigrationCommand::Query => "query-migration",
+            MigrationCommand::Finalize => "finalize-migration",
+        }
+    }
+}
+
+impl From<LocalCommand> for Command {
+    fn from(c: LocalCommand) -> Command {
+        Command::Local(c)
+    }
+}
+
+impl From<DomainCommand> for Command {
+    fn from(c: DomainCommand) -> Command {
+        Command::Manager(ManagerCommand::Domain(c))
+    }
+}
+
+impl From<GuestCommand> for Command {
+    fn from(c: GuestCommand) -> Command {
+        Command::Manager(ManagerCommand::Guest(c))
+    }
+}
+
+impl From<MigrationCommand> for Command {
+    fn from(c: MigrationCommand) -> Command {
+        Command::Manager(ManagerCommand::Migration(c))
+    }
+}
+
+/// A command for the domain manager, and where its one reply goes.
+pub struct ManagerRequest {
+    pub command: ManagerCommand,
+    pub reply: ReplyTo,
+}
+
+/// Where one request's reply goes. Sending consumes it, so a request is
+/// answered at most once; if it is dropped unanswered, the waiting client
+/// is told so at once instead of waiting forever.
+#[derive(Debug)]
+pub struct ReplyTo(Sender<CommandResult>);
+
+impl ReplyTo {
+    /// A reply slot and the receiver its one reply arrives on.
+    pub fn channel() -> (ReplyTo, Receiver<CommandResult>) {
+        let (tx, rx) = bounded(1);
+        (ReplyTo(tx), rx)
+    }
+
+    pub fn send(self, result: CommandResult) {
+        // The client may have gone; its reply has nowhere to go then.
+        let _ = self.0.send(result);
+    }
 }
 
 /// `guest-exec` arguments.
@@ -205,175 +443,44 @@ fn default_exec_timeout() -> u64 {
 /// Longest wait a guest command may ask for.
 pub const MAX_GUEST_TIMEOUT_SECONDS: u64 = 3600;
 
-impl Command {
-    /// Validates a command name and its arguments.
-    pub fn parse(name: &str, arguments: Map<String, Value>) -> Result<Command, CommandError> {
-        let command = match name {
-            "ping" => no_args(arguments, Command::Ping)?,
-            "query-version" => no_args(arguments, Command::QueryVersion)?,
-            "query-commands" => no_args(arguments, Command::QueryCommands)?,
-            "query-status" => no_args(arguments, Command::QueryStatus)?,
-            "sync" => {
-                let args: SyncArgs = typed_args(arguments)?;
-                if !args.vmi.is_object() {
-                    return Err(CommandError::invalid_argument(
-                        "arguments.vmi must be a VirtualMachineInstance object",
-                    ));
-                }
-                Command::Sync { vmi: args.vmi }
-            }
-            "pause" => no_args(arguments, Command::Pause)?,
-            "unpause" => no_args(arguments, Command::Unpause)?,
-            "shutdown" => no_args(arguments, Command::Shutdown)?,
-            "reboot" => no_args(arguments, Command::Reboot)?,
-            "reset" => no_args(arguments, Command::Reset)?,
-            "kill" => no_args(arguments, Command::Kill)?,
-            "delete" => no_args(arguments, Command::Delete)?,
-            "query-domain" => no_args(arguments, Command::QueryDomain)?,
-            "query-stats" => no_args(arguments, Command::QueryStats)?,
-            "subscribe" => {
-                let args: SubscribeArgs = typed_args(arguments)?;
-                let events = match args.events {
-                    None => None,
-                    Some(names) if names.is_empty() => {
-                        return Err(CommandError::invalid_argument(
-                            "arguments.events is empty; leave it out for every event, or use unsubscribe",
-                        ));
-                    }
-                    Some(names) => Some(
-                        names
-                            .iter()
-                            .map(|n| {
-                                EventKind::from_name(n).ok_or_else(|| {
-                                    CommandError::invalid_argument(format!(
-                                        "arguments.events: unknown event \"{n}\"; known events: {}",
-                                        EventKind::ALL.map(|k| k.name()).join(", ")
-                                    ))
-                                })
-                            })
-                            .collect::<Result<Vec<_>, _>>()?
-                            .into_iter()
-                            .fold(Vec::new(), |mut unique, kind| {
-                                if !unique.contains(&kind) {
-                                    unique.push(kind);
-                                }
-                                unique
-                            }),
-                    ),
-                };
-                Command::Subscribe { events }
-            }
-            "unsubscribe" => no_args(arguments, Command::Unsubscribe)?,
-            "guest-ping" => {
-                let args: GuestPingArgs = typed_args(arguments)?;
-                Command::GuestPing {
-                    timeout_seconds: bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?,
-                }
-            }
-            "query-guest-info" => no_args(arguments, Command::QueryGuestInfo)?,
-            "query-users" => no_args(arguments, Command::QueryUsers)?,
-            "query-filesystems" => no_args(arguments, Command::QueryFilesystems)?,
-            "query-interfaces" => no_args(arguments, Command::QueryInterfaces)?,
-            "query-os-info" => no_args(arguments, Command::QueryOsInfo)?,
-            "guest-exec" => {
-                let args: GuestExecArgs = typed_args(arguments)?;
-                if args.command.is_empty() {
-                    return Err(CommandError::invalid_argument(
-                        "arguments.command must name the program to run in the guest",
-                    ));
-                }
-                bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?;
-                Command::GuestExec(args)
-            }
-            "freeze" => {
-                let args: FreezeArgs = typed_args(arguments)?;
-                Command::Freeze {
-                    unfreeze_timeout_seconds: bounded_seconds(
-                        "unfreeze_timeout_seconds",
-                        args.unfreeze_timeout_seconds,
-                        0,
-                    )?,
-                }
-            }
-            "unfreeze" => no_args(arguments, Command::Unfreeze)?,
-            "prepare-migration-target" => {
-                let args: SyncArgs = typed_args(arguments)?;
-                if !args.vmi.is_object() {
-                    return Err(CommandError::invalid_argument(
-                        "arguments.vmi must be a VirtualMachineInstance object",
-                    ));
-                }
-                Command::PrepareMigrationTarget { vmi: args.vmi }
-            }
-            "migrate" => {
-                let options: MigrationOptions = typed_args(arguments)?;
-                if options.target.libvirt_uri.is_empty() {
-                    return Err(CommandError::invalid_argument(
-                        "arguments.target.libvirt_uri must name the target's libvirt daemon",
-                    ));
-                }
-                Command::Migrate(Box::new(options))
-            }
-            "migrate-cancel" => no_args(arguments, Command::MigrateCancel)?,
-            "query-migration" => no_args(arguments, Command::QueryMigration)?,
-            "finalize-migration" => no_args(arguments, Command::FinalizeMigration)?,
-            _ => {
-                return Err(CommandError::new(
-                    ErrorClass::CommandNotFound,
-                    format!("unknown command \"{name}\"; query-commands lists the known ones"),
-                ));
-            }
-        };
-        Ok(command)
-    }
+/// A command's arguments, with the command's name for error messages.
+struct Arguments {
+    command: &'static str,
+    map: Map<String, Value>,
+}
 
-    /// Handled by the connection itself rather than the domain manager.
-    pub fn is_connection_local(&self) -> bool {
-        matches!(
-            self,
-            Command::QueryCommands | Command::Subscribe { .. } | Command::Unsubscribe
-        )
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Command::Ping => "ping",
-            Command::QueryVersion => "query-version",
-            Command::QueryCommands => "query-commands",
-            Command::QueryStatus => "query-status",
-            Command::Sync { .. } => "sync",
-            Command::Pause => "pause",
-            Command::Unpause => "unpause",
-            Command::Shutdown => "shutdown",
-            Command::Reboot => "reboot",
-            Command::Reset => "reset",
-            Command::Kill => "kill",
-            Command::Delete => "delete",
-            Command::QueryDomain => "query-domain",
-            Command::QueryStats => "query-stats",
-            Command::Subscribe { .. } => "subscribe",
-            Command::Unsubscribe => "unsubscribe",
-            Command::GuestPing { .. } => "guest-ping",
-            Command::QueryGuestInfo => "query-guest-info",
-            Command::QueryUsers => "query-users",
-            Command::QueryFilesystems => "query-filesystems",
-            Command::QueryInterfaces => "query-interfaces",
-            Command::QueryOsInfo => "query-os-info",
-            Command::GuestExec(_) => "guest-exec",
-            Command::Freeze { .. } => "freeze",
-            Command::Unfreeze => "unfreeze",
-            Command::PrepareMigrationTarget { .. } => "prepare-migration-target",
-            Command::Migrate(_) => "migrate",
-            Command::MigrateCancel => "migrate-cancel",
-            Command::QueryMigration => "query-migration",
-            Command::FinalizeMigration => "finalize-migration",
+impl Arguments {
+    /// For commands without arguments: any is refused.
+    fn none(self, command: impl Into<Command>) -> Result<Command, CommandError> {
+        match self.map.keys().next() {
+            None => Ok(command.into()),
+            Some(key) => Err(CommandError::invalid_argument(format!(
+                "unknown argument \"{key}\": {} takes no arguments",
+                self.command
+            ))),
         }
+    }
+
+    fn typed<T: DeserializeOwned>(self) -> Result<T, CommandError> {
+        serde_json::from_value(Value::Object(self.map))
+            .map_err(|e| CommandError::invalid_argument(format!("arguments: {e}")))
+    }
+
+    /// `arguments.vmi`, which must be an object.
+    fn vmi(self) -> Result<Value, CommandError> {
+        let args: VmiArgs = self.typed()?;
+        if !args.vmi.is_object() {
+            return Err(CommandError::invalid_argument(
+                "arguments.vmi must be a VirtualMachineInstance object",
+            ));
+        }
+        Ok(args.vmi)
     }
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct SyncArgs {
+struct VmiArgs {
     vmi: Value,
 }
 
@@ -395,6 +502,12 @@ struct FreezeArgs {
     unfreeze_timeout_seconds: u64,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubscribeArgs {
+    events: Option<Vec<String>>,
+}
+
 fn bounded_seconds(name: &str, value: u64, min: u64) -> Result<u64, CommandError> {
     if value < min || value > MAX_GUEST_TIMEOUT_SECONDS {
         return Err(CommandError::invalid_argument(format!(
@@ -404,25 +517,26 @@ fn bounded_seconds(name: &str, value: u64, min: u64) -> Result<u64, CommandError
     Ok(value)
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SubscribeArgs {
-    events: Option<Vec<String>>,
-}
-
-fn no_args(arguments: Map<String, Value>, command: Command) -> Result<Command, CommandError> {
-    match arguments.keys().next() {
-        None => Ok(command),
-        Some(key) => Err(CommandError::invalid_argument(format!(
-            "unknown argument \"{key}\": {} takes no arguments",
-            command.name()
-        ))),
+/// `subscribe`'s event names: known, not empty, each once.
+fn event_filter(names: Vec<String>) -> Result<Vec<EventKind>, CommandError> {
+    if names.is_empty() {
+        return Err(CommandError::invalid_argument(
+            "arguments.events is empty; leave it out for every event, or use unsubscribe",
+        ));
     }
-}
-
-fn typed_args<T: DeserializeOwned>(arguments: Map<String, Value>) -> Result<T, CommandError> {
-    serde_json::from_value(Value::Object(arguments))
-        .map_err(|e| CommandError::invalid_argument(format!("arguments: {e}")))
+    let mut kinds = Vec::new();
+    for name in &names {
+        let kind = EventKind::from_name(name).ok_or_else(|| {
+            CommandError::invalid_argument(format!(
+                "arguments.events: unknown event \"{name}\"; known events: {}",
+                EventKind::ALL.map(|k| k.name()).join(", ")
+            ))
+        })?;
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    Ok(kinds)
 }
 
 #[cfg(test)]
@@ -437,104 +551,154 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_listed_command_parses_and_names_round_trip() {
-        for spec in COMMANDS {
-            let arguments = match spec.name {
-                "sync" | "prepare-migration-target" => args(json!({"vmi": {}})),
-                "migrate" => args(json!({"target": {"libvirt_uri": "qemu:///system"}})),
-                "guest-exec" => args(json!({"command": "/bin/true"})),
-                _ => Map::new(),
-            };
-            let command = Command::parse(spec.name, arguments).unwrap();
-            assert_eq!(command.name(), spec.name);
+    /// Arguments each command accepts (most take none).
+    fn valid_arguments(name: &str) -> Map<String, Value> {
+        match name {
+            "sync" | "prepare-migration-target" => args(json!({"vmi": {}})),
+            "migrate" => args(json!({"target": {"libvirt_uri": "qemu:///system"}})),
+            "guest-exec" => args(json!({"command": "/bin/true"})),
+            _ => Map::new(),
         }
     }
 
     #[test]
-    fn every_command_is_listed() {
-        let all = [
-            Command::Ping,
-            Command::QueryVersion,
-            Command::QueryCommands,
-            Command::QueryStatus,
-            Command::Sync { vmi: json!({}) },
-            Command::Pause,
-            Command::Unpause,
-            Command::Shutdown,
-            Command::Reboot,
-            Command::Reset,
-            Command::Kill,
-            Command::Delete,
-            Command::QueryDomain,
-            Command::QueryStats,
-            Command::Subscribe { events: None },
-            Command::Unsubscribe,
-            Command::GuestPing { timeout_seconds: 5 },
-            Command::QueryGuestInfo,
-            Command::QueryUsers,
-            Command::QueryFilesystems,
-            Command::QueryInterfaces,
-            Command::QueryOsInfo,
-            Command::GuestExec(GuestExecArgs {
+    fn every_listed_command_parses_and_names_round_trip() {
+        for spec in COMMANDS {
+            let command = Command::parse(spec.name, valid_arguments(spec.name)).unwrap();
+            assert_eq!(command.name(), spec.name);
+        }
+    }
+
+    /// One of each command. The match makes a new variant fail to compile
+    /// until it is added here (and so to COMMANDS, checked below).
+    fn one_of_each() -> Vec<Command> {
+        let all: Vec<Command> = vec![
+            DomainCommand::Ping.into(),
+            DomainCommand::QueryVersion.into(),
+            LocalCommand::QueryCommands.into(),
+            DomainCommand::QueryStatus.into(),
+            DomainCommand::Sync { vmi: json!({}) }.into(),
+            DomainCommand::Pause.into(),
+            DomainCommand::Unpause.into(),
+            DomainCommand::Shutdown.into(),
+            DomainCommand::Reboot.into(),
+            DomainCommand::Reset.into(),
+            DomainCommand::Kill.into(),
+            DomainCommand::Delete.into(),
+            DomainCommand::QueryDomain.into(),
+            DomainCommand::QueryStats.into(),
+            GuestCommand::Ping { timeout_seconds: 5 }.into(),
+            GuestCommand::QueryGuestInfo.into(),
+            GuestCommand::QueryUsers.into(),
+            GuestCommand::QueryFilesystems.into(),
+            GuestCommand::QueryInterfaces.into(),
+            GuestCommand::QueryOsInfo.into(),
+            GuestCommand::Exec(GuestExecArgs {
                 command: "x".into(),
                 args: vec![],
                 timeout_seconds: 1,
-            }),
-            Command::Freeze {
+            })
+            .into(),
+            GuestCommand::Freeze {
                 unfreeze_timeout_seconds: 0,
-            },
-            Command::Unfreeze,
-            Command::PrepareMigrationTarget { vmi: json!({}) },
-            Command::Migrate(Box::new(
+            }
+            .into(),
+            GuestCommand::Unfreeze.into(),
+            MigrationCommand::PrepareTarget { vmi: json!({}) }.into(),
+            MigrationCommand::Migrate(Box::new(
                 serde_json::from_value(json!({"target": {"libvirt_uri": "x"}})).unwrap(),
-            )),
-            Command::MigrateCancel,
-            Command::QueryMigration,
-            Command::FinalizeMigration,
+            ))
+            .into(),
+            MigrationCommand::Cancel.into(),
+            MigrationCommand::Query.into(),
+            MigrationCommand::Finalize.into(),
+            LocalCommand::Subscribe { events: None }.into(),
+            LocalCommand::Unsubscribe.into(),
         ];
-        // A new variant must be added above (the match makes this fail to
-        // compile otherwise) and to COMMANDS.
         for command in &all {
             match command {
-                Command::Ping
-                | Command::QueryVersion
-                | Command::QueryCommands
-                | Command::QueryStatus
-                | Command::Sync { .. }
-                | Command::Pause
-                | Command::Unpause
-                | Command::Shutdown
-                | Command::Reboot
-                | Command::Reset
-                | Command::Kill
-                | Command::Delete
-                | Command::QueryDomain
-                | Command::QueryStats
-                | Command::Subscribe { .. }
-                | Command::Unsubscribe
-                | Command::GuestPing { .. }
-                | Command::QueryGuestInfo
-                | Command::QueryUsers
-                | Command::QueryFilesystems
-                | Command::QueryInterfaces
-                | Command::QueryOsInfo
-                | Command::GuestExec(_)
-                | Command::Freeze { .. }
-                | Command::Unfreeze
-                | Command::PrepareMigrationTarget { .. }
-                | Command::Migrate(_)
-                | Command::MigrateCancel
-                | Command::QueryMigration
-                | Command::FinalizeMigration => {}
+                Command::Local(
+                    LocalCommand::QueryCommands
+                    | LocalCommand::Subscribe { .. }
+                    | LocalCommand::Unsubscribe,
+                )
+                | Command::Manager(
+                    ManagerCommand::Domain(
+                        DomainCommand::Ping
+                        | DomainCommand::QueryVersion
+                        | DomainCommand::QueryStatus
+                        | DomainCommand::Sync { .. }
+                        | DomainCommand::Pause
+                        | DomainCommand::Unpause
+                        | DomainCommand::Shutdown
+                        | DomainCommand::Reboot
+                        | DomainCommand::Reset
+                        | DomainCommand::Kill
+                        | DomainCommand::Delete
+                        | DomainCommand::QueryDomain
+                        | DomainCommand::QueryStats,
+                    )
+                    | ManagerCommand::Guest(
+                        GuestCommand::Ping { .. }
+                        | GuestCommand::QueryGuestInfo
+                        | GuestCommand::QueryUsers
+                        | GuestCommand::QueryFilesystems
+                        | GuestCommand::QueryInterfaces
+                        | GuestCommand::QueryOsInfo
+                        | GuestCommand::Exec(_)
+                        | GuestCommand::Freeze { .. }
+                        | GuestCommand::Unfreeze,
+                    )
+                    | ManagerCommand::Migration(
+                        MigrationCommand::PrepareTarget { .. }
+                        | MigrationCommand::Migrate(_)
+                        | MigrationCommand::Cancel
+                        | MigrationCommand::Query
+                        | MigrationCommand::Finalize,
+                    ),
+                ) => {}
             }
-            assert!(
-                COMMANDS.iter().any(|c| c.name == command.name()),
-                "{} is not in COMMANDS",
-                command.name()
+        }
+        all
+    }
+
+    #[test]
+    fn every_command_is_listed_once_in_table_order() {
+        let all = one_of_each();
+        assert_eq!(COMMANDS.len(), all.len());
+        for (spec, command) in COMMANDS.iter().zip(&all) {
+            assert_eq!(spec.name, command.name());
+            // The table's parser builds the same variant.
+            let parsed = Command::parse(spec.name, valid_arguments(spec.name)).unwrap();
+            assert_eq!(
+                std::mem::discriminant(&parsed),
+                std::mem::discriminant(command)
             );
         }
-        assert_eq!(COMMANDS.len(), all.len());
+    }
+
+    #[test]
+    fn local_commands_never_reach_the_manager() {
+        for spec in COMMANDS {
+            let command = Command::parse(spec.name, valid_arguments(spec.name)).unwrap();
+            let local = matches!(command, Command::Local(_));
+            assert_eq!(
+                local,
+                ["query-commands", "subscribe", "unsubscribe"].contains(&spec.name),
+                "{}",
+                spec.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_dropped_reply_is_seen_at_once() {
+        let (reply, answer) = ReplyTo::channel();
+        drop(reply);
+        assert!(answer.recv().is_err());
+        let (reply, answer) = ReplyTo::channel();
+        reply.send(Ok(Map::new()));
+        assert_eq!(answer.recv().unwrap(), Ok(Map::new()));
     }
 
     #[test]
@@ -548,21 +712,25 @@ mod tests {
     fn unknown_argument_keys_are_invalid_argument() {
         let err = Command::parse("ping", args(json!({"x": 1}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
-        assert!(err.desc.contains("\"x\""));
+        assert_eq!(err.desc, "unknown argument \"x\": ping takes no arguments");
         let err = Command::parse("sync", args(json!({"vmi": {}, "force": true}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
         assert!(err.desc.contains("force"), "{}", err.desc);
         let err = Command::parse("sync", Map::new()).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert_eq!(err.desc, "arguments: missing field `vmi`");
         let err = Command::parse("sync", args(json!({"vmi": "x"}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
+        let err =
+            Command::parse("migrate", args(json!({"target": {"libvirt_uri": ""}}))).unwrap_err();
+        assert!(err.desc.contains("libvirt_uri"), "{}", err.desc);
     }
 
     #[test]
     fn guest_command_arguments() {
         assert_eq!(
             Command::parse("guest-ping", Map::new()).unwrap(),
-            Command::GuestPing { timeout_seconds: 5 }
+            GuestCommand::Ping { timeout_seconds: 5 }.into()
         );
         let exec = Command::parse(
             "guest-exec",
@@ -571,11 +739,12 @@ mod tests {
         .unwrap();
         assert_eq!(
             exec,
-            Command::GuestExec(GuestExecArgs {
+            GuestCommand::Exec(GuestExecArgs {
                 command: "cat".into(),
                 args: vec!["/x".into()],
                 timeout_seconds: 30
             })
+            .into()
         );
         for bad in [
             ("guest-exec", json!({"command": ""})),
@@ -589,9 +758,10 @@ mod tests {
         }
         assert_eq!(
             Command::parse("freeze", Map::new()).unwrap(),
-            Command::Freeze {
+            GuestCommand::Freeze {
                 unfreeze_timeout_seconds: 0
             }
+            .into()
         );
     }
 
@@ -599,9 +769,10 @@ mod tests {
     fn subscribe_filters_are_checked() {
         assert_eq!(
             Command::parse("subscribe", args(json!({"events": ["DOMAIN_LIFECYCLE"]}))).unwrap(),
-            Command::Subscribe {
+            LocalCommand::Subscribe {
                 events: Some(vec![EventKind::DomainLifecycle])
             }
+            .into()
         );
         assert_eq!(
             Command::parse(
@@ -609,9 +780,14 @@ mod tests {
                 args(json!({"events": ["AGENT_CONNECTED", "AGENT_CONNECTED"]}))
             )
             .unwrap(),
-            Command::Subscribe {
+            LocalCommand::Subscribe {
                 events: Some(vec![EventKind::AgentConnected])
             }
+            .into()
+        );
+        assert_eq!(
+            Command::parse("subscribe", args(json!({"events": null}))).unwrap(),
+            LocalCommand::Subscribe { events: None }.into()
         );
         let err = Command::parse("subscribe", args(json!({"events": []}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, select, unbounded};
 
 use crate::cli::{self, Action};
+use crate::command::ReplyTo;
 use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
 use crate::events::EventHub;
@@ -353,12 +354,9 @@ fn serve(
 
     let mut standalone = None;
     if let Some(vmi) = config.standalone_vmi.clone() {
-        let (reply_tx, reply_rx) = bounded(1);
-        let _ = control_tx.send(Control::SyncStandalone {
-            vmi,
-            reply: reply_tx,
-        });
-        standalone = Some(reply_rx);
+        let (reply, answer) = ReplyTo::channel();
+        let _ = control_tx.send(Control::SyncStandalone { vmi, reply });
+        standalone = Some(answer);
     }
 
     let never = crossbeam_channel::never();

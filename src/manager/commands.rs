@@ -1,16 +1,16 @@
-//! Client commands other than `sync`: immediate queries answered from the
-//! manager's own view, and domain operations run as jobs.
+//! The domain commands: immediate queries answered from the manager's own
+//! view, and domain operations run as jobs.
 
-use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
 
-use super::jobs::{JobKind, JobOutput, Observation};
+use super::jobs::{JobOutput, Observation, Operation};
+use super::reply::{Described, JobValue, Operated, OperationDetail, object};
 use super::{COMMAND_TIMEOUT, DomainManager, Phase, StopIntent};
-use crate::command::Command;
+use crate::command::{DomainCommand, ReplyTo};
 use crate::hypervisor::{
     DomainState, DomainStatus, Hypervisor, HypervisorError, HypervisorErrorKind, RebootMode,
 };
-use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::protocol::{CommandError, ErrorClass};
 
 /// The wire error for a failed hypervisor call.
 pub fn hypervisor_error(e: &HypervisorError) -> CommandError {
@@ -42,15 +42,46 @@ pub fn hypervisor_error(e: &HypervisorError) -> CommandError {
     CommandError::new(class, format!("{desc}: {}", e.message)).with_cause(e.to_string())
 }
 
-pub fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
+/// The libvirt operations on the domain that client commands ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DomainOperation {
+    Pause,
+    Unpause,
+    Shutdown,
+    Reboot,
+    Reset,
+    Kill,
+    Delete,
+    QueryDomain,
+    QueryStats,
 }
 
-pub fn status_object(status: DomainStatus) -> Map<String, Value> {
-    object(json!({ "state": status.state.as_str(), "reason": status.reason.as_str() }))
+impl DomainOperation {
+    fn operation(self) -> Operation {
+        match self {
+            DomainOperation::Pause => Operation::Pause,
+            DomainOperation::Unpause => Operation::Unpause,
+            DomainOperation::Shutdown => Operation::Shutdown,
+            DomainOperation::Reboot => Operation::Reboot,
+            DomainOperation::Reset => Operation::Reset,
+            DomainOperation::Kill => Operation::Kill,
+            DomainOperation::Delete => Operation::Delete,
+            DomainOperation::QueryDomain => Operation::QueryDomain,
+            DomainOperation::QueryStats => Operation::QueryStats,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        self.operation().name()
+    }
+
+    /// Reads libvirt and changes nothing.
+    fn is_read_only(self) -> bool {
+        matches!(
+            self,
+            DomainOperation::QueryDomain | DomainOperation::QueryStats
+        )
+    }
 }
 
 /// Which states a command needs the domain in.
@@ -110,46 +141,52 @@ fn op_then_status(
     name: &str,
     command: &str,
     needs: Needs,
-    op: impl FnOnce(&dyn Hypervisor) -> Result<Map<String, Value>, HypervisorError>,
+    op: impl FnOnce(&dyn Hypervisor) -> Result<OperationDetail, HypervisorError>,
 ) -> JobOutput {
     if let Err(e) = precondition(hv, name, command, needs) {
         return JobOutput::reply(Err(e));
     }
-    let extra = match op(hv) {
-        Ok(extra) => extra,
+    let detail = match op(hv) {
+        Ok(detail) => detail,
         Err(e) => return JobOutput::reply(Err(hypervisor_error(&e))),
     };
     match hv.domain_status(name) {
-        Ok(status) => {
-            let mut reply = status
-                .map(status_object)
-                .unwrap_or_else(|| status_object(DomainStatus::NON_EXISTENT));
-            reply.extend(extra);
-            JobOutput {
-                result: Ok(reply),
-                observed: Observation::Status(status),
-            }
-        }
+        Ok(status) => JobOutput {
+            result: Ok(JobValue::Operated(Operated {
+                after: Some(status),
+                detail,
+            })),
+            observed: Observation::Status(status),
+        },
         // The operation itself worked; say so even if the read failed.
-        Err(_) => JobOutput::reply(Ok(extra)),
+        Err(_) => JobOutput::reply(Ok(JobValue::Operated(Operated {
+            after: None,
+            detail,
+        }))),
     }
 }
 
 impl DomainManager {
-    pub(super) fn run_command(&mut self, command: Command, reply: Sender<CommandResult>) {
-        let result = match command {
-            Command::Ping => Ok(Map::new()),
-            Command::QueryVersion => Ok(self.query_version()),
-            Command::QueryStatus => Ok(self.query_status()),
-            other => match self.check_allowed(&other) {
-                Ok(()) => {
-                    self.start_domain_job(other, reply);
-                    return;
-                }
-                Err(e) => Err(e),
-            },
+    pub(super) fn run_domain_command(&mut self, command: DomainCommand, reply: ReplyTo) {
+        let operation = match command {
+            DomainCommand::Ping => return reply.send(Ok(Map::new())),
+            DomainCommand::QueryVersion => return reply.send(Ok(self.query_version())),
+            DomainCommand::QueryStatus => return reply.send(Ok(self.query_status())),
+            DomainCommand::Sync { vmi } => return self.start_sync(vmi, reply),
+            DomainCommand::Pause => DomainOperation::Pause,
+            DomainCommand::Unpause => DomainOperation::Unpause,
+            DomainCommand::Shutdown => DomainOperation::Shutdown,
+            DomainCommand::Reboot => DomainOperation::Reboot,
+            DomainCommand::Reset => DomainOperation::Reset,
+            DomainCommand::Kill => DomainOperation::Kill,
+            DomainCommand::Delete => DomainOperation::Delete,
+            DomainCommand::QueryDomain => DomainOperation::QueryDomain,
+            DomainCommand::QueryStats => DomainOperation::QueryStats,
         };
-        let _ = reply.send(result);
+        match self.check_allowed(operation) {
+            Ok(()) => self.start_domain_job(operation, reply),
+            Err(e) => reply.send(Err(e)),
+        }
     }
 
     fn query_version(&self) -> Map<String, Value> {
@@ -192,7 +229,7 @@ impl DomainManager {
                 "connected": !self.reconnecting && self.hypervisor.is_connected(),
                 "spawned": self.daemons.as_ref().map(|d| d.status()),
             },
-            "job": self.jobs.exclusive_running(),
+            "job": self.jobs.exclusive_running().map(Operation::name),
             "migration": self.migration.as_ref().map(|m| m.to_json()),
             "shutdown": grace,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
@@ -200,10 +237,11 @@ impl DomainManager {
     }
 
     /// Refuses commands that make no sense now, before any side effect.
-    fn check_allowed(&self, command: &Command) -> Result<(), CommandError> {
-        let name = command.name();
-        let read_only = matches!(command, Command::QueryDomain | Command::QueryStats);
-        if !read_only && !matches!(command, Command::Kill) && self.migration_running_as_source() {
+    fn check_allowed(&self, operation: DomainOperation) -> Result<(), CommandError> {
+        let name = operation.name();
+        let read_only = operation.is_read_only();
+        let kill = operation == DomainOperation::Kill;
+        if !read_only && !kill && self.migration_running_as_source() {
             return Err(CommandError::invalid_state(format!(
                 "{name}: a migration is running; wait for it or migrate-cancel it (kill still works)"
             )));
@@ -214,15 +252,18 @@ impl DomainManager {
                     "{name}: the launcher is exiting"
                 )));
             }
-            let allowed_while_stopping =
-                matches!(command, Command::Kill | Command::Shutdown | Command::Delete);
+            let allowed_while_stopping = matches!(
+                operation,
+                DomainOperation::Kill | DomainOperation::Shutdown | DomainOperation::Delete
+            );
             if self.phase == Phase::ShuttingDown && !allowed_while_stopping {
                 return Err(CommandError::invalid_state(format!(
                     "{name}: the launcher is stopping the domain after a signal; only shutdown, kill and delete are accepted"
                 )));
             }
-            let exclusive = !matches!(command, Command::Kill);
-            if exclusive {
+            // kill is never refused as busy: it is how a stuck operation
+            // is ended.
+            if !kill {
                 self.jobs.ensure_idle(name)?;
             }
         }
@@ -242,69 +283,58 @@ impl DomainManager {
         Ok(())
     }
 
-    fn start_domain_job(&mut self, command: Command, reply: Sender<CommandResult>) {
+    fn start_domain_job(&mut self, operation: DomainOperation, reply: ReplyTo) {
         let name = self.config.domain_name.clone();
-        let kind = JobKind::Command {
-            name: command.name(),
-            exclusive: !matches!(
-                command,
-                Command::Kill | Command::QueryDomain | Command::QueryStats
-            ),
-        };
         let agent_connected = self.domain.agent_connected;
-        match command {
-            Command::Shutdown => {
+        match operation {
+            DomainOperation::Shutdown => {
                 self.stop_intent.get_or_insert(StopIntent::Shutdown);
             }
-            Command::Kill => self.stop_intent = Some(StopIntent::Kill),
+            DomainOperation::Kill => self.stop_intent = Some(StopIntent::Kill),
             _ => {}
         }
+        let command = operation.name();
         let work = move |hv: &dyn Hypervisor| -> JobOutput {
-            match command {
-                Command::Pause => op_then_status(hv, &name, "pause", Needs::Running, |hv| {
-                    hv.suspend(&name).map(|()| Map::new())
+            let run = |needs, op: &dyn Fn(&dyn Hypervisor) -> Result<OperationDetail, HypervisorError>| {
+                op_then_status(hv, &name, command, needs, op)
+            };
+            match operation {
+                DomainOperation::Pause => run(Needs::Running, &|hv| {
+                    hv.suspend(&name).map(|()| OperationDetail::None)
                 }),
-                Command::Unpause => op_then_status(hv, &name, "unpause", Needs::Paused, |hv| {
-                    hv.resume(&name).map(|()| Map::new())
+                DomainOperation::Unpause => run(Needs::Paused, &|hv| {
+                    hv.resume(&name).map(|()| OperationDetail::None)
                 }),
-                Command::Shutdown => op_then_status(hv, &name, "shutdown", Needs::Active, |hv| {
+                DomainOperation::Shutdown => run(Needs::Active, &|hv| {
                     hv.shutdown_acpi(&name)
-                        .map(|()| object(json!({ "acpi_power_button": true })))
+                        .map(|()| OperationDetail::AcpiPowerButton)
                 }),
-                Command::Reboot => {
+                DomainOperation::Reboot => {
                     let mode = if agent_connected {
                         RebootMode::GuestAgent
                     } else {
                         RebootMode::Acpi
                     };
-                    op_then_status(hv, &name, "reboot", Needs::Active, |hv| {
-                        let label = match mode {
-                            RebootMode::GuestAgent => "guest-agent",
-                            RebootMode::Acpi => "acpi",
-                        };
+                    run(Needs::Active, &|hv| {
                         hv.reboot(&name, mode)
-                            .map(|()| object(json!({ "mode": label })))
+                            .map(|()| OperationDetail::Rebooted(mode))
                     })
                 }
-                Command::Reset => op_then_status(hv, &name, "reset", Needs::Active, |hv| {
-                    hv.reset(&name).map(|()| Map::new())
+                DomainOperation::Reset => run(Needs::Active, &|hv| {
+                    hv.reset(&name).map(|()| OperationDetail::None)
                 }),
-                Command::Kill => op_then_status(hv, &name, "kill", Needs::Active, |hv| {
-                    hv.destroy(&name, false).map(|()| Map::new())
+                DomainOperation::Kill => run(Needs::Active, &|hv| {
+                    hv.destroy(&name, false).map(|()| OperationDetail::None)
                 }),
-                Command::Delete => op_then_status(hv, &name, "delete", Needs::Exists, |hv| {
-                    hv.undefine(&name)
-                        .map(|()| object(json!({ "undefined": true })))
+                DomainOperation::Delete => run(Needs::Exists, &|hv| {
+                    hv.undefine(&name).map(|()| OperationDetail::Undefined)
                 }),
-                Command::QueryDomain => query_domain(hv, &name),
-                Command::QueryStats => query_stats(hv, &name),
-                other => JobOutput::reply(Err(CommandError::internal(format!(
-                    "{} is not a domain job",
-                    other.name()
-                )))),
+                DomainOperation::QueryDomain => query_domain(hv, &name),
+                DomainOperation::QueryStats => query_stats(hv, &name),
             }
         };
-        self.jobs.spawn(kind, Some(reply), COMMAND_TIMEOUT, work);
+        self.jobs
+            .spawn(operation.operation(), Some(reply), COMMAND_TIMEOUT, work);
     }
 }
 
@@ -317,34 +347,32 @@ fn query_domain(hv: &dyn Hypervisor, name: &str) -> JobOutput {
         Ok(s) => s,
         Err(e) => return JobOutput::reply(Err(hypervisor_error(&e))),
     };
-    let spec = match crate::domxml::Domain::from_xml(&xml) {
-        Ok(domain) => serde_json::to_value(&domain).unwrap_or(Value::Null),
+    let domain = match crate::domxml::Domain::from_xml(&xml) {
+        Ok(domain) => Box::new(domain),
         Err(e) => {
             return JobOutput::reply(Err(CommandError::internal(format!(
                 "cannot parse the domain XML libvirt returned: {e}"
             ))));
         }
     };
-    let shown = status.unwrap_or(DomainStatus::NON_EXISTENT);
     JobOutput {
-        result: Ok(object(json!({
-            "name": name,
-            "uuid": uuid,
-            "state": shown.state.as_str(),
-            "reason": shown.reason.as_str(),
-            "spec": spec,
-            "xml": xml,
-        }))),
+        result: Ok(JobValue::Described(Described {
+            name: name.to_string(),
+            uuid,
+            status: status.unwrap_or(DomainStatus::NON_EXISTENT),
+            domain,
+            xml,
+        })),
         observed: Observation::Status(status),
     }
 }
 
 fn query_stats(hv: &dyn Hypervisor, name: &str) -> JobOutput {
     match hv.stats(name) {
-        Ok(stats) => {
-            let stats: Map<String, Value> = stats.into_iter().collect();
-            JobOutput::reply(Ok(object(json!({ "domain": name, "stats": stats }))))
-        }
+        Ok(stats) => JobOutput::reply(Ok(JobValue::Stats {
+            domain: name.to_string(),
+            stats,
+        })),
         Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
     }
 }

@@ -5,19 +5,19 @@
 
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::commands::{hypervisor_error, object};
-use super::jobs::{JobKind, JobOutput, Observation};
+use super::commands::hypervisor_error;
+use super::jobs::{JobOutput, JobResult, Observation, Operation};
+use super::reply::{Executed, Frozen, JobValue, object};
 use super::timers::Timer;
 use super::{COMMAND_TIMEOUT, DomainManager, Phase};
 use crate::agent::poller::AGENT_TIMEOUT;
 use crate::agent::{AgentData, AgentUpdate, PollerControl, model};
-use crate::command::{Command, GuestExecArgs};
+use crate::command::{GuestCommand, GuestExecArgs, ReplyTo};
 use crate::events::EventKind;
 use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, HypervisorErrorKind};
-use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::protocol::{CommandError, ErrorClass};
 
 /// What became of a request to set the guest's clock.
 pub(super) enum TimeSync {
@@ -95,74 +95,47 @@ fn agent_call(
 }
 
 impl DomainManager {
-    /// Guest-agent commands. Returns the command back when it is not one.
-    pub(super) fn run_guest_command(
-        &mut self,
-        command: Command,
-        reply: Sender<CommandResult>,
-    ) -> Option<(Command, Sender<CommandResult>)> {
-        let answer = |result: CommandResult| {
-            let _ = reply.send(result);
-        };
-        let is_guest = matches!(
-            command,
-            Command::GuestPing { .. }
-                | Command::QueryGuestInfo
-                | Command::QueryUsers
-                | Command::QueryFilesystems
-                | Command::QueryInterfaces
-                | Command::QueryOsInfo
-                | Command::GuestExec(_)
-                | Command::Freeze { .. }
-                | Command::Unfreeze
-        );
-        if !is_guest {
-            return Some((command, reply));
-        }
+    /// Guest-agent commands: refused at once while no agent is connected;
+    /// queries answered from the cache, the rest run as jobs.
+    pub(super) fn run_guest_command(&mut self, command: GuestCommand, reply: ReplyTo) {
         if !self.domain.agent_connected {
-            answer(Err(CommandError::new(
+            return reply.send(Err(CommandError::new(
                 ErrorClass::Unavailable,
                 format!(
                     "{}: the guest agent is not connected (no AGENT_CONNECTED since the domain started, or it disconnected)",
                     command.name()
                 ),
             )));
-            return None;
         }
         let cache = &self.agent;
         match command {
-            Command::QueryGuestInfo => answer(Ok(object(cache.guest_info()))),
-            Command::QueryUsers => answer(Ok(object(json!({ "users": cache.users })))),
-            Command::QueryFilesystems => {
-                answer(Ok(object(json!({ "filesystems": cache.filesystems }))))
+            GuestCommand::QueryGuestInfo => reply.send(Ok(object(cache.guest_info()))),
+            GuestCommand::QueryUsers => reply.send(Ok(object(json!({ "users": cache.users })))),
+            GuestCommand::QueryFilesystems => {
+                reply.send(Ok(object(json!({ "filesystems": cache.filesystems }))))
             }
-            Command::QueryInterfaces => {
-                answer(Ok(object(json!({ "interfaces": cache.system.interfaces }))))
+            GuestCommand::QueryInterfaces => {
+                reply.send(Ok(object(json!({ "interfaces": cache.system.interfaces }))))
             }
-            Command::QueryOsInfo => answer(Ok(object(json!({
+            GuestCommand::QueryOsInfo => reply.send(Ok(object(json!({
                 "os": cache.system.os,
                 "hostname": cache.system.hostname,
                 "timezone": cache.timezone_text(),
             })))),
-            Command::GuestPing { timeout_seconds } => self.start_guest_ping(timeout_seconds, reply),
-            Command::GuestExec(args) => self.start_guest_exec(args, reply),
-            Command::Freeze {
+            GuestCommand::Ping { timeout_seconds } => self.start_guest_ping(timeout_seconds, reply),
+            GuestCommand::Exec(args) => self.start_guest_exec(args, reply),
+            GuestCommand::Freeze {
                 unfreeze_timeout_seconds,
             } => self.start_freeze(unfreeze_timeout_seconds, reply),
-            Command::Unfreeze => self.start_unfreeze(Some(reply)),
-            _ => {}
+            GuestCommand::Unfreeze => self.start_unfreeze(Some(reply)),
         }
-        None
     }
 
-    fn start_guest_ping(&mut self, timeout_seconds: u64, reply: Sender<CommandResult>) {
+    fn start_guest_ping(&mut self, timeout_seconds: u64, reply: ReplyTo) {
         let name = self.config.domain_name.clone();
         let timeout = Duration::from_secs(timeout_seconds);
         self.jobs.spawn(
-            JobKind::Command {
-                name: "guest-ping",
-                exclusive: false,
-            },
+            Operation::GuestPing,
             Some(reply),
             timeout + Duration::from_secs(5),
             move |hv| {
@@ -174,52 +147,42 @@ impl DomainManager {
                         &json!({"execute": "guest-ping"}),
                         timeout,
                     )
-                    .map(|_| Map::new()),
+                    .map(|_| JobValue::Empty),
                 )
             },
         );
     }
 
-    fn start_guest_exec(&mut self, args: GuestExecArgs, reply: Sender<CommandResult>) {
+    fn start_guest_exec(&mut self, args: GuestExecArgs, reply: ReplyTo) {
         let name = self.config.domain_name.clone();
         let timeout = Duration::from_secs(args.timeout_seconds);
         self.jobs.spawn(
-            JobKind::Command {
-                name: "guest-exec",
-                exclusive: false,
-            },
+            Operation::GuestExec,
             Some(reply),
             timeout + AGENT_TIMEOUT * 2,
-            move |hv| JobOutput::reply(exec_in_guest(hv, &name, &args, timeout)),
+            move |hv| {
+                JobOutput::reply(exec_in_guest(hv, &name, &args, timeout).map(JobValue::Executed))
+            },
         );
     }
 
-    fn start_freeze(&mut self, unfreeze_timeout_seconds: u64, reply: Sender<CommandResult>) {
+    fn start_freeze(&mut self, unfreeze_timeout_seconds: u64, reply: ReplyTo) {
         if matches!(self.phase, Phase::ShuttingDown | Phase::Exiting) {
-            let _ = reply.send(Err(CommandError::invalid_state(
+            return reply.send(Err(CommandError::invalid_state(
                 "freeze: the domain is being stopped; a frozen guest could not shut down cleanly",
             )));
-            return;
         }
         if self.migration_running_as_source() {
-            let _ = reply.send(Err(CommandError::invalid_state(
+            return reply.send(Err(CommandError::invalid_state(
                 "freeze: a migration is running",
             )));
-            return;
         }
         if let Err(busy) = self.jobs.ensure_idle("freeze") {
-            let _ = reply.send(Err(busy));
-            return;
+            return reply.send(Err(busy));
         }
         let name = self.config.domain_name.clone();
-        self.jobs.spawn(
-            JobKind::Command {
-                name: "freeze",
-                exclusive: true,
-            },
-            Some(reply),
-            COMMAND_TIMEOUT,
-            move |hv| {
+        self.jobs
+            .spawn(Operation::Freeze, Some(reply), COMMAND_TIMEOUT, move |hv| {
                 let status = |hv: &dyn Hypervisor| {
                     agent_call(
                         hv,
@@ -250,30 +213,29 @@ impl DomainManager {
                     }
                 };
                 JobOutput {
-                    result: Ok(object(json!({
-                        "frozen_filesystems": frozen,
-                        "already_frozen": already,
-                        "unfreeze_timeout_seconds": unfreeze_timeout_seconds,
-                    }))),
+                    result: Ok(JobValue::Frozen(Frozen {
+                        frozen_filesystems: frozen,
+                        already_frozen: already,
+                        unfreeze_timeout_seconds,
+                    })),
                     observed: Observation::FsFreeze("frozen".into()),
                 }
-            },
-        );
+            });
     }
 
     /// Thaws, for `unfreeze` (with a reply) or the safety timer (without).
-    pub(super) fn start_unfreeze(&mut self, reply: Option<Sender<CommandResult>>) {
+    pub(super) fn start_unfreeze(&mut self, reply: Option<ReplyTo>) {
         self.timers.cancel(Timer::AutoThaw);
-        let kind = match reply {
-            Some(_) => JobKind::Command {
-                name: "unfreeze",
-                exclusive: false,
-            },
-            None => JobKind::Internal { name: "auto-thaw" },
+        let operation = match reply {
+            Some(_) => Operation::Unfreeze,
+            None => Operation::AutoThaw,
         };
         let name = self.config.domain_name.clone();
-        self.jobs.spawn(kind, reply, COMMAND_TIMEOUT, move |hv| {
-            match agent_call(
+        self.jobs.spawn(
+            operation,
+            reply,
+            COMMAND_TIMEOUT,
+            move |hv| match agent_call(
                 hv,
                 &name,
                 "unfreeze",
@@ -281,21 +243,21 @@ impl DomainManager {
                 COMMAND_TIMEOUT,
             ) {
                 Ok(count) => JobOutput {
-                    result: Ok(object(
-                        json!({ "thawed_filesystems": count.as_u64().unwrap_or(0) }),
-                    )),
+                    result: Ok(JobValue::Thawed {
+                        thawed_filesystems: count.as_u64().unwrap_or(0),
+                    }),
                     observed: Observation::FsFreeze("thawed".into()),
                 },
                 Err(e) => JobOutput::reply(Err(e)),
-            }
-        });
+            },
+        );
     }
 
-    pub(super) fn on_freeze_done(&mut self, output: &JobOutput) {
-        if let Ok(reply) = &output.result {
+    pub(super) fn on_freeze_done(&mut self, result: &JobResult) {
+        if let Ok(JobValue::Frozen(frozen)) = result {
             // The latest freeze decides: 0 means no automatic thaw, even
             // if an earlier freeze armed one.
-            let seconds = reply["unfreeze_timeout_seconds"].as_u64().unwrap_or(0);
+            let seconds = frozen.unfreeze_timeout_seconds;
             if seconds > 0 {
                 self.timers
                     .arm_in(Timer::AutoThaw, Duration::from_secs(seconds));
@@ -316,16 +278,12 @@ impl DomainManager {
         if !self.domain.agent_connected {
             return TimeSync::NoAgent;
         }
-        if self.jobs.is_running(JobKind::Internal {
-            name: "guest-time-sync",
-        }) {
+        if self.jobs.is_running(Operation::GuestTimeSync) {
             return TimeSync::AlreadyRunning;
         }
         let name = self.config.domain_name.clone();
         self.jobs.spawn(
-            JobKind::Internal {
-                name: "guest-time-sync",
-            },
+            Operation::GuestTimeSync,
             None,
             Duration::from_secs(u64::from(TIME_SYNC_ATTEMPTS) * 7),
             move |hv| {
@@ -334,7 +292,7 @@ impl DomainManager {
                     match hv.sync_guest_time(&name) {
                         Ok(()) => {
                             log::info!("manager: guest clock set from the host after unpause");
-                            return JobOutput::reply(Ok(Map::new()));
+                            return JobOutput::reply(Ok(JobValue::Empty));
                         }
                         Err(e)
                             if matches!(
@@ -400,7 +358,7 @@ fn exec_in_guest(
     name: &str,
     args: &GuestExecArgs,
     timeout: Duration,
-) -> CommandResult {
+) -> Result<Executed, CommandError> {
     let started = Instant::now();
     let request = json!({
         "execute": "guest-exec",
@@ -429,16 +387,16 @@ fn exec_in_guest(
                     None => Ok(String::new()),
                 }
             };
-            return Ok(object(json!({
-                "pid": pid,
-                "exit_code": status["exitcode"],
-                "signal": status["signal"],
-                "stdout": text("out-data")?,
-                "stderr": text("err-data")?,
-                "stdout_truncated": status["out-truncated"].as_bool().unwrap_or(false),
-                "stderr_truncated": status["err-truncated"].as_bool().unwrap_or(false),
-                "elapsed_seconds": started.elapsed().as_secs_f64(),
-            })));
+            return Ok(Executed {
+                pid,
+                exit_code: status["exitcode"].as_i64(),
+                signal: status["signal"].as_i64(),
+                stdout: text("out-data")?,
+                stderr: text("err-data")?,
+                stdout_truncated: status["out-truncated"].as_bool().unwrap_or(false),
+                stderr_truncated: status["err-truncated"].as_bool().unwrap_or(false),
+                elapsed_seconds: started.elapsed().as_secs_f64(),
+            });
         }
         if Instant::now() >= deadline {
             return Err(CommandError::new(

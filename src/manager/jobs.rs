@@ -10,41 +10,102 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
+use super::reply::JobValue;
+use crate::command::ReplyTo;
 use crate::disks::PreparedDisks;
 use crate::hypervisor::{DomainStatus, Hypervisor};
-use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::protocol::{CommandError, ErrorClass};
 use crate::threads::{self, FatalSender};
 
 pub type JobId = u64;
 
-/// What kind of work a job is, which decides what the manager does when it
-/// completes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum JobKind {
-    /// A client command. `exclusive` ones (they change the domain) run one
-    /// at a time.
-    Command { name: &'static str, exclusive: bool },
-    /// Re-reads the domain's state (after a reconnect).
+/// What a job does, which decides what the manager does when it completes
+/// and whether it runs alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    // Client commands that run on a worker; named as the commands are.
+    Sync,
+    Pause,
+    Unpause,
+    Shutdown,
+    Reboot,
+    Reset,
+    Kill,
+    Delete,
+    QueryDomain,
+    QueryStats,
+    GuestPing,
+    GuestExec,
+    Freeze,
+    Unfreeze,
+    PrepareMigrationTarget,
+    // Work the launcher does by itself, with no client waiting.
+    /// Re-reads the domain's state (at start and after a reconnect).
     StatusRefresh,
     /// Opens a new libvirt connection.
     Reconnect,
-    /// Work the launcher does by itself, with no client waiting: the
-    /// graceful stop's ACPI requests and destroy, the guest clock sync, the
-    /// safety thaw.
-    Internal { name: &'static str },
+    /// Removes a stopped domain's definition before exiting.
+    UndefineOnExit,
+    /// The graceful stop's ACPI power button.
+    AcpiShutdown,
+    /// The graceful stop's forced stop once the grace period is over.
+    ForceOff,
+    /// Sets the guest clock after unpause or a migration.
+    GuestTimeSync,
+    /// The freeze's safety thaw.
+    AutoThaw,
+    /// Destroys a domain still arriving by migration.
+    DestroyIncoming,
 }
 
-impl JobKind {
+impl Operation {
     pub fn name(self) -> &'static str {
         match self {
-            JobKind::Command { name, .. } | JobKind::Internal { name } => name,
-            JobKind::StatusRefresh => "status-refresh",
-            JobKind::Reconnect => "reconnect",
+            Operation::Sync => "sync",
+            Operation::Pause => "pause",
+            Operation::Unpause => "unpause",
+            Operation::Shutdown => "shutdown",
+            Operation::Reboot => "reboot",
+            Operation::Reset => "reset",
+            Operation::Kill => "kill",
+            Operation::Delete => "delete",
+            Operation::QueryDomain => "query-domain",
+            Operation::QueryStats => "query-stats",
+            Operation::GuestPing => "guest-ping",
+            Operation::GuestExec => "guest-exec",
+            Operation::Freeze => "freeze",
+            Operation::Unfreeze => "unfreeze",
+            Operation::PrepareMigrationTarget => "prepare-migration-target",
+            Operation::StatusRefresh => "status-refresh",
+            Operation::Reconnect => "reconnect",
+            Operation::UndefineOnExit => "undefine-on-exit",
+            Operation::AcpiShutdown => "acpi-shutdown",
+            Operation::ForceOff => "destroy",
+            Operation::GuestTimeSync => "guest-time-sync",
+            Operation::AutoThaw => "auto-thaw",
+            Operation::DestroyIncoming => "destroy-incoming",
         }
+    }
+
+    /// Exclusive operations change the domain: one at a time, and a client
+    /// command that would overlap one gets `Busy`.
+    pub fn is_exclusive(self) -> bool {
+        matches!(
+            self,
+            Operation::Sync
+                | Operation::Pause
+                | Operation::Unpause
+                | Operation::Shutdown
+                | Operation::Reboot
+                | Operation::Reset
+                | Operation::Delete
+                | Operation::Freeze
+                | Operation::PrepareMigrationTarget
+        )
     }
 }
 
-/// What a job learned about the domain, besides its reply.
+/// What a job learned about the domain, besides its result.
 #[derive(Debug, PartialEq)]
 pub enum Observation {
     Nothing,
@@ -56,13 +117,15 @@ pub enum Observation {
     PreparedDisks(PreparedDisks),
 }
 
+pub type JobResult = Result<JobValue, CommandError>;
+
 pub struct JobOutput {
-    pub result: CommandResult,
+    pub result: JobResult,
     pub observed: Observation,
 }
 
 impl JobOutput {
-    pub fn reply(result: CommandResult) -> JobOutput {
+    pub fn reply(result: JobResult) -> JobOutput {
         JobOutput {
             result,
             observed: Observation::Nothing,
@@ -77,17 +140,17 @@ pub struct JobDone {
 
 /// A job that completed, with what the manager needs to finish it.
 pub struct Finished {
-    pub kind: JobKind,
+    pub operation: Operation,
     pub output: JobOutput,
     /// The client still waiting for the reply, unless it already got
     /// `Timeout`.
-    pub reply: Option<Sender<CommandResult>>,
+    pub reply: Option<ReplyTo>,
     pub elapsed: Duration,
 }
 
 struct Pending {
-    kind: JobKind,
-    reply: Option<Sender<CommandResult>>,
+    operation: Operation,
+    reply: Option<ReplyTo>,
     started: Instant,
     deadline: Instant,
 }
@@ -120,14 +183,11 @@ impl JobRunner {
     }
 
     /// The running exclusive job, if any.
-    pub fn exclusive_running(&self) -> Option<&'static str> {
-        self.pending.values().find_map(|p| match p.kind {
-            JobKind::Command {
-                name,
-                exclusive: true,
-            } => Some(name),
-            _ => None,
-        })
+    pub fn exclusive_running(&self) -> Option<Operation> {
+        self.pending
+            .values()
+            .map(|p| p.operation)
+            .find(|op| op.is_exclusive())
     }
 
     /// Busy when an exclusive job (one that changes the domain) runs:
@@ -137,21 +197,24 @@ impl JobRunner {
             None => Ok(()),
             Some(running) => Err(CommandError::new(
                 ErrorClass::Busy,
-                format!("{command}: {running} is still in progress; retry when it completes"),
+                format!(
+                    "{command}: {} is still in progress; retry when it completes",
+                    running.name()
+                ),
             )),
         }
     }
 
-    pub fn is_running(&self, kind: JobKind) -> bool {
-        self.pending.values().any(|p| p.kind == kind)
+    pub fn is_running(&self, operation: Operation) -> bool {
+        self.pending.values().any(|p| p.operation == operation)
     }
 
     /// Starts `work` on a worker thread. On failure to start, the client is
     /// answered at once.
     pub fn spawn<F>(
         &mut self,
-        kind: JobKind,
-        reply: Option<Sender<CommandResult>>,
+        operation: Operation,
+        reply: Option<ReplyTo>,
         timeout: Duration,
         work: F,
     ) where
@@ -161,7 +224,7 @@ impl JobRunner {
         self.next_id += 1;
         let hypervisor = self.hypervisor.clone();
         let done_tx = self.done_tx.clone();
-        let name = format!("job-{}", kind.name());
+        let name = format!("job-{}", operation.name());
         let spawned = threads::spawn_named(&name, &self.fatal, move || {
             let output = work(hypervisor.as_ref());
             let _ = done_tx.send(JobDone { id, output });
@@ -172,7 +235,7 @@ impl JobRunner {
                 self.pending.insert(
                     id,
                     Pending {
-                        kind,
+                        operation,
                         reply,
                         started: now,
                         deadline: now + timeout,
@@ -180,9 +243,12 @@ impl JobRunner {
                 );
             }
             Err(e) => {
-                log::error!("manager: cannot start a worker for {}: {e}", kind.name());
+                log::error!(
+                    "manager: cannot start a worker for {}: {e}",
+                    operation.name()
+                );
                 if let Some(reply) = reply {
-                    let _ = reply.send(Err(CommandError::internal(format!(
+                    reply.send(Err(CommandError::internal(format!(
                         "cannot start a worker thread: {e}"
                     ))));
                 }
@@ -194,7 +260,7 @@ impl JobRunner {
     pub fn finish(&mut self, done: JobDone) -> Option<Finished> {
         let pending = self.pending.remove(&done.id)?;
         Some(Finished {
-            kind: pending.kind,
+            operation: pending.operation,
             output: done.output,
             reply: pending.reply,
             elapsed: pending.started.elapsed(),
@@ -225,18 +291,79 @@ impl JobRunner {
                 let waited = pending.started.elapsed();
                 log::warn!(
                     "manager: {} has not finished after {:.1} s; answering Timeout",
-                    pending.kind.name(),
+                    pending.operation.name(),
                     waited.as_secs_f64()
                 );
-                let _ = reply.send(Err(CommandError::new(
-                        ErrorClass::Timeout,
-                        format!(
-                            "{} did not finish within {:.0} s; it continues in the background and its outcome will show in events and query-status",
-                            pending.kind.name(),
-                            waited.as_secs_f64()
-                        ),
-                    )));
+                reply.send(Err(CommandError::new(
+                    ErrorClass::Timeout,
+                    format!(
+                        "{} did not finish within {:.0} s; it continues in the background and its outcome will show in events and query-status",
+                        pending.operation.name(),
+                        waited.as_secs_f64()
+                    ),
+                )));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::COMMANDS;
+
+    /// The operations client commands run, under their commands' names
+    /// (query-status shows them as `job`).
+    const CLIENT_OPERATIONS: [Operation; 15] = [
+        Operation::Sync,
+        Operation::Pause,
+        Operation::Unpause,
+        Operation::Shutdown,
+        Operation::Reboot,
+        Operation::Reset,
+        Operation::Kill,
+        Operation::Delete,
+        Operation::QueryDomain,
+        Operation::QueryStats,
+        Operation::GuestPing,
+        Operation::GuestExec,
+        Operation::Freeze,
+        Operation::Unfreeze,
+        Operation::PrepareMigrationTarget,
+    ];
+
+    #[test]
+    fn client_operations_are_named_as_their_commands() {
+        for op in CLIENT_OPERATIONS {
+            assert!(
+                COMMANDS.iter().any(|c| c.name == op.name()),
+                "{op:?} is named {} but no command is",
+                op.name()
+            );
+        }
+    }
+
+    #[test]
+    fn exclusive_operations_are_the_documented_ones() {
+        // docs/protocol.md §9 "One state change at a time".
+        let exclusive: Vec<&str> = CLIENT_OPERATIONS
+            .iter()
+            .filter(|op| op.is_exclusive())
+            .map(|op| op.name())
+            .collect();
+        assert_eq!(
+            exclusive,
+            [
+                "sync",
+                "pause",
+                "unpause",
+                "shutdown",
+                "reboot",
+                "reset",
+                "delete",
+                "freeze",
+                "prepare-migration-target"
+            ]
+        );
     }
 }

@@ -6,15 +6,15 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
 
-use super::commands::{hypervisor_error, object};
+use super::commands::hypervisor_error;
 use super::guest::TimeSync;
-use super::jobs::{JobKind, JobOutput, Observation};
+use super::jobs::{JobOutput, Observation, Operation};
+use super::reply::{JobValue, object};
 use super::timers::Timer;
 use super::{COMMAND_TIMEOUT, DomainManager, Phase};
-use crate::command::Command;
+use crate::command::{MigrationCommand, ReplyTo};
 use crate::disks;
 use crate::events::EventKind;
 use crate::exit::ExitCode;
@@ -49,72 +49,50 @@ impl DomainManager {
             .is_some_and(|m| m.role == Role::Source && m.is_running())
     }
 
-    /// Migration commands. Returns the command back when it is not one.
-    pub(super) fn run_migration_command(
-        &mut self,
-        command: Command,
-        reply: Sender<CommandResult>,
-    ) -> Option<(Command, Sender<CommandResult>)> {
+    pub(super) fn run_migration_command(&mut self, command: MigrationCommand, reply: ReplyTo) {
         match command {
-            Command::PrepareMigrationTarget { vmi } => self.prepare_migration_target(vmi, reply),
-            Command::Migrate(options) => {
-                let result = self.start_migration(*options);
-                let _ = reply.send(result);
-            }
-            Command::MigrateCancel => {
-                let result = self.cancel_migration();
-                let _ = reply.send(result);
-            }
-            Command::QueryMigration => {
+            MigrationCommand::PrepareTarget { vmi } => self.prepare_migration_target(vmi, reply),
+            MigrationCommand::Migrate(options) => reply.send(self.start_migration(*options)),
+            MigrationCommand::Cancel => reply.send(self.cancel_migration()),
+            MigrationCommand::Query => {
                 let record = self.migration.as_ref().map(MigrationRecord::to_json);
-                let _ = reply.send(Ok(object(json!({ "migration": record }))));
+                reply.send(Ok(object(json!({ "migration": record }))))
             }
-            Command::FinalizeMigration => {
-                let result = self.finalize_migration();
-                let _ = reply.send(result);
-            }
-            other => return Some((other, reply)),
+            MigrationCommand::Finalize => reply.send(self.finalize_migration()),
         }
-        None
     }
 
-    fn prepare_migration_target(&mut self, vmi: Value, reply: Sender<CommandResult>) {
-        let refuse = |why: String| {
-            let _ = reply.send(Err(CommandError::invalid_state(format!(
-                "prepare-migration-target: {why}"
-            ))));
-        };
+    fn prepare_migration_target(&mut self, vmi: Value, reply: ReplyTo) {
+        let refuse =
+            |why: String| CommandError::invalid_state(format!("prepare-migration-target: {why}"));
         if self.migration.is_some() {
-            return refuse("this launcher is already part of a migration".into());
+            return reply.send(Err(refuse(
+                "this launcher is already part of a migration".into(),
+            )));
         }
         if self.phase != Phase::WaitingForDomain
             || self.domain.defined
             || self.domain.status.state.is_active()
         {
-            return refuse(format!(
+            return reply.send(Err(refuse(format!(
                 "this launcher already runs a domain (phase {}, domain {}); a target must be a fresh launcher",
                 self.phase.as_str(),
                 self.domain.status.state.as_str()
-            ));
+            ))));
         }
         let info = self.hypervisor.info();
         if info.driver == DriverKind::Test {
-            let _ = reply.send(Err(CommandError::new(
+            return reply.send(Err(CommandError::new(
                 ErrorClass::Unavailable,
                 "prepare-migration-target: libvirt's test driver cannot migrate; use a QEMU daemon",
             )));
-            return;
         }
         if let Err(busy) = self.jobs.ensure_idle("prepare-migration-target") {
-            let _ = reply.send(Err(busy));
-            return;
+            return reply.send(Err(busy));
         }
         let plan = match self.plan_sync(&vmi) {
             Ok(plan) => plan,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
+            Err(e) => return reply.send(Err(e)),
         };
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
@@ -131,17 +109,13 @@ impl DomainManager {
             )),
             paths: Some(self.launcher_paths()),
         };
-        let address = serde_json::to_value(&address).unwrap_or(Value::Null);
         self.jobs.spawn(
-            JobKind::Command {
-                name: "prepare-migration-target",
-                exclusive: true,
-            },
+            Operation::PrepareMigrationTarget,
             Some(reply),
             self.config.qemu_timeout,
             move |_hv| match disks::prepare(&plan.disk_plan) {
                 Ok(prepared) => JobOutput {
-                    result: Ok(object(json!({ "target": address }))),
+                    result: Ok(JobValue::TargetPrepared { target: address }),
                     observed: Observation::PreparedDisks(prepared),
                 },
                 Err(e) => JobOutput::reply(Err(CommandError::new(
@@ -414,15 +388,13 @@ impl DomainManager {
     pub(super) fn destroy_incoming(&mut self) {
         let name = self.config.domain_name.clone();
         self.jobs.spawn(
-            JobKind::Internal {
-                name: "destroy-incoming",
-            },
+            Operation::DestroyIncoming,
             None,
             COMMAND_TIMEOUT,
             move |hv| {
                 JobOutput::reply(
                     hv.destroy(&name, false)
-                        .map(|()| Map::new())
+                        .map(|()| JobValue::Empty)
                         .map_err(|e| hypervisor_error(&e)),
                 )
             },

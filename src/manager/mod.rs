@@ -9,6 +9,7 @@ mod commands;
 mod guest;
 mod jobs;
 mod migration;
+mod reply;
 mod shutdown;
 mod sync;
 mod timers;
@@ -21,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::agent::cache::GuestAgentCache;
 use crate::agent::{AgentData, AgentUpdate, PollerControl};
-use crate::command::{Command, ManagerRequest};
+use crate::command::{ManagerCommand, ManagerRequest, ReplyTo};
 use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
 use crate::disks::PreparedDisks;
@@ -33,25 +34,22 @@ use crate::hypervisor::{
 };
 use crate::migration::worker::CancelHandle;
 use crate::migration::{MigrationRecord, MigrationUpdate};
-use crate::protocol::CommandResult;
 use crate::threads::FatalSender;
-use jobs::{Finished, JobKind, JobOutput, JobRunner, Observation};
+use jobs::{Finished, JobOutput, JobRunner, Observation, Operation};
+use reply::JobValue;
 pub use shutdown::signal_name;
 pub use sync::HostFacts;
 use timers::{Timer, Timers};
 
 /// Messages from the main thread.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Control {
     /// The launcher is about to announce readiness; the manager leaves
     /// Initializing and acknowledges, so the first client after the rename
     /// never sees the old phase.
     Ready { ack: Sender<()> },
     /// Standalone mode: sync this VMI; the outcome goes back on `reply`.
-    SyncStandalone {
-        vmi: Value,
-        reply: Sender<CommandResult>,
-    },
+    SyncStandalone { vmi: Value, reply: ReplyTo },
 }
 
 /// The manager's decision that the launcher is done.
@@ -188,8 +186,6 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 const FINAL_EVENT_WAIT: Duration = Duration::from_secs(2);
 /// KubeVirt's default terminationGracePeriodSeconds.
 const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
-/// The clean-up job run before exiting.
-const UNDEFINE_ON_EXIT: &str = "undefine-on-exit";
 /// How long replies still due and removing the domain's definition may
 /// delay the exit.
 const EXIT_CLEANUP_WAIT: Duration = Duration::from_secs(5);
@@ -413,16 +409,14 @@ impl DomainManager {
         if stopped_and_defined && self.hypervisor.is_connected() {
             let name = self.config.domain_name.clone();
             self.jobs.spawn(
-                JobKind::Internal {
-                    name: UNDEFINE_ON_EXIT,
-                },
+                Operation::UndefineOnExit,
                 None,
                 EXIT_CLEANUP_WAIT,
                 move |hv| {
                     JobOutput::reply(match hv.undefine(&name) {
-                        Ok(()) => Ok(serde_json::Map::new()),
+                        Ok(()) => Ok(JobValue::Empty),
                         Err(e) if e.kind == crate::hypervisor::HypervisorErrorKind::NoDomain => {
-                            Ok(serde_json::Map::new())
+                            Ok(JobValue::Empty)
                         }
                         Err(e) => Err(commands::hypervisor_error(&e)),
                     })
@@ -437,9 +431,7 @@ impl DomainManager {
         // A migration's outcome (MIGRATION_COMPLETED) follows the
         // source domain's Stopped/Migrated event; wait for it too.
         let settled = !self.jobs.has_waiting_clients()
-            && !self.jobs.is_running(JobKind::Internal {
-                name: UNDEFINE_ON_EXIT,
-            })
+            && !self.jobs.is_running(Operation::UndefineOnExit)
             && !self.migration_running_as_source();
         if settled {
             self.exit_now();
@@ -634,28 +626,28 @@ impl DomainManager {
     }
 
     fn start_reconnect(&mut self) {
-        if !self.reconnecting || self.jobs.is_running(JobKind::Reconnect) {
+        if !self.reconnecting || self.jobs.is_running(Operation::Reconnect) {
             return;
         }
         self.jobs
-            .spawn(JobKind::Reconnect, None, COMMAND_TIMEOUT, |hv| JobOutput {
-                result: hv
-                    .reconnect()
-                    .map(|()| serde_json::Map::new())
-                    .map_err(|e| commands::hypervisor_error(&e)),
-                observed: Observation::Nothing,
+            .spawn(Operation::Reconnect, None, COMMAND_TIMEOUT, |hv| {
+                JobOutput::reply(
+                    hv.reconnect()
+                        .map(|()| JobValue::Empty)
+                        .map_err(|e| commands::hypervisor_error(&e)),
+                )
             });
     }
 
     fn refresh_status(&mut self) {
         let name = self.config.domain_name.clone();
         self.jobs.spawn(
-            JobKind::StatusRefresh,
+            Operation::StatusRefresh,
             None,
             COMMAND_TIMEOUT,
             move |hv| match hv.domain_status(&name) {
                 Ok(status) => JobOutput {
-                    result: Ok(serde_json::Map::new()),
+                    result: Ok(JobValue::Empty),
                     observed: Observation::Status(status),
                 },
                 Err(e) => JobOutput::reply(Err(commands::hypervisor_error(&e))),
@@ -665,18 +657,18 @@ impl DomainManager {
 
     fn handle_job_done(&mut self, finished: Finished) {
         let Finished {
-            kind,
+            operation,
             output,
             reply,
             elapsed,
         } = finished;
         log::debug!(
             "manager: job {} finished in {:.3} ms",
-            kind.name(),
+            operation.name(),
             elapsed.as_secs_f64() * 1000.0
         );
-        match kind {
-            JobKind::Reconnect => match &output.result {
+        match operation {
+            Operation::Reconnect => match &output.result {
                 Ok(_) => {
                     self.reconnecting = false;
                     log::info!("manager: reconnected to libvirt");
@@ -691,22 +683,38 @@ impl DomainManager {
                     self.timers.arm_in(Timer::Reconnect, RECONNECT_INTERVAL);
                 }
             },
-            JobKind::Internal { name } => {
+            Operation::UndefineOnExit
+            | Operation::AcpiShutdown
+            | Operation::ForceOff
+            | Operation::GuestTimeSync
+            | Operation::AutoThaw
+            | Operation::DestroyIncoming => {
                 if let Err(e) = &output.result {
-                    log::warn!("manager: {name} failed: {e}");
+                    log::warn!("manager: {} failed: {e}", operation.name());
                 }
             }
-            JobKind::Command { name: "freeze", .. } => self.on_freeze_done(&output),
-            JobKind::Command {
-                name: "unpause", ..
-            } if output.result.is_ok() => {
+            Operation::Freeze => self.on_freeze_done(&output.result),
+            Operation::Unpause if output.result.is_ok() => {
                 let _ = self.start_guest_time_sync();
             }
-            JobKind::Command { name: "sync", .. } => self.on_sync_done(&output),
-            JobKind::Command { name: "pause", .. } if output.result.is_ok() => {
+            Operation::Sync => self.on_sync_done(&output.result),
+            Operation::Pause if output.result.is_ok() => {
                 self.domain.paused_by_user = true;
             }
-            JobKind::Command { .. } | JobKind::StatusRefresh => {}
+            Operation::Pause
+            | Operation::Unpause
+            | Operation::Shutdown
+            | Operation::Reboot
+            | Operation::Reset
+            | Operation::Kill
+            | Operation::Delete
+            | Operation::QueryDomain
+            | Operation::QueryStats
+            | Operation::GuestPing
+            | Operation::GuestExec
+            | Operation::Unfreeze
+            | Operation::PrepareMigrationTarget
+            | Operation::StatusRefresh => {}
         }
         match output.observed {
             Observation::Status(status) => self.apply_observed_status(status),
@@ -715,7 +723,7 @@ impl DomainManager {
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {
-            let _ = reply.send(output.result);
+            reply.send(output.result.map(JobValue::into_reply));
         }
         if self.pending_exit.is_some() {
             self.exit_when_settled();
@@ -747,15 +755,10 @@ impl DomainManager {
 
     fn handle_request(&mut self, request: ManagerRequest) {
         let ManagerRequest { command, reply } = request;
-        let Some((command, reply)) = self.run_guest_command(command, reply) else {
-            return;
-        };
-        let Some((command, reply)) = self.run_migration_command(command, reply) else {
-            return;
-        };
         match command {
-            Command::Sync { vmi } => self.start_sync(vmi, reply),
-            other => self.run_command(other, reply),
+            ManagerCommand::Domain(command) => self.run_domain_command(command, reply),
+            ManagerCommand::Guest(command) => self.run_guest_command(command, reply),
+            ManagerCommand::Migration(command) => self.run_migration_command(command, reply),
         }
     }
 }

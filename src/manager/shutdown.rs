@@ -7,7 +7,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
-use super::jobs::{JobKind, JobOutput, Observation};
+use super::jobs::{JobOutput, Observation, Operation};
+use super::reply::JobValue;
 use super::timers::Timer;
 use super::{DomainManager, Phase, StopIntent};
 use crate::events::EventKind;
@@ -16,8 +17,6 @@ use crate::hypervisor::DomainState;
 
 /// How often the ACPI power button is pressed again.
 const ACPI_REPEAT: Duration = Duration::from_secs(5);
-/// The job that presses the power button.
-const ACPI_JOB: &str = "acpi-shutdown";
 /// How soon a failed forced stop is tried again.
 const DESTROY_RETRY: Duration = Duration::from_secs(1);
 
@@ -124,16 +123,13 @@ impl DomainManager {
     /// are thawed (a shutdown blocks on a frozen filesystem), so the stop
     /// stays graceful instead of ending as a forced one.
     fn press_power_button(&mut self) {
-        if self.jobs.is_running(JobKind::Internal { name: ACPI_JOB }) {
+        if self.jobs.is_running(Operation::AcpiShutdown) {
             return;
         }
         let name = self.config.domain_name.clone();
         let frozen = self.agent.fsfreeze_status.as_deref() == Some("frozen");
-        self.jobs.spawn(
-            JobKind::Internal { name: ACPI_JOB },
-            None,
-            ACPI_REPEAT,
-            move |hv| {
+        self.jobs
+            .spawn(Operation::AcpiShutdown, None, ACPI_REPEAT, move |hv| {
                 // Resume first: a paused guest's agent cannot thaw anything.
                 if let Ok(Some(status)) = hv.domain_status(&name)
                     && status.state == DomainState::Paused
@@ -161,12 +157,11 @@ impl DomainManager {
                 JobOutput {
                     result: hv
                         .shutdown_acpi(&name)
-                        .map(|()| serde_json::Map::new())
+                        .map(|()| JobValue::Empty)
                         .map_err(|e| super::commands::hypervisor_error(&e)),
                     observed,
                 }
-            },
-        );
+            });
     }
 
     /// The grace period is over: force the domain off, and keep trying
@@ -190,16 +185,16 @@ impl DomainManager {
                 }),
             );
         }
-        if !self.jobs.is_running(JobKind::Internal { name: "destroy" }) {
+        if !self.jobs.is_running(Operation::ForceOff) {
             let name = self.config.domain_name.clone();
             self.jobs.spawn(
-                JobKind::Internal { name: "destroy" },
+                Operation::ForceOff,
                 None,
                 Duration::from_secs(30),
                 move |hv| {
                     JobOutput::reply(
                         hv.destroy(&name, false)
-                            .map(|()| serde_json::Map::new())
+                            .map(|()| JobValue::Empty)
                             .map_err(|e| super::commands::hypervisor_error(&e)),
                     )
                 },

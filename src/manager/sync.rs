@@ -10,16 +10,17 @@ use std::fs::OpenOptions;
 use std::path::Path;
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use super::commands::{hypervisor_error, object, status_object};
-use super::jobs::{JobKind, JobOutput, Observation};
+use super::commands::hypervisor_error;
+use super::jobs::{JobOutput, JobResult, Observation, Operation};
+use super::reply::{JobValue, SyncAction, Synced};
 use super::{DomainManager, Phase};
+use crate::command::ReplyTo;
 use crate::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
 use crate::disks::{self, DiskErrorKind, DiskPlan};
 use crate::hypervisor::{DomainState, DriverKind, Hypervisor, StateReason};
-use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::protocol::{CommandError, ErrorClass};
 
 /// Facts about the host, probed once at start-up, that decide how VMIs
 /// are converted.
@@ -95,12 +96,11 @@ pub(super) struct SyncPlan {
 }
 
 impl DomainManager {
-    pub(super) fn start_sync(&mut self, vmi: Value, reply: Sender<CommandResult>) {
+    pub(super) fn start_sync(&mut self, vmi: Value, reply: ReplyTo) {
         if self.migration_running_as_source() {
-            let _ = reply.send(Err(CommandError::invalid_state(
+            return reply.send(Err(CommandError::invalid_state(
                 "sync: a migration is running; wait for it or migrate-cancel it",
             )));
-            return;
         }
         let refused = match self.phase {
             Phase::MigrationTarget => Some("sync: this launcher is waiting for a migrating domain"),
@@ -109,25 +109,17 @@ impl DomainManager {
             _ => None,
         };
         if let Some(why) = refused {
-            let _ = reply.send(Err(CommandError::invalid_state(why)));
-            return;
+            return reply.send(Err(CommandError::invalid_state(why)));
         }
         if let Err(busy) = self.jobs.ensure_idle("sync") {
-            let _ = reply.send(Err(busy));
-            return;
+            return reply.send(Err(busy));
         }
         let plan = match self.plan_sync(&vmi) {
             Ok(plan) => plan,
-            Err(e) => {
-                let _ = reply.send(Err(e));
-                return;
-            }
+            Err(e) => return reply.send(Err(e)),
         };
         self.jobs.spawn(
-            JobKind::Command {
-                name: "sync",
-                exclusive: true,
-            },
+            Operation::Sync,
             Some(reply),
             self.config.qemu_timeout,
             move |hv| run_sync(hv, plan),
@@ -209,10 +201,10 @@ impl DomainManager {
         Ok(())
     }
 
-    pub(super) fn on_sync_done(&mut self, output: &JobOutput) {
+    pub(super) fn on_sync_done(&mut self, result: &JobResult) {
         // KubeVirt treats a VMI started paused as paused by the user.
-        if let Ok(reply) = &output.result
-            && reply.get("started_paused") == Some(&Value::Bool(true))
+        if let Ok(JobValue::Synced(synced)) = result
+            && synced.started_paused
         {
             self.domain.paused_by_user = true;
         }
@@ -220,37 +212,38 @@ impl DomainManager {
 }
 
 fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
-    match sync_domain(hv, &plan) {
-        Ok(mut reply) => match hv.domain_status(&plan.domain_name) {
-            Ok(status) => {
-                if let Some(s) = status {
-                    reply.extend(status_object(s));
-                }
-                JobOutput {
-                    result: Ok(reply),
-                    observed: Observation::Status(status),
-                }
+    let action = match sync_domain(hv, &plan) {
+        Ok(action) => action,
+        Err(e) => return JobOutput::reply(Err(e)),
+    };
+    let mut synced = Synced {
+        domain: plan.domain_name.clone(),
+        action,
+        started_paused: plan.start_paused && action.started(),
+        after: None,
+    };
+    match hv.domain_status(&plan.domain_name) {
+        Ok(status) => {
+            synced.after = status;
+            JobOutput {
+                result: Ok(JobValue::Synced(synced)),
+                observed: Observation::Status(status),
             }
-            // The sync itself worked; its events will show the state.
-            Err(_) => JobOutput::reply(Ok(reply)),
-        },
-        Err(e) => JobOutput::reply(Err(e)),
+        }
+        // The sync itself worked; its events will show the state.
+        Err(_) => JobOutput::reply(Ok(JobValue::Synced(synced))),
     }
 }
 
 /// Define if missing, start if down, resume if paused by something other
 /// than the user.
-fn sync_domain(
-    hv: &dyn Hypervisor,
-    plan: &SyncPlan,
-) -> Result<serde_json::Map<String, Value>, CommandError> {
+fn sync_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<SyncAction, CommandError> {
     let name = &plan.domain_name;
     let existing = hv.domain_status(name).map_err(|e| hypervisor_error(&e))?;
-    let mut action = "none";
-    match existing {
+    let action = match existing {
         None => {
             create_domain(hv, plan)?;
-            action = "defined-and-started";
+            SyncAction::DefinedAndStarted
         }
         Some(status) if !status.state.is_active() => {
             // A stopped domain's definition may be stale (left by an
@@ -258,7 +251,7 @@ fn sync_domain(
             // VMI's rather than start an old spec.
             hv.undefine(name).map_err(|e| hypervisor_error(&e))?;
             create_domain(hv, plan)?;
-            action = "redefined-and-started";
+            SyncAction::RedefinedAndStarted
         }
         Some(status)
             if status.state == DomainState::Paused
@@ -267,16 +260,11 @@ fn sync_domain(
                 && status.reason != StateReason::Migration =>
         {
             hv.resume(name).map_err(|e| hypervisor_error(&e))?;
-            action = "resumed";
+            SyncAction::Resumed
         }
-        Some(_) => {}
-    }
-    let started_paused = plan.start_paused && action != "none" && action != "resumed";
-    Ok(object(json!({
-        "domain": name,
-        "action": action,
-        "started_paused": started_paused,
-    })))
+        Some(_) => SyncAction::None,
+    };
+    Ok(action)
 }
 
 fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandError> {

@@ -6,11 +6,11 @@ use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::{Receiver, Sender, bounded};
+use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
 
 use super::ServerShared;
-use crate::command::{COMMANDS, Command, ManagerRequest};
+use crate::command::{COMMANDS, Command, LocalCommand, ManagerCommand, ManagerRequest, ReplyTo};
 use crate::events::{Event, EventKind, SubscriberQueue};
 use crate::protocol::codec::{Frame, LineReader};
 use crate::protocol::{
@@ -43,8 +43,6 @@ struct Connection {
     id: u64,
     shared: Arc<ServerShared>,
     outbox: Outbox,
-    reply_tx: Sender<CommandResult>,
-    reply_rx: Receiver<CommandResult>,
     subscription: Option<u64>,
 }
 
@@ -63,13 +61,10 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
     if let Err(e) = stream.set_read_timeout(Some(PARTIAL_LINE_TIMEOUT)) {
         log::warn!("server: client {id}: cannot set read timeout: {e}");
     }
-    let (reply_tx, reply_rx) = bounded(1);
     let mut conn = Connection {
         id,
         outbox: Outbox(Arc::new(Mutex::new(writer))),
         shared,
-        reply_tx,
-        reply_rx,
         subscription: None,
     };
     if conn
@@ -142,8 +137,8 @@ impl Connection {
         };
         let id = request.id;
         let result = match Command::parse(&request.execute, request.arguments) {
-            Ok(command) if command.is_connection_local() => self.run_local(command),
-            Ok(command) => self.run_on_manager(command),
+            Ok(Command::Local(command)) => self.run_local(command),
+            Ok(Command::Manager(command)) => ask_manager(&self.shared.manager, command),
             Err(e) => Err(e),
         };
         match result {
@@ -152,30 +147,17 @@ impl Connection {
         }
     }
 
-    fn run_on_manager(&self, command: Command) -> CommandResult {
-        let request = ManagerRequest {
-            command,
-            reply: self.reply_tx.clone(),
-        };
-        if self.shared.manager.send(request).is_err() {
-            return Err(manager_gone());
-        }
-        // The manager answers every request exactly once (jobs have their
-        // own deadlines), so this wait is bounded by those.
-        self.reply_rx.recv().unwrap_or_else(|_| Err(manager_gone()))
-    }
-
-    fn run_local(&mut self, command: Command) -> CommandResult {
+    fn run_local(&mut self, command: LocalCommand) -> CommandResult {
         match command {
-            Command::QueryCommands => {
+            LocalCommand::QueryCommands => {
                 let list: Vec<Value> = COMMANDS
                     .iter()
                     .map(|c| json!({"name": c.name, "summary": c.summary}))
                     .collect();
                 Ok(object(json!({ "commands": list })))
             }
-            Command::Subscribe { events } => self.subscribe(events),
-            Command::Unsubscribe => {
+            LocalCommand::Subscribe { events } => self.subscribe(events),
+            LocalCommand::Unsubscribe => {
                 let was = self.subscription.take();
                 if let Some(id) = was {
                     self.shared.hub.unsubscribe(id);
@@ -184,10 +166,6 @@ impl Connection {
                     json!({ "subscribed": false, "was_subscribed": was.is_some() }),
                 ))
             }
-            other => Err(CommandError::internal(format!(
-                "{} is not a connection command",
-                other.name()
-            ))),
         }
     }
 
@@ -242,11 +220,24 @@ fn write_events(queue: SubscriberQueue, outbox: Outbox) {
     }
 }
 
-fn manager_gone() -> CommandError {
-    CommandError::new(
-        ErrorClass::Unavailable,
-        "the domain manager has stopped; the launcher is exiting",
-    )
+/// Sends `command` to the domain manager with a reply channel of its own
+/// and waits for the reply. The manager answers every request exactly once
+/// (jobs have their own deadlines), so the wait is bounded by those; should
+/// it drop the request unanswered, the client is told so at once.
+fn ask_manager(manager: &Sender<ManagerRequest>, command: ManagerCommand) -> CommandResult {
+    let name = command.name();
+    let (reply, answer) = ReplyTo::channel();
+    if manager.send(ManagerRequest { command, reply }).is_err() {
+        return Err(CommandError::new(
+            ErrorClass::Unavailable,
+            "the domain manager has stopped; the launcher is exiting",
+        ));
+    }
+    answer.recv().unwrap_or_else(|_| {
+        Err(CommandError::internal(format!(
+            "{name}: the domain manager dropped this request without answering it"
+        )))
+    })
 }
 
 fn object(value: Value) -> Map<String, Value> {
@@ -277,5 +268,41 @@ pub(super) struct ClientSlot(pub Arc<ServerShared>);
 impl Drop for ClientSlot {
     fn drop(&mut self) {
         self.0.active_clients.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::DomainCommand;
+
+    #[test]
+    fn a_request_the_manager_drops_fails_instead_of_hanging() {
+        let (manager, requests) = crossbeam_channel::unbounded::<ManagerRequest>();
+        // A manager that drops the first request and answers the second.
+        let fake = std::thread::spawn(move || {
+            drop(requests.recv().unwrap());
+            let answered = requests.recv().unwrap();
+            answered.reply.send(Ok(Map::new()));
+        });
+        let dropped = ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Pause));
+        let err = dropped.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Internal);
+        assert!(err.desc.starts_with("pause: "), "{}", err.desc);
+        // The next request on the same connection gets its own reply.
+        assert_eq!(
+            ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Ping)),
+            Ok(Map::new())
+        );
+        fake.join().unwrap();
+        drop(manager);
+    }
+
+    #[test]
+    fn a_request_after_the_manager_stopped_is_unavailable() {
+        let (manager, requests) = crossbeam_channel::unbounded::<ManagerRequest>();
+        drop(requests);
+        let err = ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Ping)).unwrap_err();
+        assert_eq!(err.class, ErrorClass::Unavailable);
     }
 }

@@ -9,6 +9,7 @@ pub mod event_loop;
 mod ffi;
 pub mod libvirt;
 pub mod state;
+pub mod wire;
 
 use std::fmt;
 use std::time::Duration;

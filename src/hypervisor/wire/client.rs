@@ -1,0 +1,641 @@
+//! A synchronous client of libvirt's RPC protocol on one unix socket.
+//!
+//! Callers on any thread send a CALL with the next serial number and wait
+//! (with a deadline) on a channel of their own. One reader thread owns the
+//! socket's read side: it routes each REPLY to the caller waiting for its
+//! serial, hands event MESSAGEs to a `Listener`, answers the daemon's
+//! keepalive PINGs and sends its own, as libvirt's client does: after
+//! `interval` without any message from the daemon a PING goes out, and
+//! after `count` unanswered ones the connection is declared dead.
+//!
+//! Anything wrong with the byte stream (a length outside the protocol, a
+//! header that does not parse, a program or version this client does not
+//! speak, a reply nobody asked for, EOF, an I/O error) closes the
+//! connection: every waiting caller gets `ConnectionLost` naming the cause
+//! and the listener hears `closed` once. A reply whose payload the caller
+//! cannot decode fails only that call.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+use std::os::unix::net::UnixStream;
+use std::panic::{self, AssertUnwindSafe};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
+
+use super::codec::{
+    self, Decoder, HEADER_BYTES, Header, LENGTH_BYTES, MessageStatus, MessageType, RemoteError,
+};
+use super::procedures::{self, KEEPALIVE, KEEPALIVE_PING, KEEPALIVE_PONG, Procedure, limits};
+
+/// Keepalive and socket settings. `Default` is libvirt's client default.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientOptions {
+    /// Silence from the daemon after which a PING is sent.
+    pub keepalive_interval: Duration,
+    /// Unanswered PINGs after which the connection is dead.
+    pub keepalive_count: u32,
+    /// How long a send may block on a daemon that does not read.
+    pub write_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> ClientOptions {
+        ClientOptions {
+            keepalive_interval: Duration::from_secs(5),
+            keepalive_count: 5,
+            write_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the connection closed, in the terms of libvirt's close callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// A read or write failed, or the daemon broke the protocol.
+    Error,
+    /// The daemon closed the socket.
+    Eof,
+    /// The daemon stopped answering keepalive probes.
+    Keepalive,
+    /// This side closed it.
+    Client,
+}
+
+impl CloseReason {
+    /// `virConnectCloseReason`.
+    pub fn libvirt_code(self) -> i32 {
+        match self {
+            CloseReason::Error => 0,
+            CloseReason::Eof => 1,
+            CloseReason::Keepalive => 2,
+            CloseReason::Client => 3,
+        }
+    }
+}
+
+/// What the reader thread hands to its owner.
+pub trait Listener: Send + 'static {
+    /// An asynchronous MESSAGE of the REMOTE program (an event). Runs on
+    /// the reader thread: copy what is needed and return at once.
+    fn event(&mut self, procedure: i32, payload: &[u8]);
+    /// The connection closed for a reason other than `Client::close`;
+    /// called once.
+    fn closed(&mut self, reason: CloseReason, detail: &str);
+}
+
+/// A failed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RpcError {
+    /// The daemon carried out the call and reports an error.
+    Remote(RemoteError),
+    /// The connection is closed (or closed while waiting): why.
+    ConnectionLost(String),
+    /// No reply within the deadline; the connection may still be fine.
+    Timeout(Duration),
+    /// The exchange made no sense: a reply that does not decode, to the
+    /// wrong procedure, or a request too large to send.
+    Protocol(String),
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::Remote(e) => write!(f, "{}", e.message),
+            RpcError::ConnectionLost(why) => write!(f, "connection to the daemon lost: {why}"),
+            RpcError::Timeout(waited) => {
+                write!(f, "no reply from the daemon within {} s", waited.as_secs())
+            }
+            RpcError::Protocol(what) => write!(f, "protocol error: {what}"),
+        }
+    }
+}
+
+type ReplyResult = Result<Vec<u8>, RpcError>;
+
+struct Waiting {
+    procedure: Procedure,
+    reply: Sender<ReplyResult>,
+}
+
+/// Calls in flight, and whether the connection is still usable. One lock,
+/// so no call can start waiting after the connection closed.
+struct Calls {
+    waiting: HashMap<u32, Waiting>,
+    next_serial: u32,
+    /// Serials of calls that gave up waiting; their late replies are
+    /// dropped quietly.
+    abandoned: VecDeque<u32>,
+    closed: Option<(CloseReason, String)>,
+}
+
+const ABANDONED_REMEMBERED: usize = 256;
+
+struct Shared {
+    writer: Mutex<UnixStream>,
+    calls: Mutex<Calls>,
+    keepalive: AtomicBool,
+    options: ClientOptions,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every holder leaves these structures consistent between statements;
+    // a panic elsewhere must not stop the connection from closing.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    /// Marks the connection closed, fails every waiting call and shuts the
+    /// socket (which wakes the reader). The first close wins.
+    fn close(&self, reason: CloseReason, why: &str) {
+        let waiting = {
+            let mut calls = lock(&self.calls);
+            if calls.closed.is_some() {
+                return;
+            }
+            calls.closed = Some((reason, why.to_string()));
+            std::mem::take(&mut calls.waiting)
+        };
+        for (_, w) in waiting {
+            let _ = w
+                .reply
+                .try_send(Err(RpcError::ConnectionLost(why.to_string())));
+        }
+        let _ = lock(&self.writer).shutdown(Shutdown::Both);
+    }
+
+    fn closed(&self) -> Option<(CloseReason, String)> {
+        lock(&self.calls).closed.clone()
+    }
+
+    fn is_closed(&self) -> bool {
+        lock(&self.calls).closed.is_some()
+    }
+
+    fn send(&self, frame: &[u8]) -> io::Result<()> {
+        lock(&self.writer).write_all(frame)
+    }
+
+    fn send_keepalive(&self, procedure: i32) -> io::Result<()> {
+        let frame = Header {
+            program: KEEPALIVE.number,
+            version: KEEPALIVE.version,
+            procedure,
+            kind: MessageType::Message,
+            serial: 0,
+            status: MessageStatus::Ok,
+        }
+        .frame(&[]);
+        self.send(&frame)
+    }
+}
+
+/// One connection to a libvirt daemon.
+pub struct Client {
+    shared: Arc<Shared>,
+    reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Client {
+    /// Connects to the daemon's socket and starts the reader thread.
+    pub fn connect(
+        path: &Path,
+        options: ClientOptions,
+        listener: Box<dyn Listener>,
+    ) -> io::Result<Client> {
+        let stream = UnixStream::connect(path)?;
+        Client::from_stream(stream, options, listener)
+    }
+
+    /// Runs the protocol on an already connected socket.
+    pub fn from_stream(
+        stream: UnixStream,
+        options: ClientOptions,
+        listener: Box<dyn Listener>,
+    ) -> io::Result<Client> {
+        stream.set_write_timeout(Some(options.write_timeout))?;
+        // The reader wakes at least this often to run the keepalive timer.
+        stream.set_read_timeout(Some(tick(options.keepalive_interval)))?;
+        let reader_stream = stream.try_clone()?;
+        let shared = Arc::new(Shared {
+            writer: Mutex::new(stream),
+            calls: Mutex::new(Calls {
+                waiting: HashMap::new(),
+                next_serial: 0,
+                abandoned: VecDeque::new(),
+                closed: None,
+            }),
+            keepalive: AtomicBool::new(false),
+            options,
+        });
+        let reader_shared = shared.clone();
+        let reader = thread::Builder::new()
+            .name("libvirt-rpc".into())
+            .spawn(move || run_reader(reader_stream, reader_shared, listener))?;
+        Ok(Client {
+            shared,
+            reader: Mutex::new(Some(reader)),
+        })
+    }
+
+    /// Starts keepalive probing (once the daemon said it supports it).
+    pub fn enable_keepalive(&self) {
+        self.shared.keepalive.store(true, Ordering::Release);
+    }
+
+    pub fn is_open(&self) -> bool {
+        !self.shared.is_closed()
+    }
+
+    /// Calls `procedure` with an encoded argument payload and returns the
+    /// reply's payload. Waits at most `deadline`.
+    pub fn call(&self, procedure: &Procedure, args: &[u8], deadline: Duration) -> ReplyResult {
+        let (tx, rx) = bounded(1);
+        let serial = {
+            let mut calls = lock(&self.shared.calls);
+            if let Some((_, why)) = &calls.closed {
+                return Err(RpcError::ConnectionLost(why.clone()));
+            }
+            let serial = calls.next_serial;
+            calls.next_serial = serial.wrapping_add(1);
+            calls.waiting.insert(
+                serial,
+                Waiting {
+                    procedure: *procedure,
+                    reply: tx,
+                },
+            );
+            serial
+        };
+        let frame = Header {
+            program: procedure.program.number,
+            version: procedure.program.version,
+            procedure: procedure.number,
+            kind: MessageType::Call,
+            serial,
+            status: MessageStatus::Ok,
+        }
+        .frame(args);
+        if frame.len() > limits::MESSAGE_MAX + LENGTH_BYTES {
+            lock(&self.shared.calls).waiting.remove(&serial);
+            return Err(RpcError::Protocol(format!(
+                "the call's arguments make a message of {} bytes; the protocol allows {}",
+                frame.len(),
+                limits::MESSAGE_MAX + LENGTH_BYTES
+            )));
+        }
+        if let Err(e) = self.shared.send(&frame) {
+            let why = format!("sending {} failed: {e}", procedure.api);
+            self.shared.close(CloseReason::Error, &why);
+            return Err(RpcError::ConnectionLost(why));
+        }
+        self.wait(serial, &rx, deadline)
+    }
+
+    fn wait(&self, serial: u32, rx: &Receiver<ReplyResult>, deadline: Duration) -> ReplyResult {
+        match rx.recv_timeout(deadline) {
+            Ok(result) => result,
+            Err(RecvTimeoutError::Timeout) => {
+                let mut calls = lock(&self.shared.calls);
+                if calls.waiting.remove(&serial).is_some() {
+                    calls.abandoned.push_back(serial);
+                    if calls.abandoned.len() > ABANDONED_REMEMBERED {
+                        calls.abandoned.pop_front();
+                    }
+                    return Err(RpcError::Timeout(deadline));
+                }
+                drop(calls);
+                // The reply (or the close) raced the deadline: take it.
+                rx.try_recv().unwrap_or_else(|_| {
+                    Err(RpcError::ConnectionLost("the connection closed".into()))
+                })
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let why = self
+                    .shared
+                    .closed()
+                    .map_or_else(|| "the connection closed".into(), |(_, why)| why);
+                Err(RpcError::ConnectionLost(why))
+            }
+        }
+    }
+
+    /// Closes the connection without notifying the listener. Calls still
+    /// waiting fail with `ConnectionLost`.
+    pub fn close(&self) {
+        self.shared.close(
+            CloseReason::Client,
+            "the connection was closed by the launcher",
+        );
+        if let Some(reader) = lock(&self.reader).take() {
+            // The reader never blocks longer than one keepalive tick after
+            // the shutdown; do not join from the reader thread itself.
+            if reader.thread().id() != thread::current().id() {
+                let _ = reader.join();
+            }
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// How often the reader wakes to look at the keepalive timer.
+fn tick(interval: Duration) -> Duration {
+    interval.clamp(Duration::from_millis(10), Duration::from_secs(1))
+}
+
+/// The reader thread. It notifies the listener of every close this side
+/// did not ask for, including one a failed send caused on a caller's
+/// thread; a panic in it (a bug) closes the connection like any failure,
+/// so the launcher reconnects instead of hanging.
+fn run_reader(stream: UnixStream, shared: Arc<Shared>, listener: Box<dyn Listener>) {
+    let mut reader = Reader {
+        stream,
+        shared: shared.clone(),
+        listener,
+        buf: Vec::new(),
+        last_received: Instant::now(),
+        last_ping: None,
+        unanswered: 0,
+    };
+    match panic::catch_unwind(AssertUnwindSafe(|| reader.run())) {
+        Ok((reason, why)) => shared.close(reason, &why),
+        Err(payload) => {
+            let why = format!(
+                "internal error in the RPC reader: {}",
+                crate::threads::panic_message(&payload)
+            );
+            log::error!("libvirt connection: {why}");
+            shared.close(CloseReason::Error, &why);
+        }
+    }
+    if let Some((reason, why)) = shared.closed()
+        && reason != CloseReason::Client
+    {
+        log::warn!("libvirt connection closed: {why}");
+        reader.listener.closed(reason, &why);
+    }
+}
+
+struct Reader {
+    stream: UnixStream,
+    shared: Arc<Shared>,
+    listener: Box<dyn Listener>,
+    /// Bytes read but not yet a whole frame.
+    buf: Vec<u8>,
+    last_received: Instant,
+    last_ping: Option<Instant>,
+    unanswered: u32,
+}
+
+/// Reads above this are kept only while needed: a one-off large reply
+/// does not pin its buffer for the connection's lifetime.
+const KEEP_BUFFER: usize = 256 * 1024;
+
+impl Reader {
+    /// Runs until the connection closes; returns why.
+    fn run(&mut self) -> (CloseReason, String) {
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            if let Some(closed) = self.shared.closed() {
+                return closed;
+            }
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    if let Some(closed) = self.shared.closed() {
+                        return closed;
+                    }
+                    let detail = if self.buf.is_empty() {
+                        "the daemon closed the connection (end of file)".to_string()
+                    } else {
+                        format!(
+                            "the daemon closed the connection in the middle of a message ({} bytes of it received)",
+                            self.buf.len()
+                        )
+                    };
+                    return (CloseReason::Eof, detail);
+                }
+                Ok(n) => {
+                    self.last_received = Instant::now();
+                    self.unanswered = 0;
+                    self.last_ping = None;
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if let Err(what) = self.dispatch_frames() {
+                        return (CloseReason::Error, what);
+                    }
+                }
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::TimedOut => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    if let Some(closed) = self.shared.closed() {
+                        return closed;
+                    }
+                    return (
+                        CloseReason::Error,
+                        format!("reading from the daemon failed: {e}"),
+                    );
+                }
+            }
+            if let Err(closed) = self.keepalive_tick() {
+                return closed;
+            }
+        }
+    }
+
+    /// libvirt's keepalive timer: after `interval` of silence send a PING;
+    /// `count` PINGs without anything heard back means the daemon is gone.
+    fn keepalive_tick(&mut self) -> Result<(), (CloseReason, String)> {
+        if !self.shared.keepalive.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let options = self.shared.options;
+        let now = Instant::now();
+        let since_heard = now.duration_since(self.last_received);
+        let since_ping = self.last_ping.map(|t| now.duration_since(t));
+        if since_heard < options.keepalive_interval
+            || since_ping.is_some_and(|d| d < options.keepalive_interval)
+        {
+            return Ok(());
+        }
+        if self.unanswered >= options.keepalive_count {
+            return Err((
+                CloseReason::Keepalive,
+                format!(
+                    "the daemon did not answer {} keepalive probes ({:.0} s without a message)",
+                    self.unanswered,
+                    since_heard.as_secs_f64()
+                ),
+            ));
+        }
+        if let Err(e) = self.shared.send_keepalive(KEEPALIVE_PING) {
+            return Err((
+                CloseReason::Error,
+                format!("sending a keepalive probe failed: {e}"),
+            ));
+        }
+        self.unanswered += 1;
+        self.last_ping = Some(now);
+        Ok(())
+    }
+
+    /// Handles every whole frame in the buffer.
+    fn dispatch_frames(&mut self) -> Result<(), String> {
+        let mut start = 0;
+        let result = loop {
+            let rest = &self.buf[start..];
+            if rest.len() < LENGTH_BYTES {
+                break Ok(());
+            }
+            let body_len = match codec::body_length([rest[0], rest[1], rest[2], rest[3]]) {
+                Ok(n) => n,
+                Err(e) => break Err(format!("bad message from the daemon: {}", e.what)),
+            };
+            if rest.len() < LENGTH_BYTES + body_len {
+                break Ok(());
+            }
+            let body = rest[LENGTH_BYTES..LENGTH_BYTES + body_len].to_vec();
+            start += LENGTH_BYTES + body_len;
+            if let Err(e) = self.handle(&body) {
+                break Err(e);
+            }
+        };
+        self.buf.drain(..start);
+        if self.buf.capacity() > KEEP_BUFFER && self.buf.len() < KEEP_BUFFER {
+            self.buf.shrink_to(KEEP_BUFFER);
+        }
+        result
+    }
+
+    /// One message (header and payload, without the length word).
+    fn handle(&mut self, body: &[u8]) -> Result<(), String> {
+        let (header, payload) =
+            Header::parse(body).map_err(|e| format!("bad message header from the daemon: {e}"))?;
+        let program = [procedures::REMOTE, procedures::QEMU, KEEPALIVE]
+            .into_iter()
+            .find(|p| p.number == header.program)
+            .ok_or_else(|| {
+                format!(
+                    "message for unknown program {:#x} (procedure {})",
+                    header.program, header.procedure
+                )
+            })?;
+        if header.version != program.version {
+            return Err(format!(
+                "message for {} program version {}; this client speaks version {}",
+                program.name, header.version, program.version
+            ));
+        }
+        if program == KEEPALIVE {
+            return self.handle_keepalive(&header);
+        }
+        match header.kind {
+            MessageType::Reply => self.handle_reply(&header, payload),
+            MessageType::Message if program == procedures::REMOTE => {
+                self.listener.event(header.procedure, payload);
+                Ok(())
+            }
+            MessageType::Message => {
+                // No QEMU-program events are registered; a daemon sending
+                // one is odd but harmless.
+                log::warn!(
+                    "libvirt connection: ignoring unrequested {} event {}",
+                    program.name,
+                    header.procedure
+                );
+                Ok(())
+            }
+            other => Err(format!(
+                "the daemon sent a {other:?} message (procedure {}), which a client never receives",
+                header.procedure
+            )),
+        }
+    }
+
+    fn handle_keepalive(&mut self, header: &Header) -> Result<(), String> {
+        if header.kind != MessageType::Message {
+            return Err(format!(
+                "keepalive {:?} message; keepalives are one-way messages",
+                header.kind
+            ));
+        }
+        match header.procedure {
+            KEEPALIVE_PING => self
+                .shared
+                .send_keepalive(KEEPALIVE_PONG)
+                .map_err(|e| format!("answering the daemon's keepalive probe failed: {e}")),
+            KEEPALIVE_PONG => Ok(()),
+            other => {
+                log::warn!("libvirt connection: ignoring unknown keepalive procedure {other}");
+                Ok(())
+            }
+        }
+    }
+
+    fn handle_reply(&mut self, header: &Header, payload: &[u8]) -> Result<(), String> {
+        let waiting = {
+            let mut calls = lock(&self.shared.calls);
+            match calls.waiting.remove(&header.serial) {
+                Some(w) => w,
+                None if calls.abandoned.contains(&header.serial) => {
+                    log::debug!(
+                        "libvirt connection: late reply to serial {} (its caller gave up)",
+                        header.serial
+                    );
+                    return Ok(());
+                }
+                None => {
+                    return Err(format!(
+                        "reply with serial {} (procedure {}) that no call is waiting for",
+                        header.serial, header.procedure
+                    ));
+                }
+            }
+        };
+        let result = if waiting.procedure.number != header.procedure
+            || waiting.procedure.program.number != header.program
+        {
+            Err(RpcError::Protocol(format!(
+                "the daemon answered {} (procedure {}) with a reply to procedure {}",
+                waiting.procedure.api, waiting.procedure.number, header.procedure
+            )))
+        } else {
+            match header.status {
+                MessageStatus::Ok => Ok(payload.to_vec()),
+                MessageStatus::Error => {
+                    let mut d = Decoder::new(payload);
+                    match RemoteError::decode(&mut d).and_then(|e| d.finish().map(|()| e)) {
+                        Ok(e) => Err(RpcError::Remote(e)),
+                        Err(e) => Err(RpcError::Protocol(format!(
+                            "undecodable error reply to {}: {e}",
+                            waiting.procedure.api
+                        ))),
+                    }
+                }
+                MessageStatus::Continue => Err(RpcError::Protocol(format!(
+                    "reply to {} with status CONTINUE, which only streams use",
+                    waiting.procedure.api
+                ))),
+            }
+        };
+        let _ = waiting.reply.try_send(result);
+        Ok(())
+    }
+}
+
+/// The smallest possible message, for tests and size checks.
+pub const MIN_MESSAGE: usize = LENGTH_BYTES + HEADER_BYTES;
+
+#[cfg(test)]
+mod tests;

@@ -23,8 +23,7 @@ use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
 use crate::events::EventHub;
 use crate::exit::ExitCode;
-use crate::hypervisor::libvirt::LibvirtHypervisor;
-use crate::hypervisor::{Hypervisor, HypervisorEvent, event_loop};
+use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind, HypervisorEvent};
 use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs, ManagerParts};
 use crate::server::socket::CommandSocket;
 use crate::server::{self, ServerShared};
@@ -116,10 +115,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
         // environment; libvirt reads this when it initialises, just below.
         unsafe { std::env::set_var("LIBVIRT_LOG_FILTERS", filters) };
     }
-    // libvirt prints every error to stderr by default; the launcher
-    // reports them itself, with context.
-    virt::error::clear_error_callback();
-    event_loop::register().map_err(|e| Failure::new(ExitCode::Internal, e))?;
+    hypervisor::backend::prepare().map_err(|e| Failure::new(ExitCode::Internal, e))?;
 
     let mut config = config;
     let daemons = if config.spawn_libvirt {
@@ -184,13 +180,14 @@ fn run_with_libvirt(
     };
     let info = hypervisor.info();
     log::info!(
-        "connected to {} (libvirt {}, {})",
+        "connected to {} (libvirt {}, {}; {} backend)",
         info.uri,
         info.daemon_version,
-        info.hypervisor_version
+        info.hypervisor_version,
+        info.backend
     );
-    let loop_running =
-        event_loop::spawn(&fatal_tx).map_err(|e| Failure::new(ExitCode::Internal, e))?;
+    let loop_running = hypervisor::backend::start_events(&fatal_tx)
+        .map_err(|e| Failure::new(ExitCode::Internal, e))?;
 
     let mut socket = CommandSocket::bind(&config.dirs.share)
         .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
@@ -225,8 +222,16 @@ fn connect_with_retry(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match LibvirtHypervisor::connect(&config.connect_uri, &config.domain_name, events.clone()) {
-            Ok(hv) => return Ok(Some(Arc::new(hv))),
+        match hypervisor::backend::connect(&config.connect_uri, &config.domain_name, events.clone())
+        {
+            Ok(hv) => return Ok(Some(hv)),
+            // Retrying cannot help a URI this build cannot use.
+            Err(e) if e.kind == HypervisorErrorKind::Unsupported => {
+                return Err(Failure::new(
+                    ExitCode::LibvirtUnavailable,
+                    format!("cannot use libvirt at {}: {e}", config.connect_uri),
+                ));
+            }
             Err(e) if Instant::now() >= deadline => {
                 return Err(Failure::new(
                     ExitCode::LibvirtUnavailable,

@@ -165,7 +165,8 @@ fn read_info(uri: &str, conn: &Connect) -> HvResult<HypervisorInfo> {
     Ok(HypervisorInfo {
         uri: uri.to_string(),
         driver,
-        library_version: dotted(library),
+        backend: "virt",
+        library_version: Some(dotted(library)),
         daemon_version: dotted(daemon),
         hypervisor_version: format!("{driver_name} {}", dotted(hypervisor)),
     })

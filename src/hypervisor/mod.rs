@@ -1,12 +1,18 @@
 //! The narrow interface between the launcher and the hypervisor.
 //!
 //! Every libvirt call the launcher makes goes through the `Hypervisor`
-//! trait, so the domain manager never sees libvirt types and a second
-//! backend can be added later. `libvirt` implements it with the `virt`
-//! crate; all raw FFI lives in `ffi`.
+//! trait, so the domain manager never sees libvirt types. Two backends
+//! implement it: `libvirt` with the `virt` crate (all raw FFI lives in
+//! `ffi`), and `wire`, which speaks libvirt's RPC protocol itself. Cargo
+//! features pick the one that runs (`backend`); a new trait method needs
+//! both (see `wire`'s module docs for adding a procedure).
 
+pub mod backend;
+#[cfg(feature = "virt")]
 pub mod event_loop;
+#[cfg(feature = "virt")]
 mod ffi;
+#[cfg(feature = "virt")]
 pub mod libvirt;
 pub mod state;
 pub mod wire;
@@ -35,8 +41,13 @@ pub enum DriverKind {
 pub struct HypervisorInfo {
     pub uri: String,
     pub driver: DriverKind,
-    /// The libvirt library this process is linked against.
-    pub library_version: String,
+    /// Which implementation of the trait runs: "virt" (libvirt's C
+    /// library through the `virt` crate) or "wire" (libvirt's RPC protocol
+    /// spoken directly).
+    pub backend: &'static str,
+    /// The libvirt library this process is linked against; none for the
+    /// wire backend.
+    pub library_version: Option<String>,
     /// The libvirt behind the connection (the daemon's, for remote URIs).
     pub daemon_version: String,
     /// The hypervisor, e.g. "QEMU 7.2.0".

@@ -194,6 +194,7 @@ impl DomainManager {
         object(json!({
             "launcher": env!("CARGO_PKG_VERSION"),
             "protocol": crate::protocol::PROTOCOL_VERSION,
+            "backend": info.backend,
             "libvirt": {
                 "library": info.library_version,
                 "daemon": info.daemon_version,

@@ -260,6 +260,8 @@ pub struct Hello {
     pub protocol: u32,
     pub server: &'static str,
     pub version: &'static str,
+    /// Which hypervisor backend the binary runs: "virt" or "wire".
+    pub backend: &'static str,
     pub pid: u32,
     pub vmi: String,
     pub ready: bool,

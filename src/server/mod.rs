@@ -96,6 +96,7 @@ impl ServerShared {
             protocol: PROTOCOL_VERSION,
             server: "virt-launcher",
             version: env!("CARGO_PKG_VERSION"),
+            backend: crate::hypervisor::backend::NAME,
             pid: std::process::id(),
             vmi: self.vmi.clone(),
             ready: self.ready.load(Ordering::Acquire),

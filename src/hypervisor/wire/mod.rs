@@ -53,9 +53,11 @@
 //!    cargo test --test daemon`) and the real-guest suites then run it
 //!    against a real libvirtd.
 
+pub mod backend;
 pub mod client;
 pub mod codec;
 pub mod procedures;
+pub mod uri;
 
 #[cfg(test)]
 mod fake;

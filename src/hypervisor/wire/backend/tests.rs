@@ -1,0 +1,786 @@
+//! The wire backend against a fake libvirtd on a unix socket: the opening
+//! handshake, arguments, events, error kinds, bad bytes, keepalive and
+//! reconnection.
+
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, unbounded};
+use serde_json::json;
+
+use super::*;
+use crate::hypervisor::DomainState;
+use crate::hypervisor::wire::codec::{Header, UUID_BYTES};
+use crate::hypervisor::wire::fake::{FakeDaemon, Received};
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// One connection's view, for the handler.
+struct Session {
+    daemon: FakeDaemon,
+    /// 0 for the first connection, 1 for the next...
+    number: usize,
+}
+
+enum Flow {
+    Continue,
+    Close,
+}
+
+/// Every call received: (connection, procedure, payload).
+type CallLog = Arc<Mutex<Vec<(usize, i32, Vec<u8>)>>>;
+
+type Handler = dyn Fn(&mut Session, &Received) -> Flow + Send + Sync;
+
+struct FakeLibvirtd {
+    dir: PathBuf,
+    socket: PathBuf,
+    calls: CallLog,
+}
+
+impl Drop for FakeLibvirtd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl FakeLibvirtd {
+    /// Serves connections; `answer_pings` false makes a daemon that stops
+    /// answering keepalives after the handshake.
+    fn start(answer_pings: bool, handler: Arc<Handler>) -> FakeLibvirtd {
+        let dir = std::env::temp_dir().join(format!(
+            "vl-wire-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("libvirt-sock");
+        let listener = UnixListener::bind(&socket).unwrap();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let recorded = calls.clone();
+        std::thread::spawn(move || {
+            for (number, stream) in listener.incoming().enumerate() {
+                let Ok(stream) = stream else { return };
+                let handler = handler.clone();
+                let recorded = recorded.clone();
+                std::thread::spawn(move || {
+                    let mut session = Session {
+                        daemon: FakeDaemon::new(stream),
+                        number,
+                    };
+                    let mut registered = 0;
+                    while let Some(frame) = session.daemon.read() {
+                        if frame.header.program == proc::KEEPALIVE.number {
+                            if frame.header.procedure == 1 && (answer_pings || registered < 5) {
+                                session.daemon.keepalive(2);
+                            }
+                            continue;
+                        }
+                        recorded.lock().unwrap().push((
+                            number,
+                            frame.header.procedure,
+                            frame.payload.clone(),
+                        ));
+                        if frame.header.procedure == 316 {
+                            registered += 1;
+                        }
+                        if let Flow::Close = handler(&mut session, &frame) {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        FakeLibvirtd { dir, socket, calls }
+    }
+
+    fn uri(&self) -> String {
+        format!("test+unix:///default?socket={}", self.socket.display())
+    }
+
+    fn procedures(&self, connection: usize) -> Vec<i32> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(c, _, _)| *c == connection)
+            .map(|(_, p, _)| *p)
+            .collect()
+    }
+
+    fn payload_of(&self, procedure: i32) -> Vec<u8> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(_, p, _)| *p == procedure)
+            .map(|(_, _, payload)| payload.clone())
+            .unwrap_or_else(|| panic!("procedure {procedure} never called"))
+    }
+}
+
+fn enc(f: impl FnOnce(&mut Encoder)) -> Vec<u8> {
+    let mut e = Encoder::new();
+    f(&mut e);
+    e.into_bytes()
+}
+
+const OUR_DOMAIN: &str = "default_demo";
+
+fn dom(name: &str) -> DomainRef {
+    DomainRef {
+        name: name.to_string(),
+        uuid: [0xab; UUID_BYTES],
+        id: 3,
+    }
+}
+
+/// Answers the opening handshake and the domain lookup like libvirtd's
+/// test driver; true when it answered.
+fn standard(s: &mut Session, call: &Received) -> bool {
+    let h = &call.header;
+    let reply = match h.procedure {
+        66 => enc(|e| {
+            e.u32(1).u32(auth::NONE);
+        }),
+        60 => enc(|e| {
+            e.i32(1);
+        }),
+        1 | 360 => Vec::new(),
+        3 => enc(|e| {
+            e.string("TEST");
+        }),
+        157 => enc(|e| {
+            e.u64(9_000_000);
+        }),
+        4 => enc(|e| {
+            e.u64(2);
+        }),
+        316 => enc(|e| {
+            e.i32(1);
+        }),
+        23 => {
+            let mut d = Decoder::new(&call.payload);
+            let name = d.string().unwrap();
+            if name != OUR_DOMAIN {
+                s.daemon.reply_error(
+                    h,
+                    errors::NO_DOMAIN,
+                    &format!("Domain not found: no domain with matching name '{name}'"),
+                );
+                return true;
+            }
+            enc(|e| dom(&name).encode(e))
+        }
+        _ => return false,
+    };
+    s.daemon.reply(h, &reply);
+    true
+}
+
+fn handler(f: impl Fn(&mut Session, &Received) -> Flow + Send + Sync + 'static) -> Arc<Handler> {
+    Arc::new(f)
+}
+
+fn quick() -> ClientOptions {
+    ClientOptions {
+        keepalive_interval: Duration::from_millis(100),
+        keepalive_count: 3,
+        write_timeout: Duration::from_secs(5),
+    }
+}
+
+fn connect(fake: &FakeLibvirtd) -> (WireHypervisor, Receiver<HypervisorEvent>) {
+    let (tx, rx) = unbounded();
+    let hv = WireHypervisor::connect_with(
+        &fake.uri(),
+        OUR_DOMAIN,
+        tx,
+        &Environment::of_this_process(),
+        quick(),
+    )
+    .unwrap();
+    (hv, rx)
+}
+
+#[test]
+fn opening_speaks_libvirts_handshake_and_reads_the_facts() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            standard(s, call);
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    assert_eq!(
+        fake.procedures(0),
+        [66, 60, 1, 60, 60, 360, 3, 157, 4, 316, 316, 316, 316, 316]
+    );
+    let calls = fake.calls.lock().unwrap().clone();
+    let feature = |i: usize| Decoder::new(&calls[i].2).i32().unwrap();
+    assert_eq!(
+        [feature(1), feature(3), feature(4)],
+        [
+            features::PROGRAM_KEEPALIVE,
+            features::REMOTE_EVENT_CALLBACK,
+            features::REMOTE_CLOSE_CALLBACK
+        ]
+    );
+    // The daemon is asked to open the URI without our socket parameter.
+    let mut d = Decoder::new(&calls[2].2);
+    assert_eq!(d.opt_string().unwrap().as_deref(), Some("test:///default"));
+    assert_eq!(d.u32().unwrap(), 0);
+    // Every event the launcher uses, for any domain.
+    let registered: Vec<(i32, bool)> = calls[9..]
+        .iter()
+        .map(|(_, _, p)| {
+            let mut d = Decoder::new(p);
+            (d.i32().unwrap(), d.pointer().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        registered,
+        [
+            (0, false),
+            (1, false),
+            (15, false),
+            (18, false),
+            (21, false)
+        ]
+    );
+    let info = hv.info();
+    assert_eq!(info.driver, DriverKind::Test);
+    assert_eq!(info.backend, "wire");
+    assert_eq!(info.library_version, None);
+    assert_eq!(info.daemon_version, "9.0.0");
+    assert_eq!(info.hypervisor_version, "TEST 0.0.2");
+    assert_eq!(info.uri, fake.uri());
+    assert!(hv.is_connected());
+}
+
+#[test]
+fn calls_send_what_libvirts_client_sends() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if !standard(s, call) {
+                let reply = match call.header.procedure {
+                    305 => enc(|e| {
+                        e.opaque(&[]);
+                    }),
+                    344 => enc(|e| {
+                        e.u32(1);
+                        dom(OUR_DOMAIN).encode(e);
+                        e.typed_params(&[TypedParam::ullong("cpu.time", 5)]);
+                    }),
+                    _ => Vec::new(),
+                };
+                s.daemon.reply(&call.header, &reply);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    hv.migrate(
+        OUR_DOMAIN,
+        &MigrationRequest {
+            target_uri: "qemu+unix:///system?socket=/t/sock".into(),
+            migration_uri: Some("unix:///t/mig".into()),
+            dest_xml: Some("<domain/>".into()),
+            bandwidth_mib_per_s: Some(64),
+            disks_uri: None,
+            block_disks: vec!["vda".into(), "vdb".into()],
+            auto_converge: true,
+            post_copy: false,
+            unsafe_migration: false,
+        },
+    )
+    .unwrap();
+    let payload = fake.payload_of(305);
+    let mut d = Decoder::new(&payload);
+    assert_eq!(decode_domain(&mut d).unwrap(), dom(OUR_DOMAIN));
+    assert_eq!(
+        d.opt_string().unwrap().as_deref(),
+        Some("qemu+unix:///system?socket=/t/sock")
+    );
+    assert_eq!(
+        d.typed_params(64).unwrap(),
+        vec![
+            ("migrate_uri".to_string(), json!("unix:///t/mig")),
+            ("destination_xml".to_string(), json!("<domain/>")),
+            ("persistent_xml".to_string(), json!("<domain/>")),
+            ("bandwidth".to_string(), json!(64)),
+            ("migrate_disks".to_string(), json!("vda")),
+            ("migrate_disks".to_string(), json!("vdb")),
+        ]
+    );
+    assert_eq!(d.opaque(16).unwrap(), b"");
+    assert_eq!(d.u32().unwrap(), 1 | 2 | 8 | 128 | 8192);
+    d.finish().unwrap();
+
+    assert_eq!(
+        hv.stats(OUR_DOMAIN).unwrap(),
+        vec![("cpu.time".to_string(), json!(5))]
+    );
+    let payload = fake.payload_of(344);
+    let mut d = Decoder::new(&payload);
+    assert_eq!(d.u32().unwrap(), 1);
+    assert_eq!(decode_domain(&mut d).unwrap().name, OUR_DOMAIN);
+    assert_eq!(d.u32().unwrap(), 63);
+    assert_eq!(d.u32().unwrap(), 1 << 29);
+
+    hv.sync_guest_time(OUR_DOMAIN).unwrap();
+    let payload = fake.payload_of(338);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    let seconds = d.i64().unwrap();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    assert!((now - seconds).abs() < 5);
+    assert!(d.u32().unwrap() < 1_000_000_000);
+}
+
+#[test]
+fn replies_decode_into_the_launchers_values() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if standard(s, call) {
+                return Flow::Continue;
+            }
+            let reply = match call.header.procedure {
+                212 => enc(|e| {
+                    e.i32(3).i32(1);
+                }),
+                14 => enc(|e| {
+                    e.string("<domain type='test'/>");
+                }),
+                196 => enc(|e| dom(OUR_DOMAIN).encode(e)),
+                298 => enc(|e| {
+                    e.i32(3)
+                        .typed_params(&[TypedParam::ullong("time_elapsed", 120)]);
+                }),
+                418 => enc(|e| {
+                    e.typed_params(&[TypedParam::string("hostname", "guest")]);
+                }),
+                // Everything else is void.
+                _ => Vec::new(),
+            };
+            s.daemon.reply(&call.header, &reply);
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let status = hv.domain_status(OUR_DOMAIN).unwrap().unwrap();
+    assert_eq!(status, DomainStatus::from_libvirt(3, 1));
+    assert_eq!(status.state, DomainState::Paused);
+    assert_eq!(hv.domain_status("someone_else").unwrap(), None);
+    let (xml, uuid) = hv.domain_xml(OUR_DOMAIN).unwrap();
+    assert_eq!(xml, "<domain type='test'/>");
+    assert_eq!(uuid, "abababab-abab-abab-abab-abababababab");
+    hv.start(OUR_DOMAIN, true).unwrap();
+    let payload = fake.payload_of(196);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    assert_eq!(d.u32().unwrap(), 1, "START_PAUSED");
+    assert_eq!(
+        hv.job_stats(OUR_DOMAIN, true).unwrap(),
+        vec![
+            ("time_elapsed".to_string(), json!(120)),
+            ("type".to_string(), json!(3)),
+        ]
+    );
+    assert_eq!(
+        hv.guest_info(OUR_DOMAIN, &[GuestInfoKind::Hostname])
+            .unwrap(),
+        vec![("hostname".to_string(), json!("guest"))]
+    );
+    for (result, procedure) in [
+        (hv.suspend(OUR_DOMAIN), 34),
+        (hv.resume(OUR_DOMAIN), 28),
+        (hv.reset(OUR_DOMAIN), 245),
+        (hv.abort_job(OUR_DOMAIN), 164),
+        (hv.undefine(OUR_DOMAIN), 231),
+        (hv.destroy(OUR_DOMAIN, true), 234),
+        (hv.shutdown_acpi(OUR_DOMAIN), 258),
+        (hv.reboot(OUR_DOMAIN, RebootMode::Acpi), 27),
+        (hv.migrate_set_max_downtime(OUR_DOMAIN, 300), 166),
+        (hv.migrate_start_post_copy(OUR_DOMAIN), 364),
+    ] {
+        assert_eq!(result, Ok(()), "procedure {procedure}");
+        assert!(fake.procedures(0).contains(&procedure), "{procedure}");
+    }
+    // The test driver: no NVRAM or ACPI flags.
+    let payload = fake.payload_of(231);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    assert_eq!(d.u32().unwrap(), 0);
+}
+
+#[test]
+fn the_agent_command_goes_to_the_qemu_program_with_its_timeout() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if call.header.program == proc::QEMU.number {
+                let mut d = Decoder::new(&call.payload);
+                decode_domain(&mut d).unwrap();
+                let cmd = d.string().unwrap();
+                let timeout = d.i32().unwrap();
+                let reply = if timeout == 7 {
+                    enc(|e| {
+                        e.opt_string(Some(&format!("{{\"return\":{cmd}}}")));
+                    })
+                } else {
+                    enc(|e| {
+                        e.opt_string(None);
+                    })
+                };
+                s.daemon.reply(&call.header, &reply);
+            } else {
+                standard(s, call);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let out = hv
+        .agent_command(OUR_DOMAIN, "{}", Duration::from_secs(7))
+        .unwrap();
+    assert_eq!(out, "{\"return\":{}}");
+    let err = hv
+        .agent_command(OUR_DOMAIN, "{}", Duration::from_secs(1))
+        .unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::Other);
+    assert_eq!(err.operation, "virDomainQemuAgentCommand");
+}
+
+#[test]
+fn daemon_errors_keep_libvirts_kind_and_message() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if standard(s, call) {
+                return Flow::Continue;
+            }
+            let (code, message) = match call.header.procedure {
+                34 => (
+                    errors::OPERATION_INVALID,
+                    "Requested operation is not valid: domain is not running",
+                ),
+                350 => (errors::INVALID_ARG, "invalid argument: bad XML"),
+                418 => (
+                    errors::AGENT_UNRESPONSIVE,
+                    "Guest agent is not responding: QEMU guest agent is not connected",
+                ),
+                // A migration's link to the target failing is not our
+                // connection failing.
+                305 => (errors::RPC, "Unable to connect to the target"),
+                _ => (1, "internal error"),
+            };
+            s.daemon.reply_error(&call.header, code, message);
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let err = hv.suspend(OUR_DOMAIN).unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::InvalidOperation);
+    assert_eq!(err.operation, "virDomainSuspend");
+    assert_eq!(
+        err.message,
+        "Requested operation is not valid: domain is not running"
+    );
+    let err = hv.define("<domain/>").unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::InvalidDefinition);
+    let err = hv.guest_info(OUR_DOMAIN, &[GuestInfoKind::Os]).unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::AgentUnavailable);
+    let err = hv.suspend("missing").unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::NoDomain);
+    assert_eq!(err.operation, "virDomainSuspend");
+    let err = hv
+        .migrate(OUR_DOMAIN, &MigrationRequest::default())
+        .unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::Other);
+    assert!(hv.is_connected());
+}
+
+#[test]
+fn our_domains_events_arrive_built_by_the_state_tables() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            standard(s, call);
+            let registered = call.header.procedure == 316
+                && Decoder::new(&call.payload).i32().unwrap() == event_ids::JOB_COMPLETED;
+            if registered {
+                let other = dom("default_other");
+                let ours = dom(OUR_DOMAIN);
+                s.daemon.event(
+                    events::LIFECYCLE,
+                    &enc(|e| {
+                        e.i32(1);
+                        other.encode(e);
+                        e.i32(5).i32(1);
+                    }),
+                );
+                s.daemon.event(999, &[0, 0, 0, 1]);
+                s.daemon.event(events::LIFECYCLE, &[0, 0]);
+                s.daemon.event(
+                    events::LIFECYCLE,
+                    &enc(|e| {
+                        e.i32(1);
+                        ours.encode(e);
+                        e.i32(2).i32(0);
+                    }),
+                );
+                s.daemon.event(
+                    events::AGENT_LIFECYCLE,
+                    &enc(|e| {
+                        e.i32(4);
+                        ours.encode(e);
+                        e.i32(1).i32(2);
+                    }),
+                );
+                s.daemon.event(
+                    events::REBOOT,
+                    &enc(|e| {
+                        e.i32(2);
+                        ours.encode(e);
+                    }),
+                );
+                s.daemon.event(
+                    events::DEVICE_REMOVED,
+                    &enc(|e| {
+                        e.i32(3);
+                        ours.encode(e);
+                        e.string("ua-disk1");
+                    }),
+                );
+                s.daemon.event(
+                    events::JOB_COMPLETED,
+                    &enc(|e| {
+                        e.i32(5);
+                        ours.encode(e);
+                        e.typed_params(&[TypedParam::ullong("downtime", 42)]);
+                    }),
+                );
+                s.daemon.event(
+                    events::CONNECTION_CLOSED,
+                    &enc(|e| {
+                        e.i32(1);
+                    }),
+                );
+            }
+            Flow::Continue
+        }),
+    );
+    let (_hv, rx) = connect(&fake);
+    let got: Vec<HypervisorEvent> = (0..6)
+        .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            HypervisorEvent::Lifecycle(LifecycleEvent::from_libvirt(2, 0)),
+            HypervisorEvent::AgentLifecycle(crate::hypervisor::AgentLifecycle {
+                connected: true,
+                reason: crate::hypervisor::AgentChannelReason::Channel,
+            }),
+            HypervisorEvent::Reboot,
+            HypervisorEvent::DeviceRemoved {
+                alias: "ua-disk1".into()
+            },
+            HypervisorEvent::JobCompleted {
+                stats: vec![("downtime".to_string(), json!(42))]
+            },
+            HypervisorEvent::ConnectionClosed {
+                reason: LibvirtCloseReason::Eof
+            },
+        ]
+    );
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+}
+
+#[test]
+fn an_undecodable_reply_fails_the_call_as_internal_and_keeps_the_connection() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if !standard(s, call) {
+                // GET_STATE answered with half an int.
+                s.daemon.reply(&call.header, &[0, 0]);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, rx) = connect(&fake);
+    let err = hv.domain_status(OUR_DOMAIN).unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::Other);
+    assert_eq!(err.operation, "virDomainGetState");
+    assert!(err.message.contains("does not decode"), "{}", err.message);
+    assert!(err.message.contains("truncated"), "{}", err.message);
+    assert!(hv.is_connected());
+    assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn bad_bytes_lose_the_connection_and_reconnecting_registers_events_again() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if standard(s, call) {
+                return Flow::Continue;
+            }
+            if s.number == 0 {
+                // An absurd length on the first connection.
+                s.daemon.send_raw(&[0x7f, 0xff, 0xff, 0xff, 1, 2, 3]);
+                return Flow::Close;
+            }
+            s.daemon.reply(
+                &call.header,
+                &enc(|e| {
+                    e.i32(1).i32(1);
+                }),
+            );
+            Flow::Continue
+        }),
+    );
+    let (hv, rx) = connect(&fake);
+    let err = hv.domain_status(OUR_DOMAIN).unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::ConnectionLost);
+    assert!(
+        err.message.contains("exceeds the protocol's maximum"),
+        "{}",
+        err.message
+    );
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        HypervisorEvent::ConnectionClosed {
+            reason: LibvirtCloseReason::Error
+        }
+    );
+    assert!(!hv.is_connected());
+    // Calls fail fast until the manager reconnects.
+    let t = Instant::now();
+    assert_eq!(
+        hv.suspend(OUR_DOMAIN).unwrap_err().kind,
+        HypervisorErrorKind::ConnectionLost
+    );
+    assert!(t.elapsed() < Duration::from_secs(1));
+    hv.reconnect().unwrap();
+    assert!(hv.is_connected());
+    assert_eq!(
+        fake.procedures(1).iter().filter(|p| **p == 316).count(),
+        5,
+        "events registered again"
+    );
+    let status = hv.domain_status(OUR_DOMAIN).unwrap().unwrap();
+    assert_eq!(status.state, DomainState::Running);
+}
+
+#[test]
+fn a_daemon_that_stops_answering_is_found_by_keepalive() {
+    let fake = FakeLibvirtd::start(
+        false,
+        handler(|s, call| {
+            standard(s, call);
+            Flow::Continue
+        }),
+    );
+    let (hv, rx) = connect(&fake);
+    // No call in flight: keepalive alone notices (3 probes, 100 ms apart).
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        HypervisorEvent::ConnectionClosed {
+            reason: LibvirtCloseReason::Keepalive
+        }
+    );
+    assert!(!hv.is_connected());
+    let err = hv.suspend(OUR_DOMAIN).unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::ConnectionLost);
+}
+
+#[test]
+fn a_missing_socket_is_connection_lost_and_test_default_is_refused() {
+    let (tx, _rx) = unbounded();
+    let err = WireHypervisor::connect(
+        "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+        OUR_DOMAIN,
+        tx.clone(),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.kind, HypervisorErrorKind::ConnectionLost);
+    assert!(
+        err.message.contains("/nonexistent/libvirt-sock"),
+        "{}",
+        err.message
+    );
+    let err = WireHypervisor::connect("test:///default", OUR_DOMAIN, tx)
+        .err()
+        .unwrap();
+    assert_eq!(err.kind, HypervisorErrorKind::Unsupported);
+    assert!(
+        err.message.contains("use test+unix:///default"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn sasl_only_daemons_are_refused_with_a_reason() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if call.header.procedure == 66 {
+                s.daemon.reply(
+                    &call.header,
+                    &enc(|e| {
+                        e.u32(1).u32(auth::SASL);
+                    }),
+                );
+            }
+            Flow::Continue
+        }),
+    );
+    let (tx, _rx) = unbounded();
+    let err = WireHypervisor::connect_with(
+        &fake.uri(),
+        OUR_DOMAIN,
+        tx,
+        &Environment::of_this_process(),
+        quick(),
+    )
+    .err()
+    .unwrap();
+    assert_eq!(err.kind, HypervisorErrorKind::Unsupported);
+    assert!(err.message.contains("SASL"), "{}", err.message);
+}
+
+#[test]
+fn header_of_a_reply_matches_its_call() {
+    // Guard for the fake itself: replies echo program, version, procedure
+    // and serial.
+    let call = Header {
+        program: proc::REMOTE.number,
+        version: 1,
+        procedure: 23,
+        kind: crate::hypervisor::wire::codec::MessageType::Call,
+        serial: 9,
+        status: crate::hypervisor::wire::codec::MessageStatus::Ok,
+    };
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut daemon = FakeDaemon::new(a);
+    daemon.reply(&call, &[]);
+    let mut peer = FakeDaemon::new(b);
+    let got = peer.read().unwrap();
+    assert_eq!(got.header.serial, 9);
+    assert_eq!(got.header.procedure, 23);
+}

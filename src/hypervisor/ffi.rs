@@ -10,6 +10,8 @@
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::Value;
@@ -18,7 +20,7 @@ use virt::domain::Domain;
 use virt::error::Error;
 use virt::sys;
 
-use super::{AgentLifecycle, CloseReason, HypervisorEvent, LifecycleEvent, Stat};
+use super::{AgentLifecycle, CloseReason, ConnectionId, HypervisorEvent, LifecycleEvent, Stat};
 
 /// Registers libvirt's default event loop implementation. Must run before
 /// any connection is opened.
@@ -271,46 +273,106 @@ pub fn register_domain_events(
             )
         };
         if id < 0 {
+            let error = Error::last_error();
             // SAFETY: libvirt did not take ownership on failure.
             drop(unsafe { Box::from_raw(opaque as *mut EventSink) });
-            return Err(Error::last_error());
+            // Leave nothing half-registered.
+            deregister_domain_events(conn, &ids);
+            return Err(error);
         }
         ids.push(id);
     }
     Ok(ids)
 }
 
-unsafe extern "C" fn on_close(_conn: sys::virConnectPtr, reason: c_int, opaque: *mut c_void) {
-    // SAFETY: opaque is the Box<Sender> registered below.
-    let tx = unsafe { &*(opaque as *const Sender<HypervisorEvent>) };
-    let reason = CloseReason::from_libvirt(reason);
-    let _ = tx.try_send(HypervisorEvent::ConnectionClosed { reason });
+/// Removes the domain event callbacks `register_domain_events` returned.
+/// libvirt then frees their sinks and drops the references they hold on
+/// the connection; without this an old connection is never freed. On a
+/// dead connection libvirt still removes them locally and only fails to
+/// tell the daemon, so failures are logged and otherwise ignored.
+pub fn deregister_domain_events(conn: &Connect, ids: &[c_int]) {
+    for &id in ids {
+        // SAFETY: valid connection; `id` came from a successful
+        // registration on it and is deregistered once.
+        if unsafe { sys::virConnectDomainEventDeregisterAny(conn.as_ptr(), id) } < 0 {
+            log::debug!(
+                "hypervisor: deregistering event callback {id}: {}",
+                Error::last_error()
+            );
+        }
+    }
 }
 
-unsafe extern "C" fn free_close_sender(opaque: *mut c_void) {
+/// Where the close callback reports: the connection it watches, and the
+/// backend's record of which connection is live, so that the loss is
+/// reported once whoever notices it first.
+pub struct CloseSink {
+    pub tx: Sender<HypervisorEvent>,
+    pub connection: ConnectionId,
+    /// The id of the connection calls may use; 0 once it is known dead.
+    pub live: Arc<AtomicU64>,
+}
+
+impl CloseSink {
+    /// Marks the connection dead and reports it, unless that was done.
+    pub fn report_lost(&self, reason: CloseReason) {
+        let marked = self
+            .live
+            .compare_exchange(self.connection.0, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if marked {
+            let _ = self.tx.try_send(HypervisorEvent::ConnectionClosed {
+                connection: self.connection,
+                reason,
+            });
+        }
+    }
+}
+
+unsafe extern "C" fn on_close(_conn: sys::virConnectPtr, reason: c_int, opaque: *mut c_void) {
+    // SAFETY: opaque is the Box<CloseSink> registered below, alive until
+    // libvirt calls free_close_sink.
+    let sink = unsafe { &*(opaque as *const CloseSink) };
+    sink.report_lost(CloseReason::from_libvirt(reason));
+}
+
+unsafe extern "C" fn free_close_sink(opaque: *mut c_void) {
     // SAFETY: created by Box::into_raw below, freed once by libvirt.
-    drop(unsafe { Box::from_raw(opaque as *mut Sender<HypervisorEvent>) });
+    drop(unsafe { Box::from_raw(opaque as *mut CloseSink) });
 }
 
 /// Asks libvirt to report when the connection closes. Drivers without a
 /// daemon (test:///) never close and may not support it.
-pub fn register_close_callback(conn: &Connect, tx: &Sender<HypervisorEvent>) -> Result<(), Error> {
-    let opaque = Box::into_raw(Box::new(tx.clone())) as *mut c_void;
+pub fn register_close_callback(conn: &Connect, sink: CloseSink) -> Result<(), Error> {
+    let opaque = Box::into_raw(Box::new(sink)) as *mut c_void;
     // SAFETY: valid connection; ownership of opaque passes to libvirt.
     let rc = unsafe {
         sys::virConnectRegisterCloseCallback(
             conn.as_ptr(),
             Some(on_close),
             opaque,
-            Some(free_close_sender),
+            Some(free_close_sink),
         )
     };
     if rc < 0 {
         // SAFETY: libvirt did not take ownership on failure.
-        drop(unsafe { Box::from_raw(opaque as *mut Sender<HypervisorEvent>) });
+        drop(unsafe { Box::from_raw(opaque as *mut CloseSink) });
         return Err(Error::last_error());
     }
     Ok(())
+}
+
+/// Removes the close callback, so libvirt frees its sink and drops the
+/// reference it holds on the connection. Failures are logged (see
+/// `deregister_domain_events`).
+pub fn unregister_close_callback(conn: &Connect) {
+    // SAFETY: valid connection; on_close is the callback registered on it.
+    if unsafe { sys::virConnectUnregisterCloseCallback(conn.as_ptr(), Some(on_close)) } < 0 {
+        log::debug!(
+            "hypervisor: unregistering the close callback: {}",
+            Error::last_error()
+        );
+    }
 }
 
 /// Bulk statistics of one domain (`virDomainListGetStats`).

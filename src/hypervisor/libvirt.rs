@@ -2,11 +2,13 @@
 //!
 //! One connection is shared by the manager and its workers (libvirt
 //! connections are thread-safe). When the daemon goes away the connection
-//! is marked lost; `reconnect` opens a new one and registers the event
-//! callbacks again, as KubeVirt's launcher does after a virtqemud restart.
+//! is reported lost (once, see `ffi::CloseSink`); `reconnect` releases it
+//! and opens a new one with the event callbacks registered again, as
+//! KubeVirt's launcher does after a virtqemud restart.
 
-use std::sync::RwLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
@@ -16,8 +18,9 @@ use virt::sys;
 
 use super::ffi;
 use super::{
-    DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError,
-    HypervisorErrorKind, HypervisorEvent, HypervisorInfo, MigrationRequest, RebootMode, Stat,
+    CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor,
+    HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo, MigrationRequest,
+    RebootMode, Stat,
 };
 
 /// Seconds between keepalive probes, and how many may go unanswered before
@@ -30,9 +33,37 @@ pub struct LibvirtHypervisor {
     uri: String,
     domain_name: String,
     events: Sender<HypervisorEvent>,
-    conn: RwLock<Option<Connect>>,
+    conn: RwLock<Option<Registered>>,
     info: RwLock<HypervisorInfo>,
-    connected: AtomicBool,
+    /// The id of the connection calls may use; 0 while there is none or
+    /// once it is known dead (shared with its close callback).
+    live: Arc<AtomicU64>,
+    /// The id the next connection gets.
+    next_id: AtomicU64,
+}
+
+/// One open connection and what the launcher registered on it. Each
+/// registration holds a reference on the connection inside libvirt, so the
+/// connection is freed only once `release` has removed them all.
+struct Registered {
+    id: ConnectionId,
+    conn: Connect,
+    event_callbacks: Vec<c_int>,
+    close_callback: bool,
+}
+
+impl Registered {
+    /// Deregisters the callbacks (libvirt frees their data and drops their
+    /// references) and closes the launcher's own handle.
+    fn release(self) {
+        ffi::deregister_domain_events(&self.conn, &self.event_callbacks);
+        if self.close_callback {
+            ffi::unregister_close_callback(&self.conn);
+        }
+        log::debug!("hypervisor: released connection {}", self.id.0);
+        // Dropping the handle closes it; workers still holding a clone
+        // close theirs when their call returns.
+    }
 }
 
 impl LibvirtHypervisor {
@@ -43,27 +74,31 @@ impl LibvirtHypervisor {
         domain_name: &str,
         events: Sender<HypervisorEvent>,
     ) -> HvResult<LibvirtHypervisor> {
-        let (conn, info) = open(uri, domain_name, &events)?;
+        let id = ConnectionId::FIRST;
+        let live = Arc::new(AtomicU64::new(0));
+        let (registered, info) = open(uri, domain_name, &events, id, &live)?;
+        live.store(id.0, Ordering::Release);
         Ok(LibvirtHypervisor {
             uri: uri.to_string(),
             domain_name: domain_name.to_string(),
             events,
-            conn: RwLock::new(Some(conn)),
+            conn: RwLock::new(Some(registered)),
             info: RwLock::new(info),
-            connected: AtomicBool::new(true),
+            live,
+            next_id: AtomicU64::new(id.next().0),
         })
     }
 
     /// A handle on the current connection (a new reference, so the lock is
     /// not held during the call).
     fn connection(&self, operation: &'static str) -> HvResult<Connect> {
-        if !self.connected.load(Ordering::Acquire) {
+        if self.live.load(Ordering::Acquire) == 0 {
             return Err(HypervisorError::not_connected(operation));
         }
         match self.conn.read() {
             Ok(guard) => guard
                 .as_ref()
-                .cloned()
+                .map(|r| r.conn.clone())
                 .ok_or_else(|| HypervisorError::not_connected(operation)),
             Err(_) => Err(HypervisorError::new(
                 HypervisorErrorKind::Other,
@@ -79,31 +114,43 @@ impl LibvirtHypervisor {
             .map_err(|e| self.error(operation, e))
     }
 
-    /// Converts a libvirt error, noting a lost connection so that the next
-    /// call fails fast and the manager reconnects.
+    /// Converts a libvirt error, reporting a dead connection so that the
+    /// next call fails fast and the manager reconnects.
     fn error(&self, operation: &'static str, e: virt::error::Error) -> HypervisorError {
         let mut err = convert_error(operation, &e);
         if err.kind == HypervisorErrorKind::ConnectionLost {
             // RPC errors also come from connections the daemon makes (a
             // peer-to-peer migration's link to the target daemon); only a
             // dead connection of ours is a lost connection.
-            if self.our_connection_alive() {
-                err.kind = HypervisorErrorKind::Other;
-            } else {
-                self.connected.store(false, Ordering::Release);
+            match self.current_if_dead() {
+                Some(id) => self.report_lost(id),
+                None => err.kind = HypervisorErrorKind::Other,
             }
         }
         err
     }
 
-    /// virConnectIsAlive: a local check of the connection, no round trip.
-    fn our_connection_alive(&self) -> bool {
+    /// The current connection's id if it is dead (virConnectIsAlive: a
+    /// local check, no round trip); `None` if it is alive.
+    fn current_if_dead(&self) -> Option<ConnectionId> {
         match self.conn.read() {
-            Ok(guard) => guard
-                .as_ref()
-                .is_some_and(|c| c.is_alive().unwrap_or(false)),
-            Err(_) => false,
+            Ok(guard) => match guard.as_ref() {
+                Some(r) if r.conn.is_alive().unwrap_or(false) => None,
+                Some(r) => Some(r.id),
+                None => Some(ConnectionId(0)),
+            },
+            Err(_) => None,
         }
+    }
+
+    /// Marks connection `id` dead and tells the manager, once.
+    fn report_lost(&self, id: ConnectionId) {
+        let sink = ffi::CloseSink {
+            tx: self.events.clone(),
+            connection: id,
+            live: self.live.clone(),
+        };
+        sink.report_lost(CloseReason::CallFailed);
     }
 
     fn with_domain<T>(
@@ -117,25 +164,50 @@ impl LibvirtHypervisor {
     }
 }
 
+/// Opens connection `id` and registers what the launcher listens to.
 fn open(
     uri: &str,
     domain_name: &str,
     events: &Sender<HypervisorEvent>,
-) -> HvResult<(Connect, HypervisorInfo)> {
+    id: ConnectionId,
+    live: &Arc<AtomicU64>,
+) -> HvResult<(Registered, HypervisorInfo)> {
     let op = "virConnectOpen";
     let conn = Connect::open(Some(uri)).map_err(|e| convert_error(op, &e))?;
     let info = read_info(uri, &conn)?;
+    let mut registered = Registered {
+        id,
+        conn,
+        event_callbacks: Vec::new(),
+        close_callback: false,
+    };
     if info.driver == DriverKind::Qemu {
         // Remote drivers only; the in-process test driver has no keepalive.
-        if let Err(e) = conn.set_keep_alive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT) {
+        if let Err(e) = registered
+            .conn
+            .set_keep_alive(KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_COUNT)
+        {
             log::warn!("hypervisor: could not enable libvirt keepalive: {e}");
         }
-        ffi::register_close_callback(&conn, events)
-            .map_err(|e| convert_error("virConnectRegisterCloseCallback", &e))?;
+        let sink = ffi::CloseSink {
+            tx: events.clone(),
+            connection: id,
+            live: live.clone(),
+        };
+        if let Err(e) = ffi::register_close_callback(&registered.conn, sink) {
+            registered.release();
+            return Err(convert_error("virConnectRegisterCloseCallback", &e));
+        }
+        registered.close_callback = true;
     }
-    ffi::register_domain_events(&conn, domain_name, events)
-        .map_err(|e| convert_error("virConnectDomainEventRegisterAny", &e))?;
-    Ok((conn, info))
+    match ffi::register_domain_events(&registered.conn, domain_name, events) {
+        Ok(ids) => registered.event_callbacks = ids,
+        Err(e) => {
+            registered.release();
+            return Err(convert_error("virConnectDomainEventRegisterAny", &e));
+        }
+    }
+    Ok((registered, info))
 }
 
 fn read_info(uri: &str, conn: &Connect) -> HvResult<HypervisorInfo> {
@@ -420,33 +492,31 @@ impl Hypervisor for LibvirtHypervisor {
         })
     }
 
-    fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Acquire)
-    }
-
-    fn connection_lost(&self) {
-        self.connected.store(false, Ordering::Release);
-    }
-
-    fn reconnect(&self) -> HvResult<()> {
-        let (conn, info) = open(&self.uri, &self.domain_name, &self.events)?;
+    fn reconnect(&self) -> HvResult<ConnectionId> {
+        let poisoned = || {
+            HypervisorError::new(
+                HypervisorErrorKind::Other,
+                "reconnect",
+                "connection lock poisoned by a panicked thread",
+            )
+        };
+        // Release the old connection before opening the new one: its
+        // callbacks hold references that would keep it (its socket, its
+        // sinks) alive forever, and they must not report on a connection
+        // that is no longer the launcher's.
+        self.live.store(0, Ordering::Release);
+        let old = self.conn.write().map_err(|_| poisoned())?.take();
+        if let Some(old) = old {
+            old.release();
+        }
+        let id = ConnectionId(self.next_id.fetch_add(1, Ordering::AcqRel));
+        let (registered, info) = open(&self.uri, &self.domain_name, &self.events, id, &self.live)?;
         if let Ok(mut guard) = self.info.write() {
             *guard = info;
         }
-        match self.conn.write() {
-            // The old connection is dropped here; libvirt frees its
-            // callbacks with it.
-            Ok(mut guard) => *guard = Some(conn),
-            Err(_) => {
-                return Err(HypervisorError::new(
-                    HypervisorErrorKind::Other,
-                    "reconnect",
-                    "connection lock poisoned by a panicked thread",
-                ));
-            }
-        }
-        self.connected.store(true, Ordering::Release);
-        Ok(())
+        *self.conn.write().map_err(|_| poisoned())? = Some(registered);
+        self.live.store(id.0, Ordering::Release);
+        Ok(id)
     }
 }
 

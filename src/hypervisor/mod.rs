@@ -107,10 +107,26 @@ pub enum HypervisorEvent {
     JobCompleted {
         stats: Vec<Stat>,
     },
-    /// The connection to the daemon closed (EOF, keepalive timeout, error).
+    /// The connection to the daemon closed (EOF, keepalive timeout,
+    /// error, or a call that found it dead). Sent once per connection.
     ConnectionClosed {
+        connection: ConnectionId,
         reason: CloseReason,
     },
+}
+
+/// Which connection to the daemon something belongs to. The connection a
+/// backend is created with is `FIRST`; each successful `reconnect` returns
+/// a larger one, so news about an old connection is recognisable as stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnectionId(pub u64);
+
+impl ConnectionId {
+    pub const FIRST: ConnectionId = ConnectionId(1);
+
+    pub fn next(self) -> ConnectionId {
+        ConnectionId(self.0 + 1)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +193,12 @@ pub type HvResult<T> = Result<T, HypervisorError>;
 /// runs. Implementations are shared between the domain manager and its
 /// worker threads, hence `Send + Sync`; calls may block, which is why the
 /// manager runs them on workers with deadlines.
+///
+/// The connection's state has one owner, the domain manager, which learns
+/// of a loss only from `HypervisorEvent::ConnectionClosed`. A backend sends
+/// that event once per connection, whether libvirt's close notice or a call
+/// that found the connection dead noticed first; from then on its calls
+/// fail at once with `ConnectionLost` until `reconnect` succeeds.
 pub trait Hypervisor: Send + Sync {
     fn info(&self) -> HypervisorInfo;
 
@@ -223,11 +245,8 @@ pub trait Hypervisor: Send + Sync {
     /// The longest pause the migration may cause at switch-over.
     fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()>;
 
-    /// Whether the connection is believed to be open.
-    fn is_connected(&self) -> bool;
-    /// Notes that libvirt reported the connection closed, so that calls
-    /// fail fast until `reconnect` succeeds.
-    fn connection_lost(&self);
-    /// Opens a fresh connection and re-registers event callbacks.
-    fn reconnect(&self) -> HvResult<()>;
+    /// Replaces a lost connection: releases the old one (its event and
+    /// close callbacks, so nothing of it stays behind) and opens a fresh
+    /// one with the callbacks registered. Returns the new connection's id.
+    fn reconnect(&self) -> HvResult<ConnectionId>;
 }

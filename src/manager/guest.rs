@@ -5,19 +5,46 @@
 
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::Sender;
 use serde_json::{Value, json};
 
-use super::commands::hypervisor_error;
+use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, JobResult, Observation, Operation};
 use super::reply::{Executed, Frozen, JobValue, object};
 use super::timers::Timer;
-use super::{COMMAND_TIMEOUT, DomainManager, Phase};
+use super::{DomainManager, Phase};
+use crate::agent::cache::GuestAgentCache;
 use crate::agent::poller::AGENT_TIMEOUT;
 use crate::agent::{AgentData, AgentUpdate, PollerControl, model};
 use crate::command::{GuestCommand, GuestExecArgs, ReplyTo};
 use crate::events::EventKind;
-use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, HypervisorErrorKind};
+use crate::hypervisor::{
+    AgentLifecycle, DomainState, Hypervisor, HypervisorError, HypervisorErrorKind,
+};
 use crate::protocol::{CommandError, ErrorClass};
+
+/// The guest agent as the manager knows it.
+pub(super) struct AgentState {
+    /// The agent's channel is connected (AGENT_CONNECTED since the domain
+    /// started).
+    pub(super) connected: bool,
+    /// What the agent last reported.
+    pub(super) cache: GuestAgentCache,
+    /// The agent poller, and whether it was last told to poll.
+    poller: Option<Sender<PollerControl>>,
+    polling: bool,
+}
+
+impl AgentState {
+    pub(super) fn new(poller: Option<Sender<PollerControl>>) -> AgentState {
+        AgentState {
+            connected: false,
+            cache: GuestAgentCache::default(),
+            poller,
+            polling: false,
+        }
+    }
+}
 
 /// What became of a request to set the guest's clock.
 pub(super) enum TimeSync {
@@ -98,7 +125,7 @@ impl DomainManager {
     /// Guest-agent commands: refused at once while no agent is connected;
     /// queries answered from the cache, the rest run as jobs.
     pub(super) fn run_guest_command(&mut self, command: GuestCommand, reply: ReplyTo) {
-        if !self.domain.agent_connected {
+        if !self.agent.connected {
             return reply.send(Err(CommandError::new(
                 ErrorClass::Unavailable,
                 format!(
@@ -107,7 +134,7 @@ impl DomainManager {
                 ),
             )));
         }
-        let cache = &self.agent;
+        let cache = &self.agent.cache;
         match command {
             GuestCommand::QueryGuestInfo => reply.send(Ok(object(cache.guest_info()))),
             GuestCommand::QueryUsers => reply.send(Ok(object(json!({ "users": cache.users })))),
@@ -181,8 +208,9 @@ impl DomainManager {
             return reply.send(Err(busy));
         }
         let name = self.config.domain_name.clone();
+        let timeout = self.timing.command;
         self.jobs
-            .spawn(Operation::Freeze, Some(reply), COMMAND_TIMEOUT, move |hv| {
+            .spawn(Operation::Freeze, Some(reply), timeout, move |hv| {
                 let status = |hv: &dyn Hypervisor| {
                     agent_call(
                         hv,
@@ -206,7 +234,7 @@ impl DomainManager {
                         &name,
                         "freeze",
                         &json!({"execute": "guest-fsfreeze-freeze"}),
-                        COMMAND_TIMEOUT,
+                        timeout,
                     ) {
                         Ok(count) => count.as_u64().unwrap_or(0),
                         Err(e) => return JobOutput::reply(Err(e)),
@@ -231,16 +259,14 @@ impl DomainManager {
             None => Operation::AutoThaw,
         };
         let name = self.config.domain_name.clone();
-        self.jobs.spawn(
-            operation,
-            reply,
-            COMMAND_TIMEOUT,
-            move |hv| match agent_call(
+        let timeout = self.timing.command;
+        self.jobs.spawn(operation, reply, timeout, move |hv| {
+            match agent_call(
                 hv,
                 &name,
                 "unfreeze",
                 &json!({"execute": "guest-fsfreeze-thaw"}),
-                COMMAND_TIMEOUT,
+                timeout,
             ) {
                 Ok(count) => JobOutput {
                     result: Ok(JobValue::Thawed {
@@ -249,8 +275,8 @@ impl DomainManager {
                     observed: Observation::FsFreeze("thawed".into()),
                 },
                 Err(e) => JobOutput::reply(Err(e)),
-            },
-        );
+            }
+        });
     }
 
     pub(super) fn on_freeze_done(&mut self, result: &JobResult) {
@@ -275,7 +301,7 @@ impl DomainManager {
     /// After unpause the guest's clock is behind by the pause; set it from
     /// the host through the agent, retrying while the agent catches up.
     pub(super) fn start_guest_time_sync(&mut self) -> TimeSync {
-        if !self.domain.agent_connected {
+        if !self.agent.connected {
             return TimeSync::NoAgent;
         }
         if self.jobs.is_running(Operation::GuestTimeSync) {
@@ -317,6 +343,21 @@ impl DomainManager {
         TimeSync::Started
     }
 
+    /// The agent's channel connected or disconnected.
+    pub(super) fn on_agent_lifecycle(&mut self, agent: AgentLifecycle) {
+        self.agent.connected = agent.connected;
+        self.update_poller();
+        let kind = if agent.connected {
+            EventKind::AgentConnected
+        } else {
+            EventKind::AgentDisconnected
+        };
+        self.publish(
+            kind,
+            json!({ "domain": self.config.domain_name, "reason": agent.reason.describe() }),
+        );
+    }
+
     /// Applies a poll result; tells subscribers when what KubeVirt reports
     /// (OS, interfaces, freeze status) changed.
     pub(super) fn handle_agent_update(&mut self, update: AgentUpdate) {
@@ -327,8 +368,8 @@ impl DomainManager {
     }
 
     pub(super) fn apply_agent_data(&mut self, data: AgentData) {
-        if self.agent.apply(data) {
-            let mut summary = self.agent.change_summary();
+        if self.agent.cache.apply(data) {
+            let mut summary = self.agent.cache.change_summary();
             summary["domain"] = json!(self.config.domain_name);
             self.publish(EventKind::GuestInfoChanged, summary);
         }
@@ -336,10 +377,10 @@ impl DomainManager {
 
     /// Polls only while the agent is connected and the domain runs.
     pub(super) fn update_poller(&mut self) {
-        let want = self.domain.agent_connected && self.domain.status.state == DomainState::Running;
-        if want != self.poller_active {
-            self.poller_active = want;
-            if let Some(poller) = &self.poller {
+        let want = self.agent.connected && self.domain.status.state == DomainState::Running;
+        if want != self.agent.polling {
+            self.agent.polling = want;
+            if let Some(poller) = &self.agent.poller {
                 let _ = poller.send(if want {
                     PollerControl::Start
                 } else {

@@ -13,7 +13,7 @@ use crossbeam_channel::{Receiver, Sender, unbounded};
 use super::reply::JobValue;
 use crate::command::ReplyTo;
 use crate::disks::PreparedDisks;
-use crate::hypervisor::{DomainStatus, Hypervisor};
+use crate::hypervisor::{ConnectionId, DomainStatus, Hypervisor};
 use crate::protocol::{CommandError, ErrorClass};
 use crate::threads::{self, FatalSender};
 
@@ -115,6 +115,8 @@ pub enum Observation {
     FsFreeze(String),
     /// Files made for an incoming migration, to remove if it never comes.
     PreparedDisks(PreparedDisks),
+    /// A new connection to libvirt is up.
+    Connected(ConnectionId),
 }
 
 pub type JobResult = Result<JobValue, CommandError>;

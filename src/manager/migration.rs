@@ -6,19 +6,21 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value, json};
 
-use super::commands::hypervisor_error;
+use super::errors::hypervisor_error;
 use super::guest::TimeSync;
 use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::{JobValue, object};
 use super::timers::Timer;
-use super::{COMMAND_TIMEOUT, DomainManager, Phase};
+use super::{DomainManager, Phase};
 use crate::command::{MigrationCommand, ReplyTo};
 use crate::disks;
 use crate::events::EventKind;
 use crate::exit::ExitCode;
-use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent};
+use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent, Stat};
+use crate::migration::worker::CancelHandle;
 use crate::migration::{
     LauncherPaths, MigrationOptions, MigrationPhase, MigrationRecord, MigrationUpdate, Role,
     TargetAddress, progress_summary, worker,
@@ -30,6 +32,46 @@ use crate::protocol::{CommandError, CommandResult, ErrorClass};
 const MIGRATION_SOCKETS: [&str; 2] = ["migration.sock", "migration-disks.sock"];
 /// MIGRATION_PROGRESS is sent at most this often.
 const PROGRESS_EVENT_EVERY: Duration = Duration::from_secs(1);
+
+/// The migration this launcher takes part in.
+pub(super) struct MigrationState {
+    /// The migration, once there is one (kept after it ends, for
+    /// query-migration).
+    pub(super) record: Option<MigrationRecord>,
+    /// Cancels the source's running migration.
+    pub(super) cancel: Option<CancelHandle>,
+    /// The source worker reports on this channel.
+    updates_tx: Sender<MigrationUpdate>,
+    updates_rx: Receiver<MigrationUpdate>,
+    last_progress_event: Option<Instant>,
+    /// Files a target made for the incoming domain, until it arrives.
+    prepared_target: Option<disks::PreparedDisks>,
+    /// libvirt's statistics of the last completed job (a migration's
+    /// downtime and duration).
+    last_completed_job: Option<Vec<Stat>>,
+}
+
+impl Default for MigrationState {
+    fn default() -> MigrationState {
+        let (updates_tx, updates_rx) = crossbeam_channel::unbounded();
+        MigrationState {
+            record: None,
+            cancel: None,
+            updates_tx,
+            updates_rx,
+            last_progress_event: None,
+            prepared_target: None,
+            last_completed_job: None,
+        }
+    }
+}
+
+impl MigrationState {
+    /// Where the source worker's reports arrive.
+    pub(super) fn updates(&self) -> Receiver<MigrationUpdate> {
+        self.updates_rx.clone()
+    }
+}
 
 impl DomainManager {
     /// This launcher's directories, as a migration peer sees them.
@@ -45,6 +87,7 @@ impl DomainManager {
 
     pub(super) fn migration_running_as_source(&self) -> bool {
         self.migration
+            .record
             .as_ref()
             .is_some_and(|m| m.role == Role::Source && m.is_running())
     }
@@ -55,7 +98,7 @@ impl DomainManager {
             MigrationCommand::Migrate(options) => reply.send(self.start_migration(*options)),
             MigrationCommand::Cancel => reply.send(self.cancel_migration()),
             MigrationCommand::Query => {
-                let record = self.migration.as_ref().map(MigrationRecord::to_json);
+                let record = self.migration.record.as_ref().map(MigrationRecord::to_json);
                 reply.send(Ok(object(json!({ "migration": record }))))
             }
             MigrationCommand::Finalize => reply.send(self.finalize_migration()),
@@ -65,7 +108,7 @@ impl DomainManager {
     fn prepare_migration_target(&mut self, vmi: Value, reply: ReplyTo) {
         let refuse =
             |why: String| CommandError::invalid_state(format!("prepare-migration-target: {why}"));
-        if self.migration.is_some() {
+        if self.migration.record.is_some() {
             return reply.send(Err(refuse(
                 "this launcher is already part of a migration".into(),
             )));
@@ -128,9 +171,9 @@ impl DomainManager {
 
     /// The target is prepared: it now waits for the incoming domain.
     pub(super) fn on_target_prepared(&mut self, prepared: disks::PreparedDisks) {
-        self.prepared_target = Some(prepared);
+        self.migration.prepared_target = Some(prepared);
         self.phase = Phase::MigrationTarget;
-        self.migration = Some(MigrationRecord::new(
+        self.migration.record = Some(MigrationRecord::new(
             Role::Target,
             MigrationPhase::Prepared,
             None,
@@ -139,7 +182,7 @@ impl DomainManager {
     }
 
     fn start_migration(&mut self, options: MigrationOptions) -> CommandResult {
-        if let Some(m) = &self.migration {
+        if let Some(m) = &self.migration.record {
             if m.is_running() {
                 return Err(CommandError::invalid_state(
                     "migrate: a migration is already running; migrate-cancel it first",
@@ -178,17 +221,17 @@ impl DomainManager {
             self.config.domain_name.clone(),
             self.launcher_paths(),
             &options,
-            self.migration_tx.clone(),
+            self.migration.updates_tx.clone(),
             &self.fatal,
         )
         .map_err(|e| CommandError::internal(format!("migrate: cannot start the worker: {e}")))?;
-        self.migration_cancel = Some(cancel);
-        self.migration = Some(MigrationRecord::new(
+        self.migration.cancel = Some(cancel);
+        self.migration.record = Some(MigrationRecord::new(
             Role::Source,
             MigrationPhase::Running,
             Some(target_uri.clone()),
         ));
-        self.last_progress_event = None;
+        self.migration.last_progress_event = None;
         self.publish(
             EventKind::MigrationStarted,
             json!({
@@ -201,14 +244,14 @@ impl DomainManager {
     }
 
     fn cancel_migration(&mut self) -> CommandResult {
-        let Some(record) = &self.migration else {
+        let Some(record) = &self.migration.record else {
             return Err(CommandError::invalid_state(
                 "migrate-cancel: there is no migration",
             ));
         };
         match (record.role, record.phase) {
             (Role::Source, MigrationPhase::Running) => {
-                if let Some(cancel) = &self.migration_cancel {
+                if let Some(cancel) = &self.migration.cancel {
                     cancel.cancel("cancelled by migrate-cancel");
                 }
                 Ok(object(json!({ "cancelling": true })))
@@ -238,6 +281,7 @@ impl DomainManager {
     fn finalize_migration(&mut self) -> CommandResult {
         let done = self
             .migration
+            .record
             .as_ref()
             .is_some_and(|m| m.role == Role::Target && m.phase == MigrationPhase::Completed);
         if !done {
@@ -260,7 +304,7 @@ impl DomainManager {
     pub(super) fn handle_migration_update(&mut self, update: MigrationUpdate) {
         let domain = self.config.domain_name.clone();
         // Taken out while it changes, so events can be published meanwhile.
-        let Some(mut record) = self.migration.take() else {
+        let Some(mut record) = self.migration.record.take() else {
             return;
         };
         match update {
@@ -279,10 +323,11 @@ impl DomainManager {
                 }
                 let due = has_figures
                     && self
+                        .migration
                         .last_progress_event
                         .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
                 if due {
-                    self.last_progress_event = Some(Instant::now());
+                    self.migration.last_progress_event = Some(Instant::now());
                     summary["domain"] = json!(domain);
                     summary["role"] = json!(Role::Source);
                     self.publish(EventKind::MigrationProgress, summary);
@@ -299,14 +344,17 @@ impl DomainManager {
                 // The worker reads them from the source domain; libvirt's
                 // JOB_COMPLETED event carries the same figures.
                 let stats = if stats.is_empty() {
-                    self.last_completed_job.clone().unwrap_or_default()
+                    self.migration
+                        .last_completed_job
+                        .clone()
+                        .unwrap_or_default()
                 } else {
                     stats
                 };
                 let stats: Map<String, Value> = stats.into_iter().collect();
                 record.end(MigrationPhase::Completed);
                 record.completed_stats = Some(Value::Object(stats.clone()));
-                self.migration_cancel = None;
+                self.migration.cancel = None;
                 log::info!("manager: migration completed");
                 self.publish(
                     EventKind::MigrationCompleted,
@@ -328,7 +376,7 @@ impl DomainManager {
                     MigrationPhase::Failed
                 });
                 record.failure = Some(reason.clone());
-                self.migration_cancel = None;
+                self.migration.cancel = None;
                 log::warn!("manager: migration failed: {reason}; the guest keeps running here");
                 self.publish(
                     EventKind::MigrationFailed,
@@ -336,7 +384,21 @@ impl DomainManager {
                 );
             }
         }
-        self.migration = Some(record);
+        self.migration.record = Some(record);
+        // An exit may have waited for the outcome (and for the source
+        // domain's final statistics before removing its definition).
+        self.start_exit_cleanup();
+        self.exit_when_settled();
+    }
+
+    /// libvirt's JOB_COMPLETED: a migration's final figures.
+    pub(super) fn on_libvirt_job_completed(&mut self, stats: Vec<Stat>) {
+        self.migration.last_completed_job = Some(stats.clone());
+        let stats: Map<String, Value> = stats.into_iter().collect();
+        self.publish(
+            EventKind::JobCompleted,
+            json!({ "domain": self.config.domain_name, "stats": stats }),
+        );
     }
 
     /// The target's view of the incoming domain. True when the event
@@ -354,7 +416,7 @@ impl DomainManager {
             ));
             return true;
         }
-        let Some(record) = self.migration.as_mut() else {
+        let Some(record) = self.migration.record.as_mut() else {
             return false;
         };
         if record.phase == MigrationPhase::Prepared && status.state.is_active() {
@@ -366,14 +428,14 @@ impl DomainManager {
                 json!({ "domain": domain, "role": Role::Target }),
             );
         }
-        let Some(record) = self.migration.as_mut() else {
+        let Some(record) = self.migration.record.as_mut() else {
             return false;
         };
         if status.state == DomainState::Running {
             // The guest runs here now: this launcher owns it.
             record.end(MigrationPhase::Completed);
             self.phase = Phase::Running;
-            self.prepared_target = None;
+            self.migration.prepared_target = None;
             log::info!("manager: the migrated domain runs here now");
             self.publish(
                 EventKind::MigrationCompleted,
@@ -390,7 +452,7 @@ impl DomainManager {
         self.jobs.spawn(
             Operation::DestroyIncoming,
             None,
-            COMMAND_TIMEOUT,
+            self.timing.command,
             move |hv| {
                 JobOutput::reply(
                     hv.destroy(&name, false)
@@ -407,6 +469,7 @@ impl DomainManager {
     pub(super) fn give_up_target(&mut self, why: &str) {
         let arriving = self
             .migration
+            .record
             .as_ref()
             .is_some_and(|m| m.phase == MigrationPhase::Running);
         if arriving {
@@ -425,14 +488,14 @@ impl DomainManager {
     /// Ends a target: removes what it prepared, reports MIGRATION_FAILED
     /// and exits with `code`.
     pub(super) fn end_target(&mut self, reason: String, code: ExitCode) {
-        if let Some(prepared) = self.prepared_target.take() {
+        if let Some(prepared) = self.migration.prepared_target.take() {
             prepared.rollback();
         }
         let uid_dir = self.config.dirs.private.join(&self.config.uid);
         for socket in MIGRATION_SOCKETS {
             let _ = std::fs::remove_file(uid_dir.join(socket));
         }
-        if let Some(record) = self.migration.as_mut() {
+        if let Some(record) = self.migration.record.as_mut() {
             record.end(MigrationPhase::Failed);
             record.failure = Some(reason.clone());
         }

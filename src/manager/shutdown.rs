@@ -7,18 +7,52 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
+use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::JobValue;
 use super::timers::Timer;
-use super::{DomainManager, Phase, StopIntent};
+use super::{DomainManager, Phase};
 use crate::events::EventKind;
 use crate::exit::ExitCode;
 use crate::hypervisor::DomainState;
 
-/// How often the ACPI power button is pressed again.
-const ACPI_REPEAT: Duration = Duration::from_secs(5);
-/// How soon a failed forced stop is tried again.
-const DESTROY_RETRY: Duration = Duration::from_secs(1);
+/// KubeVirt's default terminationGracePeriodSeconds.
+const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
+
+/// Why the domain is expected to stop, which decides the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum StopIntent {
+    /// `shutdown` asked the guest to power off.
+    Shutdown,
+    /// `kill` forced it off.
+    Kill,
+    /// A signal asked the guest to power off.
+    Signal,
+    /// The grace period ran out; the launcher forced it off.
+    GraceExpired,
+}
+
+/// How the domain is being stopped.
+pub(super) struct GracefulStop {
+    /// How long a signalled guest has to power off: --grace-period-seconds,
+    /// else the synced VMI's terminationGracePeriodSeconds.
+    pub(super) period: Duration,
+    /// Why the domain is expected to stop, once something asked it to.
+    pub(super) intent: Option<StopIntent>,
+    /// When the graceful stop after a signal began and when its grace
+    /// period ends.
+    pub(super) window: Option<(Instant, Instant)>,
+}
+
+impl GracefulStop {
+    pub(super) fn new(flag: Option<Duration>) -> GracefulStop {
+        GracefulStop {
+            period: flag.unwrap_or(DEFAULT_GRACE_PERIOD),
+            intent: None,
+            window: None,
+        }
+    }
+}
 
 pub fn signal_name(signal: i32) -> &'static str {
     match signal {
@@ -34,7 +68,8 @@ impl DomainManager {
         match self.phase {
             Phase::ShuttingDown => {
                 let left = self
-                    .grace
+                    .stop
+                    .window
                     .map(|(_, end)| end.saturating_duration_since(Instant::now()).as_secs())
                     .unwrap_or(0);
                 log::warn!(
@@ -48,7 +83,7 @@ impl DomainManager {
         // A pod's end stops an outgoing migration; the guest stays here
         // and is shut down like any other.
         if self.migration_running_as_source()
-            && let Some(cancel) = &self.migration_cancel
+            && let Some(cancel) = &self.migration.cancel
         {
             log::info!("manager: {name}: cancelling the running migration first");
             cancel.cancel(&format!("cancelled by {name}: the launcher is stopping"));
@@ -68,12 +103,12 @@ impl DomainManager {
             );
             return;
         }
-        let grace = self.grace_period;
+        let grace = self.stop.period;
         let now = Instant::now();
         let deadline = now + grace;
         self.phase = Phase::ShuttingDown;
-        self.grace = Some((now, deadline));
-        self.stop_intent = Some(StopIntent::Signal);
+        self.stop.window = Some((now, deadline));
+        self.stop.intent = Some(StopIntent::Signal);
         let deadline_unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| (d + grace).as_secs())
@@ -101,14 +136,14 @@ impl DomainManager {
     }
 
     fn arm_acpi_repeat(&mut self, deadline: Instant) {
-        let next = Instant::now() + ACPI_REPEAT;
+        let next = Instant::now() + self.timing.acpi_repeat;
         if next < deadline {
             self.timers.arm(Timer::RepeatAcpi, next);
         }
     }
 
     pub(super) fn on_repeat_acpi(&mut self) {
-        let Some((_, deadline)) = self.grace else {
+        let Some((_, deadline)) = self.stop.window else {
             return;
         };
         if self.phase != Phase::ShuttingDown || !self.domain.status.state.is_active() {
@@ -127,9 +162,10 @@ impl DomainManager {
             return;
         }
         let name = self.config.domain_name.clone();
-        let frozen = self.agent.fsfreeze_status.as_deref() == Some("frozen");
+        let frozen = self.agent.cache.fsfreeze_status.as_deref() == Some("frozen");
+        let timeout = self.timing.acpi_repeat;
         self.jobs
-            .spawn(Operation::AcpiShutdown, None, ACPI_REPEAT, move |hv| {
+            .spawn(Operation::AcpiShutdown, None, timeout, move |hv| {
                 // Resume first: a paused guest's agent cannot thaw anything.
                 if let Ok(Some(status)) = hv.domain_status(&name)
                     && status.state == DomainState::Paused
@@ -158,7 +194,7 @@ impl DomainManager {
                     result: hv
                         .shutdown_acpi(&name)
                         .map(|()| JobValue::Empty)
-                        .map_err(|e| super::commands::hypervisor_error(&e)),
+                        .map_err(|e| hypervisor_error(&e)),
                     observed,
                 }
             });
@@ -171,35 +207,32 @@ impl DomainManager {
             return;
         }
         self.timers.cancel(Timer::RepeatAcpi);
-        if self.stop_intent != Some(StopIntent::GraceExpired) {
-            self.stop_intent = Some(StopIntent::GraceExpired);
+        if self.stop.intent != Some(StopIntent::GraceExpired) {
+            self.stop.intent = Some(StopIntent::GraceExpired);
             log::warn!(
                 "manager: the guest did not power off within {} s; forcing it off",
-                self.grace_period.as_secs()
+                self.stop.period.as_secs()
             );
             self.publish(
                 EventKind::ShutdownGraceExpired,
                 json!({
                     "domain": self.config.domain_name,
-                    "grace_period_seconds": self.grace_period.as_secs(),
+                    "grace_period_seconds": self.stop.period.as_secs(),
                 }),
             );
         }
         if !self.jobs.is_running(Operation::ForceOff) {
             let name = self.config.domain_name.clone();
-            self.jobs.spawn(
-                Operation::ForceOff,
-                None,
-                Duration::from_secs(30),
-                move |hv| {
+            self.jobs
+                .spawn(Operation::ForceOff, None, self.timing.command, move |hv| {
                     JobOutput::reply(
                         hv.destroy(&name, false)
                             .map(|()| JobValue::Empty)
-                            .map_err(|e| super::commands::hypervisor_error(&e)),
+                            .map_err(|e| hypervisor_error(&e)),
                     )
-                },
-            );
+                });
         }
-        self.timers.arm_in(Timer::GraceDeadline, DESTROY_RETRY);
+        self.timers
+            .arm_in(Timer::GraceDeadline, self.timing.destroy_retry);
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::commands::hypervisor_error;
+use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, JobResult, Observation, Operation};
 use super::reply::{JobValue, SyncAction, Synced};
 use super::{DomainManager, Phase};
@@ -163,7 +163,7 @@ impl DomainManager {
             self.config.domain_name
         );
         if self.config.grace_period.is_none() {
-            self.grace_period = self.grace_period_for(&vmi);
+            self.stop.period = self.grace_period_for(&vmi);
         }
         Ok(SyncPlan {
             domain_name: self.config.domain_name.clone(),

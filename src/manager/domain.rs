@@ -3,44 +3,14 @@
 
 use serde_json::{Map, Value, json};
 
+use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::{Described, JobValue, Operated, OperationDetail, object};
-use super::{COMMAND_TIMEOUT, DomainManager, Phase, StopIntent};
+use super::shutdown::StopIntent;
+use super::{DomainManager, Phase};
 use crate::command::{DomainCommand, ReplyTo};
-use crate::hypervisor::{
-    DomainState, DomainStatus, Hypervisor, HypervisorError, HypervisorErrorKind, RebootMode,
-};
+use crate::hypervisor::{DomainState, DomainStatus, Hypervisor, HypervisorError, RebootMode};
 use crate::protocol::{CommandError, ErrorClass};
-
-/// The wire error for a failed hypervisor call.
-pub fn hypervisor_error(e: &HypervisorError) -> CommandError {
-    let (class, desc) = match e.kind {
-        HypervisorErrorKind::NoDomain => (ErrorClass::NotFound, "the domain does not exist"),
-        HypervisorErrorKind::InvalidOperation => (
-            ErrorClass::InvalidState,
-            "libvirt refused the operation in the domain's current state",
-        ),
-        HypervisorErrorKind::InvalidDefinition => (
-            ErrorClass::InvalidArgument,
-            "libvirt rejected the domain definition",
-        ),
-        HypervisorErrorKind::AgentUnavailable => (
-            ErrorClass::Unavailable,
-            "the guest agent is not connected or not responding",
-        ),
-        HypervisorErrorKind::Unsupported => (
-            ErrorClass::Unavailable,
-            "the libvirt driver does not support this operation",
-        ),
-        HypervisorErrorKind::ConnectionLost => (
-            ErrorClass::Unavailable,
-            "libvirt is unreachable; the launcher is reconnecting",
-        ),
-        HypervisorErrorKind::Timeout => (ErrorClass::Timeout, "libvirt timed out"),
-        HypervisorErrorKind::Other => (ErrorClass::Internal, "libvirt call failed"),
-    };
-    CommandError::new(class, format!("{desc}: {}", e.message)).with_cause(e.to_string())
-}
 
 /// The libvirt operations on the domain that client commands ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +175,7 @@ impl DomainManager {
     }
 
     fn query_status(&self) -> Map<String, Value> {
-        let grace = self.grace.map(|(began, deadline)| {
+        let grace = self.stop.window.map(|(began, deadline)| {
             json!({
                 "started_seconds_ago": began.elapsed().as_secs_f64(),
                 "remaining_seconds": deadline
@@ -224,14 +194,14 @@ impl DomainManager {
                 "reason": self.domain.status.reason.as_str(),
                 "paused_by_user": self.domain.paused_by_user,
             },
-            "agent": { "connected": self.domain.agent_connected },
+            "agent": { "connected": self.agent.connected },
             "libvirt": {
                 "uri": self.hypervisor.info().uri,
-                "connected": !self.reconnecting && self.hypervisor.is_connected(),
+                "connected": self.link.is_up(),
                 "spawned": self.daemons.as_ref().map(|d| d.status()),
             },
             "job": self.jobs.exclusive_running().map(Operation::name),
-            "migration": self.migration.as_ref().map(|m| m.to_json()),
+            "migration": self.migration.record.as_ref().map(|m| m.to_json()),
             "shutdown": grace,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
         }))
@@ -286,12 +256,12 @@ impl DomainManager {
 
     fn start_domain_job(&mut self, operation: DomainOperation, reply: ReplyTo) {
         let name = self.config.domain_name.clone();
-        let agent_connected = self.domain.agent_connected;
+        let agent_connected = self.agent.connected;
         match operation {
             DomainOperation::Shutdown => {
-                self.stop_intent.get_or_insert(StopIntent::Shutdown);
+                self.stop.intent.get_or_insert(StopIntent::Shutdown);
             }
-            DomainOperation::Kill => self.stop_intent = Some(StopIntent::Kill),
+            DomainOperation::Kill => self.stop.intent = Some(StopIntent::Kill),
             _ => {}
         }
         let command = operation.name();
@@ -334,8 +304,12 @@ impl DomainManager {
                 DomainOperation::QueryStats => query_stats(hv, &name),
             }
         };
-        self.jobs
-            .spawn(operation.operation(), Some(reply), COMMAND_TIMEOUT, work);
+        self.jobs.spawn(
+            operation.operation(),
+            Some(reply),
+            self.timing.command,
+            work,
+        );
     }
 }
 

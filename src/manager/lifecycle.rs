@@ -1,0 +1,146 @@
+//! The domain as the launcher sees it, kept current from libvirt's events
+//! and from what jobs read, so that queries never wait for libvirt; and the
+//! reactions to the domain starting and stopping.
+
+use serde_json::json;
+
+use super::timers::Timer;
+use super::{DomainManager, Phase};
+use crate::events::EventKind;
+use crate::hypervisor::{DomainState, DomainStatus, LifecycleEvent, StateReason};
+
+/// The launcher's view of its domain.
+#[derive(Debug, Clone)]
+pub(super) struct DomainView {
+    pub(super) status: DomainStatus,
+    /// A persistent definition exists.
+    pub(super) defined: bool,
+    /// The domain has run under this launcher; its stop ends the launcher.
+    pub(super) started_once: bool,
+    /// Paused by `pause` (or started paused): `sync` must not resume it.
+    pub(super) paused_by_user: bool,
+}
+
+impl Default for DomainView {
+    fn default() -> DomainView {
+        DomainView {
+            status: DomainStatus::NON_EXISTENT,
+            defined: false,
+            started_once: false,
+            paused_by_user: false,
+        }
+    }
+}
+
+impl DomainManager {
+    pub(super) fn on_lifecycle(&mut self, lifecycle: LifecycleEvent) {
+        match lifecycle {
+            LifecycleEvent::Defined(_) => {
+                self.domain.defined = true;
+                if self.domain.status == DomainStatus::NON_EXISTENT {
+                    self.domain.status =
+                        DomainStatus::new(DomainState::Shutoff, StateReason::Unknown);
+                }
+            }
+            LifecycleEvent::Undefined(_) => {
+                self.domain.defined = false;
+                if !self.domain.status.state.is_active() {
+                    self.domain.status = DomainStatus::NON_EXISTENT;
+                }
+            }
+            other => {
+                if let Some(status) = other.status() {
+                    self.domain.status = status;
+                }
+            }
+        }
+        if let LifecycleEvent::Resumed(_) = lifecycle {
+            self.domain.paused_by_user = false;
+        }
+        self.publish(
+            EventKind::DomainLifecycle,
+            json!({
+                "domain": self.config.domain_name,
+                "event": lifecycle.name(),
+                "detail": lifecycle.detail(),
+                "state": self.domain.status.state.as_str(),
+                "reason": self.domain.status.reason.as_str(),
+            }),
+        );
+        if self.on_target_lifecycle(lifecycle) {
+            return;
+        }
+        self.after_status_change(Some(lifecycle));
+    }
+
+    /// Applies a state libvirt reported in answer to a call (`None`: the
+    /// domain does not exist).
+    pub(super) fn apply_observed_status(&mut self, status: Option<DomainStatus>) {
+        match status {
+            Some(status) => {
+                // Existence is news only for a domain we did not know;
+                // whether a known one is still defined (persistent) comes
+                // from the Defined/Undefined events.
+                if self.domain.status == DomainStatus::NON_EXISTENT {
+                    self.domain.defined = true;
+                }
+                self.domain.status = status;
+            }
+            None => {
+                self.domain.defined = false;
+                self.domain.status = DomainStatus::NON_EXISTENT;
+            }
+        }
+        self.after_status_change(None);
+    }
+
+    /// Reacts to the domain starting or stopping, whoever noticed it.
+    fn after_status_change(&mut self, lifecycle: Option<LifecycleEvent>) {
+        let status = self.domain.status;
+        if !status.state.is_active() {
+            self.agent.connected = false;
+        }
+        self.update_poller();
+        // A migration target's incoming domain is not its own until it runs.
+        if status.state.is_active()
+            && !self.domain.started_once
+            && self.phase != Phase::MigrationTarget
+        {
+            self.domain.started_once = true;
+            self.timers.cancel(Timer::QemuTimeout);
+            if self.phase == Phase::WaitingForDomain {
+                self.phase = Phase::Running;
+            }
+        }
+        if !self.domain.started_once {
+            return;
+        }
+        match lifecycle {
+            Some(LifecycleEvent::Stopped(_)) => {
+                self.timers.cancel(Timer::FinalEvent);
+                self.agent.connected = false;
+                self.finish_after_stop(status.reason);
+            }
+            Some(_) => {}
+            // A job saw the domain stopped. libvirt's Stopped event normally
+            // follows within milliseconds and is the final event
+            // subscribers must get, so give it a moment.
+            None if !status.state.is_active() => {
+                if self.timers.next_of(Timer::FinalEvent).is_none() {
+                    self.timers
+                        .arm_in(Timer::FinalEvent, self.timing.final_event);
+                }
+            }
+            None => self.timers.cancel(Timer::FinalEvent),
+        }
+    }
+
+    pub(super) fn on_final_event_overdue(&mut self) {
+        if self.domain.status.state.is_active() {
+            return;
+        }
+        log::warn!("manager: the domain stopped but libvirt sent no Stopped event");
+        self.agent.connected = false;
+        self.finish_after_stop(self.domain.status.reason);
+    }
+}

@@ -10,8 +10,6 @@
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::Value;
@@ -20,7 +18,7 @@ use virt::domain::Domain;
 use virt::error::Error;
 use virt::sys;
 
-use super::{AgentLifecycle, CloseReason, ConnectionId, HypervisorEvent, LifecycleEvent, Stat};
+use super::{AgentLifecycle, CloseReason, HypervisorEvent, LifecycleEvent, LossReporter, Stat};
 
 /// Registers libvirt's default event loop implementation. Must run before
 /// any connection is opened.
@@ -303,37 +301,14 @@ pub fn deregister_domain_events(conn: &Connect, ids: &[c_int]) {
     }
 }
 
-/// Where the close callback reports: the connection it watches, and the
-/// backend's record of which connection is live, so that the loss is
-/// reported once whoever notices it first.
-pub struct CloseSink {
-    pub tx: Sender<HypervisorEvent>,
-    pub connection: ConnectionId,
-    /// The id of the connection calls may use; 0 once it is known dead.
-    pub live: Arc<AtomicU64>,
-}
-
-impl CloseSink {
-    /// Marks the connection dead and reports it, unless that was done.
-    pub fn report_lost(&self, reason: CloseReason) {
-        let marked = self
-            .live
-            .compare_exchange(self.connection.0, 0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok();
-        if marked {
-            let _ = self.tx.try_send(HypervisorEvent::ConnectionClosed {
-                connection: self.connection,
-                reason,
-            });
-        }
-    }
-}
+/// What the close callback reports through (see `LossReporter`).
+pub type CloseSink = LossReporter;
 
 unsafe extern "C" fn on_close(_conn: sys::virConnectPtr, reason: c_int, opaque: *mut c_void) {
     // SAFETY: opaque is the Box<CloseSink> registered below, alive until
     // libvirt calls free_close_sink.
     let sink = unsafe { &*(opaque as *const CloseSink) };
-    sink.report_lost(CloseReason::from_libvirt(reason));
+    sink.report(CloseReason::from_libvirt(reason));
 }
 
 unsafe extern "C" fn free_close_sink(opaque: *mut c_void) {

@@ -42,6 +42,9 @@ pub struct LibvirtHypervisor {
     next_id: AtomicU64,
 }
 
+/// The current connection is alive (an RPC error came from elsewhere).
+struct Alive;
+
 /// One open connection and what the launcher registered on it. Each
 /// registration holds a reference on the connection inside libvirt, so the
 /// connection is freed only once `release` has removed them all.
@@ -74,10 +77,11 @@ impl LibvirtHypervisor {
         domain_name: &str,
         events: Sender<HypervisorEvent>,
     ) -> HvResult<LibvirtHypervisor> {
+        // Live from the start: the daemon may close the connection while
+        // it is still being opened.
         let id = ConnectionId::FIRST;
-        let live = Arc::new(AtomicU64::new(0));
+        let live = Arc::new(AtomicU64::new(id.0));
         let (registered, info) = open(uri, domain_name, &events, id, &live)?;
-        live.store(id.0, Ordering::Release);
         Ok(LibvirtHypervisor {
             uri: uri.to_string(),
             domain_name: domain_name.to_string(),
@@ -123,23 +127,25 @@ impl LibvirtHypervisor {
             // peer-to-peer migration's link to the target daemon); only a
             // dead connection of ours is a lost connection.
             match self.current_if_dead() {
-                Some(id) => self.report_lost(id),
-                None => err.kind = HypervisorErrorKind::Other,
+                Ok(Some(id)) => self.report_lost(id),
+                // Between connections: the loss is already known.
+                Ok(None) => {}
+                Err(Alive) => err.kind = HypervisorErrorKind::Other,
             }
         }
         err
     }
 
     /// The current connection's id if it is dead (virConnectIsAlive: a
-    /// local check, no round trip); `None` if it is alive.
-    fn current_if_dead(&self) -> Option<ConnectionId> {
+    /// local check, no round trip), `None` if there is none.
+    fn current_if_dead(&self) -> Result<Option<ConnectionId>, Alive> {
         match self.conn.read() {
             Ok(guard) => match guard.as_ref() {
-                Some(r) if r.conn.is_alive().unwrap_or(false) => None,
-                Some(r) => Some(r.id),
-                None => Some(ConnectionId(0)),
+                Some(r) if r.conn.is_alive().unwrap_or(false) => Err(Alive),
+                Some(r) => Ok(Some(r.id)),
+                None => Ok(None),
             },
-            Err(_) => None,
+            Err(_) => Err(Alive),
         }
     }
 
@@ -150,7 +156,7 @@ impl LibvirtHypervisor {
             connection: id,
             live: self.live.clone(),
         };
-        sink.report_lost(CloseReason::CallFailed);
+        sink.report(CloseReason::CallFailed);
     }
 
     fn with_domain<T>(
@@ -510,12 +516,23 @@ impl Hypervisor for LibvirtHypervisor {
             old.release();
         }
         let id = ConnectionId(self.next_id.fetch_add(1, Ordering::AcqRel));
-        let (registered, info) = open(&self.uri, &self.domain_name, &self.events, id, &self.live)?;
+        // Calls keep failing as not connected until the new connection is
+        // in place; a close while it opens is reported.
+        self.live.store(id.0, Ordering::Release);
+        let (registered, info) =
+            match open(&self.uri, &self.domain_name, &self.events, id, &self.live) {
+                Ok(opened) => opened,
+                Err(e) => {
+                    let _ =
+                        self.live
+                            .compare_exchange(id.0, 0, Ordering::AcqRel, Ordering::Acquire);
+                    return Err(e);
+                }
+            };
         if let Ok(mut guard) = self.info.write() {
             *guard = info;
         }
         *self.conn.write().map_err(|_| poisoned())? = Some(registered);
-        self.live.store(id.0, Ordering::Release);
         Ok(id)
     }
 }

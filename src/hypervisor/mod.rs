@@ -18,7 +18,11 @@ pub mod state;
 pub mod wire;
 
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crossbeam_channel::Sender;
 
 use serde_json::Value;
 
@@ -126,6 +130,36 @@ impl ConnectionId {
 
     pub fn next(self) -> ConnectionId {
         ConnectionId(self.0 + 1)
+    }
+}
+
+/// How a backend keeps the contract that a lost connection is reported
+/// once: every party that can notice the loss of one connection (libvirt's
+/// close callback, the RPC reader, a call that failed) holds a reporter for
+/// it, and the first to report marks it dead and sends `ConnectionClosed`.
+#[derive(Clone)]
+pub struct LossReporter {
+    pub tx: Sender<HypervisorEvent>,
+    pub connection: ConnectionId,
+    /// The id of the connection calls may use; 0 once it is known dead.
+    /// Shared by every reporter of the backend and by its calls.
+    pub live: Arc<AtomicU64>,
+}
+
+impl LossReporter {
+    /// Marks the connection dead and reports it, unless that was done (or
+    /// it is no longer the live one).
+    pub fn report(&self, reason: CloseReason) {
+        let marked = self
+            .live
+            .compare_exchange(self.connection.0, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if marked {
+            let _ = self.tx.try_send(HypervisorEvent::ConnectionClosed {
+                connection: self.connection,
+                reason,
+            });
+        }
     }
 }
 

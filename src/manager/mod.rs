@@ -25,7 +25,6 @@ mod shutdown;
 mod sync;
 mod timers;
 
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 //! built by the same constructors in `hypervisor::state`. So the launcher
 //! above it cannot tell which backend it runs on, except by asking.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,9 +22,9 @@ use super::procedures::{
 };
 use super::uri::{self, Environment, Target};
 use crate::hypervisor::{
-    AgentLifecycle, CloseReason as LibvirtCloseReason, DomainStatus, DriverKind, GuestInfoKind,
-    HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
-    LifecycleEvent, MigrationRequest, RebootMode, Stat,
+    AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus, DriverKind,
+    GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent,
+    HypervisorInfo, LifecycleEvent, LossReporter, MigrationRequest, RebootMode, Stat,
 };
 
 /// Extra time a guest-agent call gets beyond the agent timeout it passes
@@ -39,7 +39,11 @@ pub struct WireHypervisor {
     options: ClientOptions,
     conn: RwLock<Option<Arc<Client>>>,
     info: RwLock<HypervisorInfo>,
-    connected: AtomicBool,
+    /// The id of the connection calls may use; 0 while there is none or
+    /// once it is known dead (see `LossReporter`).
+    live: Arc<AtomicU64>,
+    /// The id of the newest connection, and the id the next one gets.
+    current: AtomicU64,
 }
 
 impl WireHypervisor {
@@ -71,7 +75,16 @@ impl WireHypervisor {
         let target = uri::resolve(uri, env).map_err(|e| {
             HypervisorError::new(HypervisorErrorKind::Unsupported, "virConnectOpen", e)
         })?;
-        let (client, info) = open(uri, &target, domain_name, &events, options)?;
+        // Live from the start: the daemon may report the connection closed
+        // while it is still being opened.
+        let id = ConnectionId::FIRST;
+        let live = Arc::new(AtomicU64::new(id.0));
+        let reporter = LossReporter {
+            tx: events.clone(),
+            connection: id,
+            live: live.clone(),
+        };
+        let (client, info) = open(uri, &target, domain_name, reporter, options)?;
         Ok(WireHypervisor {
             uri: uri.to_string(),
             target,
@@ -80,12 +93,13 @@ impl WireHypervisor {
             options,
             conn: RwLock::new(Some(client)),
             info: RwLock::new(info),
-            connected: AtomicBool::new(true),
+            live,
+            current: AtomicU64::new(id.0),
         })
     }
 
     fn connection(&self, operation: &'static str) -> HvResult<Arc<Client>> {
-        if !self.connected.load(Ordering::Acquire) {
+        if self.live.load(Ordering::Acquire) == 0 {
             return Err(HypervisorError::not_connected(operation));
         }
         match self.conn.read() {
@@ -105,9 +119,29 @@ impl WireHypervisor {
     fn error(&self, operation: &'static str, e: RpcError) -> HypervisorError {
         let err = convert_error(operation, e);
         if err.kind == HypervisorErrorKind::ConnectionLost {
-            self.connected.store(false, Ordering::Release);
+            self.reporter(ConnectionId(self.current.load(Ordering::Acquire)))
+                .report(LibvirtCloseReason::CallFailed);
         }
         err
+    }
+
+    fn reporter(&self, connection: ConnectionId) -> LossReporter {
+        LossReporter {
+            tx: self.events.clone(),
+            connection,
+            live: self.live.clone(),
+        }
+    }
+
+    /// Whether calls may use the connection (for tests).
+    #[cfg(test)]
+    fn is_connected(&self) -> bool {
+        self.live.load(Ordering::Acquire) != 0
+            && self
+                .conn
+                .read()
+                .map(|c| c.as_ref().is_some_and(|c| c.is_open()))
+                .unwrap_or(false)
     }
 
     fn lookup(&self, client: &Client, name: &str, operation: &'static str) -> HvResult<DomainRef> {
@@ -202,13 +236,14 @@ fn open(
     uri: &str,
     target: &Target,
     domain_name: &str,
-    events: &Sender<HypervisorEvent>,
+    reporter: LossReporter,
     options: ClientOptions,
 ) -> HvResult<(Arc<Client>, HypervisorInfo)> {
     let op = "virConnectOpen";
     let router = EventRouter {
         domain: domain_name.to_string(),
-        tx: events.clone(),
+        tx: reporter.tx.clone(),
+        reporter,
     };
     let client = Client::connect(&target.socket, options, Box::new(router)).map_err(|e| {
         HypervisorError::new(
@@ -398,6 +433,8 @@ fn convert_error(operation: &'static str, e: RpcError) -> HypervisorError {
 struct EventRouter {
     domain: String,
     tx: Sender<HypervisorEvent>,
+    /// Reports this connection's loss (once, see `LossReporter`).
+    reporter: LossReporter,
 }
 
 impl EventRouter {
@@ -414,9 +451,12 @@ impl EventRouter {
 
 impl Listener for EventRouter {
     fn event(&mut self, procedure: i32, payload: &[u8]) {
-        match decode_event(procedure, payload) {
+        match decode_event(procedure, payload, self.reporter.connection) {
             Ok(Some((Some(domain), event))) if domain.name == self.domain => self.deliver(event),
             Ok(Some((Some(_other_domain), _))) => {}
+            Ok(Some((None, HypervisorEvent::ConnectionClosed { reason, .. }))) => {
+                self.reporter.report(reason)
+            }
             Ok(Some((None, event))) => self.deliver(event),
             Ok(None) => log::warn!(
                 "events: ignoring event procedure {procedure} from the daemon: this client never registered for it"
@@ -428,9 +468,8 @@ impl Listener for EventRouter {
     }
 
     fn closed(&mut self, reason: CloseReason, _detail: &str) {
-        self.deliver(HypervisorEvent::ConnectionClosed {
-            reason: LibvirtCloseReason::from_libvirt(reason.libvirt_code()),
-        });
+        self.reporter
+            .report(LibvirtCloseReason::from_libvirt(reason.libvirt_code()));
     }
 }
 
@@ -438,7 +477,11 @@ impl Listener for EventRouter {
 /// means; `None` for a procedure this client does not know.
 type DecodedEvent = Option<(Option<DomainRef>, HypervisorEvent)>;
 
-fn decode_event(procedure: i32, payload: &[u8]) -> DecodeResult<DecodedEvent> {
+fn decode_event(
+    procedure: i32,
+    payload: &[u8],
+    connection: ConnectionId,
+) -> DecodeResult<DecodedEvent> {
     let mut d = Decoder::new(payload);
     let decoded = match procedure {
         events::LIFECYCLE => {
@@ -482,6 +525,7 @@ fn decode_event(procedure: i32, payload: &[u8]) -> DecodeResult<DecodedEvent> {
             Some((
                 None,
                 HypervisorEvent::ConnectionClosed {
+                    connection,
                     reason: LibvirtCloseReason::from_libvirt(reason),
                 },
             ))
@@ -812,46 +856,45 @@ impl Hypervisor for WireHypervisor {
         })
     }
 
-    fn is_connected(&self) -> bool {
-        self.connected.load(Ordering::Acquire)
-            && self
-                .conn
-                .read()
-                .map(|c| c.as_ref().is_some_and(|c| c.is_open()))
-                .unwrap_or(false)
-    }
-
-    fn connection_lost(&self) {
-        self.connected.store(false, Ordering::Release);
-    }
-
-    fn reconnect(&self) -> HvResult<()> {
-        let (client, info) = open(
-            &self.uri,
-            &self.target,
-            &self.domain_name,
-            &self.events,
-            self.options,
-        )?;
-        if let Ok(mut guard) = self.info.write() {
-            *guard = info;
-        }
-        let old = match self.conn.write() {
-            Ok(mut guard) => guard.replace(client),
-            Err(_) => {
-                return Err(HypervisorError::new(
-                    HypervisorErrorKind::Other,
-                    "reconnect",
-                    "connection lock poisoned by a panicked thread",
-                ));
-            }
+    fn reconnect(&self) -> HvResult<ConnectionId> {
+        let poisoned = || {
+            HypervisorError::new(
+                HypervisorErrorKind::Other,
+                "reconnect",
+                "connection lock poisoned by a panicked thread",
+            )
         };
-        self.connected.store(true, Ordering::Release);
-        // Closed outside the lock; calls still holding it fail quickly.
+        // The old connection goes first: calls meanwhile fail at once as
+        // not connected, and its reporter no longer reports (the live
+        // connection is the new one from here on).
+        let old = self.conn.write().map_err(|_| poisoned())?.take();
         if let Some(old) = old {
             old.close();
         }
-        Ok(())
+        let id = ConnectionId(self.current.load(Ordering::Acquire)).next();
+        self.current.store(id.0, Ordering::Release);
+        self.live.store(id.0, Ordering::Release);
+        let opened = open(
+            &self.uri,
+            &self.target,
+            &self.domain_name,
+            self.reporter(id),
+            self.options,
+        );
+        let (client, info) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                let _ = self
+                    .live
+                    .compare_exchange(id.0, 0, Ordering::AcqRel, Ordering::Acquire);
+                return Err(e);
+            }
+        };
+        if let Ok(mut guard) = self.info.write() {
+            *guard = info;
+        }
+        *self.conn.write().map_err(|_| poisoned())? = Some(client);
+        Ok(id)
     }
 }
 

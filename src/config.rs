@@ -9,7 +9,18 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::cli::{AgentIntervals, Args, UsageError};
+use crate::cli::{Args, UsageError};
+
+/// How often the guest-agent poller refreshes each kind of data
+/// (`--qemu-agent-*-interval`, `--qemu-fsfreeze-status-interval`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AgentIntervals {
+    pub sys: Duration,
+    pub file: Duration,
+    pub user: Duration,
+    pub version: Duration,
+    pub fsfreeze: Duration,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Dirs {
@@ -39,6 +50,8 @@ pub struct Config {
     pub spawn_libvirt: bool,
     pub max_clients: usize,
     pub max_line_bytes: usize,
+    /// None: idle connections are never closed.
+    pub client_idle_timeout: Option<Duration>,
     pub libvirt_log_filters: Option<String>,
     pub verbosity: u8,
     pub agent_intervals: AgentIntervals,
@@ -121,6 +134,7 @@ impl Config {
             spawn_libvirt: args.spawn_libvirt,
             max_clients: args.max_clients,
             max_line_bytes: args.max_line_bytes,
+            client_idle_timeout: args.client_idle_timeout,
             libvirt_log_filters: args.libvirt_log_filters,
             verbosity: args.verbosity,
             agent_intervals: args.agent_intervals,

@@ -54,7 +54,7 @@ impl Failure {
 }
 
 /// Runs the launcher with the process arguments; returns the exit status.
-pub fn main(argv: Vec<String>) -> i32 {
+pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
     let action = match cli::parse(argv.into_iter().skip(1)) {
         Ok(action) => action,
         Err(e) => {
@@ -175,7 +175,7 @@ fn run_with_libvirt(
         f
     })?;
     let hypervisor = match connected {
-        Some(hv) => hv,
+        Some(hv) => crate::hypervisor::trace::Traced::wrap(hv),
         None => return Ok(ExitCode::Ok),
     };
     let info = hypervisor.info();
@@ -222,8 +222,19 @@ fn connect_with_retry(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match hypervisor::backend::connect(&config.connect_uri, &config.domain_name, events.clone())
-        {
+        let opening = Instant::now();
+        let opened =
+            hypervisor::backend::connect(&config.connect_uri, &config.domain_name, events.clone());
+        log::trace!(
+            "libvirt: virConnectOpen({}): {} in {:.3} ms",
+            config.connect_uri,
+            match &opened {
+                Ok(_) => "ok".to_string(),
+                Err(e) => e.to_string(),
+            },
+            opening.elapsed().as_secs_f64() * 1000.0
+        );
+        match opened {
             Ok(hv) => return Ok(Some(hv)),
             // Retrying cannot help a URI this build cannot use.
             Err(e) if e.kind == HypervisorErrorKind::Unsupported => {
@@ -312,14 +323,16 @@ fn serve(
     threads::spawn_named("manager", &fatal_tx, move || manager.run(inputs))
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the manager: {e}")))?;
 
-    let shared = Arc::new(ServerShared::new(
+    let mut shared = ServerShared::new(
         config.vmi_ref(),
         config.max_line_bytes,
         config.max_clients,
         request_tx,
         hub.clone(),
         fatal_tx.clone(),
-    ));
+    );
+    shared.idle_timeout = config.client_idle_timeout;
+    let shared = Arc::new(shared);
     server::spawn_acceptor(listener, shared.clone())
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the server: {e}")))?;
 
@@ -409,5 +422,6 @@ fn serve(
     if !hub.drain(DRAIN_TIMEOUT) {
         log::warn!("a subscriber did not take its last events within 2 s");
     }
+    server::flush_warnings();
     Ok(code)
 }

@@ -3,7 +3,8 @@
 use std::panic;
 
 fn main() {
-    let argv: Vec<String> = std::env::args().collect();
+    // args_os: an argument that is not UTF-8 is a usage error, not a panic.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let code = match panic::catch_unwind(|| virt_launcher::launcher::main(argv)) {
         Ok(code) => code,
         Err(payload) => {

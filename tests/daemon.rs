@@ -745,6 +745,23 @@ fn a_client_stalled_mid_line_is_dropped_but_an_idle_one_stays() {
     launcher.wait_ready(T);
     let mut stalled = launcher.client();
     let mut idle = launcher.client();
+    // Slowloris: one byte of a line every 2 s. Each byte comes long before
+    // the 30 s limit; the line as a whole must still end within 30 s of its
+    // first byte, or the connection goes.
+    let mut trickler = launcher.client();
+    let trickle = std::thread::spawn(move || {
+        let began = Instant::now();
+        for byte in b"{\"execute\":\"ping\",\"id\":\"slow\"}".iter().cycle() {
+            if began.elapsed() > Duration::from_secs(90) {
+                return None;
+            }
+            trickler.send_raw(&[*byte]);
+            if trickler.closed_within(Duration::from_secs(2)) {
+                return Some(began.elapsed());
+            }
+        }
+        None
+    });
     stalled.send_raw(b"{\"execute\":\"pi");
     let began = Instant::now();
     assert!(
@@ -758,4 +775,9 @@ fn a_client_stalled_mid_line_is_dropped_but_an_idle_one_stays() {
     );
     // The idle connection, silent just as long, still works.
     idle.ok("ping", Value::Null);
+    let trickled = trickle.join().unwrap();
+    assert!(
+        trickled.is_some(),
+        "a client trickling one byte every 2 s kept its connection for 90 s"
+    );
 }

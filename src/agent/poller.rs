@@ -15,7 +15,7 @@ use crossbeam_channel::{Receiver, Sender, select};
 
 use super::model;
 use super::{AgentData, AgentUpdate, PollKind, PollerControl};
-use crate::cli::AgentIntervals;
+use crate::config::AgentIntervals;
 use crate::hypervisor::{GuestInfoKind, Hypervisor};
 use crate::threads::{self, FatalSender};
 

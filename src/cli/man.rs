@@ -73,7 +73,7 @@ pub fn man_page() -> String {
             names.push_str(&format!("\\fB\\-{c}\\fR, "));
         }
         names.push_str(&format!("\\fB\\-\\-{}\\fR", roff(flag.long)));
-        if let Some(v) = flag.value_name {
+        if let Some(v) = flag.value_name() {
             names.push_str(&format!(" \\fI{}\\fR", roff(v)));
         }
         m.push_str(&names);
@@ -104,6 +104,7 @@ pub fn man_page() -> String {
         m.push_str(&fill(code.meaning()));
     }
     m.push_str(FILES_TEXT);
+    m.push_str(LOGGING_TEXT);
     m.push_str(ENVIRONMENT_TEXT);
     m.push_str(EXAMPLES_TEXT);
     m.push_str(".SH SEE ALSO\n\\fBvirsh\\fR(1), \\fBlibvirtd\\fR(8), \\fBsocat\\fR(1), \\fBqemu\\-ga\\fR(8),\ndocs/protocol.md in the source tree\n");
@@ -133,8 +134,15 @@ trying the protocol.
 "#;
 
 const OPTIONS_TEXT: &str = r#"A flag's value follows it as the next argument (\fB\-\-name vm1\fR) or
-after an equals sign (\fB\-\-name=vm1\fR). The value syntaxes (DURATION,
-BYTES, N, SECONDS) are defined under \fBVALUES\fR below.
+after an equals sign (\fB\-\-name=vm1\fR). A separate argument that starts
+with \fB\-\fR is always read as a flag, never as a value: \fB\-\-uid
+\-\-allow\-emulation\fR is a missing value; write \fB\-\-uid=\-x\fR for a
+value that starts with \fB\-\fR. On/off flags take no value, or
+\fB=true\fR or \fB=false\fR (also 1, t, T, TRUE, True and 0, f, F, FALSE,
+False, as Go's flag package reads them); \fB=false\fR is the same as leaving
+the flag out. Every argument must be UTF\-8. A bad command line exits with
+status 2 and a message naming the flag, before any file is created. The value
+syntaxes (DURATION, BYTES, N, SECONDS) are defined under \fBVALUES\fR below.
 "#;
 
 const VALUES_TEXT: &str = r#".SH VALUES
@@ -205,11 +213,35 @@ Cloud\-init ISOs and disk overlays.
 containerDisk base images and hotplugged volumes.
 "#;
 
+const LOGGING_TEXT: &str = r#".SH LOGGING
+Logs go to standard error, one record per line:
+.PP
+.nf
+.in +2
+2026\-11\-30T14:22:05.123456Z INFO  [main] ready: ...
+.in
+.fi
+.PP
+the time in RFC 3339 UTC with microseconds, the level (ERROR, WARN, INFO,
+DEBUG, TRACE), the thread's name in brackets, the message. The lines after
+the first of a multi\-line message (a domain XML at debug level) are indented
+by four spaces. Info shows start\-up, readiness, every event and the reason
+for exiting; \fB\-v\fR adds debug lines; \fB\-vv\fR adds trace lines:
+every request and reply line on the command socket (\fBclient N \->\fR and
+\fBclient N <\-\fR) and every libvirt call with its arguments, its outcome
+and its duration in milliseconds. Warnings that clients can cause again and
+again (refused connections, clients closed for an unfinished line, failed
+accepts) are logged at most 5 times a minute each; the next one logged says
+how many were left out, and any count left at exit is logged then.
+"#;
+
 const ENVIRONMENT_TEXT: &str = r#".SH ENVIRONMENT
 .TP
 \fBRUST_LOG\fR
-Log filter (for example \fBdebug\fR or \fBvirt_launcher::server=trace\fR);
-overrides \fB\-v\fR. Logs go to standard error.
+When set and not empty, it alone decides what is logged and \fB\-v\fR is
+ignored: a level (\fBwarn\fR, \fBdebug\fR) or comma\-separated
+\fImodule\fR=\fIlevel\fR pairs (\fBvirt_launcher::server=trace\fR), as the
+env_logger crate reads them.
 .TP
 \fBLIBVIRT_LOG_FILTERS\fR, \fBLIBVIRT_LOG_OUTPUTS\fR
 Read by the libvirt client library; \fB\-\-libvirt\-log\-filters\fR sets the

@@ -15,6 +15,7 @@ mod ffi;
 #[cfg(feature = "virt")]
 pub mod libvirt;
 pub mod state;
+pub mod trace;
 pub mod wire;
 
 use std::fmt;

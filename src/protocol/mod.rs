@@ -11,6 +11,7 @@ use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Version of the wire protocol. Additive changes (new commands, optional
@@ -124,13 +125,63 @@ impl std::error::Error for CommandError {}
 /// What a command returns on success: always a JSON object.
 pub type CommandResult = Result<Map<String, Value>, CommandError>;
 
+/// A request's `id`, as the reply echoes it: the same JSON value, written
+/// compactly; a number comes back exactly as the client wrote it (`-0`,
+/// `1.50`, `12345678901234567890123`), where re-encoding it would change
+/// it (`-0.0`, `1.5`, `1.2345678901234568e22`).
+#[derive(Debug, Clone)]
+pub struct RequestId(Box<RawValue>);
+
+impl RequestId {
+    /// A compact encoding of `value`.
+    pub fn from_value(value: &Value) -> RequestId {
+        let raw = serde_json::value::to_raw_value(value)
+            .unwrap_or_else(|_| RawValue::from_string("null".into()).unwrap_or_default());
+        RequestId(raw)
+    }
+
+    /// The id as written.
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for RequestId {
+    fn eq(&self, other: &RequestId) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Serialize for RequestId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+/// The `id` of a request line, for the reply: the raw text of a number id,
+/// a compact re-encoding of anything else.
+fn request_id(text: &str, id: Option<&Value>) -> Option<RequestId> {
+    let id = id?;
+    if id.is_number() {
+        #[derive(serde::Deserialize)]
+        struct IdOnly<'a> {
+            #[serde(borrow)]
+            id: &'a RawValue,
+        }
+        if let Ok(raw) = serde_json::from_str::<IdOnly>(text) {
+            return Some(RequestId(raw.id.to_owned()));
+        }
+    }
+    Some(RequestId::from_value(id))
+}
+
 /// A request line that parsed: the command name, its arguments (an object,
-/// empty when absent) and the client's id, echoed verbatim.
+/// empty when absent) and the client's id, echoed in the reply.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     pub execute: String,
     pub arguments: Map<String, Value>,
-    pub id: Option<Value>,
+    pub id: Option<RequestId>,
 }
 
 /// Why a line could not become a `Request`. `id` is kept when the line was
@@ -138,7 +189,7 @@ pub struct Request {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestRejected {
     pub error: CommandError,
-    pub id: Option<Value>,
+    pub id: Option<RequestId>,
 }
 
 /// Parses one request line (without its newline).
@@ -163,7 +214,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestRejected> {
             id: None,
         });
     };
-    let id = object.remove("id");
+    let id = request_id(text, object.remove("id").as_ref());
     let reject = |desc: String| RequestRejected {
         error: CommandError::new(ErrorClass::InvalidRequest, desc),
         id: id.clone(),
@@ -217,24 +268,24 @@ impl Timestamp {
 }
 
 /// Encodes a success reply line (with trailing newline).
-pub fn encode_return(result: &Map<String, Value>, id: Option<&Value>) -> String {
+pub fn encode_return(result: &Map<String, Value>, id: Option<&RequestId>) -> String {
     #[derive(Serialize)]
     struct Line<'a> {
         #[serde(rename = "return")]
         ret: &'a Map<String, Value>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<&'a Value>,
+        id: Option<&'a RequestId>,
     }
     finish_line(serde_json::to_string(&Line { ret: result, id }))
 }
 
 /// Encodes an error reply line (with trailing newline).
-pub fn encode_error(error: &CommandError, id: Option<&Value>) -> String {
+pub fn encode_error(error: &CommandError, id: Option<&RequestId>) -> String {
     #[derive(Serialize)]
     struct Line<'a> {
         error: &'a CommandError,
         #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<&'a Value>,
+        id: Option<&'a RequestId>,
     }
     finish_line(serde_json::to_string(&Line { error, id }))
 }
@@ -303,7 +354,36 @@ mod tests {
             parse_request(br#"{"execute":"sync","arguments":{"a":1},"id":{"x":[1,"y"]}}"#).unwrap();
         assert_eq!(req.execute, "sync");
         assert_eq!(req.arguments.get("a"), Some(&json!(1)));
-        assert_eq!(req.id, Some(json!({"x":[1,"y"]})));
+        assert_eq!(req.id, Some(RequestId::from_value(&json!({"x":[1,"y"]}))));
+    }
+
+    #[test]
+    fn number_ids_come_back_exactly_as_sent() {
+        for (line, echoed) in [
+            (r#"{"execute":"ping","id":-0}"#, "-0"),
+            (r#"{"execute":"ping","id":1.50}"#, "1.50"),
+            (
+                r#"{"id": 12345678901234567890123 ,"execute":"ping"}"#,
+                "12345678901234567890123",
+            ),
+            (r#"{"execute":"ping","id":1e3}"#, "1e3"),
+            // Other values are re-encoded compactly.
+            (
+                r#"{"execute":"ping","id":{ "a" : [ 1 , true ] }}"#,
+                r#"{"a":[1,true]}"#,
+            ),
+            (r#"{"execute":"ping","id":"x"}"#, r#""x""#),
+            (r#"{"execute":"ping","id":null}"#, "null"),
+        ] {
+            let req = parse_request(line.as_bytes()).unwrap();
+            let id = req.id.expect("id");
+            assert_eq!(id.as_str(), echoed, "{line}");
+            let reply = encode_return(&Map::new(), Some(&id));
+            assert_eq!(reply, format!("{{\"return\":{{}},\"id\":{echoed}}}\n"));
+        }
+        // Kept for errors too.
+        let err = parse_request(br#"{"execute":5,"id":-0}"#).unwrap_err();
+        assert_eq!(err.id.map(|id| id.as_str().to_string()), Some("-0".into()));
     }
 
     #[test]
@@ -344,7 +424,7 @@ mod tests {
             let err = parse_request(line).unwrap_err();
             assert_eq!(err.error.class, ErrorClass::InvalidRequest, "{needle}");
             assert!(err.error.desc.contains(needle), "{}", err.error.desc);
-            assert_eq!(err.id, Some(json!(7)));
+            assert_eq!(err.id.as_ref().map(RequestId::as_str), Some("7"));
         }
         let err = parse_request(b"[1,2]").unwrap_err();
         assert_eq!(err.error.class, ErrorClass::InvalidRequest);
@@ -354,7 +434,7 @@ mod tests {
     fn replies_are_single_compact_lines() {
         let mut ret = Map::new();
         ret.insert("nested".into(), json!({"a":[1,2,{"b":"c\nd"}]}));
-        let line = encode_return(&ret, Some(&json!("id-1")));
+        let line = encode_return(&ret, Some(&RequestId::from_value(&json!("id-1"))));
         assert_eq!(
             line,
             "{\"return\":{\"nested\":{\"a\":[1,2,{\"b\":\"c\\nd\"}]}},\"id\":\"id-1\"}\n"
@@ -367,7 +447,7 @@ mod tests {
         );
         let plain = CommandError::new(ErrorClass::Busy, "full");
         assert_eq!(
-            encode_error(&plain, Some(&json!(1))),
+            encode_error(&plain, Some(&RequestId::from_value(&json!(1)))),
             "{\"error\":{\"class\":\"Busy\",\"desc\":\"full\"},\"id\":1}\n"
         );
     }

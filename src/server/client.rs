@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
@@ -12,15 +13,24 @@ use serde_json::{Map, Value, json};
 use super::ServerShared;
 use crate::command::{COMMANDS, Command, LocalCommand, ManagerCommand, ManagerRequest, ReplyTo};
 use crate::events::{Event, EventKind, SubscriberQueue};
-use crate::protocol::codec::{Frame, LineReader};
+use crate::logging::RateLimit;
+use crate::protocol::codec::{Frame, LineReader, LineTimeouts, Stalled};
 use crate::protocol::{
     CommandError, CommandResult, ErrorClass, encode_error, encode_hello, encode_return,
     parse_request,
 };
 use crate::threads;
 
-/// How long a client may leave a line unfinished.
-const PARTIAL_LINE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long a client may take to finish a line, from its first byte.
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Clients dropped for stalling, logged at most 5 a minute.
+static STALLED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(60), 5);
+
+/// How many stalled-client warnings were left out since the last one logged.
+pub(super) fn flush_warnings() -> u64 {
+    STALLED_WARNINGS.flush()
+}
 
 /// The write half, shared by the reader (replies) and the event writer so
 /// that whole lines never interleave.
@@ -58,9 +68,6 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
     if let Err(e) = writer.set_write_timeout(Some(shared.write_timeout)) {
         log::warn!("server: client {id}: cannot set write timeout: {e}");
     }
-    if let Err(e) = stream.set_read_timeout(Some(PARTIAL_LINE_TIMEOUT)) {
-        log::warn!("server: client {id}: cannot set read timeout: {e}");
-    }
     let mut conn = Connection {
         id,
         outbox: Outbox(Arc::new(Mutex::new(writer))),
@@ -75,13 +82,26 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
         return;
     }
     let mut reader = LineReader::new(stream, conn.shared.max_line_bytes);
+    reader.set_timeouts(LineTimeouts {
+        line: LINE_TIMEOUT,
+        idle: conn.shared.idle_timeout,
+    });
     loop {
         let frame = reader.next_frame();
         if matches!(frame, Ok(Some(_))) {
             conn.shared.in_flight.start();
         }
         let reply = match frame {
-            Ok(Some(Frame::Line(line))) => conn.handle_line(&line),
+            Ok(Some(Frame::Line(line))) => {
+                log::trace!("server: client {id} -> {}", String::from_utf8_lossy(&line));
+                let reply = conn.handle_line(&line);
+                // A subscriber waits for events, not requests: no idle limit.
+                reader.set_idle_timeout(match conn.subscription {
+                    Some(_) => None,
+                    None => conn.shared.idle_timeout,
+                });
+                reply
+            }
             Ok(Some(Frame::TooLarge { bytes })) => encode_error(
                 &CommandError::new(
                     ErrorClass::RequestTooLarge,
@@ -93,28 +113,25 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
                 None,
             ),
             Ok(None) => break,
-            // An idle client (a subscriber, an operator at a prompt) may
-            // stay; one that stopped in the middle of a line is dropped.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if reader.has_partial_line() {
-                    log::warn!(
-                        "server: client {id} sent part of a line and nothing for {} s; closing",
-                        PARTIAL_LINE_TIMEOUT.as_secs()
-                    );
-                    break;
+            // A line left unfinished too long, or an idle connection past
+            // --client-idle-timeout: closed without a reply.
+            Err(e) if Stalled::from_error(&e).is_some() => {
+                match Stalled::from_error(&e) {
+                    Some(Stalled::Idle(_)) => {
+                        log::debug!("server: client {id}: {e}; closing")
+                    }
+                    _ => {
+                        crate::warn_limited!(STALLED_WARNINGS, "server: client {id}: {e}; closing")
+                    }
                 }
-                continue;
+                break;
             }
             Err(e) => {
                 log::debug!("server: client {id}: read error: {e}");
                 break;
             }
         };
+        log::trace!("server: client {id} <- {}", reply.trim_end());
         let written = conn.outbox.write_line(&reply);
         conn.shared.in_flight.done();
         if written.is_err() {

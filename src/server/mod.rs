@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::command::{ManagerRequest, command_names};
 use crate::events::EventHub;
+use crate::logging::RateLimit;
 use crate::protocol::{Hello, PROTOCOL_VERSION};
 use crate::threads::{self, FatalSender};
 
@@ -58,6 +59,9 @@ pub struct ServerShared {
     pub max_clients: usize,
     /// A client that does not read its events for this long is dropped.
     pub write_timeout: Duration,
+    /// `--client-idle-timeout`: how long an unsubscribed connection may
+    /// send nothing; `None`: forever.
+    pub idle_timeout: Option<Duration>,
     pub ready: AtomicBool,
     pub manager: Sender<ManagerRequest>,
     pub hub: Arc<EventHub>,
@@ -81,6 +85,7 @@ impl ServerShared {
             max_line_bytes,
             max_clients,
             write_timeout: Duration::from_secs(10),
+            idle_timeout: None,
             ready: AtomicBool::new(false),
             manager,
             hub,
@@ -106,6 +111,27 @@ impl ServerShared {
     }
 }
 
+/// Refused connections (a flood past --max-clients) and accept failures:
+/// each logged at most 5 times a minute, the rest counted.
+pub static REFUSED_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(60), 5);
+pub static ACCEPT_WARNINGS: RateLimit = RateLimit::new(Duration::from_secs(60), 5);
+
+/// Logs how many rate-limited server warnings were left out (at exit).
+pub fn flush_warnings() {
+    let refused = REFUSED_WARNINGS.flush();
+    if refused > 0 {
+        log::warn!("server: {refused} more refused connections were not logged");
+    }
+    let accept = ACCEPT_WARNINGS.flush();
+    if accept > 0 {
+        log::warn!("server: {accept} more failed accepts were not logged");
+    }
+    let stalled = client::flush_warnings();
+    if stalled > 0 {
+        log::warn!("server: {stalled} more clients closed for an unfinished line were not logged");
+    }
+}
+
 /// Starts the acceptor thread on `listener`.
 pub fn spawn_acceptor(listener: UnixListener, shared: Arc<ServerShared>) -> std::io::Result<()> {
     let fatal = shared.fatal.clone();
@@ -121,7 +147,7 @@ fn accept_loop(listener: UnixListener, shared: Arc<ServerShared>) {
             Ok(s) => s,
             Err(e) => {
                 // EMFILE and friends: log and keep serving the others.
-                log::warn!("server: accept failed: {e}");
+                crate::warn_limited!(ACCEPT_WARNINGS, "server: accept failed: {e}");
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -129,7 +155,10 @@ fn accept_loop(listener: UnixListener, shared: Arc<ServerShared>) {
         let active = shared.active_clients.fetch_add(1, Ordering::AcqRel);
         if active >= shared.max_clients {
             shared.active_clients.fetch_sub(1, Ordering::AcqRel);
-            log::warn!("server: refusing a client: {active} already connected");
+            crate::warn_limited!(
+                REFUSED_WARNINGS,
+                "server: refusing a client: {active} already connected (--max-clients)"
+            );
             client::reject_busy(stream, shared.max_clients);
             continue;
         }

@@ -92,16 +92,23 @@ impl Launcher {
 
     /// Starts a launcher with exactly `args` plus the directory flags.
     pub fn start_in(tree: TempTree, args: &[String]) -> Launcher {
+        let rust_log = std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into());
+        Launcher::start_in_env(tree, args, Some(&rust_log))
+    }
+
+    /// Like `start_in`, with `RUST_LOG` set to `rust_log` or unset.
+    pub fn start_in_env(tree: TempTree, args: &[String], rust_log: Option<&str>) -> Launcher {
         let log = tree.path("launcher.log");
         let log_file = fs::File::create(&log).expect("create log");
         let mut full = dir_flags(&tree);
         full.extend(args.iter().cloned());
-        let child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        match rust_log {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let child = command
             .args(&full)
-            .env(
-                "RUST_LOG",
-                std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into()),
-            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)
@@ -289,6 +296,25 @@ impl Client {
                 )
             }
             Err(_) => None,
+        }
+    }
+
+    /// Reads one line exactly as the server wrote it (newline included).
+    pub fn read_raw_line(&mut self, timeout: Duration) -> String {
+        self.read_raw_line_within(timeout)
+            .unwrap_or_else(|| panic!("no line within {timeout:?}"))
+    }
+
+    /// One raw line, or None on timeout or EOF.
+    pub fn read_raw_line_within(&mut self, timeout: Duration) -> Option<String> {
+        self.reader
+            .get_ref()
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .ok()?;
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
         }
     }
 

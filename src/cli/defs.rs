@@ -1,0 +1,472 @@
+//! The flag definitions: every flag's names, value, default, documentation
+//! and how it sets [`Args`]. `FLAGS` is the single source of truth for the
+//! parser (`parse.rs`), `--help` (`help.rs`) and the man page (`man.rs`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::values::{
+    parse_byte_size, parse_count, parse_duration, parse_idle_timeout, parse_log_filters,
+    parse_seconds,
+};
+use crate::config::AgentIntervals;
+
+/// Everything the command line says, with defaults applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Args {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub kubevirt_share_dir: PathBuf,
+    pub private_dir: PathBuf,
+    pub ephemeral_disk_dir: PathBuf,
+    pub container_disk_dir: PathBuf,
+    pub hotplug_disk_dir: PathBuf,
+    pub connect: Option<String>,
+    pub qemu_timeout: Duration,
+    /// None: use the VMI's terminationGracePeriodSeconds.
+    pub grace_period_seconds: Option<u64>,
+    pub vmi_file: Option<PathBuf>,
+    pub allow_emulation: bool,
+    pub force_emulation: bool,
+    pub spawn_libvirt: bool,
+    pub max_clients: usize,
+    pub max_line_bytes: usize,
+    /// None: an idle connection may stay as long as it likes.
+    pub client_idle_timeout: Option<Duration>,
+    pub libvirt_log_filters: Option<String>,
+    pub verbosity: u8,
+    pub agent_intervals: AgentIntervals,
+    /// The informational switches; `parse` turns them into an [`super::Action`].
+    pub help: bool,
+    pub version: bool,
+    pub generate_man: bool,
+}
+
+/// How a flag takes its value.
+#[derive(Clone, Copy)]
+pub enum FlagKind {
+    /// The flag needs a value, named in the docs (`DIR`, `DURATION`):
+    /// `--flag VALUE` or `--flag=VALUE`.
+    Value {
+        name: &'static str,
+        apply: fn(&mut Args, &str) -> Result<(), String>,
+    },
+    /// An on/off switch: `--flag` is on; `--flag=true` and `--flag=false`
+    /// (and Go's other spellings, as KubeVirt writes them) set it either way.
+    Switch(fn(&mut Args, bool)),
+}
+
+/// One flag: its names, its value, its default and its documentation.
+pub struct FlagSpec {
+    pub long: &'static str,
+    pub short: Option<char>,
+    pub kind: FlagKind,
+    /// Default applied before parsing (value flags only); also shown in
+    /// the docs.
+    pub default: Option<&'static str>,
+    /// Shown in the docs when the default is not a fixed value.
+    pub default_doc: Option<&'static str>,
+    pub help: &'static str,
+}
+
+impl FlagSpec {
+    /// The value's name in the docs, or `None` for a switch.
+    pub fn value_name(&self) -> Option<&'static str> {
+        match self.kind {
+            FlagKind::Value { name, .. } => Some(name),
+            FlagKind::Switch(_) => None,
+        }
+    }
+
+    /// The default as the docs show it, if any.
+    pub fn default_text(&self) -> Option<&'static str> {
+        self.default_doc.or(self.default)
+    }
+}
+
+/// A flag that takes a value and has a fixed default (or none).
+macro_rules! value_flag {
+    ($long:literal, $value:literal, $default:expr, $help:literal, $apply:expr) => {
+        FlagSpec {
+            long: $long,
+            short: None,
+            kind: FlagKind::Value {
+                name: $value,
+                apply: $apply,
+            },
+            default: $default,
+            default_doc: None,
+            help: $help,
+        }
+    };
+}
+
+/// An on/off switch without a short name.
+macro_rules! switch {
+    ($long:literal, $help:literal, $apply:expr) => {
+        FlagSpec {
+            long: $long,
+            short: None,
+            kind: FlagKind::Switch($apply),
+            default: None,
+            default_doc: None,
+            help: $help,
+        }
+    };
+}
+
+/// Every flag the launcher accepts, in the order `--help` lists them.
+pub static FLAGS: &[FlagSpec] = &[
+    value_flag!(
+        "name",
+        "NAME",
+        None,
+        "Name of the VMI. The libvirt domain is called NAMESPACE_NAME. Required unless --vmi names the VMI.",
+        |a, v| {
+            a.name = Some(non_empty(v)?);
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "namespace",
+        "NAMESPACE",
+        None,
+        "Namespace of the VMI. Required unless --vmi names it.",
+        |a, v| {
+            a.namespace = Some(non_empty(v)?);
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "uid",
+        "UID",
+        None,
+        "UID of the VMI; names the per-VMI private directory. Defaults to metadata.uid of --vmi, else one is generated.",
+        |a, v| {
+            a.uid = Some(non_empty(v)?);
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "kubevirt-share-dir",
+        "DIR",
+        Some("/var/run/kubevirt"),
+        "Directory shared with virt-handler; the command socket and its lock are created in its sockets/ subdirectory.",
+        |a, v| {
+            a.kubevirt_share_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "private-dir",
+        "DIR",
+        Some("/var/run/kubevirt-private"),
+        "Private directory for disk images made from config maps and secrets, the serial console socket and per-VMI state. One launcher at a time may use it.",
+        |a, v| {
+            a.private_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "ephemeral-disk-dir",
+        "DIR",
+        Some("/var/run/kubevirt-ephemeral-disks"),
+        "Base directory for cloud-init and ignition data, disk overlays and empty disks. One launcher at a time may use it.",
+        |a, v| {
+            a.ephemeral_disk_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "container-disk-dir",
+        "DIR",
+        Some("/var/run/kubevirt/container-disks"),
+        "Where containerDisk base images are found (disk_N.img). The launcher only reads them.",
+        |a, v| {
+            a.container_disk_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "hotplug-disk-dir",
+        "DIR",
+        Some("/var/run/kubevirt/hotplug-disks"),
+        "Where hotplugged volumes are mounted.",
+        |a, v| {
+            a.hotplug_disk_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    FlagSpec {
+        long: "connect",
+        short: None,
+        kind: FlagKind::Value {
+            name: "URI",
+            apply: |a, v| {
+                a.connect = Some(non_empty(v)?);
+                Ok(())
+            },
+        },
+        default: None,
+        default_doc: Some("qemu:///system as root, qemu:///session otherwise"),
+        help: "libvirt connection URI. test:///default is libvirt's in-process test driver, which needs no daemon. Ignored with --spawn-libvirt.",
+    },
+    value_flag!(
+        "qemu-timeout",
+        "DURATION",
+        Some("3m"),
+        "How long to wait for a domain to be defined and started (by --vmi or a sync command) before giving up with exit status 5; also the deadline of each sync. More than zero.",
+        |a, v| {
+            a.qemu_timeout = parse_duration(v)?;
+            Ok(())
+        }
+    ),
+    FlagSpec {
+        long: "grace-period-seconds",
+        short: None,
+        kind: FlagKind::Value {
+            name: "SECONDS",
+            apply: |a, v| {
+                a.grace_period_seconds = Some(parse_seconds(v)?);
+                Ok(())
+            },
+        },
+        default: None,
+        default_doc: Some("the VMI's spec.terminationGracePeriodSeconds, else 30"),
+        help: "After SIGTERM, SIGINT, SIGHUP or SIGQUIT, how long the guest has to power off after the ACPI request before it is forced off. 0 forces it off at once.",
+    },
+    value_flag!(
+        "vmi",
+        "FILE",
+        None,
+        "Standalone mode: read this VMI (KubeVirt JSON) and sync it at start-up, as KubeVirt's STANDALONE_VMI does.",
+        |a, v| {
+            a.vmi_file = Some(path(v)?);
+            Ok(())
+        }
+    ),
+    switch!(
+        "allow-emulation",
+        "Use plain QEMU emulation (domain type qemu) when /dev/kvm is missing or unusable. Without it, a sync on such a host fails with a clear error.",
+        |a, on| a.allow_emulation = on
+    ),
+    switch!(
+        "force-emulation",
+        "Always use plain QEMU emulation, even where /dev/kvm exists. For hosts whose KVM does not boot guests (for example some nested setups). Implies --allow-emulation.",
+        |a, on| a.force_emulation = on
+    ),
+    switch!(
+        "spawn-libvirt",
+        "Start and supervise the launcher's own libvirt daemon and virtlogd, with a private runtime directory, as KubeVirt's launcher pod does; connect to that daemon and stop it on exit.",
+        |a, on| a.spawn_libvirt = on
+    ),
+    value_flag!(
+        "max-clients",
+        "N",
+        Some("16"),
+        "Most command-socket connections served at once. One more gets a Busy error line and is closed.",
+        |a, v| {
+            a.max_clients = parse_count(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "max-line-bytes",
+        "BYTES",
+        Some("1MiB"),
+        "Longest request line accepted. A longer line gets RequestTooLarge and is discarded.",
+        |a, v| {
+            a.max_line_bytes = parse_byte_size(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "client-idle-timeout",
+        "DURATION",
+        Some("0"),
+        "Close a command-socket connection that has not subscribed to events and has sent nothing for this long, so idle clients cannot hold every slot of --max-clients. 0 never closes an idle connection. A started line must always be finished within 30 s.",
+        |a, v| {
+            a.client_idle_timeout = parse_idle_timeout(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "libvirt-log-filters",
+        "FILTERS",
+        None,
+        "libvirt log filters for the libvirt client library and any daemon the launcher spawns, in libvirt's log_filters syntax: space-separated LEVEL:MATCH, LEVEL 1 (debug) to 4 (error), e.g. \"1:qemu 3:*\". Checked at start-up.",
+        |a, v| {
+            a.libvirt_log_filters = Some(parse_log_filters(v)?);
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "qemu-agent-sys-interval",
+        "DURATION",
+        Some("120s"),
+        "Guest-agent poll interval for interfaces, OS info, hostname and timezone. More than zero.",
+        |a, v| {
+            a.agent_intervals.sys = parse_duration(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "qemu-agent-file-interval",
+        "DURATION",
+        Some("300s"),
+        "Guest-agent poll interval for the filesystem list. More than zero.",
+        |a, v| {
+            a.agent_intervals.file = parse_duration(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "qemu-agent-user-interval",
+        "DURATION",
+        Some("10s"),
+        "Guest-agent poll interval for logged-in users. More than zero.",
+        |a, v| {
+            a.agent_intervals.user = parse_duration(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "qemu-agent-version-interval",
+        "DURATION",
+        Some("300s"),
+        "Guest-agent poll interval for the agent version and supported commands. More than zero.",
+        |a, v| {
+            a.agent_intervals.version = parse_duration(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "qemu-fsfreeze-status-interval",
+        "DURATION",
+        Some("5s"),
+        "Guest-agent poll interval for the filesystem freeze status. More than zero.",
+        |a, v| {
+            a.agent_intervals.fsfreeze = parse_duration(v)?;
+            Ok(())
+        }
+    ),
+    FlagSpec {
+        long: "verbose",
+        short: Some('v'),
+        kind: FlagKind::Switch(|a, on| {
+            if on {
+                a.verbosity = a.verbosity.saturating_add(1);
+            }
+        }),
+        default: None,
+        default_doc: None,
+        help: "More log output: once (-v) for debug, twice (-vv) for trace, which logs every request and reply on the command socket and every libvirt call with its duration. RUST_LOG, when set, takes precedence over -v.",
+    },
+    switch!("version", "Print the version and exit.", |a, on| a
+        .version =
+        on),
+    FlagSpec {
+        long: "help",
+        short: Some('h'),
+        kind: FlagKind::Switch(|a, on| a.help = on),
+        default: None,
+        default_doc: None,
+        help: "Print this help and exit.",
+    },
+    switch!(
+        "generate-man",
+        "Print the man page (roff) built from this flag table and exit.",
+        |a, on| a.generate_man = on
+    ),
+];
+
+fn non_empty(v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(v.to_string())
+    }
+}
+
+fn path(v: &str) -> Result<PathBuf, String> {
+    non_empty(v).map(PathBuf::from)
+}
+
+impl Args {
+    /// The defaults, applied through the same code as the command line so
+    /// the documented default is exactly what runs.
+    pub fn defaults() -> Args {
+        let zero = Duration::ZERO;
+        let mut args = Args {
+            name: None,
+            namespace: None,
+            uid: None,
+            kubevirt_share_dir: PathBuf::new(),
+            private_dir: PathBuf::new(),
+            ephemeral_disk_dir: PathBuf::new(),
+            container_disk_dir: PathBuf::new(),
+            hotplug_disk_dir: PathBuf::new(),
+            connect: None,
+            qemu_timeout: zero,
+            grace_period_seconds: None,
+            vmi_file: None,
+            allow_emulation: false,
+            force_emulation: false,
+            spawn_libvirt: false,
+            max_clients: 0,
+            max_line_bytes: 0,
+            client_idle_timeout: None,
+            libvirt_log_filters: None,
+            verbosity: 0,
+            agent_intervals: AgentIntervals {
+                sys: zero,
+                file: zero,
+                user: zero,
+                version: zero,
+                fsfreeze: zero,
+            },
+            help: false,
+            version: false,
+            generate_man: false,
+        };
+        for flag in FLAGS {
+            if let (Some(default), FlagKind::Value { apply, .. }) = (flag.default, flag.kind) {
+                // The defaults are literals in this file and covered by a
+                // unit test; a bad one is a programming error caught there.
+                let _ = apply(&mut args, default);
+            }
+        }
+        args
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_default_parses() {
+        let mut args = Args::defaults();
+        for flag in FLAGS {
+            if let (Some(d), FlagKind::Value { apply, .. }) = (flag.default, flag.kind) {
+                apply(&mut args, d).unwrap_or_else(|e| panic!("--{}: {e}", flag.long));
+            }
+            assert!(
+                flag.default.is_none() || flag.value_name().is_some(),
+                "--{}: a switch has no default",
+                flag.long
+            );
+        }
+    }
+
+    #[test]
+    fn names_are_unique() {
+        for (i, a) in FLAGS.iter().enumerate() {
+            for b in &FLAGS[i + 1..] {
+                assert_ne!(a.long, b.long);
+                assert!(a.short.is_none() || a.short != b.short, "{}", a.long);
+            }
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! `-vv`: every hypervisor call at trace level, with its arguments, its
+//! outcome and how long it took, whatever backend is behind the trait:
+//!
+//! ```text
+//! ... TRACE [job-pause] libvirt: virDomainSuspend(default_demo): ok in 0.213 ms
+//! ... TRACE [manager] libvirt: virDomainGetState(default_demo): ok in 0.087 ms: Some(...)
+//! ```
+//!
+//! The launcher wraps its hypervisor in [`Traced`] only when trace logging
+//! is on for this module, so it costs nothing otherwise. A new trait method
+//! needs one line here (the compiler says so).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{
+    ConnectionId, DomainStatus, GuestInfoKind, HvResult, Hypervisor, HypervisorInfo, MigrationRequest,
+    RebootMode, Stat,
+};
+
+/// A hypervisor that logs every call it forwards.
+pub struct Traced {
+    inner: Arc<dyn Hypervisor>,
+}
+
+impl Traced {
+    /// `inner` itself when trace logging is off for this module.
+    pub fn wrap(inner: Arc<dyn Hypervisor>) -> Arc<dyn Hypervisor> {
+        if log::log_enabled!(log::Level::Trace) {
+            Arc::new(Traced { inner })
+        } else {
+            inner
+        }
+    }
+}
+
+/// Runs `call` and logs it as `api(args): ok in N ms[: value]` or
+/// `api(args): failed in N ms: error`.
+fn traced<T: Debug>(api: &str, args: String, call: impl FnOnce() -> HvResult<T>) -> HvResult<T> {
+    let started = Instant::now();
+    let result = call();
+    let took = ms(started.elapsed());
+    match &result {
+        Ok(value) => match brief(value) {
+            b if b.is_empty() => log::trace!("libvirt: {api}({args}): ok in {took} ms"),
+            b => log::trace!("libvirt: {api}({args}): ok in {took} ms: {b}"),
+        },
+        Err(e) => log::trace!("libvirt: {api}({args}): failed in {took} ms: {e}"),
+    }
+    result
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+/// A short form of a result: long values (domain XML, statistics) are cut.
+fn brief<T: Debug>(value: &T) -> String {
+    let text = format!("{value:?}");
+    if text == "()" {
+        return String::new();
+    }
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}... ({} bytes)", &text[..cut], text.len()),
+        None => text,
+    }
+}
+
+impl Hypervisor for Traced {
+    fn info(&self) -> HypervisorInfo {
+        self.inner.info()
+    }
+
+    fn domain_status(&self, name: &str) -> HvResult<Option<DomainStatus>> {
+        traced("virDomainGetState", name.to_string(), || {
+            self.inner.domain_status(name)
+        })
+    }
+
+    fn define(&self, xml: &str) -> HvResult<()> {
+        let size = format!("{} bytes of XML", xml.len());
+        traced("virDomainDefineXMLFlags", size, || self.inner.define(xml))
+    }
+
+    fn undefine(&self, name: &str) -> HvResult<()> {
+        traced("virDomainUndefineFlags", name.to_string(), || {
+            self.inner.undefine(name)
+        })
+    }
+
+    fn start(&self, name: &str, paused: bool) -> HvResult<()> {
+        traced(
+            "virDomainCreateWithFlags",
+            format!("{name}, paused={paused}"),
+            || self.inner.start(name, paused),
+        )
+    }
+
+    fn suspend(&self, name: &str) -> HvResult<()> {
+        traced("virDomainSuspend", name.to_string(), || {
+            self.inner.suspend(name)
+        })
+    }
+
+    fn resume(&self, name: &str) -> HvResult<()> {
+        traced("virDomainResume", name.to_string(), || {
+            self.inner.resume(name)
+        })
+    }
+
+    fn shutdown_acpi(&self, name: &str) -> HvResult<()> {
+        traced("virDomainShutdownFlags", name.to_string(), || {
+            self.inner.shutdown_acpi(name)
+        })
+    }
+
+    fn reboot(&self, name: &str, mode: RebootMode) -> HvResult<()> {
+        traced("virDomainReboot", format!("{name}, {mode:?}"), || {
+            self.inner.reboot(name, mode)
+        })
+    }
+
+    fn reset(&self, name: &str) -> HvResult<()> {
+        traced("virDomainReset", name.to_string(), || {
+            self.inner.reset(name)
+        })
+    }
+
+    fn destroy(&self, name: &str, graceful: bool) -> HvResult<()> {
+        traced(
+            "virDomainDestroyFlags",
+            format!("{name}, graceful={graceful}"),
+            || self.inner.destroy(name, graceful),
+        )
+    }
+
+    fn domain_xml(&self, name: &str) -> HvResult<(String, String)> {
+        traced("virDomainGetXMLDesc", name.to_string(), || {
+            self.inner.domain_xml(name)
+        })
+    }
+
+    fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        traced("virDomainListGetStats", name.to_string(), || {
+            self.inner.stats(name)
+        })
+    }
+
+    fn agent_command(&self, name: &str, command: &str, timeout: Duration) -> HvResult<String> {
+        traced(
+            "virDomainQemuAgentCommand",
+            format!("{name}, {command}, {timeout:?}"),
+            || self.inner.agent_command(name, command, timeout),
+        )
+    }
+
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+        traced(
+            "virDomainGetGuestInfo",
+            format!("{name}, {kinds:?}"),
+            || self.inner.guest_info(name, kinds),
+        )
+    }
+
+    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
+        traced("virDomainSetTime", name.to_string(), || {
+            self.inner.sync_guest_time(name)
+        })
+    }
+
+    fn migratable_xml(&self, name: &str) -> HvResult<String> {
+        traced("virDomainGetXMLDesc(MIGRATABLE)", name.to_string(), || {
+            self.inner.migratable_xml(name)
+        })
+    }
+
+    fn migrate(&self, name: &str, request: &MigrationRequest) -> HvResult<()> {
+        let target = request.target_uri.as_str();
+        traced(
+            "virDomainMigrateToURI3",
+            format!("{name}, {target}"),
+            || self.inner.migrate(name, request),
+        )
+    }
+
+    fn job_stats(&self, name: &str, completed: bool) -> HvResult<Vec<Stat>> {
+        traced(
+            "virDomainGetJobStats",
+            format!("{name}, completed={completed}"),
+            || self.inner.job_stats(name, completed),
+        )
+    }
+
+    fn abort_job(&self, name: &str) -> HvResult<()> {
+        traced("virDomainAbortJob", name.to_string(), || {
+            self.inner.abort_job(name)
+        })
+    }
+
+    fn migrate_start_post_copy(&self, name: &str) -> HvResult<()> {
+        traced("virDomainMigrateStartPostCopy", name.to_string(), || {
+            self.inner.migrate_start_post_copy(name)
+        })
+    }
+
+    fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()> {
+        traced(
+            "virDomainMigrateSetMaxDowntime",
+            format!("{name}, {milliseconds} ms"),
+            || self.inner.migrate_set_max_downtime(name, milliseconds),
+        )
+    }
+
+    fn reconnect(&self) -> HvResult<ConnectionId> {
+        traced("virConnectOpen", self.inner.info().uri, || {
+            self.inner.reconnect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_results_are_cut() {
+        assert_eq!(brief(&()), "");
+        assert_eq!(brief(&Some(3)), "Some(3)");
+        let long = "x".repeat(1000);
+        let cut = brief(&long);
+        assert!(cut.len() < 300 && cut.ends_with("(1002 bytes)"), "{cut}");
+    }
+}

@@ -16,6 +16,7 @@ pub enum EventKind {
     DomainReboot,
     AgentConnected,
     AgentDisconnected,
+    DeviceAdded,
     DeviceRemoved,
     JobCompleted,
     ShutdownStarted,
@@ -31,11 +32,12 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 16] = [
+    pub const ALL: [EventKind; 17] = [
         EventKind::DomainLifecycle,
         EventKind::DomainReboot,
         EventKind::AgentConnected,
         EventKind::AgentDisconnected,
+        EventKind::DeviceAdded,
         EventKind::DeviceRemoved,
         EventKind::JobCompleted,
         EventKind::ShutdownStarted,
@@ -56,6 +58,7 @@ impl EventKind {
             EventKind::DomainReboot => "DOMAIN_REBOOT",
             EventKind::AgentConnected => "AGENT_CONNECTED",
             EventKind::AgentDisconnected => "AGENT_DISCONNECTED",
+            EventKind::DeviceAdded => "DEVICE_ADDED",
             EventKind::DeviceRemoved => "DEVICE_REMOVED",
             EventKind::JobCompleted => "JOB_COMPLETED",
             EventKind::ShutdownStarted => "SHUTDOWN_STARTED",
@@ -83,7 +86,13 @@ impl EventKind {
             EventKind::AgentDisconnected => {
                 "The QEMU guest agent disconnected (data.reason says why)."
             }
-            EventKind::DeviceRemoved => "A device was removed from the domain (data.alias).",
+            EventKind::DeviceAdded => {
+                "A device was plugged into the running domain: data has its alias and kind."
+            }
+            EventKind::DeviceRemoved => {
+                "A device was removed from the domain: data has its alias and kind."
+            }
+
             EventKind::JobCompleted => {
                 "A libvirt job (for example a migration) completed; data holds its statistics."
             }

@@ -159,6 +159,36 @@ unsafe extern "C" fn on_reboot(
     }
 }
 
+unsafe extern "C" fn on_device_added(
+    _conn: sys::virConnectPtr,
+    dom: sys::virDomainPtr,
+    alias: *const c_char,
+    opaque: *mut c_void,
+) {
+    // SAFETY: called by libvirt with our opaque and a valid domain.
+    let sink = unsafe { sink(opaque) };
+    if unsafe { sink.is_ours(dom) } {
+        // SAFETY: libvirt passes a NUL-terminated alias valid for the call.
+        let alias = unsafe { alias_string(alias) };
+        sink.deliver(HypervisorEvent::DeviceAdded { alias });
+    }
+}
+
+/// The device alias a device event carries ("" when libvirt gives none).
+///
+/// # Safety
+/// `alias` must be null or a NUL-terminated string valid for the call.
+unsafe fn alias_string(alias: *const c_char) -> String {
+    if alias.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the caller vouches for the string.
+        unsafe { CStr::from_ptr(alias) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
 unsafe extern "C" fn on_device_removed(
     _conn: sys::virConnectPtr,
     dom: sys::virDomainPtr,
@@ -168,14 +198,8 @@ unsafe extern "C" fn on_device_removed(
     // SAFETY: called by libvirt with our opaque and a valid domain.
     let sink = unsafe { sink(opaque) };
     if unsafe { sink.is_ours(dom) } {
-        let alias = if alias.is_null() {
-            String::new()
-        } else {
-            // SAFETY: libvirt passes a NUL-terminated alias valid for the call.
-            unsafe { CStr::from_ptr(alias) }
-                .to_string_lossy()
-                .into_owned()
-        };
+        // SAFETY: libvirt passes a NUL-terminated alias valid for the call.
+        let alias = unsafe { alias_string(alias) };
         sink.deliver(HypervisorEvent::DeviceRemoved { alias });
     }
 }
@@ -226,7 +250,7 @@ pub fn register_domain_events(
     );
     // SAFETY: function pointers of the same ABI; libvirt calls each with the
     // signature its event id documents.
-    let callbacks: [(c_int, Generic); 5] = unsafe {
+    let callbacks: [(c_int, Generic); 6] = unsafe {
         [
             (
                 sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
@@ -239,6 +263,10 @@ pub fn register_domain_events(
             (
                 sys::VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED as c_int,
                 std::mem::transmute::<DeviceFn, Generic>(on_device_removed),
+            ),
+            (
+                sys::VIR_DOMAIN_EVENT_ID_DEVICE_ADDED as c_int,
+                std::mem::transmute::<DeviceFn, Generic>(on_device_added),
             ),
             (
                 sys::VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE as c_int,

@@ -18,9 +18,9 @@ use virt::sys;
 
 use super::ffi;
 use super::{
-    CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor,
-    HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo, MigrationRequest,
-    RebootMode, Stat,
+    Affect, CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult,
+    Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
+    MigrationRequest, RebootMode, Stat,
 };
 
 /// Seconds between keepalive probes, and how many may go unanswered before
@@ -407,6 +407,30 @@ impl Hypervisor for LibvirtHypervisor {
         let flags = sys::VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT;
         self.with_domain(name, "virDomainListGetStats", |d| {
             ffi::domain_stats(d, wanted, flags)
+        })
+    }
+
+    fn attach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.with_domain(name, "virDomainAttachDeviceFlags", |d| {
+            d.attach_device_flags(xml, affect.flags())
+        })
+    }
+
+    fn detach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.with_domain(name, "virDomainDetachDeviceFlags", |d| {
+            d.detach_device_flags(xml, affect.flags())
+        })
+    }
+
+    fn update_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.with_domain(name, "virDomainUpdateDeviceFlags", |d| {
+            d.update_device_flags(xml, affect.flags())
+        })
+    }
+
+    fn set_vcpus(&self, name: &str, count: u32, affect: Affect) -> HvResult<()> {
+        self.with_domain(name, "virDomainSetVcpusFlags", |d| {
+            d.set_vcpus_flags(count, affect.flags())
         })
     }
 

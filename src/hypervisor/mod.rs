@@ -96,6 +96,37 @@ pub enum RebootMode {
     Acpi,
 }
 
+/// Which definitions of the domain a device or vCPU change applies to:
+/// the running guest (`live`), the persistent definition used at its next
+/// start (`config`), or both (libvirt's `VIR_DOMAIN_AFFECT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Affect {
+    pub live: bool,
+    pub config: bool,
+}
+
+impl Affect {
+    /// The running guest and the persistent definition, so that a restart
+    /// keeps what was changed live.
+    pub const LIVE_AND_CONFIG: Affect = Affect {
+        live: true,
+        config: true,
+    };
+    /// The running guest only (a transient domain has no persistent
+    /// definition).
+    pub const LIVE: Affect = Affect {
+        live: true,
+        config: false,
+    };
+
+    /// libvirt's flag word: `VIR_DOMAIN_AFFECT_LIVE` (1) and
+    /// `VIR_DOMAIN_AFFECT_CONFIG` (2), which are also `VIR_DOMAIN_VCPU_LIVE`
+    /// and `VIR_DOMAIN_VCPU_CONFIG`.
+    pub fn flags(self) -> u32 {
+        u32::from(self.live) | (u32::from(self.config) << 1)
+    }
+}
+
 /// A statistic, as libvirt's typed parameters give it.
 pub type Stat = (String, Value);
 
@@ -106,6 +137,13 @@ pub enum HypervisorEvent {
     Lifecycle(LifecycleEvent),
     AgentLifecycle(AgentLifecycle),
     Reboot,
+    /// A device was plugged in (libvirt's device-added event): a hotplug
+    /// completed in the guest's hardware.
+    DeviceAdded {
+        alias: String,
+    },
+    /// A device is gone from the domain (libvirt's device-removed event):
+    /// the guest released it, or it was removed while the guest was off.
     DeviceRemoved {
         alias: String,
     },
@@ -257,6 +295,20 @@ pub trait Hypervisor: Send + Sync {
     fn domain_xml(&self, name: &str) -> HvResult<(String, String)>;
     /// Bulk statistics, as `virsh domstats` names them.
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>>;
+
+    /// Plugs the device described by `xml` (one device element, e.g.
+    /// `<disk>`) into the domain (`virDomainAttachDeviceFlags`).
+    fn attach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()>;
+    /// Asks for the device described by `xml` to be removed
+    /// (`virDomainDetachDeviceFlags`). libvirt may return before the guest
+    /// has let the device go; the device-removed event says when it has.
+    fn detach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()>;
+    /// Changes a device in place (`virDomainUpdateDeviceFlags`), e.g. the
+    /// requested size of a virtio-mem device.
+    fn update_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()>;
+    /// Sets the number of enabled vCPUs (`virDomainSetVcpusFlags`); the
+    /// domain's maximum stays.
+    fn set_vcpus(&self, name: &str, count: u32, affect: Affect) -> HvResult<()>;
 
     /// Sends one raw guest-agent command (QMP JSON) through libvirt and
     /// returns the raw reply. libvirt gives up after `timeout`.

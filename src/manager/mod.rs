@@ -13,6 +13,7 @@
 //! `migration`.
 
 mod connection;
+mod devices;
 mod domain;
 mod errors;
 mod exit;
@@ -332,10 +333,8 @@ impl DomainManager {
                 EventKind::DomainReboot,
                 serde_json::json!({ "domain": self.config.domain_name }),
             ),
-            HypervisorEvent::DeviceRemoved { alias } => self.publish(
-                EventKind::DeviceRemoved,
-                serde_json::json!({ "domain": self.config.domain_name, "alias": alias }),
-            ),
+            HypervisorEvent::DeviceAdded { alias } => self.on_device_added(alias),
+            HypervisorEvent::DeviceRemoved { alias } => self.on_device_removed(alias),
             HypervisorEvent::JobCompleted { stats } => self.on_libvirt_job_completed(stats),
             HypervisorEvent::ConnectionClosed { connection, reason } => {
                 self.on_connection_lost(connection, reason)

@@ -22,9 +22,10 @@ use super::procedures::{
 };
 use super::uri::{self, Environment, Target};
 use crate::hypervisor::{
-    AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus, DriverKind,
-    GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent,
-    HypervisorInfo, LifecycleEvent, LossReporter, MigrationRequest, RebootMode, Stat,
+    Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus,
+    DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
+    HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter, MigrationRequest, RebootMode,
+    Stat,
 };
 
 /// Extra time a guest-agent call gets beyond the agent timeout it passes
@@ -305,6 +306,7 @@ fn open(
         event_ids::LIFECYCLE,
         event_ids::REBOOT,
         event_ids::DEVICE_REMOVED,
+        event_ids::DEVICE_ADDED,
         event_ids::AGENT_LIFECYCLE,
         event_ids::JOB_COMPLETED,
     ] {
@@ -497,6 +499,12 @@ fn decode_event(
         events::REBOOT => {
             let _callback = d.i32()?;
             Some((Some(decode_domain(&mut d)?), HypervisorEvent::Reboot))
+        }
+        events::DEVICE_ADDED => {
+            let _callback = d.i32()?;
+            let dom = decode_domain(&mut d)?;
+            let alias = d.string()?;
+            Some((Some(dom), HypervisorEvent::DeviceAdded { alias }))
         }
         events::DEVICE_REMOVED => {
             let _callback = d.i32()?;
@@ -745,6 +753,30 @@ impl Hypervisor for WireHypervisor {
                 out.extend(d.typed_params(limits::GET_ALL_DOMAIN_STATS_MAX)?);
             }
             Ok(out)
+        })
+    }
+
+    fn attach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.domain_action(name, &proc::DOMAIN_ATTACH_DEVICE_FLAGS, |e| {
+            e.string(xml).u32(affect.flags());
+        })
+    }
+
+    fn detach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.domain_action(name, &proc::DOMAIN_DETACH_DEVICE_FLAGS, |e| {
+            e.string(xml).u32(affect.flags());
+        })
+    }
+
+    fn update_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.domain_action(name, &proc::DOMAIN_UPDATE_DEVICE_FLAGS, |e| {
+            e.string(xml).u32(affect.flags());
+        })
+    }
+
+    fn set_vcpus(&self, name: &str, count: u32, affect: Affect) -> HvResult<()> {
+        self.domain_action(name, &proc::DOMAIN_SET_VCPUS_FLAGS, |e| {
+            e.u32(count).u32(affect.flags());
         })
     }
 

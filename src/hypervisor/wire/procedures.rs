@@ -81,10 +81,14 @@ pub const DOMAIN_LOOKUP_BY_NAME: Procedure = remote(23, "virDomainLookupByName")
 pub const DOMAIN_REBOOT: Procedure = remote(27, "virDomainReboot");
 pub const DOMAIN_RESUME: Procedure = remote(28, "virDomainResume");
 pub const DOMAIN_SUSPEND: Procedure = remote(34, "virDomainSuspend");
+pub const DOMAIN_ATTACH_DEVICE_FLAGS: Procedure = remote(160, "virDomainAttachDeviceFlags");
+pub const DOMAIN_DETACH_DEVICE_FLAGS: Procedure = remote(161, "virDomainDetachDeviceFlags");
 pub const DOMAIN_ABORT_JOB: Procedure = remote(164, "virDomainAbortJob");
 pub const DOMAIN_MIGRATE_SET_MAX_DOWNTIME: Procedure =
     remote(166, "virDomainMigrateSetMaxDowntime");
+pub const DOMAIN_UPDATE_DEVICE_FLAGS: Procedure = remote(174, "virDomainUpdateDeviceFlags");
 pub const DOMAIN_CREATE_WITH_FLAGS: Procedure = remote(196, "virDomainCreateWithFlags");
+pub const DOMAIN_SET_VCPUS_FLAGS: Procedure = remote(199, "virDomainSetVcpusFlags");
 pub const DOMAIN_GET_STATE: Procedure = remote(212, "virDomainGetState");
 pub const DOMAIN_UNDEFINE_FLAGS: Procedure = remote(231, "virDomainUndefineFlags");
 pub const DOMAIN_DESTROY_FLAGS: Procedure = remote(234, "virDomainDestroyFlags");
@@ -113,6 +117,7 @@ pub mod events {
     pub const REBOOT: i32 = 319;
     pub const DEVICE_REMOVED: i32 = 333;
     pub const AGENT_LIFECYCLE: i32 = 348;
+    pub const DEVICE_ADDED: i32 = 354;
     pub const CONNECTION_CLOSED: i32 = 362;
     pub const JOB_COMPLETED: i32 = 363;
 }
@@ -164,6 +169,7 @@ pub mod event_ids {
     pub const REBOOT: i32 = 1;
     pub const DEVICE_REMOVED: i32 = 15;
     pub const AGENT_LIFECYCLE: i32 = 18;
+    pub const DEVICE_ADDED: i32 = 19;
     pub const JOB_COMPLETED: i32 = 21;
 }
 

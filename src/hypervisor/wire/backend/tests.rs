@@ -219,7 +219,9 @@ fn opening_speaks_libvirts_handshake_and_reads_the_facts() {
     let (hv, _rx) = connect(&fake);
     assert_eq!(
         fake.procedures(0),
-        [66, 60, 1, 60, 60, 360, 3, 157, 4, 316, 316, 316, 316, 316]
+        [
+            66, 60, 1, 60, 60, 360, 3, 157, 4, 316, 316, 316, 316, 316, 316
+        ]
     );
     let calls = fake.calls.lock().unwrap().clone();
     let feature = |i: usize| Decoder::new(&calls[i].2).i32().unwrap();
@@ -249,6 +251,7 @@ fn opening_speaks_libvirts_handshake_and_reads_the_facts() {
             (0, false),
             (1, false),
             (15, false),
+            (19, false),
             (18, false),
             (21, false)
         ]
@@ -345,6 +348,48 @@ fn calls_send_what_libvirts_client_sends() {
         .as_secs() as i64;
     assert!((now - seconds).abs() < 5);
     assert!(d.u32().unwrap() < 1_000_000_000);
+}
+
+#[test]
+fn device_and_vcpu_calls_send_the_xml_count_and_affect_flags() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if !standard(s, call) {
+                s.daemon.reply(&call.header, &[]);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let disk = "<disk type='file' device='disk'><alias name='ua-hp1'/></disk>";
+    hv.attach_device(OUR_DOMAIN, disk, Affect::LIVE_AND_CONFIG)
+        .unwrap();
+    hv.detach_device(OUR_DOMAIN, disk, Affect::LIVE).unwrap();
+    hv.update_device(OUR_DOMAIN, "<memory model='virtio-mem'/>", Affect::LIVE)
+        .unwrap();
+    for (procedure, xml, flags) in [
+        (160, disk, 3),
+        (161, disk, 1),
+        (174, "<memory model='virtio-mem'/>", 1),
+    ] {
+        let payload = fake.payload_of(procedure);
+        let mut d = Decoder::new(&payload);
+        assert_eq!(decode_domain(&mut d).unwrap(), dom(OUR_DOMAIN));
+        assert_eq!(d.string().unwrap(), xml, "procedure {procedure}");
+        assert_eq!(d.u32().unwrap(), flags, "procedure {procedure}");
+        d.finish().unwrap();
+    }
+    hv.set_vcpus(OUR_DOMAIN, 2, Affect::LIVE_AND_CONFIG)
+        .unwrap();
+    let payload = fake.payload_of(199);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (2, 3));
+    d.finish().unwrap();
+    let err = hv.attach_device("missing", disk, Affect::LIVE).unwrap_err();
+    assert_eq!(err.kind, HypervisorErrorKind::NoDomain);
+    assert_eq!(err.operation, "virDomainAttachDeviceFlags");
 }
 
 #[test]
@@ -564,6 +609,14 @@ fn our_domains_events_arrive_built_by_the_state_tables() {
                     }),
                 );
                 s.daemon.event(
+                    events::DEVICE_ADDED,
+                    &enc(|e| {
+                        e.i32(6);
+                        ours.encode(e);
+                        e.string("ua-hp1");
+                    }),
+                );
+                s.daemon.event(
                     events::JOB_COMPLETED,
                     &enc(|e| {
                         e.i32(5);
@@ -582,7 +635,7 @@ fn our_domains_events_arrive_built_by_the_state_tables() {
         }),
     );
     let (_hv, rx) = connect(&fake);
-    let got: Vec<HypervisorEvent> = (0..6)
+    let got: Vec<HypervisorEvent> = (0..7)
         .map(|_| rx.recv_timeout(Duration::from_secs(5)).unwrap())
         .collect();
     assert_eq!(
@@ -596,6 +649,9 @@ fn our_domains_events_arrive_built_by_the_state_tables() {
             HypervisorEvent::Reboot,
             HypervisorEvent::DeviceRemoved {
                 alias: "ua-disk1".into()
+            },
+            HypervisorEvent::DeviceAdded {
+                alias: "ua-hp1".into()
             },
             HypervisorEvent::JobCompleted {
                 stats: vec![("downtime".to_string(), json!(42))]
@@ -686,7 +742,7 @@ fn bad_bytes_lose_the_connection_and_reconnecting_registers_events_again() {
     assert!(hv.is_connected());
     assert_eq!(
         fake.procedures(1).iter().filter(|p| **p == 316).count(),
-        5,
+        6,
         "events registered again"
     );
     let status = hv.domain_status(OUR_DOMAIN).unwrap().unwrap();

@@ -1,0 +1,79 @@
+//! Devices appearing in and leaving the domain (libvirt's device-added and
+//! device-removed events), published with what kind of device they are.
+
+use serde_json::json;
+
+use super::DomainManager;
+use crate::events::EventKind;
+
+impl DomainManager {
+    pub(super) fn on_device_added(&mut self, alias: String) {
+        let kind = self.device_kind(&alias);
+        self.publish(
+            EventKind::DeviceAdded,
+            json!({ "domain": self.config.domain_name, "alias": alias, "kind": kind }),
+        );
+    }
+
+    pub(super) fn on_device_removed(&mut self, alias: String) {
+        let kind = self.device_kind(&alias);
+        self.publish(
+            EventKind::DeviceRemoved,
+            json!({ "domain": self.config.domain_name, "alias": alias, "kind": kind }),
+        );
+    }
+
+    /// What kind of device `alias` names.
+    fn device_kind(&self, alias: &str) -> &'static str {
+        kind_from_alias(alias)
+    }
+}
+
+/// The kind of a device from its alias: KubeVirt's user aliases for host
+/// devices, and the aliases libvirt gives the devices it names itself
+/// ("virtio-disk2", "net1", "hostdev0", "virtiomem0", "vcpu1", ...).
+pub(super) fn kind_from_alias(alias: &str) -> &'static str {
+    const PREFIXES: [(&str, &str); 14] = [
+        ("ua-hostdevice-", "hostdev"),
+        ("ua-gpu-", "hostdev"),
+        ("ua-sriov-", "hostdev"),
+        ("virtio-disk", "disk"),
+        ("scsi", "disk"),
+        ("sata", "disk"),
+        ("ide", "disk"),
+        ("usb-disk", "disk"),
+        ("net", "interface"),
+        ("hostdev", "hostdev"),
+        ("virtiomem", "memory"),
+        ("dimm", "memory"),
+        ("vcpu", "vcpu"),
+        ("ua-", "device"),
+    ];
+    PREFIXES
+        .iter()
+        .find(|(prefix, _)| alias.starts_with(prefix))
+        .map_or("device", |(_, kind)| kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kind_from_alias;
+
+    #[test]
+    fn kinds_from_libvirt_and_kubevirt_aliases() {
+        for (alias, kind) in [
+            ("virtio-disk3", "disk"),
+            ("scsi0-0-0-1", "disk"),
+            ("net1", "interface"),
+            ("hostdev0", "hostdev"),
+            ("ua-sriov-sriov1", "hostdev"),
+            ("ua-gpu-gpu1", "hostdev"),
+            ("virtiomem0", "memory"),
+            ("vcpu1", "vcpu"),
+            ("ua-data", "device"),
+            ("", "device"),
+        ] {
+            assert_eq!(kind_from_alias(alias), kind, "{alias}");
+        }
+    }
+}

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    ConnectionId, DomainStatus, GuestInfoKind, HvResult, Hypervisor, HypervisorInfo, MigrationRequest,
-    RebootMode, Stat,
+    Affect, ConnectionId, DomainStatus, GuestInfoKind, HvResult, Hypervisor, HypervisorInfo,
+    MigrationRequest, RebootMode, Stat,
 };
 
 /// A hypervisor that logs every call it forwards.
@@ -133,6 +133,38 @@ impl Hypervisor for Traced {
             "virDomainDestroyFlags",
             format!("{name}, graceful={graceful}"),
             || self.inner.destroy(name, graceful),
+        )
+    }
+
+    fn attach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        traced(
+            "virDomainAttachDeviceFlags",
+            format!("{name}, {xml:?}, {affect:?}"),
+            || self.inner.attach_device(name, xml, affect),
+        )
+    }
+
+    fn detach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        traced(
+            "virDomainDetachDeviceFlags",
+            format!("{name}, {xml:?}, {affect:?}"),
+            || self.inner.detach_device(name, xml, affect),
+        )
+    }
+
+    fn update_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        traced(
+            "virDomainUpdateDeviceFlags",
+            format!("{name}, {xml:?}, {affect:?}"),
+            || self.inner.update_device(name, xml, affect),
+        )
+    }
+
+    fn set_vcpus(&self, name: &str, count: u32, affect: Affect) -> HvResult<()> {
+        traced(
+            "virDomainSetVcpusFlags",
+            format!("{name}, {count}, {affect:?}"),
+            || self.inner.set_vcpus(name, count, affect),
         )
     }
 

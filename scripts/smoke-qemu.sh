@@ -151,7 +151,7 @@ cat >"$TMP/vmi.json" <<EOF
       "devices": {
         "autoattachGraphicsDevice": false,
         "disks": [],
-        "interfaces": [{"name": "default", "masquerade": {}, "macAddress": "52:54:00:7e:57:01"}]
+        "interfaces": [{"name": "default", "binding": {"name": "slirp"}, "macAddress": "52:54:00:7e:57:01"}]
       }
     },
     "networks": [{"name": "default", "pod": {}}],

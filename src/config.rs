@@ -48,6 +48,8 @@ pub struct Config {
     pub allow_emulation: bool,
     pub force_emulation: bool,
     pub spawn_libvirt: bool,
+    pub pod_network: crate::cli::PodNetworkMode,
+    pub resolv_conf: std::path::PathBuf,
     pub max_clients: usize,
     pub max_line_bytes: usize,
     /// None: idle connections are never closed.
@@ -132,6 +134,8 @@ impl Config {
             allow_emulation: args.allow_emulation,
             force_emulation: args.force_emulation,
             spawn_libvirt: args.spawn_libvirt,
+            pod_network: args.pod_network,
+            resolv_conf: args.resolv_conf,
             max_clients: args.max_clients,
             max_line_bytes: args.max_line_bytes,
             client_idle_timeout: args.client_idle_timeout,

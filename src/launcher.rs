@@ -117,6 +117,9 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     }
     hypervisor::backend::prepare().map_err(|e| Failure::new(ExitCode::Internal, e))?;
 
+    // Whatever pod networking a sync sets up is removed when this guard
+    // goes: after the daemons (and so QEMU) stopped, or on unwinding.
+    let network = NetworkGuard(crate::network::NetworkSlot::default());
     let mut config = config;
     let daemons = if config.spawn_libvirt {
         let daemons = LibvirtDaemons::start(
@@ -143,6 +146,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     let outcome = run_with_libvirt(
         config,
         daemons.clone(),
+        network.0.clone(),
         signal_rx,
         fatal_tx,
         fatal_rx,
@@ -151,12 +155,23 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     if let Some(daemons) = daemons {
         daemons.stop();
     }
+    drop(network);
     outcome
+}
+
+/// Removes the launcher's pod networking when dropped.
+struct NetworkGuard(crate::network::NetworkSlot);
+
+impl Drop for NetworkGuard {
+    fn drop(&mut self) {
+        crate::network::teardown(&self.0);
+    }
 }
 
 fn run_with_libvirt(
     config: Config,
     daemons: Option<Arc<LibvirtDaemons>>,
+    network: crate::network::NetworkSlot,
     signal_rx: Receiver<i32>,
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
@@ -198,6 +213,7 @@ fn run_with_libvirt(
         Arc::new(config),
         hypervisor,
         daemons,
+        network,
         listener,
         &socket,
         loop_running,
@@ -275,6 +291,7 @@ fn serve(
     config: Arc<Config>,
     hypervisor: Arc<dyn Hypervisor>,
     daemons: Option<Arc<LibvirtDaemons>>,
+    network: crate::network::NetworkSlot,
     listener: std::os::unix::net::UnixListener,
     socket: &CommandSocket,
     loop_running: Receiver<()>,
@@ -312,6 +329,7 @@ fn serve(
         poller: Some(poller),
         exit: exit_tx,
         fatal: fatal_tx.clone(),
+        network,
     });
     let inputs = ManagerInputs {
         requests: request_rx,

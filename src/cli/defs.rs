@@ -30,6 +30,8 @@ pub struct Args {
     pub allow_emulation: bool,
     pub force_emulation: bool,
     pub spawn_libvirt: bool,
+    pub pod_network: PodNetworkMode,
+    pub resolv_conf: PathBuf,
     pub max_clients: usize,
     pub max_line_bytes: usize,
     /// None: an idle connection may stay as long as it likes.
@@ -41,6 +43,17 @@ pub struct Args {
     pub help: bool,
     pub version: bool,
     pub generate_man: bool,
+}
+
+/// Whether the launcher creates the pod networking of masquerade and
+/// bridge interfaces (`--pod-network`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodNetworkMode {
+    /// Setup with CAP_NET_ADMIN, --spawn-libvirt and a network namespace
+    /// other than PID 1's; else Existing.
+    Auto,
+    Setup,
+    Existing,
 }
 
 /// How a flag takes its value.
@@ -262,6 +275,31 @@ pub static FLAGS: &[FlagSpec] = &[
         |a, on| a.spawn_libvirt = on
     ),
     value_flag!(
+        "pod-network",
+        "MODE",
+        Some("auto"),
+        "How masquerade and bridge interfaces get their taps. setup: create the bridge, tap, addresses and nftables rules in the launcher's network namespace, as KubeVirt does in the pod (needs CAP_NET_ADMIN), and remove them on exit. existing: use taps that already exist with KubeVirt's names (tap0, tap<hash>); the DHCP server still runs on an existing masquerade bridge. auto: setup when the launcher has CAP_NET_ADMIN, runs with --spawn-libvirt and is in a network namespace other than PID 1's (so never on a host's own network; when PID 1's namespace cannot be read, existing), else existing.",
+        |a, v| {
+            a.pod_network = match v {
+                "auto" => PodNetworkMode::Auto,
+                "setup" => PodNetworkMode::Setup,
+                "existing" => PodNetworkMode::Existing,
+                other => return Err(format!("{other:?} is not auto, setup or existing")),
+            };
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "resolv-conf",
+        "PATH",
+        Some("/etc/resolv.conf"),
+        "The pod's resolver configuration: its nameservers and search domains go to the guest by DHCP.",
+        |a, v| {
+            a.resolv_conf = PathBuf::from(non_empty(v)?);
+            Ok(())
+        }
+    ),
+    value_flag!(
         "max-clients",
         "N",
         Some("16"),
@@ -414,6 +452,8 @@ impl Args {
             allow_emulation: false,
             force_emulation: false,
             spawn_libvirt: false,
+            pod_network: PodNetworkMode::Auto,
+            resolv_conf: PathBuf::from("/etc/resolv.conf"),
             max_clients: 0,
             max_line_bytes: 0,
             client_idle_timeout: None,

@@ -16,6 +16,6 @@ pub mod man;
 mod parse;
 pub mod values;
 
-pub use defs::{Args, FLAGS, FlagKind, FlagSpec};
+pub use defs::{Args, FLAGS, FlagKind, FlagSpec, PodNetworkMode};
 pub use help::help_text;
 pub use parse::{Action, UsageError, parse};

@@ -1,12 +1,12 @@
 //! Facts about the host the caller gathers before [`super::convert`], which
 //! itself never touches the filesystem.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use super::OvmfPaths;
-use crate::vmi::{InterfaceState, VirtualMachineInstance};
+use crate::vmi::VirtualMachineInstance;
 
 /// Where distributions install OVMF: Debian/Ubuntu, Fedora/RHEL (KubeVirt's
 /// `--ovmf-path` default), Arch.
@@ -77,41 +77,6 @@ pub fn detect_block_pvcs(vmi: &VirtualMachineInstance, dev_dir: &Path) -> BTreeS
         .collect()
 }
 
-/// Pre-created tap devices for the VMI's interfaces. For interface `<name>`
-/// the tap is `tap-<name>` (cut to the 15-byte interface-name limit); the
-/// first interface may also use `tap0`, KubeVirt's pod tap name. A device
-/// counts only if `<sys_class_net>/<dev>/tun_flags` exists (it is a tun/tap).
-pub fn detect_taps(vmi: &VirtualMachineInstance, sys_class_net: &Path) -> BTreeMap<String, String> {
-    let is_tap = |dev: &str| sys_class_net.join(dev).join("tun_flags").is_file();
-    let mut taps = BTreeMap::new();
-    let interfaces = vmi
-        .spec
-        .domain
-        .devices
-        .interfaces
-        .iter()
-        .filter(|i| i.state != Some(InterfaceState::Absent));
-    for (position, interface) in interfaces.enumerate() {
-        let mut candidates = vec![tap_name(&interface.name)];
-        if position == 0 {
-            candidates.push("tap0".to_string());
-        }
-        if let Some(dev) = candidates.into_iter().find(|dev| is_tap(dev)) {
-            taps.insert(interface.name.clone(), dev);
-        }
-    }
-    taps
-}
-
-/// `tap-<interface>`, cut to Linux's IFNAMSIZ − 1 = 15 bytes.
-pub(crate) fn tap_name(interface: &str) -> String {
-    let mut name = format!("tap-{interface}");
-    while name.len() > 15 {
-        name.pop();
-    }
-    name
-}
-
 #[cfg(test)]
 mod tests {
     use std::fs;
@@ -150,27 +115,6 @@ mod tests {
         assert_eq!(found.secure_code, Some(dir.join("OVMF_CODE_4M.secboot.fd")));
         assert_eq!(found.secure_vars, Some(dir.join("OVMF_VARS_4M.ms.fd")));
         assert_eq!(detect_ovmf_in(&[dir.join("missing")]), None);
-        let _ = fs::remove_dir_all(dir);
-    }
-
-    #[test]
-    fn taps_are_found_by_name() {
-        let dir = scratch("taps");
-        touch(dir.join("tap-secondary/tun_flags"));
-        touch(dir.join("tap0/tun_flags"));
-        touch(dir.join("tap-third/address"));
-        let vmi = vmi_with(json!({"domain": {"devices": {"interfaces": [
-            {"name": "default"}, {"name": "secondary"}, {"name": "third"}]}},
-            "networks": [{"name": "default", "pod": {}}, {"name": "secondary", "multus": {"networkName": "a"}},
-                         {"name": "third", "multus": {"networkName": "b"}}]}));
-        let taps = detect_taps(&vmi, &dir);
-        assert_eq!(taps.get("default").map(String::as_str), Some("tap0"));
-        assert_eq!(
-            taps.get("secondary").map(String::as_str),
-            Some("tap-secondary")
-        );
-        assert!(!taps.contains_key("third"));
-        assert_eq!(tap_name("a-very-long-interface"), "tap-a-very-long");
         let _ = fs::remove_dir_all(dir);
     }
 

@@ -4,7 +4,7 @@
 //! [`convert`] is pure and deterministic: it reads only the VMI and the
 //! [`ConvertContext`] and touches no file. Whatever needs the filesystem is
 //! either a `detect_*` helper the caller runs first ([`detect_ovmf`],
-//! [`detect_block_pvcs`], [`detect_taps`]) or a step of the returned
+//! [`detect_block_pvcs`]) or a step of the returned
 //! [`DiskPlan`], executed later by `crate::disks::prepare`.
 //!
 //! The conversion is a pipeline of small steps, each in its own module and
@@ -30,7 +30,7 @@ mod virtio;
 #[cfg(test)]
 mod test_support;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -38,11 +38,12 @@ use crate::disks::DiskPlan;
 use crate::domxml::{Domain, MemBalloon};
 use crate::vmi::VirtualMachineInstance;
 
-pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in, detect_taps};
+pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
+pub(crate) use network::interfaces_and_networks;
 
 /// A context with KubeVirt's default directories, fixed OVMF paths,
-/// user-mode networking over slirp, no block PVCs or taps, and a 30 s grace
+/// user-mode networking over slirp, no block PVCs, and a 30 s grace
 /// period: a base for reproducible conversions (tests, benchmarks).
 pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
     ConvertContext {
@@ -62,7 +63,6 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         }),
         user_net_backend: UserNetBackend::Slirp,
         block_pvcs: BTreeSet::new(),
-        taps: BTreeMap::new(),
         grace_period_seconds: 30,
     }
 }
@@ -125,8 +125,6 @@ pub struct ConvertContext {
     pub user_net_backend: UserNetBackend,
     /// Volume names whose PVC is a block device at /dev/<volume>.
     pub block_pvcs: BTreeSet<String>,
-    /// Interface name → pre-created tap device.
-    pub taps: BTreeMap<String, String>,
     /// Written to the domain's KubeVirt metadata.
     pub grace_period_seconds: i64,
 }

@@ -1,7 +1,11 @@
-//! Network interfaces (KubeVirt: converter/network). Without pod networking,
-//! `masquerade`, `bridge` (and the deprecated `slirp`) interfaces use libvirt
-//! user-mode networking (passt when installed, else QEMU's slirp), unless a
-//! tap device was pre-created for the interface (`type='ethernet'`).
+//! Network interfaces (KubeVirt: converter/network and
+//! pkg/network/domainspec). `masquerade` and `bridge` interfaces are taps
+//! in the pod's network namespace with KubeVirt's names (`tap0`, or
+//! `tap<hash>` for a secondary multus network): `<interface
+//! type='ethernet'>` with `<target dev='tap0' managed='no'/>`, which
+//! `crate::network` creates or finds before the domain starts, and whose
+//! MAC and MTU it fills in. The `passt` binding is libvirt's `<backend
+//! type='passt'/>`; `slirp` (QEMU user networking) only when asked for.
 
 use std::collections::BTreeSet;
 
@@ -14,6 +18,8 @@ use crate::domxml::{
     self, AcpiIndex, Alias, BootOrder, Domain, InterfaceBackend, InterfaceDriver, InterfaceIp,
     InterfaceTarget, LinkState, MacAddress, ModelType, PortForward, PortRange, Rom,
 };
+use crate::network::names;
+use crate::network::plan::{self, Binding, binding_of};
 use crate::vmi::{
     Interface, InterfaceState, Network, PodNetwork, PortProtocol, VirtualMachineInstance,
 };
@@ -72,7 +78,9 @@ pub(crate) fn configure(
 
 /// The VMI's interfaces, or KubeVirt's default: a masquerade interface on the
 /// pod network, unless `autoattachPodInterface` is false.
-fn interfaces_and_networks(vmi: &VirtualMachineInstance) -> (Vec<Interface>, Vec<Network>) {
+pub(crate) fn interfaces_and_networks(
+    vmi: &VirtualMachineInstance,
+) -> (Vec<Interface>, Vec<Network>) {
     let devices = &vmi.spec.domain.devices;
     if devices.interfaces.is_empty()
         && vmi.spec.networks.is_empty()
@@ -139,7 +147,17 @@ fn interface_xml(
     (network_index, network): (usize, &Network),
     path: &str,
 ) -> Result<domxml::Interface, ConvertError> {
-    let passt_binding = binding(interface, path)?;
+    let binding = binding_of(interface, path).map_err(|e| ConvertError::new(e.path, e.message))?;
+    if binding != Binding::Bridge && network.pod.is_none() {
+        return Err(ConvertError::new(
+            path,
+            format!(
+                "{} binding needs a pod network; network {:?} is a multus network (use bridge)",
+                binding.as_str(),
+                network.name
+            ),
+        ));
+    }
     let model = interface.model.as_deref().unwrap_or("virtio");
     if !MODELS.contains(&model) {
         return Err(ConvertError::new(
@@ -175,13 +193,18 @@ fn interface_xml(
     if let Some(pci) = interface.pci_address.as_deref() {
         nic.address = Some(parse_pci_address(pci, &format!("{path}.pciAddress"))?);
     }
-    let tap = ctx.taps.get(&interface.name).filter(|_| !passt_binding);
-    match tap {
-        Some(tap) => {
-            // A pre-created tap: libvirt must neither create nor delete it.
+    match binding {
+        Binding::Masquerade | Binding::Bridge => {
+            let pod_interface = if plan::is_secondary(network) {
+                names::hashed_pod_interface(&network.name)
+            } else {
+                names::PRIMARY_POD_INTERFACE.to_string()
+            };
+            // A tap made for the launcher: libvirt must neither create nor
+            // delete it.
             nic.interface_type = "ethernet".to_string();
             nic.target = Some(InterfaceTarget {
-                dev: tap.clone(),
+                dev: names::tap_name(&pod_interface, plan::is_secondary(network)),
                 managed: Some("no".to_string()),
             });
             if interface.boot_order.is_none() {
@@ -192,6 +215,7 @@ fn interface_xml(
             }
             if model == "virtio"
                 && vmi.spec.domain.devices.network_interface_multiqueue == Some(true)
+                && vcpus.enabled > 1
             {
                 nic.driver = Some(InterfaceDriver {
                     name: Some("vhost".to_string()),
@@ -199,66 +223,29 @@ fn interface_xml(
                 });
             }
         }
-        None => user_networking(
-            ctx,
-            interface,
-            (network_index, network),
-            passt_binding,
-            path,
-            &mut nic,
-        )?,
-    }
-    Ok(nic)
-}
-
-/// Which binding the interface asks for; true for `passtBinding`.
-fn binding(interface: &Interface, path: &str) -> Result<bool, ConvertError> {
-    let set = [
-        interface.bridge.is_some(),
-        interface.masquerade.is_some(),
-        interface.slirp.is_some(),
-        interface.passt_binding.is_some(),
-    ];
-    if set.iter().filter(|s| **s).count() > 1 {
-        return Err(ConvertError::new(
-            path,
-            "set only one of bridge, masquerade, slirp or passtBinding",
-        ));
-    }
-    Ok(interface.passt_binding.is_some())
-}
-
-fn user_networking(
-    ctx: &ConvertContext,
-    interface: &Interface,
-    (network_index, network): (usize, &Network),
-    passt_binding: bool,
-    path: &str,
-    nic: &mut domxml::Interface,
-) -> Result<(), ConvertError> {
-    nic.interface_type = "user".to_string();
-    match (ctx.user_net_backend, passt_binding) {
-        (UserNetBackend::Passt, _) => {
+        Binding::Passt => {
+            if ctx.user_net_backend != UserNetBackend::Passt {
+                return Err(ConvertError::new(
+                    path,
+                    "the passt binding needs passt, which is not installed on this host (Debian: apt-get install passt)",
+                ));
+            }
+            nic.interface_type = "user".to_string();
             nic.backend = Some(InterfaceBackend {
                 backend_type: Some("passt".to_string()),
                 log_file: None,
             });
             nic.port_forward = port_forwards(interface);
         }
-        (UserNetBackend::Slirp, true) => {
-            return Err(ConvertError::new(
-                format!("{path}.passtBinding"),
-                "passt is not installed on this host; install it or use masquerade",
-            ));
-        }
-        (UserNetBackend::Slirp, false) => {
+        Binding::Slirp => {
+            nic.interface_type = "user".to_string();
             // slirp can place the guest network where the VMI asked.
             if let Some(pod) = &network.pod {
                 nic.ip = pod_network_ips(pod, network_index)?;
             }
         }
     }
-    Ok(())
+    Ok(nic)
 }
 
 /// passt forwards only the ports the VMI lists: this launcher shares the
@@ -361,63 +348,74 @@ mod tests {
     use super::super::test_support::{context, convert_err, convert_ok, convert_with};
 
     #[test]
-    fn default_pod_interface_is_user_networking() {
+    fn default_pod_interface_is_masquerade_on_tap0() {
         let nic = convert_ok(json!({})).domain.devices.interfaces.remove(0);
-        assert_eq!(nic.interface_type, "user");
+        assert_eq!(nic.interface_type, "ethernet");
         assert_eq!(nic.alias.map(|a| a.name).as_deref(), Some("ua-default"));
+        assert_eq!(
+            nic.target.map(|t| (t.dev, t.managed)),
+            Some(("tap0".to_string(), Some("no".to_string())))
+        );
         assert_eq!(
             nic.model.map(|m| m.model_type).as_deref(),
             Some("virtio-non-transitional")
         );
+        assert_eq!(nic.rom.and_then(|r| r.enabled).as_deref(), Some("no"));
         assert!(nic.backend.is_none());
         let none = convert_ok(json!({"domain": {"devices": {"autoattachPodInterface": false}}}));
         assert!(none.domain.devices.interfaces.is_empty());
     }
 
     #[test]
-    fn passt_backend_forwards_listed_ports() {
+    fn passt_binding_forwards_listed_ports() {
         let mut ctx = context();
         ctx.user_net_backend = UserNetBackend::Passt;
-        let spec = json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {},
-            "ports": [{"port": 22}, {"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}]}]}},
-            "networks": [{"name": "default", "pod": {}}]});
-        let nic = convert_with(spec, &ctx)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .domain
-            .devices
-            .interfaces
-            .remove(0);
-        assert_eq!(
-            nic.backend.and_then(|b| b.backend_type).as_deref(),
-            Some("passt")
-        );
-        let forwards: Vec<(String, Vec<u16>)> = nic
-            .port_forward
-            .into_iter()
-            .map(|f| (f.proto, f.range.into_iter().map(|r| r.start).collect()))
-            .collect();
-        assert_eq!(
-            forwards,
-            [
-                ("tcp".to_string(), vec![22, 80]),
-                ("udp".to_string(), vec![53])
-            ]
-        );
+        for binding in [
+            json!({"passtBinding": {}}),
+            json!({"binding": {"name": "passt"}}),
+        ] {
+            let mut iface = json!({"name": "default",
+                "ports": [{"port": 22}, {"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}]});
+            for (k, v) in binding.as_object().into_iter().flatten() {
+                iface[k] = v.clone();
+            }
+            let spec = json!({"domain": {"devices": {"interfaces": [iface]}},
+                "networks": [{"name": "default", "pod": {}}]});
+            let nic = convert_with(spec, &ctx)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .domain
+                .devices
+                .interfaces
+                .remove(0);
+            assert_eq!(nic.interface_type, "user");
+            assert_eq!(
+                nic.backend.and_then(|b| b.backend_type).as_deref(),
+                Some("passt")
+            );
+            let forwards: Vec<(String, Vec<u16>)> = nic
+                .port_forward
+                .into_iter()
+                .map(|f| (f.proto, f.range.into_iter().map(|r| r.start).collect()))
+                .collect();
+            assert_eq!(
+                forwards,
+                [
+                    ("tcp".to_string(), vec![22, 80]),
+                    ("udp".to_string(), vec![53])
+                ]
+            );
+        }
     }
 
     #[test]
-    fn pre_created_tap_becomes_ethernet() {
-        let mut ctx = context();
-        ctx.taps.insert("default".into(), "tap0".into());
+    fn bridge_binding_is_ethernet_with_kubevirt_names() {
         let spec = json!({"domain": {"cpu": {"cores": 4}, "devices": {"networkInterfaceMultiqueue": true,
-            "interfaces": [{"name": "default", "bridge": {}, "macAddress": "DE-AD-00-00-BE-AF", "pciAddress": "0000:02:01.0"}]}},
-            "networks": [{"name": "default", "pod": {}}]});
-        let nic = convert_with(spec, &ctx)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .domain
-            .devices
-            .interfaces
-            .remove(0);
+            "interfaces": [{"name": "default", "bridge": {}, "macAddress": "DE-AD-00-00-BE-AF", "pciAddress": "0000:02:01.0"},
+                           {"name": "blue", "bridge": {}, "bootOrder": 2}]}},
+            "networks": [{"name": "default", "pod": {}}, {"name": "blue", "multus": {"networkName": "ns/blue"}}]});
+        let mut nics = convert_ok(spec).domain.devices.interfaces;
+        let blue = nics.remove(1);
+        let nic = nics.remove(0);
         assert_eq!(nic.interface_type, "ethernet");
         assert_eq!(
             nic.target
@@ -436,6 +434,13 @@ mod tests {
             (address.bus.as_deref(), address.slot.as_deref()),
             (Some("0x02"), Some("0x01"))
         );
+        // A secondary multus network: the tap its plugin made, hashed name.
+        let hashed = crate::network::names::hashed_pod_interface("blue");
+        assert_eq!(
+            blue.target.map(|t| t.dev),
+            Some(format!("tap{}", &hashed[3..]))
+        );
+        assert!(blue.rom.is_none(), "a boot NIC keeps its option ROM");
     }
 
     #[test]
@@ -471,9 +476,17 @@ mod tests {
         );
         assert!(
             passt.starts_with(
-                "spec.domain.devices.interfaces[0].passtBinding: passt is not installed"
+                "spec.domain.devices.interfaces[0]: the passt binding needs passt, which is not installed"
             ),
             "{passt}"
+        );
+        let multus_nat = convert_err(
+            json!({"domain": {"devices": {"interfaces": [{"name": "a", "masquerade": {}}]}},
+            "networks": [{"name": "a", "multus": {"networkName": "x"}}]}),
+        );
+        assert!(
+            multus_nat.contains("masquerade binding needs a pod network"),
+            "{multus_nat}"
         );
         let orphan = convert_err(
             json!({"domain": {"devices": {"interfaces": [{"name": "a"}]}},
@@ -499,8 +512,8 @@ mod tests {
 
     #[test]
     fn slirp_takes_the_pod_cidr_and_absent_interfaces_are_skipped() {
-        let spec = json!({"domain": {"devices": {"interfaces": [{"name": "a"}, {"name": "b", "state": "absent"},
-            {"name": "c", "state": "down"}]}},
+        let spec = json!({"domain": {"devices": {"interfaces": [{"name": "a", "binding": {"name": "slirp"}},
+            {"name": "b", "state": "absent"}, {"name": "c", "bridge": {}, "state": "down"}]}},
             "networks": [{"name": "a", "pod": {"vmNetworkCIDR": "10.11.12.0/24"}},
                          {"name": "b", "multus": {"networkName": "x"}}, {"name": "c", "multus": {"networkName": "y"}}]});
         let interfaces = convert_ok(spec).domain.devices.interfaces;

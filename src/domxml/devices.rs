@@ -271,6 +271,8 @@ pub struct Interface {
     pub driver: Option<InterfaceDriver>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backend: Option<InterfaceBackend>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<Mtu>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ip: Vec<InterfaceIp>,
     #[serde(rename = "portForward", skip_serializing_if = "Vec::is_empty")]
@@ -383,6 +385,14 @@ pub struct PortRange {
 pub struct LinkState {
     #[serde(rename = "@state")]
     pub state: String,
+}
+
+/// `<mtu size='1500'/>`: the tap's MTU, told to the guest's virtio NIC.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Mtu {
+    #[serde(rename = "@size")]
+    pub size: u32,
 }
 
 /// `<rom enabled='no'/>`.

@@ -265,6 +265,7 @@ impl DomainManager {
             _ => {}
         }
         let command = operation.name();
+        let network = self.network.clone();
         let work = move |hv: &dyn Hypervisor| -> JobOutput {
             let run = |needs, op: &dyn Fn(&dyn Hypervisor) -> Result<OperationDetail, HypervisorError>| {
                 op_then_status(hv, &name, command, needs, op)
@@ -300,7 +301,9 @@ impl DomainManager {
                 DomainOperation::Delete => run(Needs::Exists, &|hv| {
                     hv.undefine(&name).map(|()| OperationDetail::Undefined)
                 }),
-                DomainOperation::QueryDomain => query_domain(hv, &name),
+                DomainOperation::QueryDomain => {
+                    query_domain(hv, &name, crate::network::report(&network))
+                }
                 DomainOperation::QueryStats => query_stats(hv, &name),
             }
         };
@@ -313,7 +316,7 @@ impl DomainManager {
     }
 }
 
-fn query_domain(hv: &dyn Hypervisor, name: &str) -> JobOutput {
+fn query_domain(hv: &dyn Hypervisor, name: &str, network: serde_json::Value) -> JobOutput {
     let (xml, uuid) = match hv.domain_xml(name) {
         Ok(x) => x,
         Err(e) => return JobOutput::reply(Err(hypervisor_error(&e))),
@@ -337,6 +340,7 @@ fn query_domain(hv: &dyn Hypervisor, name: &str) -> JobOutput {
             status: status.unwrap_or(DomainStatus::NON_EXISTENT),
             domain,
             xml,
+            network,
         })),
         observed: Observation::Status(status),
     }

@@ -141,9 +141,10 @@ impl DomainManager {
             GuestCommand::QueryFilesystems => {
                 reply.send(Ok(object(json!({ "filesystems": cache.filesystems }))))
             }
-            GuestCommand::QueryInterfaces => {
-                reply.send(Ok(object(json!({ "interfaces": cache.system.interfaces }))))
-            }
+            GuestCommand::QueryInterfaces => reply.send(Ok(object(json!({
+                "interfaces": cache.system.interfaces,
+                "network": crate::network::report(&self.network),
+            })))),
             GuestCommand::QueryOsInfo => reply.send(Ok(object(json!({
                 "os": cache.system.os,
                 "hostname": cache.system.hostname,

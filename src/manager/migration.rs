@@ -156,15 +156,32 @@ impl DomainManager {
             Operation::PrepareMigrationTarget,
             Some(reply),
             self.config.qemu_timeout,
-            move |_hv| match disks::prepare(&plan.disk_plan) {
-                Ok(prepared) => JobOutput {
-                    result: Ok(JobValue::TargetPrepared { target: address }),
-                    observed: Observation::PreparedDisks(prepared),
-                },
-                Err(e) => JobOutput::reply(Err(CommandError::new(
-                    ErrorClass::InvalidArgument,
-                    format!("prepare-migration-target: cannot prepare the VMI's disks: {e}"),
-                ))),
+            move |_hv| {
+                // The incoming guest needs its taps (and DHCP server) here,
+                // as KubeVirt prepares the target pod's network.
+                if let Some(job) = &plan.network {
+                    match job.run() {
+                        Ok(active) => job.keep(active),
+                        Err(e) => {
+                            return JobOutput::reply(Err(CommandError::new(
+                                ErrorClass::Unavailable,
+                                format!(
+                                    "prepare-migration-target: cannot set up the pod network: {e}"
+                                ),
+                            )));
+                        }
+                    }
+                }
+                match disks::prepare(&plan.disk_plan) {
+                    Ok(prepared) => JobOutput {
+                        result: Ok(JobValue::TargetPrepared { target: address }),
+                        observed: Observation::PreparedDisks(prepared),
+                    },
+                    Err(e) => JobOutput::reply(Err(CommandError::new(
+                        ErrorClass::InvalidArgument,
+                        format!("prepare-migration-target: cannot prepare the VMI's disks: {e}"),
+                    ))),
+                }
             },
         );
     }

@@ -73,6 +73,8 @@ pub struct ManagerParts {
     pub poller: Option<Sender<PollerControl>>,
     pub exit: Sender<ExitRequest>,
     pub fatal: FatalSender,
+    /// The VMI's pod networking, removed by the main thread on exit.
+    pub network: crate::network::NetworkSlot,
 }
 
 pub struct ManagerInputs {
@@ -166,6 +168,8 @@ pub struct DomainManager {
     stop: GracefulStop,
     migration: MigrationState,
     exit: ExitState,
+    /// The VMI's pod networking (bridges, taps, DHCP servers).
+    network: crate::network::NetworkSlot,
     fatal: FatalSender,
 }
 
@@ -180,6 +184,7 @@ impl DomainManager {
             poller,
             exit,
             fatal,
+            network,
         } = parts;
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal.clone()),
@@ -198,6 +203,7 @@ impl DomainManager {
             agent: AgentState::new(poller),
             migration: MigrationState::default(),
             exit: ExitState::new(exit),
+            network,
             fatal,
         }
     }

@@ -106,6 +106,8 @@ pub struct Described {
     pub status: DomainStatus,
     pub domain: Box<Domain>,
     pub xml: String,
+    /// The pod networking the launcher set up (crate::network).
+    pub network: Value,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -189,6 +191,7 @@ impl JobValue {
                 "reason": d.status.reason.as_str(),
                 "spec": serde_json::to_value(&d.domain).unwrap_or(Value::Null),
                 "xml": d.xml,
+                "network": d.network,
             })),
             JobValue::Stats { domain, stats } => {
                 let stats: Map<String, Value> = stats.into_iter().collect();

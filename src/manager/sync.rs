@@ -89,7 +89,10 @@ fn at_vmi_path(path: &str, message: &str) -> String {
 /// Everything the sync job needs, decided before it starts.
 pub(super) struct SyncPlan {
     domain_name: String,
-    xml: String,
+    domain: crate::domxml::Domain,
+    /// Pod networking to set up before the domain starts (not on the
+    /// test driver, whose domains are not real).
+    pub(super) network: Option<crate::network::NetworkJob>,
     pub(super) disk_plan: DiskPlan,
     start_paused: bool,
     paused_by_user: bool,
@@ -149,29 +152,70 @@ impl DomainManager {
             ovmf: self.host.ovmf.clone(),
             user_net_backend: self.host.user_net_backend,
             block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
-            taps: convert::detect_taps(&vmi, Path::new("/sys/class/net")),
             grace_period_seconds: self.grace_period_for(&vmi).as_secs() as i64,
         };
         let conversion = convert::convert(&vmi, &ctx)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
-        let xml = conversion
-            .domain
-            .to_xml()
-            .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
-        log::debug!(
-            "manager: domain XML for {}:\n{xml}",
-            self.config.domain_name
-        );
+        let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
         if self.config.grace_period.is_none() {
             self.stop.period = self.grace_period_for(&vmi);
         }
         Ok(SyncPlan {
             domain_name: self.config.domain_name.clone(),
-            xml,
+            domain: conversion.domain,
+            network,
             disk_plan: conversion.disk_plan,
             start_paused: vmi.starts_paused(),
             paused_by_user: self.domain.paused_by_user,
         })
+    }
+
+    /// The VMI's pod networking (crate::network), decided on the manager
+    /// thread; `None` on the test driver.
+    fn plan_network(
+        &self,
+        vmi: &crate::vmi::VirtualMachineInstance,
+        domain: &crate::domxml::Domain,
+        driver: DriverKind,
+    ) -> Result<Option<crate::network::NetworkJob>, CommandError> {
+        let (interfaces, networks) = convert::interfaces_and_networks(vmi);
+        let queues = |name: &str| {
+            domain
+                .devices
+                .interfaces
+                .iter()
+                .find(|nic| {
+                    nic.alias
+                        .as_ref()
+                        .is_some_and(|a| a.name == format!("ua-{name}"))
+                })
+                .and_then(|nic| nic.driver.as_ref().and_then(|d| d.queues))
+                .unwrap_or(1)
+        };
+        let plan = crate::network::plan::plan(vmi, &interfaces, &networks, queues)
+            .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
+        for name in &plan.slirp {
+            log::warn!(
+                "manager: interface {name:?} uses slirp (QEMU user networking), which KubeVirt removed; \
+                 the guest is not on the pod network and only reaches out through NAT"
+            );
+        }
+        if driver == DriverKind::Test || plan.taps.is_empty() {
+            return Ok(None);
+        }
+        let (mode, why) =
+            crate::network::decide_mode(self.config.pod_network, self.config.spawn_libvirt);
+        log::info!("manager: pod network mode {mode:?} ({why})");
+        Ok(Some(crate::network::NetworkJob {
+            plan,
+            options: crate::network::SetupOptions {
+                mode,
+                resolv_conf: self.config.resolv_conf.clone(),
+                tap_owner: None,
+                mac_seed: format!("{}/{}", self.config.domain_name, self.config.uid),
+            },
+            slot: self.network.clone(),
+        }))
     }
 
     /// The grace period for `vmi`: the flag's, else the VMI's own.
@@ -268,6 +312,26 @@ fn sync_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<SyncAction, Comma
 }
 
 fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandError> {
+    // Pod networking first, as KubeVirt's virt-handler prepares the pod
+    // before the launcher defines the domain; dropped (removed) on failure.
+    let mut domain = plan.domain.clone();
+    let active = match &plan.network {
+        Some(job) => {
+            let active = job.run().map_err(|e| {
+                CommandError::new(
+                    ErrorClass::Unavailable,
+                    format!("cannot set up the pod network: {e}"),
+                )
+            })?;
+            crate::network::setup::patch_domain(&mut domain, &active);
+            Some(active)
+        }
+        None => None,
+    };
+    let xml = domain
+        .to_xml()
+        .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
+    log::debug!("manager: domain XML for {}:\n{xml}", plan.domain_name);
     let prepared = disks::prepare(&plan.disk_plan).map_err(|e| {
         // A missing or unusable image is the VMI's problem; a failed write
         // or qemu-img run is the host's.
@@ -277,7 +341,7 @@ fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandErro
         };
         CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
     })?;
-    if let Err(e) = hv.define(&plan.xml) {
+    if let Err(e) = hv.define(&xml) {
         prepared.rollback();
         return Err(hypervisor_error(&e));
     }
@@ -287,7 +351,11 @@ fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandErro
             log::warn!("manager: could not undefine after a failed start: {undefine}");
         }
         prepared.rollback();
+        drop(active);
         return Err(hypervisor_error(&e).with_cause("the domain was undefined again"));
+    }
+    if let (Some(job), Some(active)) = (&plan.network, active) {
+        job.keep(active);
     }
     Ok(())
 }

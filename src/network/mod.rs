@@ -14,6 +14,96 @@
 pub mod dhcp;
 pub mod dhcpv6;
 pub mod names;
+pub mod netlink;
+pub mod nft;
+pub mod plan;
 pub mod ra;
 pub mod resolv;
 pub mod server;
+pub mod setup;
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+
+use crate::cli::PodNetworkMode;
+pub use setup::{ActiveNetwork, Mode, NetworkError, SetupOptions};
+
+/// The running VMI's pod networking, shared by the sync job that sets it
+/// up, the queries that report it and the main thread that removes it on
+/// exit.
+pub type NetworkSlot = Arc<Mutex<Option<ActiveNetwork>>>;
+
+/// What [`report`] returns when nothing was set up.
+pub fn report(slot: &NetworkSlot) -> Value {
+    slot.lock()
+        .ok()
+        .and_then(|s| s.as_ref().map(ActiveNetwork::report))
+        .unwrap_or(Value::Array(Vec::new()))
+}
+
+/// Stops the servers and removes everything set up (every exit path).
+pub fn teardown(slot: &NetworkSlot) {
+    let taken = match slot.lock() {
+        Ok(mut s) => s.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    if let Some(mut active) = taken {
+        active.teardown();
+    }
+}
+
+/// The pod-network work of one sync: the plan, how to carry it out, and
+/// where to keep the result.
+pub struct NetworkJob {
+    pub plan: plan::NetworkPlan,
+    pub options: SetupOptions,
+    pub slot: NetworkSlot,
+}
+
+impl NetworkJob {
+    /// Replaces whatever an earlier start set up with a fresh set-up.
+    pub fn run(&self) -> Result<ActiveNetwork, NetworkError> {
+        teardown(&self.slot);
+        setup::setup(&self.plan, &self.options)
+    }
+
+    pub fn keep(&self, active: ActiveNetwork) {
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(active);
+        }
+    }
+}
+
+/// Which [`Mode`] `--pod-network` means here, and why (for the log).
+pub fn decide_mode(preference: PodNetworkMode, spawn_libvirt: bool) -> (Mode, &'static str) {
+    match preference {
+        PodNetworkMode::Setup => (Mode::Create, "--pod-network=setup"),
+        PodNetworkMode::Existing => (Mode::Existing, "--pod-network=existing"),
+        PodNetworkMode::Auto => {
+            if !crate::os_net::has_cap_net_admin() {
+                (Mode::Existing, "no CAP_NET_ADMIN")
+            } else if !spawn_libvirt {
+                (
+                    Mode::Existing,
+                    "QEMU runs under another libvirt daemon (no --spawn-libvirt)",
+                )
+            } else if !matches!(
+                (crate::os_net::netns_id("self"), crate::os_net::netns_id("1")),
+                (Ok(own), Ok(init)) if own != init
+            ) {
+                // Also when PID 1's namespace cannot be read: never risk
+                // taking over a host's own network.
+                (
+                    Mode::Existing,
+                    "the launcher is not known to have a network namespace other than PID 1's",
+                )
+            } else {
+                (
+                    Mode::Create,
+                    "CAP_NET_ADMIN in a network namespace of its own",
+                )
+            }
+        }
+    }
+}

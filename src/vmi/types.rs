@@ -733,8 +733,9 @@ pub struct Interface {
     pub macvtap: Unsupported,
     #[serde(default)]
     pub passt: Unsupported,
+    /// KubeVirt's network binding plugins: `passt` and `slirp` are known.
     #[serde(default)]
-    pub binding: Unsupported,
+    pub binding: Option<PluginBinding>,
     #[serde(default)]
     pub ports: Vec<Port>,
     #[serde(default)]
@@ -743,14 +744,41 @@ pub struct Interface {
     pub boot_order: Option<u32>,
     #[serde(default)]
     pub pci_address: Option<String>,
-    #[serde(default)]
-    pub dhcp_options: Unsupported,
+    #[serde(default, rename = "dhcpOptions")]
+    pub dhcp_options: Option<DhcpOptions>,
     #[serde(default)]
     pub tag: Option<String>,
     #[serde(default)]
     pub acpi_index: Option<u32>,
     #[serde(default)]
     pub state: Option<InterfaceState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginBinding {
+    pub name: String,
+}
+
+/// Extra DHCP options for the guest (KubeVirt's `DHCPOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DhcpOptions {
+    #[serde(default)]
+    pub boot_file_name: Option<String>,
+    #[serde(default, rename = "tftpServerName")]
+    pub tftp_server_name: Option<String>,
+    #[serde(default, rename = "ntpServers")]
+    pub ntp_servers: Vec<String>,
+    #[serde(default)]
+    pub private_options: Vec<DhcpPrivateOption>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DhcpPrivateOption {
+    pub option: i64,
+    pub value: String,
 }
 
 string_enum!(InterfaceState, "interface state", { Absent => "absent", Up => "up", Down => "down" });

@@ -2,7 +2,7 @@
 //! their golden XML files (`tests/golden/*.xml`) are made with. Shared by
 //! the golden tests, the libvirt tests and the conversion benchmark.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -42,14 +42,13 @@ pub fn load_example(path: &Path) -> VirtualMachineInstance {
 
 /// The fixed context of the golden files: KubeVirt's default directories,
 /// fixed OVMF paths, slirp, the VMI's identity and grace period, plus the
-/// block PVC volume names and the pre-created tap the examples use.
+/// block PVC volume names the examples use.
 pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
     ConvertContext {
         namespace: vmi.namespace().to_string(),
         name: vmi.name().to_string(),
         uid: vmi.uid().to_string(),
         block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
-        taps: BTreeMap::from([("secondary".to_string(), "tap-secondary".to_string())]),
         grace_period_seconds: vmi.termination_grace_period_seconds(),
         ..kubevirt_defaults(domain_type)
     }

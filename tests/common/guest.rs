@@ -55,6 +55,11 @@ pub struct GuestOptions {
     pub extra_cmdline: String,
     /// More (disk, volume) pairs, after the data disk.
     pub extra_volumes: Vec<(Value, Value)>,
+    /// The NIC's binding and network: QEMU user networking (slirp) unless
+    /// a test runs the launcher in a pod network namespace
+    /// (tests/network.rs).
+    pub interface: Value,
+    pub network: Value,
 }
 
 impl GuestOptions {
@@ -67,6 +72,8 @@ impl GuestOptions {
             grace_seconds: None,
             extra_cmdline: String::new(),
             extra_volumes: Vec::new(),
+            interface: json!({"name": "default", "binding": {"name": "slirp"}}),
+            network: json!({"name": "default", "pod": {}}),
         }
     }
 }
@@ -92,6 +99,8 @@ pub fn guest_vmi(opts: &GuestOptions) -> Value {
         cmdline.push(' ');
         cmdline.push_str(&opts.extra_cmdline);
     }
+    let mut interface = opts.interface.clone();
+    interface["macAddress"] = json!(opts.mac);
     let mut vmi = json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
@@ -111,10 +120,10 @@ pub fn guest_vmi(opts: &GuestOptions) -> Value {
                 "devices": {
                     "autoattachGraphicsDevice": false,
                     "disks": disks,
-                    "interfaces": [{"name": "default", "masquerade": {}, "macAddress": opts.mac}],
+                    "interfaces": [interface],
                 }
             },
-            "networks": [{"name": "default", "pod": {}}],
+            "networks": [opts.network],
             "volumes": volumes,
         }
     });

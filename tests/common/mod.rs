@@ -93,22 +93,41 @@ impl Launcher {
     /// Starts a launcher with exactly `args` plus the directory flags.
     pub fn start_in(tree: TempTree, args: &[String]) -> Launcher {
         let rust_log = std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into());
-        Launcher::start_in_env(tree, args, Some(&rust_log))
+        Launcher::start_wrapped(tree, &[], args, Some(&rust_log))
     }
 
     /// Like `start_in`, with `RUST_LOG` set to `rust_log` or unset.
     pub fn start_in_env(tree: TempTree, args: &[String], rust_log: Option<&str>) -> Launcher {
+        Launcher::start_wrapped(tree, &[], args, rust_log)
+    }
+
+    /// Like [`Launcher::start_in_env`], the launcher run by `wrapper` (for
+    /// example `ip netns exec NS`, which execs it: same process).
+    pub fn start_wrapped(
+        tree: TempTree,
+        wrapper: &[String],
+        args: &[String],
+        rust_log: Option<&str>,
+    ) -> Launcher {
         let log = tree.path("launcher.log");
         let log_file = fs::File::create(&log).expect("create log");
         let mut full = dir_flags(&tree);
         full.extend(args.iter().cloned());
-        let mut command = Command::new(BIN);
+        let (program, mut argv) = match wrapper.split_first() {
+            Some((first, rest)) => (first.clone(), rest.to_vec()),
+            None => (BIN.to_string(), Vec::new()),
+        };
+        if !wrapper.is_empty() {
+            argv.push(BIN.to_string());
+        }
+        argv.extend(full);
+        let mut command = Command::new(program);
         match rust_log {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),
         };
         let child = command
-            .args(&full)
+            .args(&argv)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log_file)

@@ -1,0 +1,445 @@
+//! Pod networking end to end: each test makes a "pod" network namespace
+//! with a veth pair to an "outside" namespace that plays the cluster
+//! network, runs the launcher inside the pod namespace (with its own
+//! libvirt daemons, so QEMU and its tap are there too), boots the test
+//! guest and checks what the guest and the outside see. All traffic stays
+//! inside these namespaces (TEST-NET-2 addresses, fd99::/64); the
+//! namespaces are removed when a test ends.
+
+mod common;
+
+use std::fs;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use common::guest::*;
+use common::*;
+use serde_json::{Value, json};
+
+const POD_IP: &str = "198.51.100.2";
+const OUTSIDE_IP: &str = "198.51.100.1";
+const POD_IP6: &str = "fd99::2";
+const OUTSIDE_IP6: &str = "fd99::1";
+const DNS_SERVER: &str = "198.51.100.53";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A pod namespace (eth0 198.51.100.2/24, fd99::2/64, default routes via
+/// the outside) and an outside namespace (198.51.100.1, fd99::1).
+struct PodNet {
+    pod: String,
+    outside: String,
+    tree_dir: TempTree,
+    servers: Vec<Child>,
+}
+
+impl PodNet {
+    fn new() -> PodNet {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{}-{n}", std::process::id());
+        let pod = format!("vlpod-{tag}");
+        let outside = format!("vlout-{tag}");
+        let net = PodNet {
+            pod: pod.clone(),
+            outside: outside.clone(),
+            tree_dir: TempTree::new("podnet"),
+            servers: Vec::new(),
+        };
+        run(&["ip", "netns", "add", &pod]);
+        run(&["ip", "netns", "add", &outside]);
+        run(&[
+            "ip", "-n", &pod, "link", "add", "eth0", "type", "veth", "peer", "name", "ext0",
+            "netns", &outside,
+        ]);
+        for (ns, dev, v4, v6) in [
+            (&pod, "eth0", POD_IP, POD_IP6),
+            (&outside, "ext0", OUTSIDE_IP, OUTSIDE_IP6),
+        ] {
+            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v4}/24"),
+                "dev",
+                dev,
+            ]);
+            run(&[
+                "ip",
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{v6}/64"),
+                "dev",
+                dev,
+                "nodad",
+            ]);
+            run(&["ip", "-n", ns, "link", "set", dev, "up"]);
+        }
+        run(&[
+            "ip", "-n", &pod, "route", "add", "default", "via", OUTSIDE_IP,
+        ]);
+        run(&[
+            "ip",
+            "-n",
+            &pod,
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            OUTSIDE_IP6,
+        ]);
+        fs::write(
+            net.resolv_conf(),
+            format!("search e2e.svc.cluster.local svc.cluster.local cluster.local\nnameserver {DNS_SERVER}\noptions ndots:5\n"),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        net
+    }
+
+    fn resolv_conf(&self) -> String {
+        self.tree_dir
+            .path("resolv.conf")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn in_pod(&self, args: &[&str]) -> String {
+        let mut full = vec!["ip", "netns", "exec", &self.pod];
+        full.extend_from_slice(args);
+        run(&full)
+    }
+
+    /// A TCP server in the outside namespace that answers every
+    /// connection with the address it came from.
+    fn serve_outside(&mut self, bind: &str, port: u16) {
+        let listen = if bind.contains(':') {
+            format!("TCP6-LISTEN:{port},reuseaddr,fork,bind=[{bind}]")
+        } else {
+            format!("TCP-LISTEN:{port},reuseaddr,fork,bind={bind}")
+        };
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.outside, "socat", &listen])
+            .arg("SYSTEM:echo peer=$SOCAT_PEERADDR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("socat: {e}"));
+        self.servers.push(child);
+        // Wait until it listens.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ss = run(&["ip", "netns", "exec", &self.outside, "ss", "-ltnH"]);
+            if ss.contains(&format!(":{port} ")) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "socat did not listen: {ss}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What a client in the outside namespace gets from `addr:port`, or
+    /// None when the connection fails.
+    fn connect_from_outside(&self, addr: &str, port: u16) -> Option<String> {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.outside, "socat", "-T", "5", "-"])
+            .arg(format!("TCP:{addr}:{port},connect-timeout=5"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("socat: {e}"));
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+            .filter(|s| !s.is_empty())
+    }
+
+    /// Devices and nftables tables the launcher would have created.
+    fn leftovers(&self) -> Vec<String> {
+        let links = self.in_pod(&["ip", "-o", "link", "show"]);
+        let mut left: Vec<String> = links
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|name| name.split('@').next().unwrap_or(name).to_string())
+            .filter(|name| {
+                name.starts_with("k6t-") || name.starts_with("tap") || name.ends_with("-nic")
+            })
+            .collect();
+        let tables = self.in_pod(&["nft", "list", "tables"]);
+        left.extend(
+            tables
+                .lines()
+                .filter(|l| l.contains("virt_launcher"))
+                .map(str::to_string),
+        );
+        left
+    }
+
+    fn launcher(&self, name: &str, extra: &[&str]) -> Launcher {
+        images();
+        let mut args: Vec<String> = [
+            "--spawn-libvirt",
+            "--force-emulation",
+            // auto would do the same where PID 1's namespace is readable.
+            "--pod-network",
+            "setup",
+            "--resolv-conf",
+            &self.resolv_conf(),
+            "--name",
+            name,
+            "--namespace",
+            "e2e",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let wrapper: Vec<String> = ["ip", "netns", "exec", &self.pod]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rust_log = std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into());
+        let mut launcher = Launcher::start_wrapped(
+            TempTree::new(&format!("net-{name}")),
+            &wrapper,
+            &args,
+            Some(&rust_log),
+        );
+        launcher.wait_ready(STEP);
+        launcher
+    }
+}
+
+impl Drop for PodNet {
+    fn drop(&mut self) {
+        for child in &mut self.servers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for ns in [&self.pod, &self.outside] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Boots the test guest in `net`'s pod namespace with `opts`.
+fn boot_in(net: &PodNet, opts: &GuestOptions) -> Booted {
+    let launcher = net.launcher(&opts.name, &[]);
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let synced = client.request_timeout("sync", json!({"vmi": guest_vmi(opts)}), STEP);
+    assert!(synced.get("return").is_some(), "sync failed: {synced}");
+    let booted_at = Instant::now();
+    watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    Booted {
+        launcher,
+        client,
+        watcher,
+        booted_at,
+    }
+}
+
+/// Runs `script` in the guest until it prints something containing
+/// `want` (the guest's DHCP client runs in the background).
+fn guest_until(client: &mut Client, script: &str, want: &str) -> String {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let (_, out) = guest_sh(client, script);
+        if out.contains(want) {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{script:?} never showed {want:?}; last: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn network_report(client: &mut Client) -> Value {
+    client.ok("query-domain", Value::Null)["network"][0].clone()
+}
+
+#[test]
+fn masquerade_gives_kubevirts_addresses_nat_ports_dns_and_cleans_up_on_sigterm() {
+    let mut net = PodNet::new();
+    net.serve_outside(OUTSIDE_IP, 8080);
+    let mut opts = GuestOptions::new("masq");
+    opts.interface = json!({"name": "default", "masquerade": {}, "ports": [{"port": 8080}]});
+    let mut g = boot_in(&net, &opts);
+
+    // The pod side: KubeVirt's bridge and tap.
+    let links = net.in_pod(&["ip", "-o", "link", "show"]);
+    assert!(links.contains("k6t-eth0"), "{links}");
+    assert!(links.contains("tap0"), "{links}");
+
+    // The guest got 10.0.2.2/24 and the gateway 10.0.2.1 by DHCP.
+    let addr = guest_until(&mut g.client, "ip -4 addr show dev eth0", "10.0.2.2/24");
+    assert!(addr.contains("inet 10.0.2.2/24"), "{addr}");
+    let (_, routes) = guest_sh(&mut g.client, "ip -4 route");
+    assert!(routes.contains("default via 10.0.2.1"), "{routes}");
+    let report = network_report(&mut g.client);
+    assert_eq!(report["binding"], "masquerade");
+    assert_eq!(report["tap"], "tap0");
+    assert_eq!(report["mac"], opts.mac);
+    assert_eq!(report["dhcp"]["leased"], "10.0.2.2");
+    let agent = wait_for(&mut g.client, "query-interfaces", |r| {
+        r["interfaces"][0]["ipAddress"] == "10.0.2.2"
+    });
+    assert_eq!(agent["network"][0]["dhcp"]["leased"], "10.0.2.2");
+
+    // The pod's DNS server and search domains reached the guest.
+    let (_, resolv) = guest_sh(&mut g.client, "cat /etc/resolv.conf");
+    assert!(
+        resolv.contains(&format!("nameserver {DNS_SERVER}")),
+        "{resolv}"
+    );
+    assert!(resolv.contains("e2e.svc.cluster.local"), "{resolv}");
+
+    // Out through NAT: the outside sees the pod's address.
+    let out = guest_until(
+        &mut g.client,
+        &format!("nc -w 5 {OUTSIDE_IP} 8080 </dev/null"),
+        "peer=",
+    );
+    assert!(out.contains(&format!("peer={POD_IP}")), "{out}");
+
+    // In: port 8080 is listed and reaches the guest; 9090 is not.
+    guest_sh(
+        &mut g.client,
+        "for p in 8080 9090; do setsid sh -c \"while true; do nc -l -p $p -e echo guest-$p; done\" </dev/null >/dev/null 2>&1 & done; sleep 1",
+    );
+    let deadline = Instant::now() + STEP;
+    let reply = loop {
+        if let Some(r) = net.connect_from_outside(POD_IP, 8080) {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "port 8080 never reached the guest"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(reply.contains("guest-8080"), "{reply}");
+    assert_eq!(net.connect_from_outside(POD_IP, 9090), None);
+
+    // SIGTERM: the guest powers off, the launcher exits, nothing is left.
+    g.launcher.signal("TERM");
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    assert_eq!(net.leftovers(), Vec::<String>::new());
+    let forward = net.in_pod(&["cat", "/proc/sys/net/ipv4/ip_forward"]);
+    assert_eq!(forward.trim(), "0", "ip_forward was not restored");
+}
+
+fn wait_for(client: &mut Client, command: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let reply = client.request(command, Value::Null);
+        if let Some(r) = reply.get("return")
+            && pred(r)
+        {
+            return r.clone();
+        }
+        assert!(Instant::now() < deadline, "{command}: {reply}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn bridge_moves_the_pod_address_to_the_guest_and_back_after_kill() {
+    let mut net = PodNet::new();
+    net.serve_outside(OUTSIDE_IP, 8080);
+    let mut opts = GuestOptions::new("bridged");
+    opts.interface = json!({"name": "default", "bridge": {}});
+    let mut g = boot_in(&net, &opts);
+
+    let addr = guest_until(&mut g.client, "ip -4 addr show dev eth0", POD_IP);
+    assert!(addr.contains(&format!("inet {POD_IP}/24")), "{addr}");
+    let (_, routes) = guest_sh(&mut g.client, "ip -4 route");
+    assert!(
+        routes.contains(&format!("default via {OUTSIDE_IP}")),
+        "{routes}"
+    );
+    let report = network_report(&mut g.client);
+    assert_eq!(report["binding"], "bridge");
+    assert_eq!(report["dhcp"]["leased"], POD_IP);
+    let pod_links = net.in_pod(&["ip", "-o", "link", "show"]);
+    assert!(pod_links.contains("eth0-nic"), "{pod_links}");
+
+    // The guest itself, with the pod's address, talks to the outside.
+    let out = guest_until(
+        &mut g.client,
+        &format!("nc -w 5 {OUTSIDE_IP} 8080 </dev/null"),
+        "peer=",
+    );
+    assert!(out.contains(&format!("peer={POD_IP}")), "{out}");
+
+    // kill: the domain is destroyed and the launcher exits; the pod
+    // interface is eth0 again, with its address and default route.
+    g.client.ok("kill", Value::Null);
+    g.launcher.wait_exit(STEP);
+    assert_eq!(net.leftovers(), Vec::<String>::new());
+    let eth0 = net.in_pod(&["ip", "-4", "addr", "show", "dev", "eth0"]);
+    assert!(eth0.contains(&format!("{POD_IP}/24")), "{eth0}");
+    let routes = net.in_pod(&["ip", "-4", "route"]);
+    assert!(
+        routes.contains(&format!("default via {OUTSIDE_IP}")),
+        "{routes}"
+    );
+}
+
+#[test]
+fn a_failed_start_leaves_no_bridge_tap_or_rules() {
+    let net = PodNet::new();
+    let launcher = net.launcher("broken", &[]);
+    let mut client = launcher.client();
+    let mut opts = GuestOptions::new("broken");
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let mut vmi = guest_vmi(&opts);
+    // QEMU cannot start without its kernel: after the network set-up.
+    vmi["spec"]["domain"]["firmware"]["kernelBoot"]["container"]["kernelPath"] =
+        json!("/nonexistent/vmlinuz");
+    let reply = client.request_timeout("sync", json!({"vmi": vmi}), STEP);
+    assert!(reply.get("error").is_some(), "sync should fail: {reply}");
+    assert_eq!(net.leftovers(), Vec::<String>::new());
+}
+
+#[test]
+fn without_a_pod_namespace_masquerade_needs_an_existing_tap() {
+    // On the host's own network namespace the launcher never creates
+    // anything; with no tap0 the sync is refused with a clear error.
+    let launcher = start_qemu_launcher(TempTree::new("net-host"), "hostnet", &[]);
+    let mut client = launcher.client();
+    let mut opts = GuestOptions::new("hostnet");
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let reply = client.request_timeout("sync", json!({"vmi": guest_vmi(&opts)}), STEP);
+    let desc = reply["error"]["desc"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        desc.contains("needs tap tap0, which does not exist"),
+        "{reply}"
+    );
+    assert!(desc.contains("slirp"), "{desc}");
+}

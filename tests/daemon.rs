@@ -781,3 +781,93 @@ fn a_client_stalled_mid_line_is_dropped_but_an_idle_one_stays() {
         "a client trickling one byte every 2 s kept its connection for 90 s"
     );
 }
+
+#[test]
+fn under_racing_pause_and_unpause_the_reported_state_ends_as_libvirts() {
+    let (launcher, mut c) = synced(&["--max-clients", "20"]);
+    let socket = launcher.ready_socket();
+    let racers: Vec<_> = (0..16)
+        .map(|n| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut client = Client::connect(&socket);
+                for i in 0..25 {
+                    let command = if (n + i) % 2 == 0 { "pause" } else { "unpause" };
+                    let reply = client.request(command, Value::Null);
+                    if let Some(error) = reply.get("error") {
+                        let class = error["class"].as_str().unwrap_or("");
+                        assert!(
+                            class == "Busy" || class == "InvalidState",
+                            "{command}: {reply}"
+                        );
+                    }
+                }
+            })
+        })
+        .collect();
+    for racer in racers {
+        racer.join().unwrap();
+    }
+    // Once no job runs, the launcher's view matches libvirt's within a
+    // generous bound (the last events may still be in flight), and
+    // paused_by_user agrees with it.
+    let deadline = Instant::now() + T;
+    loop {
+        let status = c.ok("query-status", Value::Null);
+        let libvirt = c.ok("query-domain", Value::Null);
+        let domain = &status["domain"];
+        let agrees = status["job"].is_null()
+            && domain["state"] == libvirt["state"]
+            && domain["reason"] == libvirt["reason"];
+        if agrees {
+            let by_user = domain["state"] == "Paused" && domain["reason"] == "User";
+            assert_eq!(domain["paused_by_user"], by_user, "{status}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the launcher says {domain}, libvirt says {} ({})",
+            libvirt["state"],
+            libvirt["reason"]
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_delete_is_refused_and_sends_no_second_undefined_event() {
+    let (launcher, mut c) = synced(&[]);
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
+    assert_eq!(c.ok("delete", Value::Null)["undefined"], true);
+    let (class, desc) = c.err_class("delete", Value::Null);
+    assert_eq!(class, "InvalidState", "{desc}");
+    assert!(desc.contains("is not defined"), "{desc}");
+    watcher.wait_event(T, "Undefined", lifecycle("Undefined", "Removed"));
+    // libvirt's test driver would send another for a second undefine.
+    assert!(
+        watcher.read_line(Duration::from_millis(500)).is_none(),
+        "a second event arrived"
+    );
+}
+
+#[test]
+fn migrate_on_the_test_driver_is_unavailable_up_front() {
+    let (launcher, mut c) = synced(&[]);
+    let mut watcher = launcher.client();
+    watcher.ok(
+        "subscribe",
+        json!({"events": ["MIGRATION_STARTED", "MIGRATION_FAILED"]}),
+    );
+    let (class, desc) = c.err_class(
+        "migrate",
+        json!({"target": {"libvirt_uri": "qemu+tcp://elsewhere/system"}}),
+    );
+    assert_eq!(class, "Unavailable", "{desc}");
+    assert!(desc.contains("test driver cannot migrate"), "{desc}");
+    assert!(watcher.read_line(Duration::from_millis(300)).is_none());
+    assert_eq!(
+        c.ok("query-migration", Value::Null)["migration"],
+        Value::Null
+    );
+}

@@ -10,6 +10,8 @@
 pub mod backend;
 #[cfg(feature = "virt")]
 pub mod event_loop;
+#[cfg(test)]
+pub mod fake;
 #[cfg(feature = "virt")]
 mod ffi;
 #[cfg(feature = "virt")]

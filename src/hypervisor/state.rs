@@ -427,6 +427,10 @@ wire_names! {
         DomainStarted,
         /// The agent in the guest opened or closed its end.
         Channel,
+        /// Not libvirt's: the launcher read the channel's state from the
+        /// domain after (re)connecting, because the event may have been
+        /// missed.
+        StateRead,
     }
 }
 
@@ -438,6 +442,7 @@ impl AgentChannelReason {
             AgentChannelReason::Unknown => "unknown",
             AgentChannelReason::DomainStarted => "domain started",
             AgentChannelReason::Channel => "channel event",
+            AgentChannelReason::StateRead => "channel state read from the domain",
         }
     }
 }

@@ -11,8 +11,14 @@ use super::jobs::{JobOutput, JobResult, Observation, Operation};
 use super::reply::JobValue;
 use super::timers::Timer;
 use super::{DomainManager, Phase};
+use crate::domxml::Domain;
 use crate::events::EventKind;
-use crate::hypervisor::{CloseReason, ConnectionId};
+use crate::hypervisor::{
+    AgentChannelReason, AgentLifecycle, CloseReason, ConnectionId, DomainStatus, Hypervisor,
+};
+
+/// The guest agent's virtio-serial channel.
+const AGENT_CHANNEL: &str = "org.qemu.guest_agent.0";
 
 /// The manager's connection to libvirt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +105,9 @@ impl DomainManager {
         self.refresh_status();
     }
 
-    /// Re-reads the domain's state (at start, to adopt a domain that
-    /// already exists, and after a reconnect).
+    /// Re-reads the domain's state and its guest agent channel's (at
+    /// start, to adopt a domain that already exists, and after a
+    /// reconnect): libvirt's events about them may have been missed.
     pub(super) fn refresh_status(&mut self) {
         let name = self.config.domain_name.clone();
         self.jobs.spawn(
@@ -108,12 +115,73 @@ impl DomainManager {
             None,
             self.timing.command,
             move |hv| match hv.domain_status(&name) {
-                Ok(status) => JobOutput {
-                    result: Ok(JobValue::Empty),
-                    observed: Observation::Status(status),
-                },
+                Ok(status) => {
+                    let agent = match status {
+                        Some(s) if s.state.is_active() => agent_channel_state(hv, &name),
+                        _ => None,
+                    };
+                    JobOutput {
+                        result: Ok(JobValue::Empty),
+                        observed: Observation::Refreshed { status, agent },
+                    }
+                }
                 Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
             },
         );
     }
+
+    /// Applies a refresh; one that an event overtook is read again.
+    pub(super) fn on_refreshed(
+        &mut self,
+        status: Option<DomainStatus>,
+        agent: Option<bool>,
+        overtaken: bool,
+    ) {
+        if overtaken {
+            log::debug!("manager: an event arrived during the refresh; reading again");
+            self.refresh_status();
+            return;
+        }
+        self.apply_observed_status(status);
+        if let Some(connected) = agent
+            && connected != self.agent.connected
+            && self.domain.status.state.is_active()
+        {
+            log::info!(
+                "manager: the guest agent channel is {} (read from the domain)",
+                if connected {
+                    "connected"
+                } else {
+                    "disconnected"
+                }
+            );
+            self.on_agent_lifecycle(AgentLifecycle {
+                connected,
+                reason: AgentChannelReason::StateRead,
+            });
+        }
+    }
+}
+
+/// Whether the guest agent's channel is connected, from the domain's live
+/// XML (`<target type='virtio' name='org.qemu.guest_agent.0'
+/// state='connected'/>`); `None` when it cannot be told.
+fn agent_channel_state(hv: &dyn Hypervisor, name: &str) -> Option<bool> {
+    let (xml, _uuid) = match hv.domain_xml(name) {
+        Ok(found) => found,
+        Err(e) => {
+            log::debug!("manager: cannot read the agent channel's state: {e}");
+            return None;
+        }
+    };
+    let domain = Domain::from_xml(&xml).ok()?;
+    let state = domain
+        .devices
+        .channels
+        .iter()
+        .filter_map(|c| c.target.as_ref())
+        .find(|t| t.name.as_deref() == Some(AGENT_CHANNEL))?
+        .state
+        .clone()?;
+    Some(state == "connected")
 }

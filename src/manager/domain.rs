@@ -174,7 +174,7 @@ impl DomainManager {
         }))
     }
 
-    fn query_status(&self) -> Map<String, Value> {
+    pub(super) fn query_status(&self) -> Map<String, Value> {
         let grace = self.stop.window.map(|(began, deadline)| {
             json!({
                 "started_seconds_ago": began.elapsed().as_secs_f64(),
@@ -192,7 +192,7 @@ impl DomainManager {
                 "defined": self.domain.defined,
                 "state": self.domain.status.state.as_str(),
                 "reason": self.domain.status.reason.as_str(),
-                "paused_by_user": self.domain.paused_by_user,
+                "paused_by_user": self.domain.status.is_paused_by_user(),
             },
             "agent": { "connected": self.agent.connected },
             "libvirt": {
@@ -246,6 +246,15 @@ impl DomainManager {
                     self.config.domain_name
                 ),
             ));
+        }
+        // A transient domain has no definition to remove. libvirt's QEMU
+        // driver refuses, but its test driver "removes" it again and sends
+        // a second Undefined event, so it is not asked.
+        if operation == DomainOperation::Delete && !self.domain.defined {
+            return Err(CommandError::invalid_state(format!(
+                "delete: the domain {} is not defined; it keeps running as a transient domain until it stops",
+                self.config.domain_name
+            )));
         }
         // Whether the domain is running or paused is left to libvirt: the
         // cached state can trail a job's result by an event still in

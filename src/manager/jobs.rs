@@ -117,6 +117,12 @@ pub enum Observation {
     PreparedDisks(PreparedDisks),
     /// A new connection to libvirt is up.
     Connected(ConnectionId),
+    /// The domain's state and its guest agent channel's (`None`: not
+    /// known), read after a (re)connect.
+    Refreshed {
+        status: Option<DomainStatus>,
+        agent: Option<bool>,
+    },
 }
 
 pub type JobResult = Result<JobValue, CommandError>;
@@ -148,11 +154,16 @@ pub struct Finished {
     /// `Timeout`.
     pub reply: Option<ReplyTo>,
     pub elapsed: Duration,
+    /// A domain lifecycle event arrived while the job ran, so the state it
+    /// read may be older than what the manager already knows.
+    pub overtaken: bool,
 }
 
 struct Pending {
     operation: Operation,
     reply: Option<ReplyTo>,
+    /// `domain_events` when the job started.
+    domain_events_at_start: u64,
     started: Instant,
     deadline: Instant,
 }
@@ -164,6 +175,8 @@ pub struct JobRunner {
     done_rx: Receiver<JobDone>,
     next_id: JobId,
     pending: HashMap<JobId, Pending>,
+    /// Domain lifecycle events the manager has handled so far.
+    domain_events: u64,
 }
 
 impl JobRunner {
@@ -176,7 +189,14 @@ impl JobRunner {
             done_rx,
             next_id: 1,
             pending: HashMap::new(),
+            domain_events: 0,
         }
+    }
+
+    /// The manager handled a domain lifecycle event: jobs running now read
+    /// the domain before it.
+    pub fn note_domain_event(&mut self) {
+        self.domain_events += 1;
     }
 
     /// Where completed jobs arrive; the manager selects on it.
@@ -239,6 +259,7 @@ impl JobRunner {
                     Pending {
                         operation,
                         reply,
+                        domain_events_at_start: self.domain_events,
                         started: now,
                         deadline: now + timeout,
                     },
@@ -266,6 +287,7 @@ impl JobRunner {
             output: done.output,
             reply: pending.reply,
             elapsed: pending.started.elapsed(),
+            overtaken: self.domain_events != pending.domain_events_at_start,
         })
     }
 

@@ -17,8 +17,6 @@ pub(super) struct DomainView {
     pub(super) defined: bool,
     /// The domain has run under this launcher; its stop ends the launcher.
     pub(super) started_once: bool,
-    /// Paused by `pause` (or started paused): `sync` must not resume it.
-    pub(super) paused_by_user: bool,
 }
 
 impl Default for DomainView {
@@ -27,7 +25,6 @@ impl Default for DomainView {
             status: DomainStatus::NON_EXISTENT,
             defined: false,
             started_once: false,
-            paused_by_user: false,
         }
     }
 }
@@ -54,9 +51,7 @@ impl DomainManager {
                 }
             }
         }
-        if let LifecycleEvent::Resumed(_) = lifecycle {
-            self.domain.paused_by_user = false;
-        }
+        self.jobs.note_domain_event();
         self.publish(
             EventKind::DomainLifecycle,
             json!({

@@ -105,7 +105,20 @@ impl DomainManager {
         }
     }
 
+    /// `prepare-migration-target`. Validation first (the VMI), then what
+    /// the driver cannot do, then the launcher's state.
     fn prepare_migration_target(&mut self, vmi: Value, reply: ReplyTo) {
+        let plan = match self.plan_sync(&vmi) {
+            Ok(plan) => plan,
+            Err(e) => return reply.send(Err(e)),
+        };
+        let info = self.hypervisor.info();
+        if info.driver == DriverKind::Test {
+            return reply.send(Err(CommandError::new(
+                ErrorClass::Unavailable,
+                "prepare-migration-target: libvirt's test driver cannot migrate; use a QEMU daemon",
+            )));
+        }
         let refuse =
             |why: String| CommandError::invalid_state(format!("prepare-migration-target: {why}"));
         if self.migration.record.is_some() {
@@ -123,20 +136,10 @@ impl DomainManager {
                 self.domain.status.state.as_str()
             ))));
         }
-        let info = self.hypervisor.info();
-        if info.driver == DriverKind::Test {
-            return reply.send(Err(CommandError::new(
-                ErrorClass::Unavailable,
-                "prepare-migration-target: libvirt's test driver cannot migrate; use a QEMU daemon",
-            )));
-        }
         if let Err(busy) = self.jobs.ensure_idle("prepare-migration-target") {
             return reply.send(Err(busy));
         }
-        let plan = match self.plan_sync(&vmi) {
-            Ok(plan) => plan,
-            Err(e) => return reply.send(Err(e)),
-        };
+        self.stop.period = plan.grace_period;
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
         let uid_dir = self.config.dirs.private.join(&self.config.uid);
@@ -198,7 +201,24 @@ impl DomainManager {
         log::info!("manager: prepared as a migration target; waiting for the domain");
     }
 
+    /// `migrate`. Validation first (the target's address), then what the
+    /// driver cannot do, then the launcher's state: the migration starts
+    /// only when it can.
     fn start_migration(&mut self, options: MigrationOptions) -> CommandResult {
+        let info = self.hypervisor.info();
+        let target_uri = options.target.libvirt_uri.clone();
+        if target_uri == info.uri {
+            return Err(CommandError::invalid_argument(format!(
+                "migrate: {target_uri} is this launcher's own libvirt daemon; the target must be another launcher's"
+            )));
+        }
+        check_target_socket(&target_uri)?;
+        if info.driver == DriverKind::Test {
+            return Err(CommandError::new(
+                ErrorClass::Unavailable,
+                "migrate: libvirt's test driver cannot migrate; use a QEMU daemon",
+            ));
+        }
         if let Some(m) = &self.migration.record {
             if m.is_running() {
                 return Err(CommandError::invalid_state(
@@ -225,14 +245,6 @@ impl DomainManager {
             )));
         }
         self.jobs.ensure_idle("migrate")?;
-        let own_uri = self.hypervisor.info().uri;
-        let target_uri = options.target.libvirt_uri.clone();
-        if target_uri == own_uri {
-            return Err(CommandError::invalid_argument(format!(
-                "migrate: {target_uri} is this launcher's own libvirt daemon; the target must be another launcher's"
-            )));
-        }
-        check_target_socket(&target_uri)?;
         let cancel = worker::spawn(
             self.hypervisor.clone(),
             self.config.domain_name.clone(),

@@ -26,6 +26,9 @@ mod shutdown;
 mod sync;
 mod timers;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -354,6 +357,7 @@ impl DomainManager {
             output,
             reply,
             elapsed,
+            overtaken,
         } = finished;
         log::debug!(
             "manager: job {} finished in {:.3} ms",
@@ -376,11 +380,13 @@ impl DomainManager {
             Operation::Unpause if output.result.is_ok() => {
                 let _ = self.start_guest_time_sync();
             }
-            Operation::Sync => self.on_sync_done(&output.result),
-            Operation::Pause if output.result.is_ok() => {
-                self.domain.paused_by_user = true;
+            Operation::Delete if output.result.is_ok() => {
+                // Undefined now, even before libvirt's Undefined event
+                // arrives: a second delete must not reach libvirt.
+                self.domain.defined = false;
             }
-            Operation::Pause
+            Operation::Sync
+            | Operation::Pause
             | Operation::Unpause
             | Operation::Shutdown
             | Operation::Reboot
@@ -396,12 +402,20 @@ impl DomainManager {
             | Operation::StatusRefresh => {}
         }
         match output.observed {
+            // What the job read is older than a lifecycle event that
+            // arrived meanwhile: the events (which follow every change)
+            // are the newer news.
+            Observation::Status(_) if overtaken => log::debug!(
+                "manager: ignoring the state {} read; an event arrived meanwhile",
+                operation.name()
+            ),
             Observation::Status(status) => self.apply_observed_status(status),
             Observation::FsFreeze(state) => {
                 self.apply_agent_data(crate::agent::AgentData::FsFreeze(state))
             }
             Observation::PreparedDisks(prepared) => self.on_target_prepared(prepared),
             Observation::Connected(connection) => self.on_reconnected(connection),
+            Observation::Refreshed { status, agent } => self.on_refreshed(status, agent, overtaken),
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {

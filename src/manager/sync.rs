@@ -13,13 +13,15 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::errors::hypervisor_error;
-use super::jobs::{JobOutput, JobResult, Observation, Operation};
+use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::{JobValue, SyncAction, Synced};
 use super::{DomainManager, Phase};
 use crate::command::ReplyTo;
 use crate::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
 use crate::disks::{self, DiskErrorKind, DiskPlan};
-use crate::hypervisor::{DomainState, DriverKind, Hypervisor, StateReason};
+use crate::hypervisor::{
+    DomainState, DriverKind, Hypervisor, HypervisorError, HypervisorErrorKind, StateReason,
+};
 use crate::protocol::{CommandError, ErrorClass};
 
 /// Facts about the host, probed once at start-up, that decide how VMIs
@@ -95,11 +97,20 @@ pub(super) struct SyncPlan {
     pub(super) network: Option<crate::network::NetworkJob>,
     pub(super) disk_plan: DiskPlan,
     start_paused: bool,
-    paused_by_user: bool,
+    /// The grace period a later signal gives this VMI's guest (unless
+    /// --grace-period-seconds sets one); applied once the sync is accepted.
+    pub(super) grace_period: Duration,
 }
 
 impl DomainManager {
+    /// `sync`. Validation first: a VMI that is not valid for this
+    /// launcher is refused as such whatever the launcher is doing; only a
+    /// valid one meets the state checks.
     pub(super) fn start_sync(&mut self, vmi: Value, reply: ReplyTo) {
+        let plan = match self.plan_sync(&vmi) {
+            Ok(plan) => plan,
+            Err(e) => return reply.send(Err(e)),
+        };
         if self.migration_running_as_source() {
             return reply.send(Err(CommandError::invalid_state(
                 "sync: a migration is running; wait for it or migrate-cancel it",
@@ -117,10 +128,7 @@ impl DomainManager {
         if let Err(busy) = self.jobs.ensure_idle("sync") {
             return reply.send(Err(busy));
         }
-        let plan = match self.plan_sync(&vmi) {
-            Ok(plan) => plan,
-            Err(e) => return reply.send(Err(e)),
-        };
+        self.stop.period = plan.grace_period;
         self.jobs.spawn(
             Operation::Sync,
             Some(reply),
@@ -129,7 +137,9 @@ impl DomainManager {
         );
     }
 
-    pub(super) fn plan_sync(&mut self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
+    /// Parses, checks and converts a VMI: everything `sync` decides before
+    /// touching anything.
+    pub(super) fn plan_sync(&self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
         let vmi = crate::vmi::parse_vmi(vmi_json)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         self.check_identity(vmi.namespace(), vmi.name(), vmi.uid())?;
@@ -157,16 +167,13 @@ impl DomainManager {
         let conversion = convert::convert(&vmi, &ctx)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
-        if self.config.grace_period.is_none() {
-            self.stop.period = self.grace_period_for(&vmi);
-        }
         Ok(SyncPlan {
             domain_name: self.config.domain_name.clone(),
             domain: conversion.domain,
             network,
             disk_plan: conversion.disk_plan,
             start_paused: vmi.starts_paused(),
-            paused_by_user: self.domain.paused_by_user,
+            grace_period: self.grace_period_for(&vmi),
         })
     }
 
@@ -244,15 +251,6 @@ impl DomainManager {
         }
         Ok(())
     }
-
-    pub(super) fn on_sync_done(&mut self, result: &JobResult) {
-        // KubeVirt treats a VMI started paused as paused by the user.
-        if let Ok(JobValue::Synced(synced)) = result
-            && synced.started_paused
-        {
-            self.domain.paused_by_user = true;
-        }
-    }
 }
 
 fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
@@ -297,10 +295,11 @@ fn sync_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<SyncAction, Comma
             create_domain(hv, plan)?;
             SyncAction::RedefinedAndStarted
         }
+        // Paused by the user (pause, or started paused) or by a migration
+        // in progress: left alone.
         Some(status)
             if status.state == DomainState::Paused
-                && !plan.paused_by_user
-                && status.reason != StateReason::User
+                && !status.is_paused_by_user()
                 && status.reason != StateReason::Migration =>
         {
             hv.resume(name).map_err(|e| hypervisor_error(&e))?;
@@ -346,18 +345,59 @@ fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandErro
         return Err(hypervisor_error(&e));
     }
     if let Err(e) = hv.start(&plan.domain_name, plan.start_paused) {
-        // Nothing half-created: drop the definition and the files again.
-        if let Err(undefine) = hv.undefine(&plan.domain_name) {
-            log::warn!("manager: could not undefine after a failed start: {undefine}");
+        let lost = e.kind == HypervisorErrorKind::ConnectionLost;
+        let error = undo_failed_start(hv, plan, prepared, &e);
+        // A QEMU that may have started uses the pod network too; otherwise
+        // dropping `active` removes it.
+        if lost && let (Some(job), Some(active)) = (&plan.network, active) {
+            job.keep(active);
         }
-        prepared.rollback();
-        drop(active);
-        return Err(hypervisor_error(&e).with_cause("the domain was undefined again"));
+        return Err(error);
     }
     if let (Some(job), Some(active)) = (&plan.network, active) {
         job.keep(active);
     }
     Ok(())
+}
+
+/// After a failed start: leave nothing half-created where that is known to
+/// be safe, and say what is true.
+fn undo_failed_start(
+    hv: &dyn Hypervisor,
+    plan: &SyncPlan,
+    prepared: disks::PreparedDisks,
+    e: &HypervisorError,
+) -> CommandError {
+    if e.kind == HypervisorErrorKind::ConnectionLost {
+        // The daemon went away during the start: the domain may or may not
+        // run now (QEMU outlives its daemon), so its files stay, and the
+        // definition cannot be removed anyway.
+        return CommandError::new(
+            ErrorClass::Unavailable,
+            format!(
+                "sync: libvirt was lost while starting the domain, so whether it started is not known: {}",
+                e.message
+            ),
+        )
+        .with_cause(e.to_string())
+        .with_cause(
+            "the domain stays defined and its files stay; the launcher reconnects and reads the domain's state (see query-status and DOMAIN_LIFECYCLE events); if it did not start, sync again, which replaces the definition",
+        );
+    }
+    let error = hypervisor_error(e);
+    match hv.undefine(&plan.domain_name) {
+        Ok(()) => {
+            prepared.rollback();
+            error.with_cause("the domain was undefined again")
+        }
+        Err(undefine) => {
+            log::warn!("manager: could not undefine after a failed start: {undefine}");
+            prepared.rollback();
+            error.with_cause(format!(
+                "the domain stays defined (undefining it failed: {undefine}); the next sync replaces the definition"
+            ))
+        }
+    }
 }
 
 #[cfg(test)]

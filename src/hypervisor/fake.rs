@@ -1,0 +1,650 @@
+//! An in-memory `Hypervisor` for the domain manager's unit tests: one
+//! domain that starts, pauses, powers off and crashes as libvirt's QEMU
+//! driver would, sending the lifecycle events libvirt sends; plus scripted
+//! failures, calls held until a test releases them, a guest agent, and a
+//! connection that can be lost and regained. It needs no libvirt, so the
+//! manager's decisions are tested in milliseconds.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+
+use super::state::{
+    AgentChannelReason, CloseReason, DefinedDetail, ResumedDetail, ShutdownDetail, StartedDetail,
+    StoppedDetail, SuspendedDetail, UndefinedDetail,
+};
+use super::{
+    Affect, AgentLifecycle, ConnectionId, DomainState, DomainStatus, DriverKind, GuestInfoKind,
+    HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
+    LifecycleEvent, MigrationRequest, RebootMode, Stat, StateReason,
+};
+
+/// What the guest does when the ACPI power button is pressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcpiGuest {
+    PowersOff,
+    Ignores,
+}
+
+/// The one domain the fake knows.
+#[derive(Debug, Clone)]
+struct FakeDomain {
+    name: String,
+    xml: String,
+    status: DomainStatus,
+    persistent: bool,
+}
+
+struct FakeState {
+    driver: DriverKind,
+    domain: Option<FakeDomain>,
+    acpi: AcpiGuest,
+    /// The guest agent's end of its channel is open.
+    agent: bool,
+    connection: ConnectionId,
+    connected: bool,
+    /// Reconnect attempts that fail before one succeeds.
+    reconnect_failures: u32,
+    /// Scripted failures, by operation: the next calls fail with these.
+    failures: HashMap<&'static str, VecDeque<HypervisorError>>,
+    /// Calls held until their gate opens, by operation.
+    holds: HashMap<&'static str, Receiver<()>>,
+    /// Every call made, by operation.
+    calls: Vec<&'static str>,
+    /// Raw replies for agent commands, in order; `{"return":{}}` after.
+    agent_replies: VecDeque<String>,
+}
+
+pub struct FakeHypervisor {
+    state: Mutex<FakeState>,
+    events: Mutex<Option<Sender<HypervisorEvent>>>,
+}
+
+/// Keeps a held call waiting until `release` (or drop).
+pub struct Gate(#[allow(dead_code)] Sender<()>);
+
+impl Gate {
+    pub fn release(self) {}
+}
+
+impl FakeHypervisor {
+    pub fn new(driver: DriverKind, events: Sender<HypervisorEvent>) -> FakeHypervisor {
+        FakeHypervisor {
+            state: Mutex::new(FakeState {
+                driver,
+                domain: None,
+                acpi: AcpiGuest::PowersOff,
+                agent: false,
+                connection: ConnectionId::FIRST,
+                connected: true,
+                reconnect_failures: 0,
+                failures: HashMap::new(),
+                holds: HashMap::new(),
+                calls: Vec::new(),
+                agent_replies: VecDeque::new(),
+            }),
+            events: Mutex::new(Some(events)),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, event: HypervisorEvent) {
+        if let Some(tx) = self
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(event);
+        }
+    }
+
+    fn lifecycle(&self, event: LifecycleEvent) {
+        self.send(HypervisorEvent::Lifecycle(event));
+    }
+
+    /// Stops sending events; the manager's loop then ends.
+    pub fn close_events(&self) {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    // ---- scripting ----
+
+    pub fn set_acpi(&self, acpi: AcpiGuest) {
+        self.state().acpi = acpi;
+    }
+
+    /// The next call of `operation` fails with `kind`.
+    pub fn fail_next(&self, operation: &'static str, kind: HypervisorErrorKind) {
+        let error = HypervisorError::new(kind, operation, format!("scripted {kind:?} failure"));
+        self.state()
+            .failures
+            .entry(operation)
+            .or_default()
+            .push_back(error);
+    }
+
+    /// The next call of `operation` waits until the returned gate is
+    /// released.
+    pub fn hold(&self, operation: &'static str) -> Gate {
+        let (tx, rx) = bounded(0);
+        self.state().holds.insert(operation, rx);
+        Gate(tx)
+    }
+
+    /// How many times `operation` was called.
+    pub fn calls(&self, operation: &str) -> usize {
+        self.state()
+            .calls
+            .iter()
+            .filter(|c| **c == operation)
+            .count()
+    }
+
+    /// The next reconnect attempts that fail.
+    pub fn fail_reconnects(&self, count: u32) {
+        self.state().reconnect_failures = count;
+    }
+
+    pub fn queue_agent_reply(&self, raw: &str) {
+        self.state().agent_replies.push_back(raw.to_string());
+    }
+
+    /// The domain as it is, or `None`.
+    pub fn status(&self) -> Option<DomainStatus> {
+        self.state().domain.as_ref().map(|d| d.status)
+    }
+
+    pub fn is_defined(&self) -> bool {
+        self.state().domain.as_ref().is_some_and(|d| d.persistent)
+    }
+
+    // ---- what happens to the domain without the launcher asking ----
+
+    /// A domain that already runs (adopted by a launcher that starts).
+    pub fn preexisting(&self, name: &str, status: DomainStatus, agent: bool) {
+        let mut state = self.state();
+        state.domain = Some(FakeDomain {
+            name: name.to_string(),
+            xml: format!("<domain type='test'><name>{name}</name></domain>"),
+            status,
+            persistent: true,
+        });
+        state.agent = agent;
+    }
+
+    /// The guest agent opens (or closes) its channel.
+    pub fn agent_channel(&self, connected: bool) {
+        self.state().agent = connected;
+        self.send(HypervisorEvent::AgentLifecycle(AgentLifecycle {
+            connected,
+            reason: AgentChannelReason::Channel,
+        }));
+    }
+
+    /// The guest agent connects while the launcher is not listening (the
+    /// event is lost, as it is while libvirt is unreachable).
+    pub fn agent_connects_unheard(&self) {
+        self.state().agent = true;
+    }
+
+    /// The domain stops without the launcher asking: QEMU crashed, the
+    /// guest powered off, someone destroyed it, it migrated away.
+    pub fn stops(&self, detail: StoppedDetail) {
+        self.stop(detail, true);
+    }
+
+    /// As `stops`, while libvirt is unreachable: no event reaches the
+    /// launcher.
+    pub fn stops_unheard(&self, detail: StoppedDetail) {
+        self.stop(detail, false);
+    }
+
+    /// The guest rebooted by itself.
+    pub fn guest_reboots(&self) {
+        self.send(HypervisorEvent::Reboot);
+    }
+
+    /// The daemon goes away: the connection closes (libvirt's close
+    /// callback) and calls fail until a reconnect.
+    pub fn lose_connection(&self) {
+        let connection = {
+            let mut state = self.state();
+            state.connected = false;
+            state.connection
+        };
+        self.send(HypervisorEvent::ConnectionClosed {
+            connection,
+            reason: CloseReason::Eof,
+        });
+    }
+
+    /// News of an old connection's close arriving late.
+    pub fn stale_close(&self, connection: ConnectionId) {
+        self.send(HypervisorEvent::ConnectionClosed {
+            connection,
+            reason: CloseReason::Eof,
+        });
+    }
+
+    fn stop(&self, detail: StoppedDetail, heard: bool) {
+        let stopped = {
+            let mut state = self.state();
+            state.agent = false;
+            let Some(domain) = state.domain.as_mut() else {
+                return;
+            };
+            let reason = LifecycleEvent::Stopped(detail)
+                .status()
+                .map(|s| s.reason)
+                .unwrap_or(StateReason::Unknown);
+            domain.status = DomainStatus::new(DomainState::Shutoff, reason);
+            if !domain.persistent {
+                state.domain = None;
+            }
+            true
+        };
+        if stopped && heard {
+            self.lifecycle(LifecycleEvent::Stopped(detail));
+        }
+    }
+
+    // ---- the calls' common part ----
+
+    /// Records the call, waits if it is held, and fails it if scripted
+    /// (or if the connection is down).
+    fn enter(&self, operation: &'static str) -> HvResult<()> {
+        let hold = {
+            let mut state = self.state();
+            state.calls.push(operation);
+            state.holds.remove(operation)
+        };
+        if let Some(gate) = hold {
+            // Released by a send, or by the gate's drop.
+            let _ = gate.recv_timeout(Duration::from_secs(30));
+        }
+        let mut state = self.state();
+        if let Some(error) = state
+            .failures
+            .get_mut(operation)
+            .and_then(VecDeque::pop_front)
+        {
+            if error.kind == HypervisorErrorKind::ConnectionLost && state.connected {
+                // A call found the connection dead: reported once, as a
+                // backend must.
+                state.connected = false;
+                let connection = state.connection;
+                drop(state);
+                self.send(HypervisorEvent::ConnectionClosed {
+                    connection,
+                    reason: CloseReason::CallFailed,
+                });
+            }
+            return Err(error);
+        }
+        if !state.connected {
+            return Err(HypervisorError::not_connected(operation));
+        }
+        Ok(())
+    }
+
+    /// The domain called `name`, or NoDomain.
+    fn with_domain<T>(
+        &self,
+        operation: &'static str,
+        name: &str,
+        f: impl FnOnce(&mut FakeDomain) -> HvResult<T>,
+    ) -> HvResult<T> {
+        self.enter(operation)?;
+        let mut state = self.state();
+        match state.domain.as_mut().filter(|d| d.name == name) {
+            Some(domain) => f(domain),
+            None => Err(HypervisorError::new(
+                HypervisorErrorKind::NoDomain,
+                operation,
+                format!("Domain not found: no domain with matching name '{name}'"),
+            )),
+        }
+    }
+}
+
+fn invalid(operation: &'static str, message: &str) -> HypervisorError {
+    HypervisorError::new(
+        HypervisorErrorKind::InvalidOperation,
+        operation,
+        format!("Requested operation is not valid: {message}"),
+    )
+}
+
+/// `xml` with `state='…'` on the guest agent channel's target (added, with
+/// the channel, when the definition has none).
+fn with_agent_channel_state(xml: &str, state: &str) -> String {
+    for quote in ['"', '\''] {
+        let name = format!("name={quote}org.qemu.guest_agent.0{quote}");
+        if xml.contains(&name) {
+            return xml.replacen(&name, &format!("{name} state={quote}{state}{quote}"), 1);
+        }
+    }
+    let channel = format!(
+        "<channel type='unix'><target type='virtio' name='org.qemu.guest_agent.0' state='{state}'/></channel>"
+    );
+    match xml.rfind("</devices>") {
+        Some(at) => format!("{}{channel}{}", &xml[..at], &xml[at..]),
+        None => xml.replace(
+            "</domain>",
+            &format!("<devices>{channel}</devices></domain>"),
+        ),
+    }
+}
+
+fn domain_name_of(xml: &str) -> Option<String> {
+    let start = xml.find("<name>")? + "<name>".len();
+    let end = xml[start..].find("</name>")? + start;
+    Some(xml[start..end].to_string())
+}
+
+impl Hypervisor for FakeHypervisor {
+    fn info(&self) -> HypervisorInfo {
+        HypervisorInfo {
+            uri: "fake:///".into(),
+            driver: self.state().driver,
+            backend: "fake",
+            library_version: None,
+            daemon_version: "0.0.0".into(),
+            hypervisor_version: "FAKE 0.0.0".into(),
+        }
+    }
+
+    fn domain_status(&self, name: &str) -> HvResult<Option<DomainStatus>> {
+        self.enter("domain_status")?;
+        Ok(self
+            .state()
+            .domain
+            .as_ref()
+            .filter(|d| d.name == name)
+            .map(|d| d.status))
+    }
+
+    fn define(&self, xml: &str) -> HvResult<()> {
+        self.enter("define")?;
+        let name = domain_name_of(xml).ok_or_else(|| {
+            HypervisorError::new(
+                HypervisorErrorKind::InvalidDefinition,
+                "define",
+                "XML error: no <name>",
+            )
+        })?;
+        let detail = {
+            let mut state = self.state();
+            match state.domain.as_mut() {
+                Some(domain) => {
+                    domain.xml = xml.to_string();
+                    let detail = if domain.persistent {
+                        DefinedDetail::Updated
+                    } else {
+                        DefinedDetail::Added
+                    };
+                    domain.persistent = true;
+                    detail
+                }
+                None => {
+                    state.domain = Some(FakeDomain {
+                        name,
+                        xml: xml.to_string(),
+                        status: DomainStatus::new(DomainState::Shutoff, StateReason::Unknown),
+                        persistent: true,
+                    });
+                    DefinedDetail::Added
+                }
+            }
+        };
+        self.lifecycle(LifecycleEvent::Defined(detail));
+        Ok(())
+    }
+
+    fn undefine(&self, name: &str) -> HvResult<()> {
+        self.with_domain("undefine", name, |d| {
+            if !d.persistent {
+                return Err(invalid("undefine", "cannot undefine transient domain"));
+            }
+            d.persistent = false;
+            Ok(())
+        })?;
+        let mut state = self.state();
+        if state
+            .domain
+            .as_ref()
+            .is_some_and(|d| !d.status.state.is_active())
+        {
+            state.domain = None;
+        }
+        drop(state);
+        self.lifecycle(LifecycleEvent::Undefined(UndefinedDetail::Removed));
+        Ok(())
+    }
+
+    fn start(&self, name: &str, paused: bool) -> HvResult<()> {
+        self.with_domain("start", name, |d| {
+            if d.status.state.is_active() {
+                return Err(invalid("start", "domain is already running"));
+            }
+            d.status = if paused {
+                DomainStatus::new(DomainState::Paused, StateReason::User)
+            } else {
+                DomainStatus::new(DomainState::Running, StateReason::Booted)
+            };
+            Ok(())
+        })?;
+        self.lifecycle(LifecycleEvent::Started(StartedDetail::Booted));
+        if paused {
+            self.lifecycle(LifecycleEvent::Suspended(SuspendedDetail::Paused));
+        }
+        Ok(())
+    }
+
+    fn suspend(&self, name: &str) -> HvResult<()> {
+        self.with_domain("suspend", name, |d| {
+            if d.status.state != DomainState::Running {
+                return Err(invalid("suspend", "domain is not running"));
+            }
+            d.status = DomainStatus::new(DomainState::Paused, StateReason::User);
+            Ok(())
+        })?;
+        self.lifecycle(LifecycleEvent::Suspended(SuspendedDetail::Paused));
+        Ok(())
+    }
+
+    fn resume(&self, name: &str) -> HvResult<()> {
+        self.with_domain("resume", name, |d| {
+            if d.status.state != DomainState::Paused {
+                return Err(invalid("resume", "domain is not paused"));
+            }
+            d.status = DomainStatus::new(DomainState::Running, StateReason::Unpaused);
+            Ok(())
+        })?;
+        self.lifecycle(LifecycleEvent::Resumed(ResumedDetail::Unpaused));
+        Ok(())
+    }
+
+    fn shutdown_acpi(&self, name: &str) -> HvResult<()> {
+        let acpi = self.state().acpi;
+        self.with_domain("shutdown_acpi", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("shutdown_acpi", "domain is not running"));
+            }
+            if d.status.state == DomainState::Paused {
+                return Err(invalid("shutdown_acpi", "domain is paused"));
+            }
+            Ok(())
+        })?;
+        if acpi == AcpiGuest::PowersOff {
+            self.lifecycle(LifecycleEvent::Shutdown(ShutdownDetail::Guest));
+            self.stops(StoppedDetail::Shutdown);
+        }
+        Ok(())
+    }
+
+    fn reboot(&self, name: &str, mode: RebootMode) -> HvResult<()> {
+        let agent = self.state().agent;
+        self.with_domain("reboot", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("reboot", "domain is not running"));
+            }
+            if mode == RebootMode::GuestAgent && !agent {
+                return Err(HypervisorError::new(
+                    HypervisorErrorKind::AgentUnavailable,
+                    "reboot",
+                    "Guest agent is not responding: QEMU guest agent is not connected",
+                ));
+            }
+            Ok(())
+        })?;
+        self.send(HypervisorEvent::Reboot);
+        Ok(())
+    }
+
+    fn reset(&self, name: &str) -> HvResult<()> {
+        self.with_domain("reset", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("reset", "domain is not running"));
+            }
+            Ok(())
+        })
+    }
+
+    fn destroy(&self, name: &str, _graceful: bool) -> HvResult<()> {
+        self.with_domain("destroy", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("destroy", "domain is not running"));
+            }
+            Ok(())
+        })?;
+        self.stops(StoppedDetail::Destroyed);
+        Ok(())
+    }
+
+    fn domain_xml(&self, name: &str) -> HvResult<(String, String)> {
+        let agent = self.state().agent;
+        self.with_domain("domain_xml", name, |d| {
+            let xml = if d.status.state.is_active() {
+                // Live XML: the agent channel's target says whether the
+                // agent's end is open.
+                let state = if agent { "connected" } else { "disconnected" };
+                with_agent_channel_state(&d.xml, state)
+            } else {
+                d.xml.clone()
+            };
+            Ok((xml, "00000000-0000-4000-8000-000000000001".to_string()))
+        })
+    }
+
+    fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        self.with_domain("stats", name, |d| {
+            let state = match d.status.state {
+                DomainState::Running => 1,
+                DomainState::Paused => 3,
+                _ => 5,
+            };
+            Ok(vec![("state.state".to_string(), state.into())])
+        })
+    }
+
+    fn attach_device(&self, name: &str, _xml: &str, _affect: Affect) -> HvResult<()> {
+        self.with_domain("attach_device", name, |_| Ok(()))
+    }
+
+    fn detach_device(&self, name: &str, _xml: &str, _affect: Affect) -> HvResult<()> {
+        self.with_domain("detach_device", name, |_| Ok(()))
+    }
+
+    fn update_device(&self, name: &str, _xml: &str, _affect: Affect) -> HvResult<()> {
+        self.with_domain("update_device", name, |_| Ok(()))
+    }
+
+    fn set_vcpus(&self, name: &str, _count: u32, _affect: Affect) -> HvResult<()> {
+        self.with_domain("set_vcpus", name, |_| Ok(()))
+    }
+
+    fn agent_command(&self, name: &str, _command: &str, _timeout: Duration) -> HvResult<String> {
+        let agent = self.state().agent;
+        self.with_domain("agent_command", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("agent_command", "domain is not running"));
+            }
+            if !agent {
+                return Err(HypervisorError::new(
+                    HypervisorErrorKind::AgentUnavailable,
+                    "agent_command",
+                    "Guest agent is not responding: QEMU guest agent is not connected",
+                ));
+            }
+            Ok(())
+        })?;
+        Ok(self
+            .state()
+            .agent_replies
+            .pop_front()
+            .unwrap_or_else(|| r#"{"return":{}}"#.to_string()))
+    }
+
+    fn guest_info(&self, name: &str, _kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+        self.with_domain("guest_info", name, |_| Ok(Vec::new()))
+    }
+
+    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
+        self.with_domain("sync_guest_time", name, |_| Ok(()))
+    }
+
+    fn migratable_xml(&self, name: &str) -> HvResult<String> {
+        self.with_domain("migratable_xml", name, |d| Ok(d.xml.clone()))
+    }
+
+    fn migrate(&self, _name: &str, _request: &MigrationRequest) -> HvResult<()> {
+        self.enter("migrate")?;
+        Err(HypervisorError::new(
+            HypervisorErrorKind::Unsupported,
+            "migrate",
+            "the fake hypervisor cannot migrate",
+        ))
+    }
+
+    fn job_stats(&self, _name: &str, _completed: bool) -> HvResult<Vec<Stat>> {
+        self.enter("job_stats")?;
+        Ok(Vec::new())
+    }
+
+    fn abort_job(&self, _name: &str) -> HvResult<()> {
+        self.enter("abort_job")
+    }
+
+    fn migrate_start_post_copy(&self, _name: &str) -> HvResult<()> {
+        self.enter("migrate_start_post_copy")
+    }
+
+    fn migrate_set_max_downtime(&self, _name: &str, _milliseconds: u64) -> HvResult<()> {
+        self.enter("migrate_set_max_downtime")
+    }
+
+    fn reconnect(&self) -> HvResult<ConnectionId> {
+        {
+            let mut state = self.state();
+            state.calls.push("reconnect");
+            if state.reconnect_failures > 0 {
+                state.reconnect_failures -= 1;
+                return Err(HypervisorError::new(
+                    HypervisorErrorKind::ConnectionLost,
+                    "virConnectOpen",
+                    "Failed to connect socket: Connection refused",
+                ));
+            }
+            state.connection = state.connection.next();
+            state.connected = true;
+        }
+        Ok(self.state().connection)
+    }
+}

@@ -18,6 +18,7 @@ pub mod logging;
 pub mod manager;
 pub mod migration;
 pub mod network;
+pub mod os;
 pub mod os_net;
 pub mod protocol;
 pub mod server;

@@ -3,6 +3,12 @@
 use std::panic;
 
 fn main() {
+    // With --spawn-libvirt this binary is also PID 1 of the daemons' PID
+    // namespace, re-executed in a hidden mode: decided before flags are
+    // parsed or any thread starts.
+    if let Some(code) = virt_launcher::daemons::init::run_if_requested() {
+        std::process::exit(code);
+    }
     // args_os: an argument that is not UTF-8 is a usage error, not a panic.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let code = match panic::catch_unwind(|| virt_launcher::launcher::main(argv)) {

@@ -18,35 +18,6 @@ fn uptime(client: &mut Client) -> f64 {
         .unwrap()
 }
 
-/// A prepared target launcher for `opts`, its watcher, and the address
-/// prepare-migration-target returned.
-fn prepared_target(tree: TempTree, opts: &GuestOptions) -> (Launcher, Client, Client, Value) {
-    prepared_target_with(tree, opts, &[])
-}
-
-fn prepared_target_with(
-    tree: TempTree,
-    opts: &GuestOptions,
-    extra: &[&str],
-) -> (Launcher, Client, Client, Value) {
-    let launcher = start_qemu_launcher(tree, &opts.name, extra);
-    let mut watcher = launcher.client();
-    watcher.ok("subscribe", Value::Null);
-    let mut client = launcher.client();
-    let ret = client.request_timeout(
-        "prepare-migration-target",
-        json!({"vmi": guest_vmi(opts)}),
-        STEP,
-    );
-    let target = ret["return"]["target"].clone();
-    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
-    assert_eq!(
-        client.ok("query-status", Value::Null)["phase"],
-        "MigrationTarget"
-    );
-    (launcher, client, watcher, target)
-}
-
 #[test]
 fn a_running_guest_moves_to_another_launcher_and_keeps_running() {
     let images_dir = TempTree::new("m-live");
@@ -249,13 +220,11 @@ fn a_stalled_migration_fails_on_its_progress_timeout() {
         .wait_event(STEP, "MIGRATION_PROGRESS", named("MIGRATION_PROGRESS"));
     // Freeze the incoming QEMU, as a partitioned network would: nothing
     // moves any more.
-    let pidfile =
-        p.b.tree
-            .path(&format!("private/libvirt/run/qemu/{}.pid", p.domain));
-    let target_qemu = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .to_string();
+    // Found in B's own PID namespace: libvirt's pid file holds the pid
+    // inside it, and A's QEMU has the same name.
+    let target_qemu = common::processes::launcher_qemu_pids(&p.b, &p.domain);
+    assert_eq!(target_qemu.len(), 1, "{target_qemu:?}");
+    let target_qemu = target_qemu[0].to_string();
     assert!(
         std::process::Command::new("kill")
             .args(["-STOP", &target_qemu])

@@ -271,7 +271,7 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     switch!(
         "spawn-libvirt",
-        "Start and supervise the launcher's own libvirt daemon and virtlogd, with a private runtime directory, as KubeVirt's launcher pod does; connect to that daemon and stop it on exit.",
+        "Start and supervise the launcher's own libvirt daemon and virtlogd, with a private runtime directory, as KubeVirt's launcher pod does; connect to that daemon and stop it on exit. They run in a PID namespace of their own that dies with the launcher: they, QEMU and its helpers cannot outlive it, even when it is killed with SIGKILL.",
         |a, on| a.spawn_libvirt = on
     ),
     value_flag!(

@@ -188,6 +188,16 @@ misses the first). When the guest has not powered off after
 forces the domain off and exits with status 7. A second signal does not
 shorten the grace period. A signal that arrives before any domain exists
 makes the launcher exit at once with status 0.
+.TP
+\fBSIGKILL\fR
+Cannot be caught: the guest is not shut down. With \fB\-\-spawn\-libvirt\fR,
+the launcher's libvirt daemons, virtlogd, QEMU and any helper they started
+run in a PID namespace whose init dies with the launcher, so the kernel kills
+all of them at once, as when a pod dies; the guest loses what it had not
+written to its disks. Without \fB\-\-spawn\-libvirt\fR the domain belongs to
+the shared daemon behind \fB\-\-connect\fR, which the launcher cannot and
+must not kill: the guest keeps running there until it is destroyed
+(\fBvirsh destroy\fR).
 "#;
 
 const FILES_TEXT: &str = r#".SH FILES

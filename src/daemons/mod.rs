@@ -1,28 +1,38 @@
 //! `--spawn-libvirt`: the launcher's own libvirt daemon and virtlogd, as a
 //! KubeVirt launcher pod has them. Nothing else uses these daemons; they
-//! run in a private mount namespace over the launcher's private
-//! directories, are restarted when they die, and are stopped when the
-//! launcher exits.
+//! run in a PID namespace of their own that dies with the launcher (so
+//! neither they nor QEMU nor any helper can outlive it, even a SIGKILLed
+//! launcher) and in a private mount namespace over the launcher's private
+//! directories; they are restarted when they die and stopped in order when
+//! the launcher exits.
+//!
+//! Without `--spawn-libvirt` none of this applies: the domain belongs to a
+//! shared daemon, which the launcher cannot and must not kill.
 
 mod config;
+pub mod init;
 mod namespace;
 mod supervisor;
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::os;
 use crate::threads::FatalSender;
-use namespace::{BindMount, Entry};
+use namespace::DaemonNamespaces;
 use supervisor::{DaemonSpec, Supervisor};
 
 /// How long a daemon may take to report ready. A cold QEMU capabilities
 /// probe takes a few seconds on a slow host.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long the namespace's init may take to set up its mounts, and to
+/// exit (with everything left in the namespace) when the launcher ends it.
+const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The fixed paths a privileged libvirt daemon uses, and the launcher
 /// directory each is replaced with inside the daemons' namespace.
@@ -42,11 +52,13 @@ pub struct LibvirtDaemons {
     pub host_uuid: String,
     libvirtd: Supervisor,
     virtlogd: Supervisor,
-    _namespace: Arc<Mutex<Option<File>>>,
+    namespaces: Arc<DaemonNamespaces>,
 }
 
 impl LibvirtDaemons {
-    /// Starts virtlogd and the libvirt daemon under `<private>/libvirt`.
+    /// Starts virtlogd and the libvirt daemon under `<private>/libvirt`, in
+    /// their namespaces. Must run on the main thread: the namespace dies
+    /// with the thread that creates it.
     pub fn start(
         private_dir: &Path,
         log_filters: Option<&str>,
@@ -54,7 +66,8 @@ impl LibvirtDaemons {
     ) -> Result<LibvirtDaemons, String> {
         if !crate::config::running_as_root() {
             return Err(
-                "--spawn-libvirt needs root: it gives the daemons a private mount namespace".into(),
+                "--spawn-libvirt needs root: it gives the daemons private PID and mount namespaces"
+                    .into(),
             );
         }
         let daemon = config::Daemon::find()?;
@@ -74,13 +87,10 @@ impl LibvirtDaemons {
             // where libvirt is installed but never ran.
             fs::create_dir_all(target)
                 .map_err(|e| format!("cannot create mount point {target}: {e}"))?;
-            mounts.push(
-                BindMount::new(&runtime_dir.join(sub), Path::new(target))
-                    .map_err(|e| format!("bad path {}: {e}", runtime_dir.display()))?,
-            );
+            mounts.push((runtime_dir.join(sub), PathBuf::from(target)));
         }
+        let namespaces = Arc::new(DaemonNamespaces::create(&mounts, INIT_TIMEOUT, fatal)?);
 
-        let namespace = Arc::new(Mutex::new(None));
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
         let virtlogd = Supervisor::start(
             DaemonSpec {
@@ -94,16 +104,11 @@ impl LibvirtDaemons {
                 ],
                 notify_socket: notify("virtlogd"),
             },
-            Entry::Create(mounts),
-            namespace.clone(),
+            namespaces.clone(),
             READY_TIMEOUT,
             fatal,
-        )?;
-        let ns_fd = namespace
-            .lock()
-            .ok()
-            .and_then(|ns| ns.as_ref().map(namespace::raw))
-            .ok_or("cannot hold the daemons' mount namespace open")?;
+        )
+        .inspect_err(|_| namespaces.end(INIT_TIMEOUT))?;
         let libvirtd = Supervisor::start(
             DaemonSpec {
                 name: daemon.name,
@@ -116,12 +121,14 @@ impl LibvirtDaemons {
                 ],
                 notify_socket: notify(daemon.name),
             },
-            Entry::Join(ns_fd),
-            namespace.clone(),
+            namespaces.clone(),
             READY_TIMEOUT,
             fatal,
         )
-        .inspect_err(|_| virtlogd.stop(STOP_GRACE))?;
+        .inspect_err(|_| {
+            virtlogd.stop(STOP_GRACE);
+            namespaces.end(INIT_TIMEOUT);
+        })?;
         let socket = runtime_dir.join("run").join(daemon.socket);
         Ok(LibvirtDaemons {
             uri: format!("qemu+unix:///system?socket={}", socket.display()),
@@ -129,21 +136,26 @@ impl LibvirtDaemons {
             host_uuid,
             libvirtd,
             virtlogd,
-            _namespace: namespace,
+            namespaces,
         })
     }
 
     /// Stops the daemons, the libvirt daemon first (it uses virtlogd).
     /// A QEMU of theirs still running (its domain's stop went unobserved, or
-    /// the launcher is giving up) is ended first, as KubeVirt's
-    /// virt-launcher-monitor does: nothing the launcher started outlives it.
+    /// the launcher is giving up) is ended first, with SIGTERM so that it
+    /// can flush its disks, as KubeVirt's virt-launcher-monitor does. Last,
+    /// the namespace ends, taking anything else left in it (a helper) with
+    /// it: nothing the launcher started outlives it.
     pub fn stop(&self) {
         self.end_leftover_qemu();
         self.libvirtd.stop(STOP_GRACE);
         self.virtlogd.stop(STOP_GRACE);
+        self.namespaces.end(INIT_TIMEOUT);
     }
 
-    /// QEMU processes listed in the daemon's pid files, still alive.
+    /// QEMU processes listed in the daemon's pid files, still alive, by
+    /// their pids in the launcher's PID namespace (the files hold the
+    /// daemons' namespace's pids).
     fn leftover_qemu(&self) -> Vec<u32> {
         let dir = self.runtime_dir.join("run/qemu");
         let Ok(entries) = fs::read_dir(&dir) else {
@@ -153,11 +165,12 @@ impl LibvirtDaemons {
             .flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == "pid"))
             .filter_map(|e| {
-                fs::read_to_string(e.path())
+                let inner = fs::read_to_string(e.path())
                     .ok()?
                     .trim()
                     .parse::<u32>()
-                    .ok()
+                    .ok()?;
+                self.namespaces.host_pid(inner)
             })
             .filter(|pid| {
                 fs::read(format!("/proc/{pid}/cmdline"))
@@ -173,14 +186,14 @@ impl LibvirtDaemons {
         }
         log::warn!("daemons: ending QEMU processes still running: {pids:?}");
         for pid in &pids {
-            let _ = namespace::send_signal(*pid, libc::SIGTERM);
+            let _ = os::send_signal(*pid, libc::SIGTERM);
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while std::time::Instant::now() < deadline && !self.leftover_qemu().is_empty() {
             std::thread::sleep(Duration::from_millis(100));
         }
         for pid in self.leftover_qemu() {
-            let _ = namespace::send_signal(pid, libc::SIGKILL);
+            let _ = os::send_signal(pid, libc::SIGKILL);
         }
     }
 
@@ -191,6 +204,7 @@ impl LibvirtDaemons {
         json!({
             "runtime_dir": self.runtime_dir,
             "host_uuid": self.host_uuid,
+            "init_pid": self.namespaces.init_pid(),
             "daemons": [one(&self.libvirtd), one(&self.virtlogd)],
         })
     }

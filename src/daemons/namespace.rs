@@ -1,122 +1,377 @@
-//! The private mount namespace the launcher's libvirt daemons run in.
+//! The PID and mount namespaces the launcher's libvirt daemons run in.
 //!
-//! A privileged libvirt daemon uses fixed host paths (/run/libvirt,
-//! /var/lib/libvirt, ...). A pod gives each launcher its own copies; on a
-//! bare host the same isolation comes from a mount namespace in which the
-//! launcher's private directories are bind-mounted over those paths. The
-//! first daemon creates the namespace; the launcher keeps a handle on it
-//! (an open /proc/PID/ns/mnt), so restarted daemons join the same one.
+//! A KubeVirt launcher pod is a PID namespace of its own: when the pod
+//! dies, however abruptly, the kernel ends every process in it, QEMU
+//! included. Here the same comes from a PID namespace whose PID 1 is a
+//! minimal init (`init.rs`, the launcher's binary re-executed) that dies
+//! with the launcher. The daemons, and so QEMU and any helper they start,
+//! live in that namespace; a SIGKILLed launcher takes all of them with it.
 //!
-//! The code here runs in the forked child before exec, where only
-//! async-signal-safe calls are allowed: everything is prepared (as C
-//! strings) beforehand, and the hooks only make system calls.
+//! The init also owns the private mount namespace: a privileged libvirt
+//! daemon uses fixed host paths (/run/libvirt, /var/lib/libvirt, ...); the
+//! init bind-mounts the launcher's private directories over them and
+//! mounts a /proc of the new PID namespace.
+//!
+//! The daemons stay children of the launcher, so its supervisors wait for
+//! them, restart them and read their stderr as before: the launcher enters
+//! the PID namespace only for the fork (setns(2) on the spawning thread,
+//! which moves that thread's future children, and back), and the child
+//! joins the mount namespace before exec. Orphans inside (QEMU after
+//! libvirt's double fork) are reaped by the init.
+//!
+//! How the init is made without an async runtime, from a process that
+//! already runs threads: the main thread unshares a PID namespace for its
+//! children (per thread, so no other thread is affected), spawns the init
+//! with std's fork/exec, and returns to its own namespace. The init gets
+//! PR_SET_PDEATHSIG(SIGKILL), which follows the thread that forked it:
+//! hence "main thread only", which is checked.
 
-use std::ffi::CString;
 use std::fs::File;
-use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::io::{self, PipeWriter, Read};
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::Command;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-/// One bind mount: `source` (a launcher directory) over `target` (the
-/// fixed path the daemon expects).
-pub struct BindMount {
-    source: CString,
-    target: CString,
+use crossbeam_channel::{Receiver, bounded};
+
+use super::init;
+use crate::os::{self, BeforeExec, Namespace, PidFd};
+use crate::threads::{self, Fatal, FatalSender};
+
+/// The daemons' namespaces, held open, and the init that holds the PID
+/// namespace alive.
+pub struct DaemonNamespaces {
+    init_pid: u32,
+    init: PidFd,
+    /// `pid:[inode]` of the daemons' PID namespace; stays unique while
+    /// `pid_ns` is open.
+    pid_ns_identity: String,
+    pid_ns: File,
+    mount_ns: Arc<File>,
+    /// The launcher's own PID namespace, to return to after a spawn.
+    launcher_pid_ns: File,
+    /// The write end of the init's lifeline; closing it ends the init.
+    lifeline: Mutex<Option<PipeWriter>>,
+    ending: Arc<AtomicBool>,
+    exited: Arc<AtomicBool>,
+    /// Receives once the init has exited (and so the namespace is empty).
+    ended: Receiver<()>,
 }
 
-impl BindMount {
-    pub fn new(source: &Path, target: &Path) -> io::Result<BindMount> {
-        let c = |p: &Path| {
-            CString::new(p.as_os_str().as_encoded_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+impl DaemonNamespaces {
+    /// Starts the init, which bind-mounts each `(source, target)` pair and
+    /// a fresh /proc in its mount namespace, and waits up to `timeout` for
+    /// it to report ready. Must run on the main thread (see the module
+    /// comment). An init that exits later, unasked, is reported on `fatal`:
+    /// the kernel has then ended every process in the namespace.
+    pub fn create(
+        mounts: &[(PathBuf, PathBuf)],
+        timeout: Duration,
+        fatal: &FatalSender,
+    ) -> Result<DaemonNamespaces, String> {
+        if !os::is_main_thread() {
+            return Err(
+                "internal error: the daemons' namespace must be created by the main thread, \
+                 or it would die with the thread that created it"
+                    .into(),
+            );
+        }
+        let launcher_pid_ns = Namespace::Pid
+            .open_own()
+            .map_err(|e| format!("cannot open the launcher's PID namespace: {e}"))?;
+        let (lifeline_rx, lifeline_tx) =
+            io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+        let mut command = Command::new("/proc/self/exe");
+        command
+            .arg0("virt-launcher")
+            .arg(init::MODE)
+            .stdin(lifeline_rx)
+            .stdout(Stdio::piped())
+            .env_clear()
+            // A Ctrl-C at the launcher's terminal is the launcher's to
+            // handle (it stops the guest first), not the namespace's.
+            .process_group(0);
+        for (source, target) in mounts {
+            command.arg(source).arg(target);
+        }
+        os::before_exec(
+            &mut command,
+            vec![BeforeExec::ParentDeathSignal(libc::SIGKILL)],
+        );
+        let spawned = spawn_in_new_pid_namespace(&mut command, &launcher_pid_ns);
+        let mut child = spawned.map_err(|e| format!("cannot start the namespace's init: {e}"))?;
+        // The child is unreaped until the watcher below waits for it, so
+        // its pid is still its own here.
+        let init_pid = child.id();
+        let opened = PidFd::open(init_pid)
+            .map_err(|e| format!("cannot open a pidfd for the init: {e}"))
+            .and_then(|init| {
+                let stdout = child.stdout.take().ok_or("the init's stdout is missing")?;
+                read_report(stdout, timeout)?;
+                let open = |ns: Namespace| {
+                    ns.open_of(init_pid).map_err(|e| {
+                        format!("cannot open the daemons' {} namespace: {e}", ns.proc_name())
+                    })
+                };
+                let identity = Namespace::Pid
+                    .identity_of(init_pid)
+                    .map_err(|e| format!("cannot read the daemons' PID namespace: {e}"))?;
+                Ok((
+                    init,
+                    open(Namespace::Pid)?,
+                    open(Namespace::Mount)?,
+                    identity,
+                ))
+            });
+        let (init, pid_ns, mount_ns, pid_ns_identity) = match opened {
+            Ok(opened) => opened,
+            Err(e) => {
+                return Err(match init_failure(&mut child) {
+                    Some(status) => format!("{e} (the init {status})"),
+                    None => e,
+                });
+            }
         };
-        Ok(BindMount {
-            source: c(source)?,
-            target: c(target)?,
+        let ending = Arc::new(AtomicBool::new(false));
+        let exited = Arc::new(AtomicBool::new(false));
+        let ended = watch_init(child, init_pid, ending.clone(), exited.clone(), fatal)?;
+        Ok(DaemonNamespaces {
+            init_pid,
+            init,
+            pid_ns_identity,
+            pid_ns,
+            mount_ns: Arc::new(mount_ns),
+            launcher_pid_ns,
+            lifeline: Mutex::new(Some(lifeline_tx)),
+            ending,
+            exited,
+            ended,
         })
     }
-}
 
-/// How a daemon's process enters the namespace.
-pub enum Entry {
-    /// Create the namespace and set up the bind mounts.
-    Create(Vec<BindMount>),
-    /// Join the namespace held open by this file.
-    Join(RawFd),
-}
+    /// The init's pid (in the launcher's PID namespace).
+    pub fn init_pid(&self) -> u32 {
+        self.init_pid
+    }
 
-/// Makes `command` enter the namespace, start its own process group (so a
-/// Ctrl-C at the launcher's terminal does not kill the daemon before the
-/// launcher stops it in order) and die with the launcher.
-pub fn prepare(command: &mut Command, entry: Entry) {
-    command.process_group(0);
-    // SAFETY: the hook only calls async-signal-safe system calls on data
-    // prepared before the fork; it allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            match &entry {
-                Entry::Create(mounts) => {
-                    if libc::unshare(libc::CLONE_NEWNS) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    // Keep the binds below from propagating to the host.
-                    let root = c"/";
-                    if libc::mount(
-                        std::ptr::null(),
-                        root.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REC | libc::MS_PRIVATE,
-                        std::ptr::null(),
-                    ) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
-                    for m in mounts {
-                        if libc::mount(
-                            m.source.as_ptr(),
-                            m.target.as_ptr(),
-                            std::ptr::null(),
-                            libc::MS_BIND,
-                            std::ptr::null(),
-                        ) != 0
-                        {
-                            return Err(io::Error::last_os_error());
-                        }
-                    }
-                }
-                Entry::Join(fd) => {
-                    if libc::setns(*fd, libc::CLONE_NEWNS) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
-            }
-            // The daemon must not outlive a launcher that was killed.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+    /// Spawns `command` inside both namespaces, in a process group of its
+    /// own, with SIGTERM as its parent-death signal. The child is a child
+    /// of the launcher, so `Child::wait` works as usual; its pid (in
+    /// `Child::id`) is the launcher's view of it.
+    pub fn spawn(&self, command: &mut Command) -> io::Result<Child> {
+        if self.has_ended() {
+            return Err(io::Error::other("the daemons' PID namespace has ended"));
+        }
+        // Ctrl-C at the launcher's terminal must not kill a daemon before
+        // the launcher stops it in order.
+        command.process_group(0);
+        os::before_exec(
+            command,
+            vec![
+                BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
+                BeforeExec::ParentDeathSignal(libc::SIGTERM),
+            ],
+        );
+        os::setns(self.pid_ns.as_fd(), Namespace::Pid)?;
+        let spawned = command.spawn();
+        return_to(&self.launcher_pid_ns);
+        spawned
+    }
+
+    /// Whether the init has exited (asked to or not).
+    pub fn has_ended(&self) -> bool {
+        self.exited.load(Ordering::Acquire)
+    }
+
+    /// The launcher's pid of the process whose pid is `ns_pid` inside the
+    /// namespace (as libvirt writes it in its pid files).
+    pub fn host_pid(&self, ns_pid: u32) -> Option<u32> {
+        self.members()
+            .into_iter()
+            .find(|&(_, inner)| inner == ns_pid)
+            .map(|(host, _)| host)
+    }
+
+    /// Every process in the namespace: (launcher's pid, pid inside).
+    fn members(&self) -> Vec<(u32, u32)> {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| {
+                Namespace::Pid
+                    .identity_of(pid)
+                    .is_ok_and(|id| id == self.pid_ns_identity)
+            })
+            .filter_map(|pid| Some((pid, inner_pid(pid)?)))
+            .collect()
+    }
+
+    /// Ends the namespace: closes the lifeline, so the init exits and the
+    /// kernel kills every process still in it, and waits up to `timeout`
+    /// for that (then SIGKILLs the init). When this returns after the init
+    /// exited, the namespace is empty: the kernel lets its init go only
+    /// after every other member is gone.
+    pub fn end(&self, timeout: Duration) {
+        self.ending.store(true, Ordering::Release);
+        if let Ok(mut lifeline) = self.lifeline.lock() {
+            lifeline.take();
+        }
+        if self.has_ended() || self.ended.recv_timeout(timeout).is_ok() {
+            return;
+        }
+        log::warn!(
+            "daemons: the namespace's init (pid {}) did not exit within {timeout:?}; killing it",
+            self.init_pid
+        );
+        let _ = self.init.send_signal(libc::SIGKILL);
+        let _ = self.ended.recv_timeout(Duration::from_secs(5));
     }
 }
 
-/// Opens the mount namespace of process `pid`, keeping it alive.
-pub fn hold(pid: u32) -> io::Result<File> {
-    File::open(format!("/proc/{pid}/ns/mnt"))
-}
-
-pub fn raw(file: &File) -> RawFd {
-    file.as_raw_fd()
-}
-
-/// Sends `signal` to process `pid`.
-pub fn send_signal(pid: u32, signal: i32) -> io::Result<()> {
-    let pid = libc::pid_t::try_from(pid)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "pid out of range"))?;
-    // SAFETY: kill(2) with a positive pid we started.
-    if unsafe { libc::kill(pid, signal) } != 0 {
-        return Err(io::Error::last_os_error());
+impl Drop for DaemonNamespaces {
+    fn drop(&mut self) {
+        // Dropping the lifeline ends the init; it must not be reported.
+        self.ending.store(true, Ordering::Release);
     }
-    Ok(())
+}
+
+/// Spawns `command` as PID 1 of a new PID namespace: the calling thread's
+/// future children go to a new namespace for the fork, then to the
+/// launcher's again (`launcher_pid_ns`), whatever happened.
+fn spawn_in_new_pid_namespace(command: &mut Command, launcher_pid_ns: &File) -> io::Result<Child> {
+    os::unshare(Namespace::Pid)?;
+    let spawned = command.spawn();
+    return_to(launcher_pid_ns);
+    spawned
+}
+
+/// Sends the calling thread's future children to `launcher_pid_ns` again.
+/// Entering one's own PID namespace is always allowed; if it still failed,
+/// the next child would land in the daemons' namespace and die with it.
+fn return_to(launcher_pid_ns: &File) {
+    if let Err(e) = os::setns(launcher_pid_ns.as_fd(), Namespace::Pid) {
+        log::error!("daemons: cannot return to the launcher's PID namespace: {e}");
+    }
+}
+
+/// Reads the init's one-line report: `ready` or `error: ...`.
+fn read_report(mut stdout: ChildStdout, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    let mut line = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(format!(
+                "the namespace's init did not report ready within {} s",
+                timeout.as_secs()
+            ));
+        }
+        let ready = os::wait_readable(&[stdout.as_fd()], Some(left))
+            .map_err(|e| format!("cannot wait for the namespace's init: {e}"))?;
+        if !ready[0] {
+            continue;
+        }
+        let mut chunk = [0u8; 512];
+        let n = stdout
+            .read(&mut chunk)
+            .map_err(|e| format!("cannot read the namespace's init: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        line.extend_from_slice(&chunk[..n]);
+        if line.contains(&b'\n') || line.len() > 64 * 1024 {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&line);
+    let first = text.lines().next().unwrap_or("").trim();
+    match first.strip_prefix("error: ") {
+        _ if first == "ready" => Ok(()),
+        Some(reason) => Err(format!("the namespace's init failed: {reason}")),
+        None if first.is_empty() => Err("the namespace's init exited during set-up".into()),
+        None => Err(format!("the namespace's init said {first:?}")),
+    }
+}
+
+/// The init's exit status, if it has exited or exits within a second
+/// (after a failed set-up); else it is killed and reaped.
+fn init_failure(child: &mut Child) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status.to_string()),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Waits for the init on a thread of its own; reports its exit on the
+/// returned channel, and on `fatal` when nobody asked for it.
+fn watch_init(
+    mut child: Child,
+    pid: u32,
+    ending: Arc<AtomicBool>,
+    exited: Arc<AtomicBool>,
+    fatal: &FatalSender,
+) -> Result<Receiver<()>, String> {
+    let (ended_tx, ended_rx) = bounded(1);
+    let fatal_tx = fatal.clone();
+    threads::spawn_named("pidns-init", fatal, move || {
+        let status = child.wait();
+        exited.store(true, Ordering::Release);
+        if !ending.load(Ordering::Acquire) {
+            let how = match status {
+                Ok(s) => s.to_string(),
+                Err(e) => format!("was lost ({e})"),
+            };
+            let message = format!(
+                "the init of the daemons' PID namespace (pid {pid}) ended unexpectedly ({how}); \
+                 the kernel has ended every daemon and QEMU in it"
+            );
+            log::error!("daemons: {message}");
+            let _ = fatal_tx.send(Fatal {
+                thread: "pidns-init".into(),
+                message,
+            });
+        }
+        let _ = ended_tx.send(());
+    })
+    .map_err(|e| format!("cannot start the init's watcher: {e}"))?;
+    Ok(ended_rx)
+}
+
+/// The innermost pid of process `pid` (the last NSpid field): its pid in
+/// the namespace it lives in.
+fn inner_pid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_outside_any_inner_namespace_has_its_own_pid_inside() {
+        assert_eq!(inner_pid(std::process::id()), Some(std::process::id()));
+        assert_eq!(inner_pid(0), None);
+    }
 }

@@ -2,7 +2,6 @@
 //! after it dies, pipes its stderr into the launcher's log, and stops it
 //! in order when asked.
 
-use std::fs::File;
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -13,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 
-use super::namespace::{self, Entry};
+use super::namespace::DaemonNamespaces;
+use crate::os;
 use crate::protocol::codec::{Frame, LineReader};
 use crate::threads::{self, FatalSender};
 
@@ -42,7 +42,7 @@ impl DaemonSpec {
     /// manager's reconnect.
     fn spawn(
         &self,
-        entry: Entry,
+        namespaces: &DaemonNamespaces,
         report_ready: bool,
         last_error: &Arc<Mutex<Option<String>>>,
         fatal: &FatalSender,
@@ -57,8 +57,7 @@ impl DaemonSpec {
         if report_ready {
             command.env("NOTIFY_SOCKET", &self.notify_socket);
         }
-        namespace::prepare(&mut command, entry);
-        let mut child = command.spawn()?;
+        let mut child = namespaces.spawn(&mut command)?;
         if let Some(stderr) = child.stderr.take() {
             let name = self.name;
             let last_error = last_error.clone();
@@ -100,33 +99,27 @@ pub struct Supervisor {
 }
 
 impl Supervisor {
-    /// Starts the daemon (entering the namespace as `first`; restarts join
-    /// `namespace`), waits until it reports ready, then supervises it.
+    /// Starts the daemon in `namespaces`, waits until it reports ready,
+    /// then supervises it.
     pub fn start(
         spec: DaemonSpec,
-        first: Entry,
-        namespace: Arc<Mutex<Option<File>>>,
+        namespaces: Arc<DaemonNamespaces>,
         ready_timeout: Duration,
         fatal: &FatalSender,
     ) -> Result<Supervisor, String> {
         let notify = bind_notify(&spec.notify_socket)?;
         let last_error = Arc::new(Mutex::new(None));
         let child = spec
-            .spawn(first, true, &last_error, fatal)
+            .spawn(&namespaces, true, &last_error, fatal)
             .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
         let pid = Arc::new(Mutex::new(Some(child.id())));
-        if let Ok(mut ns) = namespace.lock()
-            && ns.is_none()
-        {
-            *ns = namespace::hold(child.id()).ok();
-        }
         let restarts = Arc::new(AtomicU32::new(0));
         let stopping = Arc::new(AtomicBool::new(false));
         let (stop_tx, stop_rx) = bounded(1);
         let (done_tx, done_rx) = bounded(1);
         let watcher = Watcher {
             spec: spec.clone(),
-            namespace,
+            namespaces,
             pid: pid.clone(),
             last_error: last_error.clone(),
             restarts: restarts.clone(),
@@ -179,7 +172,7 @@ impl Supervisor {
         self.stopping.store(true, Ordering::Release);
         let _ = self.stop_tx.try_send(());
         if let Some(pid) = self.pid() {
-            let _ = namespace::send_signal(pid, libc::SIGTERM);
+            let _ = os::send_signal(pid, libc::SIGTERM);
         }
         if self.done_rx.recv_timeout(grace).is_ok() {
             return;
@@ -189,7 +182,7 @@ impl Supervisor {
                 "daemons: {} did not stop within {grace:?}; killing it",
                 self.name
             );
-            let _ = namespace::send_signal(pid, libc::SIGKILL);
+            let _ = os::send_signal(pid, libc::SIGKILL);
         }
         let _ = self.done_rx.recv_timeout(Duration::from_secs(2));
     }
@@ -198,7 +191,7 @@ impl Supervisor {
 /// The supervisor thread's state.
 struct Watcher {
     spec: DaemonSpec,
-    namespace: Arc<Mutex<Option<File>>>,
+    namespaces: Arc<DaemonNamespaces>,
     pid: Arc<Mutex<Option<u32>>>,
     last_error: Arc<Mutex<Option<String>>>,
     restarts: Arc<AtomicU32>,
@@ -255,17 +248,16 @@ impl Watcher {
                     let _ = self.done_tx.send(());
                     return;
                 }
-                let fd = match self.namespace.lock() {
-                    Ok(ns) => ns.as_ref().map(namespace::raw),
-                    Err(_) => None,
-                };
-                let Some(fd) = fd else {
-                    log::error!("daemons: the daemons' namespace is gone; cannot restart {name}");
+                if self.namespaces.has_ended() {
+                    // The launcher is exiting (see the init's watcher);
+                    // wait for the stop instead of failing every delay.
+                    log::error!("daemons: the daemons' namespace has ended; not restarting {name}");
+                    delay = MAX_RESTART_DELAY;
                     continue;
-                };
+                }
                 match self
                     .spec
-                    .spawn(Entry::Join(fd), false, &self.last_error, &self.fatal)
+                    .spawn(&self.namespaces, false, &self.last_error, &self.fatal)
                 {
                     Ok(c) => {
                         self.set_pid(Some(c.id()));

@@ -250,3 +250,32 @@ pub fn wait_status(
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A prepared target launcher for `opts`, its watcher, and the address
+/// prepare-migration-target returned.
+pub fn prepared_target(tree: TempTree, opts: &GuestOptions) -> (Launcher, Client, Client, Value) {
+    prepared_target_with(tree, opts, &[])
+}
+
+pub fn prepared_target_with(
+    tree: TempTree,
+    opts: &GuestOptions,
+    extra: &[&str],
+) -> (Launcher, Client, Client, Value) {
+    let launcher = start_qemu_launcher(tree, &opts.name, extra);
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let ret = client.request_timeout(
+        "prepare-migration-target",
+        json!({"vmi": guest_vmi(opts)}),
+        STEP,
+    );
+    let target = ret["return"]["target"].clone();
+    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
+    assert_eq!(
+        client.ok("query-status", Value::Null)["phase"],
+        "MigrationTarget"
+    );
+    (launcher, client, watcher, target)
+}

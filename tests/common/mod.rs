@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 pub mod examples;
 pub mod guest;
+pub mod processes;
 
 use serde_json::{Value, json};
 
@@ -218,8 +219,9 @@ impl Launcher {
 impl Drop for Launcher {
     fn drop(&mut self) {
         if self.status.is_none() {
-            // Stop the guest through the launcher first: killing the
-            // launcher alone would leave its QEMU running.
+            // Stop the guest through the launcher first: a killed launcher
+            // on a shared daemon (no --spawn-libvirt) leaves its QEMU
+            // running.
             if let Ok(mut client) = Client::try_connect(&self.ready_socket()) {
                 client.send_raw(b"{\"execute\":\"kill\"}\n");
                 // No domain to kill: nothing to wait for.

@@ -1,0 +1,414 @@
+//! The operating-system calls the launcher makes itself, where `std` has no
+//! safe equivalent: namespaces, mounts, process attributes, signals, child
+//! reaping and waiting on file descriptors. Each function wraps one system
+//! call behind a safe signature, and every `unsafe` block says why it is
+//! sound. Outside this module only `os_net` (sockets, taps and netlink for
+//! pod networking) and `hypervisor::ffi` (libvirt) make raw calls; other
+//! modules use only `libc`'s constants.
+//!
+//! Functions documented as *async-signal-safe* make their system call and
+//! nothing else (no allocation, no lock), so they may also run in a child
+//! between fork and exec; [`before_exec`] is the only way this module lets
+//! code run there.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The result of a system call that returns -1 and sets errno on failure.
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A process id as the kernel takes it. Refuses 0 and values above
+/// `i32::MAX`, which kill(2) would read as "my process group" or "every
+/// process group": a caller's bad pid must never widen a signal.
+fn process_id(pid: u32) -> io::Result<libc::pid_t> {
+    match libc::pid_t::try_from(pid) {
+        Ok(p) if p > 0 => Ok(p),
+        _ => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{pid} is not a process id"),
+        )),
+    }
+}
+
+/// A kind of Linux namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Namespace {
+    Mount,
+    Pid,
+    Network,
+}
+
+impl Namespace {
+    fn clone_flag(self) -> libc::c_int {
+        match self {
+            Namespace::Mount => libc::CLONE_NEWNS,
+            Namespace::Pid => libc::CLONE_NEWPID,
+            Namespace::Network => libc::CLONE_NEWNET,
+        }
+    }
+
+    /// Its name under /proc/PID/ns/.
+    pub fn proc_name(self) -> &'static str {
+        match self {
+            Namespace::Mount => "mnt",
+            Namespace::Pid => "pid",
+            Namespace::Network => "net",
+        }
+    }
+
+    /// Opens process `pid`'s namespace of this kind. The open file keeps
+    /// the namespace (and its identity) alive, and can be given to
+    /// [`setns`].
+    pub fn open_of(self, pid: u32) -> io::Result<File> {
+        File::open(format!("/proc/{pid}/ns/{}", self.proc_name()))
+    }
+
+    /// Opens the calling thread's own namespace of this kind (for a PID
+    /// namespace: the one the thread itself lives in).
+    pub fn open_own(self) -> io::Result<File> {
+        File::open(format!("/proc/thread-self/ns/{}", self.proc_name()))
+    }
+
+    /// The identity the kernel shows for process `pid`'s namespace of this
+    /// kind, e.g. `pid:[4026532301]`.
+    pub fn identity_of(self, pid: u32) -> io::Result<String> {
+        std::fs::read_link(format!("/proc/{pid}/ns/{}", self.proc_name()))
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+}
+
+/// unshare(2): gives the calling thread a new namespace of kind `ns`. For
+/// a PID namespace only the thread's future children enter it (the first
+/// becomes its PID 1); a mount namespace needs a single-threaded caller.
+/// Async-signal-safe.
+pub fn unshare(ns: Namespace) -> io::Result<()> {
+    // SAFETY: unshare(2) takes only a flags integer and touches no memory
+    // of ours.
+    check(unsafe { libc::unshare(ns.clone_flag()) }).map(drop)
+}
+
+/// setns(2): moves the calling thread into the namespace open as
+/// `namespace` (for a PID namespace: its future children). Joining a
+/// mount namespace needs a single-threaded caller. Async-signal-safe.
+pub fn setns(namespace: BorrowedFd<'_>, ns: Namespace) -> io::Result<()> {
+    // SAFETY: the descriptor is borrowed, so it stays open for the call;
+    // setns(2) reads nothing else from us.
+    check(unsafe { libc::setns(namespace.as_raw_fd(), ns.clone_flag()) }).map(drop)
+}
+
+/// mount(2) without filesystem data.
+fn mount(
+    source: Option<&CStr>,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+) -> io::Result<()> {
+    let ptr = |s: Option<&CStr>| s.map_or(std::ptr::null(), CStr::as_ptr);
+    // SAFETY: every pointer is either null (allowed by mount(2) for these
+    // arguments) or a NUL-terminated string that outlives the call; data
+    // is null, so the kernel reads no options.
+    check(unsafe {
+        libc::mount(
+            ptr(source),
+            target.as_ptr(),
+            ptr(fstype),
+            flags,
+            std::ptr::null(),
+        )
+    })
+    .map(drop)
+}
+
+/// Makes every mount under `root` private in the calling thread's mount
+/// namespace, so that mounts made afterwards do not propagate to the
+/// namespace it was copied from. Async-signal-safe.
+pub fn make_mounts_private(root: &CStr) -> io::Result<()> {
+    mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE)
+}
+
+/// Bind-mounts directory `source` over `target`. Async-signal-safe.
+pub fn bind_mount(source: &CStr, target: &CStr) -> io::Result<()> {
+    mount(Some(source), target, None, libc::MS_BIND)
+}
+
+/// Mounts a proc filesystem of the caller's PID namespace on `target`.
+/// Async-signal-safe.
+pub fn mount_proc(target: &CStr) -> io::Result<()> {
+    mount(
+        Some(c"proc"),
+        target,
+        Some(c"proc"),
+        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+    )
+}
+
+/// prctl(PR_SET_PDEATHSIG): the kernel sends `signal` to the calling
+/// process when the *thread* that created it ends (for a launcher child
+/// spawned from the main thread: when the launcher ends). Survives exec.
+/// Async-signal-safe.
+pub fn set_parent_death_signal(signal: libc::c_int) -> io::Result<()> {
+    let signal = libc::c_ulong::try_from(signal)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "negative signal number"))?;
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number by value; the unused
+    // arguments are zero as prctl(2) asks.
+    check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal, 0, 0, 0) }).map(drop)
+}
+
+/// prctl(PR_SET_NAME): the calling thread's name in `ps` and
+/// /proc/PID/comm (the kernel keeps the first 15 bytes).
+pub fn set_process_name(name: &CStr) -> io::Result<()> {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string that outlives the
+    // call (the kernel copies at most 16 bytes of it).
+    check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) }).map(drop)
+}
+
+/// Whether the caller is the process's main thread, the one whose end is
+/// the end of the process.
+pub fn is_main_thread() -> bool {
+    // SAFETY: gettid(2) takes no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    tid == libc::c_long::from(std::process::id())
+}
+
+/// kill(2): sends `signal` to process `pid`. Refuses pids that kill(2)
+/// would read as a process group.
+pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = process_id(pid)?;
+    // SAFETY: kill(2) with a positive pid and a signal number touches no
+    // memory of ours.
+    check(unsafe { libc::kill(pid, signal) }).map(drop)
+}
+
+/// A process referred to by a pidfd: a signal sent through it reaches that
+/// process or nobody, even after its pid has been reused.
+pub struct PidFd(OwnedFd);
+
+impl PidFd {
+    /// pidfd_open(2). Open it while the process cannot have been reaped
+    /// (it is an unreaped child of ours), or the pid may already name
+    /// another process.
+    pub fn open(pid: u32) -> io::Result<PidFd> {
+        let pid = process_id(pid)?;
+        // SAFETY: pidfd_open(2) takes a pid and flags by value and returns
+        // a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = libc::c_int::try_from(fd)
+            .map_err(|_| io::Error::other("pidfd_open returned an impossible descriptor"))?;
+        // SAFETY: the kernel just returned this descriptor to us; nothing
+        // else owns it.
+        Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// pidfd_send_signal(2).
+    pub fn send_signal(&self, signal: libc::c_int) -> io::Result<()> {
+        // SAFETY: the descriptor is open for the call; a null siginfo asks
+        // the kernel to fill in the same values kill(2) would.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.0.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// SIGCHLD as a readable descriptor (signalfd(2)), for a single-threaded
+/// process that waits on other descriptors too. Creating it blocks SIGCHLD
+/// in the calling thread; a child would inherit that mask, so use it only
+/// in a process that starts no programs.
+pub struct ChildExitSignals(File);
+
+impl ChildExitSignals {
+    pub fn new() -> io::Result<ChildExitSignals> {
+        // SAFETY: sigset_t is plain data; sigemptyset initialises it before
+        // any other use.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a valid, exclusively borrowed sigset_t for both
+        // calls; SIGCHLD is a valid signal number.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+        }
+        // SAFETY: `set` is initialised; the old mask is not asked for.
+        let ret = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if ret != 0 {
+            return Err(io::Error::from_raw_os_error(ret));
+        }
+        // SAFETY: -1 asks for a new descriptor; `set` is initialised and
+        // read only during the call.
+        let fd =
+            check(unsafe { libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) })?;
+        // SAFETY: the kernel just returned this descriptor to us; nothing
+        // else owns it.
+        Ok(ChildExitSignals(unsafe { File::from_raw_fd(fd) }))
+    }
+
+    /// Consumes the pending notifications (the children themselves are
+    /// collected by [`reap_exited_children`]).
+    pub fn clear(&self) {
+        let mut buf = [0u8; 8 * std::mem::size_of::<libc::signalfd_siginfo>()];
+        while matches!((&self.0).read(&mut buf), Ok(n) if n > 0) {}
+    }
+}
+
+impl AsFd for ChildExitSignals {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Collects every child that has exited, without blocking; returns how
+/// many were collected.
+pub fn reap_exited_children() -> usize {
+    let mut reaped = 0;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) writes only the status integer we own.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid > 0 {
+            reaped += 1;
+            continue;
+        }
+        if pid == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        // 0: children left, none exited; -1 (ECHILD): no children.
+        return reaped;
+    }
+}
+
+/// poll(2): waits until one of `fds` is readable, at end of file or in
+/// error, or until `timeout` (`None`: no limit) passes. Returns, for each
+/// descriptor, whether it is ready; all false on timeout.
+pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<bool>> {
+    let mut polled: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|fd| libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout_ms = match timeout {
+        None => -1,
+        Some(t) => libc::c_int::try_from(t.as_millis()).unwrap_or(libc::c_int::MAX),
+    };
+    let count = libc::nfds_t::try_from(polled.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many descriptors"))?;
+    loop {
+        // SAFETY: `polled` is a valid array of `count` pollfd entries that
+        // the kernel may write `revents` into during the call; the
+        // descriptors are borrowed, so they stay open.
+        match check(unsafe { libc::poll(polled.as_mut_ptr(), count, timeout_ms) }) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(polled
+        .iter()
+        .map(|p| p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0)
+        .collect())
+}
+
+/// One step a child takes between fork and exec. The menu is fixed so that
+/// every step is async-signal-safe by construction.
+pub enum BeforeExec {
+    /// Join the namespace open as this file (see [`setns`]).
+    JoinNamespace(Arc<File>, Namespace),
+    /// Ask for this signal when the spawning thread ends (see
+    /// [`set_parent_death_signal`]).
+    ParentDeathSignal(libc::c_int),
+}
+
+/// Makes `command`'s child take `steps`, in order, just before exec; the
+/// spawn fails with the first step's error.
+pub fn before_exec(command: &mut Command, steps: Vec<BeforeExec>) {
+    let hook = move || -> io::Result<()> {
+        for step in &steps {
+            match step {
+                BeforeExec::JoinNamespace(file, ns) => setns(file.as_fd(), *ns)?,
+                BeforeExec::ParentDeathSignal(signal) => set_parent_death_signal(*signal)?,
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child, where only
+    // async-signal-safe work is sound. It iterates over a vector built
+    // before the fork (no allocation) and makes only the async-signal-safe
+    // calls above; `io::Error::last_os_error` only reads errno.
+    unsafe {
+        command.pre_exec(hook);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pids_that_would_widen_a_signal_are_refused() {
+        for pid in [0, u32::MAX, 1 << 31] {
+            let err = send_signal(pid, 0).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{pid}");
+            assert!(PidFd::open(pid).is_err());
+        }
+        // Signal 0 checks that the process exists: this one does.
+        send_signal(std::process::id(), 0).unwrap();
+    }
+
+    #[test]
+    fn a_pidfd_reaches_its_process() {
+        // Signal 0 only checks that the process is there.
+        let own = PidFd::open(std::process::id()).unwrap();
+        own.send_signal(0).unwrap();
+    }
+
+    #[test]
+    fn wait_readable_sees_data_end_of_file_and_timeouts() {
+        let (reader, mut writer) = io::pipe().unwrap();
+        let t = std::time::Instant::now();
+        let ready = wait_readable(&[reader.as_fd()], Some(Duration::from_millis(20))).unwrap();
+        assert_eq!(ready, vec![false]);
+        assert!(t.elapsed() >= Duration::from_millis(15));
+        io::Write::write_all(&mut writer, b"x").unwrap();
+        assert_eq!(wait_readable(&[reader.as_fd()], None).unwrap(), vec![true]);
+        drop(writer);
+        assert_eq!(wait_readable(&[reader.as_fd()], None).unwrap(), vec![true]);
+    }
+
+    #[test]
+    fn namespaces_have_proc_names_and_identities() {
+        let own = Namespace::Pid.identity_of(std::process::id()).unwrap();
+        assert!(own.starts_with("pid:["), "{own}");
+        assert!(Namespace::Mount.open_own().is_ok());
+        assert_eq!(Namespace::Network.proc_name(), "net");
+    }
+
+    #[test]
+    fn another_thread_is_not_the_main_thread() {
+        assert!(!std::thread::spawn(is_main_thread).join().unwrap());
+    }
+}

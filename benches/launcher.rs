@@ -2,8 +2,9 @@
 //! launcher`) prints how fast and how small the launcher is.
 //!
 //! Sections: `test` (libvirt's test driver: start-up, round trips, memory,
-//! conversion) and `qemu` (the test guest on real libvirt and QEMU: sync,
-//! agent, SIGTERM, poll cost). Pass section names to run only those.
+//! conversion), `qemu` (the test guest on real libvirt and QEMU: sync,
+//! agent, SIGTERM, poll cost), `migration` and `reconnect` (libvirt
+//! reconnects under --spawn-libvirt). Pass section names to run only those.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -11,6 +12,8 @@ mod common;
 mod conversion;
 #[path = "sections/iso9660.rs"]
 mod iso9660;
+#[path = "sections/reconnect.rs"]
+mod reconnect;
 
 use std::fs;
 use std::path::Path;
@@ -47,6 +50,9 @@ fn main() {
     }
     if run("migration") {
         migration();
+    }
+    if run("reconnect") {
+        reconnect::reconnect();
     }
 }
 

@@ -37,6 +37,7 @@ qemu-ga            qemu-guest-agent      /usr/sbin/qemu-ga --version
 libvirtd           libvirt-daemon        libvirtd --version
 virtlogd           libvirt-daemon        virtlogd --version
 virsh              libvirt-clients       virsh --version
+virt-admin         libvirt-clients       virt-admin --version
 virt-xml-validate  libvirt-clients       virt-xml-validate "$SETUP_TMP/domain.xml" domain
 xmllint            libxml2-utils         xmllint --version
 pkg-config         pkg-config            pkg-config --exists libvirt libvirt-qemu

@@ -10,6 +10,7 @@ pub mod daemons;
 pub mod dirs;
 pub mod disks;
 pub mod domxml;
+pub mod encoding;
 pub mod events;
 pub mod exit;
 pub mod hypervisor;

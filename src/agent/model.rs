@@ -269,44 +269,6 @@ pub fn parse_load(raw: &str) -> Result<GuestLoad, String> {
     })
 }
 
-/// Minimal standard base64 decoding, for `guest-exec-status` output.
-pub fn decode_base64(input: &str) -> Result<Vec<u8>, String> {
-    fn value(c: u8) -> Option<u32> {
-        match c {
-            b'A'..=b'Z' => Some(u32::from(c - b'A')),
-            b'a'..=b'z' => Some(u32::from(c - b'a') + 26),
-            b'0'..=b'9' => Some(u32::from(c - b'0') + 52),
-            b'+' => Some(62),
-            b'/' => Some(63),
-            _ => None,
-        }
-    }
-    let bytes: Vec<u8> = input.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    let trimmed: &[u8] = match bytes.iter().position(|&b| b == b'=') {
-        Some(pos) if bytes[pos..].iter().all(|&b| b == b'=') && bytes.len() - pos <= 2 => {
-            &bytes[..pos]
-        }
-        Some(_) => return Err("misplaced '=' in base64".into()),
-        None => &bytes,
-    };
-    if trimmed.len() % 4 == 1 {
-        return Err("truncated base64".into());
-    }
-    let mut out = Vec::with_capacity(trimmed.len() * 3 / 4);
-    for chunk in trimmed.chunks(4) {
-        let mut acc = 0u32;
-        for &c in chunk {
-            acc = (acc << 6) | value(c).ok_or_else(|| format!("invalid base64 byte {c:#x}"))?;
-        }
-        acc <<= 6 * (4 - chunk.len() as u32);
-        let produced = chunk.len() * 6 / 8;
-        for i in 0..produced {
-            out.push((acc >> (16 - 8 * i)) as u8);
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,16 +373,5 @@ mod tests {
         );
         assert!(parse_fsfreeze_status(r#"{"error":{}}"#).is_err());
         assert!(parse_agent_version("not json").is_err());
-    }
-
-    #[test]
-    fn base64() {
-        assert_eq!(decode_base64("aGVsbG8K").unwrap(), b"hello\n");
-        assert_eq!(decode_base64("aGk=").unwrap(), b"hi");
-        assert_eq!(decode_base64("aA==").unwrap(), b"h");
-        assert_eq!(decode_base64("").unwrap(), b"");
-        assert!(decode_base64("a").is_err());
-        assert!(decode_base64("a=b=").is_err());
-        assert!(decode_base64("****").is_err());
     }
 }

@@ -3,11 +3,11 @@
 
 use serde::Serialize;
 
-use super::codec::base64_decode;
 use super::metadata::firmware_uuid;
 use super::{ConvertContext, ConvertError, paths};
 use crate::disks::iso9660::IsoFile;
 use crate::disks::{IsoContents, SecretFile};
+use crate::encoding::base64_decode;
 use crate::vmi::{CloudInitSource, VirtualMachineInstance};
 
 /// Which cloud-init data source a volume is.

@@ -15,7 +15,7 @@ use super::timers::Timer;
 use super::{DomainManager, Phase};
 use crate::agent::cache::GuestAgentCache;
 use crate::agent::poller::AGENT_TIMEOUT;
-use crate::agent::{AgentData, AgentUpdate, PollerControl, model};
+use crate::agent::{AgentData, AgentUpdate, PollerControl};
 use crate::command::{GuestCommand, GuestExecArgs, ReplyTo};
 use crate::events::EventKind;
 use crate::hypervisor::{
@@ -423,7 +423,7 @@ fn exec_in_guest(
         if status["exited"].as_bool() == Some(true) {
             let text = |key: &str| -> Result<String, CommandError> {
                 match status[key].as_str() {
-                    Some(b64) => model::decode_base64(b64)
+                    Some(b64) => crate::encoding::base64_decode(b64)
                         .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
                         .map_err(|e| CommandError::internal(format!("guest-exec: bad {key}: {e}"))),
                     None => Ok(String::new()),

@@ -150,7 +150,8 @@ fn an_invalid_vmi_is_refused_before_anything_happens() {
     let err = h.err("sync", json!({ "vmi": other }));
     assert!(err.desc.contains("does not match this launcher's VMI"));
     assert_eq!(h.fake.calls("define"), 0);
-    assert_eq!(h.fake.calls("domain_status"), 1, "only the adoption check");
+    // At most the start-up's adoption check read libvirt.
+    assert!(h.fake.calls("domain_status") <= 1);
 }
 
 #[test]

@@ -67,11 +67,13 @@ fn news_of_an_old_connection_is_ignored() {
 fn a_domain_that_died_while_libvirt_was_away_ends_the_launcher() {
     let h = Harness::start();
     h.sync();
-    h.fake.fail_reconnects(2);
+    // libvirt stays away until QEMU has died.
+    h.fake.fail_reconnects(u32::MAX);
     h.fake.lose_connection();
     h.named("LIBVIRT_DISCONNECTED");
     // QEMU dies while nobody listens; no Stopped event will ever come.
     h.fake.stops_unheard(StoppedDetail::Crashed);
+    h.fake.fail_reconnects(0);
     h.named("LIBVIRT_RECONNECTED");
     let exit = h.exit();
     assert_eq!(exit.code, ExitCode::DomainCrashed);

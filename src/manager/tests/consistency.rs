@@ -140,11 +140,13 @@ fn a_second_delete_is_refused_without_asking_libvirt() {
 fn an_agent_that_connected_while_libvirt_was_away_is_seen_after_the_reconnect() {
     let h = Harness::start();
     h.sync();
-    h.fake.fail_reconnects(2);
+    // libvirt stays away until the agent has connected.
+    h.fake.fail_reconnects(u32::MAX);
     h.fake.lose_connection();
     h.named("LIBVIRT_DISCONNECTED");
     // The agent connects now: libvirt's event goes nowhere.
     h.fake.agent_connects_unheard();
+    h.fake.fail_reconnects(0);
     h.named("LIBVIRT_RECONNECTED");
     let connected = h.named("AGENT_CONNECTED");
     assert_eq!(

@@ -685,7 +685,8 @@ fn guest_commands_without_an_agent_are_unavailable_at_once() {
         let (class, desc) = c.err_class(command, args);
         assert_eq!(class, "Unavailable", "{command}: {desc}");
         assert!(desc.contains("guest agent is not connected"), "{desc}");
-        assert!(t.elapsed() < Duration::from_millis(200));
+        // At once, not after an agent timeout (seconds); generous bound.
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
     }
     // Bad arguments are still InvalidArgument first.
     assert_eq!(

@@ -266,7 +266,10 @@ fn a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops() {
     // query-status answers while libvirt is away, from the launcher's view.
     let t = Instant::now();
     let during = g.client.ok("query-status", Value::Null);
-    assert!(t.elapsed() < Duration::from_millis(100));
+    assert_eq!(during["libvirt"]["connected"], false, "{during}");
+    // Without waiting for the daemon's restart (a second or more); a
+    // generous bound on a loaded machine.
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     assert_eq!(during["domain"]["state"], "Running");
     g.watcher
         .wait_event(STEP, "LIBVIRT_RECONNECTED", named("LIBVIRT_RECONNECTED"));

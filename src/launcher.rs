@@ -4,12 +4,15 @@
 //!
 //! ```text
 //!   signals ──────────┐
-//!   libvirt-events ───┤ (HypervisorEvent)
+//!   libvirt-events ───┤ (HypervisorEvent; the wire backend: libvirt-rpc)
+//!   agent-poller ─────┤ (AgentUpdate)
 //!   server-accept     │
 //!    └ client-N ──────┼─ ManagerRequest{command, reply} ──▶ manager ──▶ jobs (workers)
-//!        └ events ◀───┼──────────── EventHub ◀──────────────┘   │
+//!        └ events ◀───┼──────────── EventHub ◀──────────────┘   └▶ migration
 //!   main ◀── ExitRequest / Fatal ───────────────────────────────┘
 //! ```
+//!
+//! (README's "How it is built" has the whole picture.)
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

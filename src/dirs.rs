@@ -1,9 +1,7 @@
 //! The directories KubeVirt's launcher creates at start-up, with its modes.
 
 use std::fmt;
-use std::fs::{self, Permissions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
@@ -57,7 +55,8 @@ pub fn layout(config: &Config) -> Vec<(PathBuf, u32)> {
 }
 
 /// Creates the directories (and their parents) and sets their modes; an
-/// existing directory just gets its mode set.
+/// existing directory just gets its mode set. A symlink where one of them
+/// belongs is refused.
 pub fn prepare(config: &Config) -> Result<(), DirError> {
     for (path, mode) in layout(config) {
         create(&path, mode).map_err(|source| DirError {
@@ -68,25 +67,19 @@ pub fn prepare(config: &Config) -> Result<(), DirError> {
     Ok(())
 }
 
+/// Creates the directory (parents too, each with `mode`) and sets its mode
+/// exactly, never following a symlink planted in its place (whose target's
+/// mode would otherwise be changed).
 fn create(path: &Path, mode: u32) -> io::Result<()> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(mode)
-        .create(path)?;
-    if !fs::metadata(path)?.is_dir() {
-        return Err(io::Error::new(
-            io::ErrorKind::AlreadyExists,
-            "exists and is not a directory",
-        ));
-    }
-    // The umask may have narrowed the mode; set it exactly.
-    fs::set_permissions(path, Permissions::from_mode(mode))
+    crate::safe_fs::ensure_dir(path, mode)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::{Action, parse};
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
 
     fn config(root: &Path) -> Config {
         let r = |s: &str| root.join(s).to_string_lossy().into_owned();
@@ -155,6 +148,41 @@ mod tests {
             err.to_string()
                 .contains(&root.join("ephemeral").display().to_string())
         );
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_a_directory_is_refused_and_its_target_untouched() {
+        let root = std::env::temp_dir().join(format!("vl-dirs-link-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("private")).unwrap();
+        let target = root.join("elsewhere");
+        fs::create_dir(&target).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&target, root.join("private/vm-disks")).unwrap();
+        let err = prepare(&config(&root)).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "the link's target was chmodded");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn modes_do_not_come_from_the_umask() {
+        // Every directory gets exactly its mode whatever the umask allowed:
+        // pre-create them wide open, as a umask of 000 would.
+        let root = std::env::temp_dir().join(format!("vl-dirs-umask-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let cfg = config(&root);
+        for (path, _) in layout(&cfg) {
+            fs::create_dir_all(&path).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        prepare(&cfg).unwrap();
+        for (path, mode) in layout(&cfg) {
+            let got = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(got, mode, "{}", path.display());
+        }
         fs::remove_dir_all(&root).unwrap();
     }
 }

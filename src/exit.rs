@@ -12,7 +12,8 @@ pub enum ExitCode {
     Internal,
     /// Bad command line: unknown flag, bad value, unreadable --vmi file.
     Usage,
-    /// A directory, the lock file or the command socket could not be set up.
+    /// A directory, a lock file or the command socket could not be set up,
+    /// or another launcher holds a lock of one of this launcher's directories.
     Setup,
     /// libvirt could not be reached within 15 seconds at start-up, or the
     /// launcher's own libvirt daemon could not be started.
@@ -74,7 +75,7 @@ impl ExitCode {
                 "Bad command line: an unknown flag, a bad value, or an unreadable --vmi file."
             }
             ExitCode::Setup => {
-                "A directory, the lock file or the command socket could not be set up (the message names the path), or another launcher already owns the socket directory."
+                "A directory, a lock file or the command socket could not be set up (the message names the path), or another launcher holds the lock of one of this launcher's directories (socket, private or ephemeral); see FILES."
             }
             ExitCode::LibvirtUnavailable => {
                 "libvirt could not be reached within 15 seconds at start-up, or the launcher's own libvirt daemons (--spawn-libvirt) could not be started."
@@ -84,7 +85,7 @@ impl ExitCode {
                 "The domain stopped without being asked: the guest crashed, QEMU died or was killed, or something outside the launcher destroyed it."
             }
             ExitCode::GracePeriodExpired => {
-                "After SIGTERM the guest did not power off within the grace period and was forced off."
+                "After SIGTERM (or SIGINT, SIGHUP, SIGQUIT) the guest did not power off within the grace period and was forced off."
             }
             ExitCode::StandaloneSyncFailed => {
                 "--vmi was given and syncing that VMI at start-up failed."

@@ -31,7 +31,7 @@ use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInpu
 use crate::server::socket::CommandSocket;
 use crate::server::{self, ServerShared};
 use crate::threads::{self, Fatal};
-use crate::{dirs, logging, signals};
+use crate::{dirs, lock, logging, signals};
 
 /// How long libvirt may take to accept the first connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -109,8 +109,28 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     let (fatal_tx, fatal_rx) = unbounded::<Fatal>();
     // Signals first, so a SIGTERM during a slow start-up is not fatal.
     let (signal_tx, signal_rx) = unbounded();
-    signals::spawn(signal_tx, &fatal_tx).map_err(|e| Failure::new(ExitCode::Internal, e))?;
+    let reporter = signals::StateReporter::default();
+    signals::spawn(signal_tx, reporter.clone(), &fatal_tx)
+        .map_err(|e| Failure::new(ExitCode::Internal, e))?;
 
+    // The directory locks come before anything touches the directories or
+    // libvirt: a second launcher on the same directories stops here, at
+    // once, with status 3.
+    let locks =
+        lock::acquire(&config.dirs).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+    let outcome = run_locked(config, reporter, signal_rx, fatal_tx, fatal_rx, started);
+    locks.release();
+    outcome
+}
+
+fn run_locked(
+    config: Config,
+    reporter: signals::StateReporter,
+    signal_rx: Receiver<i32>,
+    fatal_tx: crossbeam_channel::Sender<Fatal>,
+    fatal_rx: Receiver<Fatal>,
+    started: Instant,
+) -> Result<ExitCode, Failure> {
     dirs::prepare(&config).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
 
     if let Some(filters) = &config.libvirt_log_filters {
@@ -150,6 +170,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
         config,
         daemons.clone(),
         network.0.clone(),
+        reporter,
         signal_rx,
         fatal_tx,
         fatal_rx,
@@ -171,10 +192,12 @@ impl Drop for NetworkGuard {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_with_libvirt(
     config: Config,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
+    reporter: signals::StateReporter,
     signal_rx: Receiver<i32>,
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
@@ -217,6 +240,7 @@ fn run_with_libvirt(
         hypervisor,
         daemons,
         network,
+        reporter,
         listener,
         &socket,
         loop_running,
@@ -295,6 +319,7 @@ fn serve(
     hypervisor: Arc<dyn Hypervisor>,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
+    reporter: signals::StateReporter,
     listener: std::os::unix::net::UnixListener,
     socket: &CommandSocket,
     loop_running: Receiver<()>,
@@ -306,6 +331,8 @@ fn serve(
 ) -> Result<ExitCode, Failure> {
     let hub = Arc::new(EventHub::new());
     let (request_tx, request_rx) = unbounded();
+    // SIGUSR1/SIGUSR2 log the manager's answer to query-status.
+    reporter.connect(request_tx.clone());
     let (control_tx, control_rx) = unbounded();
     let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
 

@@ -157,6 +157,7 @@ fn disk_source(domain: &Domain, volume: &str) -> PathBuf {
 }
 
 /// Every regular file under `dir` (recursively), as paths.
+/// The launcher's own lock file (held while it runs) is not counted.
 fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -165,6 +166,7 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
             let path = entry.path();
             match entry.file_type() {
                 Ok(t) if t.is_dir() => stack.push(path),
+                Ok(_) if entry.file_name() == "virt-launcher.lock" => {}
                 Ok(_) => out.push(path),
                 Err(_) => {}
             }

@@ -5,6 +5,7 @@
 mod common;
 
 use std::ffi::OsString;
+use std::fs;
 use std::os::unix::ffi::OsStringExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -344,4 +345,432 @@ fn a_flood_of_refused_connections_is_summarised_not_logged_line_by_line() {
         "{log}"
     );
     assert!(log.lines().count() < 40, "{log}");
+}
+
+#[test]
+fn sighup_and_sigquit_stop_gracefully_like_sigterm() {
+    for signal in ["HUP", "QUIT"] {
+        let mut launcher = Launcher::start_in(TempTree::new("hup"), &test_args(&[]));
+        launcher.wait_ready(T);
+        let mut client = launcher.client();
+        client.ok("sync", json!({ "vmi": demo_vmi() }));
+        client.ok("subscribe", Value::Null);
+        launcher.signal(signal);
+        let started = client.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+        assert_eq!(
+            started["data"]["signal"],
+            format!("SIG{signal}"),
+            "{started}"
+        );
+        // The test driver's guest honours the power button: exit 0, and
+        // nothing is left behind.
+        assert_eq!(launcher.wait_exit(T), 0, "SIG{signal}");
+        assert!(
+            !launcher.ready_socket().exists(),
+            "SIG{signal} left the socket"
+        );
+        for lock in [
+            "share/sockets/launcher-sock.lock",
+            "private/virt-launcher.lock",
+            "ephemeral/virt-launcher.lock",
+        ] {
+            assert!(
+                !launcher.tree.path(lock).exists(),
+                "SIG{signal} left {lock}"
+            );
+        }
+        assert!(
+            launcher
+                .log_text()
+                .contains(&format!("signals: received SIG{signal}")),
+            "{}",
+            launcher.log_text()
+        );
+    }
+}
+
+#[test]
+fn sigusr1_and_sigusr2_log_the_state_and_sigpipe_is_ignored() {
+    let mut launcher = Launcher::start_in(TempTree::new("usr"), &test_args(&[]));
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    client.ok("sync", json!({ "vmi": demo_vmi() }));
+    for signal in ["USR1", "USR2", "PIPE"] {
+        launcher.signal(signal);
+    }
+    let deadline = Instant::now() + T;
+    while launcher.log_text().matches("\"phase\":\"Running\"").count() < 2 {
+        assert!(Instant::now() < deadline, "{}", launcher.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = launcher.log_text();
+    assert!(log.contains("signals: SIGUSR1: state {"), "{log}");
+    assert!(log.contains("signals: SIGUSR2: state {"), "{log}");
+    // Still running and answering: none of the three stops it.
+    assert_eq!(client.ok("query-status", Value::Null)["phase"], "Running");
+    assert!(launcher.child.try_wait().unwrap().is_none());
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(T), 0);
+}
+
+#[test]
+fn the_lock_comes_before_libvirt_and_covers_every_writable_directory() {
+    let mut first = Launcher::start_in(TempTree::new("lock-a"), &test_args(&[]));
+    first.wait_ready(T);
+    let mut client = first.client();
+    client.ok("sync", json!({ "vmi": cloud_init_vmi() }));
+    let iso = first
+        .tree
+        .path("ephemeral/cloud-init-data/default/demo/noCloud.iso");
+    let before = fs::read(&iso).expect("cloud-init ISO");
+
+    // The same directories, and libvirt out of reach: refused at once with
+    // status 3 (not 4 after the 15 s libvirt connect timeout).
+    let (status, stderr) = run_to_exit(
+        &first.tree,
+        &os(&[
+            "--connect",
+            "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
+            "--name",
+            "demo",
+            "--namespace",
+            "default",
+        ]),
+    );
+    assert_eq!(status, Some(3), "{stderr}");
+    assert!(
+        stderr.contains("another virt-launcher is running"),
+        "{stderr}"
+    );
+
+    // Another share directory but the same private and ephemeral ones:
+    // refused too, naming the directory it shares.
+    let other = TempTree::new("lock-b");
+    let p = |t: &TempTree, s: &str| t.path(s).to_string_lossy().into_owned();
+    let out = Command::new(BIN)
+        .args([
+            "--kubevirt-share-dir".to_string(),
+            p(&other, "share"),
+            "--private-dir".into(),
+            p(&first.tree, "private"),
+            "--ephemeral-disk-dir".into(),
+            p(&first.tree, "ephemeral"),
+            "--container-disk-dir".into(),
+            p(&other, "cd"),
+            "--hotplug-disk-dir".into(),
+            p(&other, "hp"),
+        ])
+        .args(test_args(&["--vmi", "/dev/null"])[..6].iter())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("--private-dir"), "{stderr}");
+    // The first launcher's files are as they were.
+    assert_eq!(fs::read(&iso).unwrap(), before);
+    client.ok("ping", Value::Null);
+}
+
+#[test]
+fn the_lock_is_an_flock_not_the_files_existence() {
+    let tree = TempTree::new("flock");
+    let sockets = tree.path("share/sockets");
+    fs::create_dir_all(&sockets).unwrap();
+    let lock_path = sockets.join("launcher-sock.lock");
+    // A lock file that exists but that nobody holds (a launcher was
+    // SIGKILLed) does not stop a start...
+    fs::write(&lock_path, b"").unwrap();
+    let mut launcher = Launcher::start_in(tree, &test_args(&[]));
+    launcher.wait_ready(T);
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(T), 0);
+    // ...while one that a process holds with flock does, at once.
+    fs::create_dir_all(&sockets).unwrap();
+    let holder = fs::File::create(&lock_path).unwrap();
+    holder.lock().unwrap();
+    let (status, stderr) = run_to_exit(
+        &launcher.tree,
+        &os(&test_args(&[])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()),
+    );
+    assert_eq!(status, Some(3), "{stderr}");
+    assert!(stderr.contains("--kubevirt-share-dir"), "{stderr}");
+    drop(holder);
+}
+
+#[test]
+fn a_sigkilled_launchers_socket_and_locks_are_stale_and_replaced() {
+    let mut first = Launcher::start_in(TempTree::new("killed"), &test_args(&[]));
+    first.wait_ready(T);
+    first.signal("KILL");
+    first.wait_exit(T);
+    assert!(
+        first.ready_socket().exists(),
+        "a SIGKILLed launcher leaves its socket"
+    );
+    assert!(first.sockets_dir().join("launcher-sock.lock").exists());
+    let tree = std::mem::replace(&mut first.tree, TempTree::new("killed-spare"));
+    let mut second = Launcher::start_in(tree, &test_args(&[]));
+    second.wait_ready(T);
+    let client = second.client();
+    assert_eq!(client.hello["hello"]["pid"], second.pid());
+    // The lock file is private to the launcher's user.
+    let mode = |p: &std::path::Path| {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(p).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(
+        mode(&second.sockets_dir().join("launcher-sock.lock")),
+        0o600
+    );
+    assert_eq!(mode(&second.sockets_dir()), 0o755);
+    assert_eq!(mode(&second.tree.path("private/virt-launcher.lock")), 0o600);
+    second.signal("TERM");
+    assert_eq!(second.wait_exit(T), 0);
+}
+
+#[test]
+fn anything_but_a_stale_socket_at_launcher_sock_is_refused_not_deleted() {
+    for (what, make) in [
+        (
+            "a regular file",
+            Box::new(|p: &std::path::Path| fs::write(p, b"mine").unwrap())
+                as Box<dyn Fn(&std::path::Path)>,
+        ),
+        (
+            "a FIFO",
+            Box::new(|p: &std::path::Path| {
+                assert!(Command::new("mkfifo").arg(p).status().unwrap().success())
+            }),
+        ),
+    ] {
+        let tree = TempTree::new("notsock");
+        fs::create_dir_all(tree.path("share/sockets")).unwrap();
+        let path = tree.path("share/sockets/launcher-sock");
+        make(&path);
+        let (status, stderr) = run_to_exit(
+            &tree,
+            &os(&test_args(&[])
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()),
+        );
+        assert_eq!(status, Some(3), "{what}: {stderr}");
+        assert!(
+            stderr.contains(&format!("is {what}, not a socket")),
+            "{stderr}"
+        );
+        assert!(fs::symlink_metadata(&path).is_ok(), "{what} was deleted");
+    }
+}
+
+/// The demo VMI with a cloud-init disk (user data in an ISO).
+fn cloud_init_vmi() -> Value {
+    let mut vmi = demo_vmi();
+    vmi["spec"]["domain"]["devices"]["disks"] =
+        json!([{"name": "cloudinitdisk", "disk": {"bus": "virtio"}}]);
+    vmi["spec"]["volumes"] = json!([{
+        "name": "cloudinitdisk",
+        "cloudInitNoCloud": {"userData": "#cloud-config\npassword: secret\n"}
+    }]);
+    vmi
+}
+
+fn mode_of(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// Starts a launcher under `umask 000`, as a careless service manager
+/// might run it.
+fn start_with_umask_000(tree: TempTree, args: &[String]) -> Launcher {
+    let log = tree.path("launcher.log");
+    let log_file = fs::File::create(&log).unwrap();
+    let mut full = dir_flags(&tree);
+    full.extend(args.iter().cloned());
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg("umask 000; exec \"$0\" \"$@\"")
+        .arg(BIN)
+        .args(&full)
+        .env("RUST_LOG", "debug")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log_file)
+        .spawn()
+        .unwrap();
+    Launcher {
+        child,
+        tree,
+        log,
+        status: None,
+    }
+}
+
+#[test]
+fn under_umask_000_every_mode_is_still_exact_and_user_data_private() {
+    let tree = TempTree::new("umask");
+    // A link planted where the cloud-init ISO is staged, pointing at a file
+    // root owns: it must be neither written through nor become the image.
+    let cloud_dir = tree.path("ephemeral/cloud-init-data/default/demo");
+    fs::create_dir_all(&cloud_dir).unwrap();
+    let victim = tree.path("victim");
+    fs::write(&victim, b"root's file").unwrap();
+    std::os::unix::fs::symlink(&victim, cloud_dir.join("noCloud.iso.staging")).unwrap();
+    let mut launcher = start_with_umask_000(tree, &test_args(&[]));
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    client.ok("sync", json!({ "vmi": cloud_init_vmi() }));
+    let p = |rel: &str| launcher.tree.path(rel);
+    assert_eq!(fs::read(&victim).unwrap(), b"root's file");
+    let iso = p("ephemeral/cloud-init-data/default/demo/noCloud.iso");
+    assert!(fs::symlink_metadata(&iso).unwrap().file_type().is_file());
+    for (path, mode) in [
+        ("ephemeral/cloud-init-data/default/demo/noCloud.iso", 0o600),
+        ("ephemeral/cloud-init-data", 0o755),
+        ("private/vm-disks", 0o750),
+        ("share/sockets", 0o755),
+        ("share/sockets/launcher-sock", 0o600),
+        ("share/sockets/launcher-sock.lock", 0o600),
+        ("private/virt-launcher.lock", 0o600),
+        ("ephemeral/virt-launcher.lock", 0o600),
+    ] {
+        assert_eq!(mode_of(&p(path)), mode, "{path}");
+    }
+    drop(client);
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(T), 0);
+}
+
+#[test]
+fn created_directories_are_exact_under_umask_000() {
+    // The cloud-init directories do not exist before the sync: created by
+    // it, they must be 0755, not 0777.
+    let mut launcher = start_with_umask_000(TempTree::new("umask-dirs"), &test_args(&[]));
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    client.ok("sync", json!({ "vmi": cloud_init_vmi() }));
+    for dir in [
+        "ephemeral/cloud-init-data/default",
+        "ephemeral/cloud-init-data/default/demo",
+    ] {
+        assert_eq!(mode_of(&launcher.tree.path(dir)), 0o755, "{dir}");
+    }
+    drop(client);
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(T), 0);
+}
+
+#[test]
+fn a_symlink_in_place_of_a_launcher_directory_is_refused_not_followed() {
+    let tree = TempTree::new("vmdisks");
+    let target = tree.path("elsewhere");
+    fs::create_dir_all(&target).unwrap();
+    fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    fs::create_dir_all(tree.path("private")).unwrap();
+    std::os::unix::fs::symlink(&target, tree.path("private/vm-disks")).unwrap();
+    let (status, stderr) = run_to_exit(
+        &tree,
+        &os(&test_args(&[])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()),
+    );
+    assert_eq!(status, Some(3), "{stderr}");
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert_eq!(mode_of(&target), 0o700, "the link's target was chmodded");
+    // A dangling link at a lock file: refused, and its target not created.
+    let tree = TempTree::new("locklink");
+    fs::create_dir_all(tree.path("share/sockets")).unwrap();
+    std::os::unix::fs::symlink(
+        tree.path("created-by-root"),
+        tree.path("share/sockets/launcher-sock.lock"),
+    )
+    .unwrap();
+    let (status, stderr) = run_to_exit(
+        &tree,
+        &os(&test_args(&[])
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()),
+    );
+    assert_eq!(status, Some(3), "{stderr}");
+    assert!(!tree.path("created-by-root").exists());
+}
+
+#[test]
+fn a_failed_sync_keeps_an_image_it_did_not_create() {
+    let tree = TempTree::new("rollback");
+    let iso = tree.path("ephemeral/cloud-init-data/default/demo/noCloud.iso");
+    fs::create_dir_all(iso.parent().unwrap()).unwrap();
+    fs::write(&iso, b"left by an earlier launcher").unwrap();
+    let mut launcher = Launcher::start_in(tree, &test_args(&[]));
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    // The test driver's own domain "test" has this UUID: the definition is
+    // refused after the disks were prepared.
+    let mut vmi = cloud_init_vmi();
+    vmi["spec"]["domain"]["firmware"] = json!({"uuid": "6695eb01-f6a4-8304-79aa-97f2502e193f"});
+    let reply = client.request("sync", json!({ "vmi": vmi }));
+    assert!(reply.get("error").is_some(), "{reply}");
+    assert_eq!(fs::read(&iso).unwrap(), b"left by an earlier launcher");
+    let dir = iso.parent().unwrap();
+    let mut left: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["noCloud.iso"]);
+    // And without an earlier image the failed sync leaves none.
+    fs::remove_file(&iso).unwrap();
+    let reply = client.request("sync", json!({ "vmi": vmi }));
+    assert!(reply.get("error").is_some(), "{reply}");
+    assert!(!iso.exists());
+}
+
+#[test]
+fn a_full_disk_while_writing_the_cloud_init_iso_is_internal() {
+    let tree = TempTree::new("enospc");
+    let ephemeral = tree.path("ephemeral");
+    fs::create_dir_all(&ephemeral).unwrap();
+    // A 256 KiB filesystem: room for the directories, not for the image
+    // (ISO 9660 needs more than its first 32 KiB of system area and
+    // descriptors, and the user data below is larger still).
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs"])
+        .arg(&ephemeral)
+        .status()
+        .expect("run mount");
+    assert!(mounted.success(), "mount tmpfs (the tests run as root)");
+    // Dropped before the launcher (declared after it), even on a panic: a
+    // lazy unmount, so the tree can then be removed.
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let mut launcher = Launcher::start_in(tree, &test_args(&[]));
+    let _unmount = Unmount(ephemeral.clone());
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    let mut vmi = cloud_init_vmi();
+    vmi["spec"]["volumes"][0]["cloudInitNoCloud"]["userData"] =
+        json!(format!("#cloud-config\n# {}\n", "x".repeat(400 * 1024)));
+    let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert_eq!(class, "Internal", "{desc}");
+    assert!(desc.contains("No space left on device"), "{desc}");
+    // Nothing half-written is left.
+    let dir = launcher.tree.path("ephemeral/cloud-init-data/default/demo");
+    assert!(!dir.join("noCloud.iso").exists() && !dir.join("noCloud.iso.staging").exists());
+    drop(client);
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(T), 0);
 }

@@ -180,14 +180,27 @@ is in docs/protocol.md.
 
 const SIGNALS_TEXT: &str = r#".SH SIGNALS
 .TP
-\fBSIGTERM\fR, \fBSIGINT\fR
-Graceful stop. The launcher emits SHUTDOWN_STARTED, asks the guest to power
-off by ACPI and repeats the request every 5 seconds (a guest still booting
-misses the first). When the guest has not powered off after
+\fBSIGTERM\fR, \fBSIGINT\fR, \fBSIGHUP\fR, \fBSIGQUIT\fR
+Graceful stop, the same for all four. The launcher emits SHUTDOWN_STARTED
+(naming the signal), asks the guest to power off by ACPI and repeats the
+request every 5 seconds (a guest still booting misses the first); a paused
+guest is resumed and frozen filesystems are thawed first. When the guest has
+powered off the launcher exits with status 0. When it has not after
 \fB\-\-grace\-period\-seconds\fR, the launcher emits SHUTDOWN_GRACE_EXPIRED,
 forces the domain off and exits with status 7. A second signal does not
-shorten the grace period. A signal that arrives before any domain exists
-makes the launcher exit at once with status 0.
+shorten the grace period. With no domain running the launcher exits at once
+with status 0; during an outgoing migration the migration is cancelled
+first; on a migration target the incoming migration is given up (status 9).
+SIGHUP and SIGQUIT do not exit at once or dump core: that would leave the
+socket behind and, with \fB\-\-spawn\-libvirt\fR, a QEMU that nothing
+supervises.
+.TP
+\fBSIGUSR1\fR, \fBSIGUSR2\fR
+Log the launcher's state (what \fBquery\-status\fR answers) at info level;
+nothing else changes.
+.TP
+\fBSIGPIPE\fR
+Ignored: a client that went away shows as a failed write to it.
 .TP
 \fBSIGKILL\fR
 Cannot be caught: the guest is not shut down. With \fB\-\-spawn\-libvirt\fR,
@@ -198,29 +211,73 @@ written to its disks. Without \fB\-\-spawn\-libvirt\fR the domain belongs to
 the shared daemon behind \fB\-\-connect\fR, which the launcher cannot and
 must not kill: the guest keeps running there until it is destroyed
 (\fBvirsh destroy\fR).
+Its socket and lock files stay behind; the next launcher finds them stale
+(nobody holds the locks) and replaces them.
 "#;
 
 const FILES_TEXT: &str = r#".SH FILES
+Directories are created with exactly the modes below, whatever the umask, and
+a symbolic link where one belongs is refused, never followed. Files are
+created without following symbolic links and without replacing anything.
 .TP
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/ (0755)
+.TQ
 \fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-init\-sock
 .TQ
 \fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-sock
-The command socket, before and after readiness.
-\fBlauncher\-sock.lock\fR beside it is held (flock) while the launcher runs;
-a socket found without a live lock holder is stale and is removed at
-start\-up.
+The command socket (0600), before and after readiness. Only a socket is
+removed from these paths at start\-up, as stale; anything else there stops
+the launcher with status 3.
 .TP
-\fIPRIVATE_DIR\fR/vm\-disks, config\-map\-disks, secret\-disks,
-downwardapi\-disks, service\-account\-disk, sysprep\-disks,
-downwardmetrics\-channel (0750); \fIPRIVATE_DIR\fR/\fIUID\fR (0755)
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-sock.lock
+.TQ
+\fIPRIVATE_DIR\fR/virt\-launcher.lock
+.TQ
+\fIEPHEMERAL_DISK_DIR\fR/virt\-launcher.lock
+Lock files (0600), held with \fBflock\fR(2) from the start until the exit, at
+which they are removed: one launcher at a time per socket, private and
+ephemeral directory. A second launcher that shares any of these directories
+exits with status 3, before it contacts libvirt. A lock file that nobody
+holds (its launcher was killed) does not count.
+.TP
+\fIPRIVATE_DIR\fR/vm\-disks, config\-map\-disks, secret\-disks, \
+downwardapi\-disks, service\-account\-disk, sysprep\-disks, \
+downwardmetrics\-channel (0750)
+.TQ
+\fIPRIVATE_DIR\fR/\fIUID\fR (0755)
 Created at start\-up, as KubeVirt does. The serial console socket is
-\fIPRIVATE_DIR\fR/\fIUID\fR/virt\-serial0 with its log virt\-serial0\-log.
+\fIPRIVATE_DIR\fR/\fIUID\fR/virt\-serial0 with its log virt\-serial0\-log; a
+migration target adds migration.sock and migration\-disks.sock there.
+.TP
+\fIPRIVATE_DIR\fR/config\-map\-disks/\fIVOLUME\fR.iso, secret\-disks/, \
+downwardapi\-disks/, service\-account\-disk/service\-account.iso
+ISO images of config maps, secrets, downward API and service account
+volumes (0600).
+.TP
+\fIPRIVATE_DIR\fR/libvirt/
+With \fB\-\-spawn\-libvirt\fR: the spawned libvirt daemons' configuration,
+sockets, logs and state, and EFI variable stores (libvirt/qemu/nvram).
 .TP
 \fIEPHEMERAL_DISK_DIR\fR/cloud\-init\-data, ignition\-data, disk\-data (0755)
-Cloud\-init ISOs and disk overlays.
+Created at start\-up.
+.TP
+\fIEPHEMERAL_DISK_DIR\fR/cloud\-init\-data/\fINAMESPACE\fR/\
+\fINAME\fR/noCloud.iso
+.TQ
+\&.../configdrive.iso
+The cloud\-init ISO (0600: it holds the user data), in directories of mode
+0755. Written under a temporary name and renamed into place.
+.TP
+\fIEPHEMERAL_DISK_DIR\fR/disk\-data/\fIVOLUME\fR/disk.qcow2
+Copy\-on\-write overlays over containerDisk images (0600); kept across syncs
+so the guest's writes survive.
+.TP
+\fIEPHEMERAL_DISK_DIR\fR/empty\-disks/\fIVOLUME\fR.qcow2
+emptyDisk volumes (0600); kept across syncs.
 .TP
 \fICONTAINER_DISK_DIR\fR (0750), \fIHOTPLUG_DISK_DIR\fR (0755)
-containerDisk base images and hotplugged volumes.
+containerDisk base images (disk_\fIN\fR.img) and hotplugged volumes; only
+read.
 "#;
 
 const LOGGING_TEXT: &str = r#".SH LOGGING

@@ -3,13 +3,14 @@
 use std::fmt;
 use std::fs;
 use std::io;
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::iso9660::{self, IsoFile};
+use super::iso9660::{self, IsoError, IsoFile};
 use super::plan::{DiskPlan, DiskStep, IsoContents, PathKind, SecretFile};
 use super::qemu_img::{self, CommandFailure};
+use crate::safe_fs;
 
 /// How a disk step failed, for mapping to protocol error classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,15 +59,33 @@ impl Default for PrepareOptions {
     }
 }
 
-/// Something [`prepare`] created, to be removed on rollback.
+/// Something [`prepare`] created or replaced, to be undone on rollback.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Created {
     File(PathBuf),
     Dir(PathBuf),
+    /// `path` existed before (an earlier launcher's image) and was replaced;
+    /// `previous` is a hard link to the old file, put back on rollback and
+    /// removed when the prepare is kept.
+    Replaced {
+        path: PathBuf,
+        previous: PathBuf,
+    },
 }
 
-/// What a successful [`prepare`] created. Dropping it keeps everything;
-/// [`PreparedDisks::rollback`] removes it again.
+/// Mode of every file the launcher writes for a VMI: images and ISOs hold
+/// the guest's data and the VMI's user data (passwords, keys), so only
+/// their owner may read them. QEMU reads them as the launcher's user or
+/// through libvirt's dynamic ownership.
+pub const FILE_MODE: u32 = 0o600;
+/// Mode of the directories a prepare creates (cloud-init-data/<ns>/<name>,
+/// disk-data/<volume>, ...): traversable, writable only by the launcher.
+pub const DIR_MODE: u32 = 0o755;
+
+/// What a successful [`prepare`] created. Dropping it keeps everything
+/// (and removes the saved copies of replaced files);
+/// [`PreparedDisks::rollback`] undoes it: what it created is removed, what
+/// it replaced is put back, and nothing that existed before is deleted.
 #[derive(Debug, Default, PartialEq, Eq)]
 #[must_use = "call rollback() if the domain is not defined after all"]
 pub struct PreparedDisks {
@@ -74,32 +93,47 @@ pub struct PreparedDisks {
 }
 
 impl PreparedDisks {
-    /// Paths this prepare created (files and directories), in creation order.
+    /// Paths this prepare created or replaced (files and directories), in
+    /// creation order.
     pub fn created_paths(&self) -> Vec<&Path> {
         self.created
             .iter()
             .map(|created| match created {
-                Created::File(path) | Created::Dir(path) => path.as_path(),
+                Created::File(path) | Created::Dir(path) | Created::Replaced { path, .. } => {
+                    path.as_path()
+                }
             })
             .collect()
     }
 
-    /// Removes everything this prepare created, newest first. Directories are
-    /// only removed when empty; failures are logged, not returned, because
-    /// rollback runs while another error is already being reported.
-    pub fn rollback(self) {
-        for created in self.created.into_iter().rev() {
-            let (path, result) = match &created {
-                Created::File(path) => (path, fs::remove_file(path)),
-                Created::Dir(path) => (path, fs::remove_dir(path)),
+    /// Undoes this prepare, newest first: removes what it created (a
+    /// directory only when empty) and restores what it replaced. Failures
+    /// are logged, not returned, because rollback runs while another error
+    /// is already being reported.
+    pub fn rollback(mut self) {
+        for created in std::mem::take(&mut self.created).into_iter().rev() {
+            let (done, path, result) = match &created {
+                Created::File(path) => ("removed", path, fs::remove_file(path)),
+                Created::Dir(path) => ("removed", path, fs::remove_dir(path)),
+                Created::Replaced { path, previous } => {
+                    ("restored", path, fs::rename(previous, path))
+                }
             };
             match result {
-                Ok(()) => log::debug!("disks: removed {}", path.display()),
+                Ok(()) => log::debug!("disks: {done} {}", path.display()),
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => log::warn!(
-                    "disks: could not remove {} during rollback: {err}",
-                    path.display()
-                ),
+                Err(err) => log::warn!("disks: could not roll back {}: {err}", path.display()),
+            }
+        }
+    }
+}
+
+impl Drop for PreparedDisks {
+    /// Kept: the saved copies of replaced files are no longer needed.
+    fn drop(&mut self) {
+        for created in &self.created {
+            if let Created::Replaced { previous, .. } = created {
+                remove_partial(previous);
             }
         }
     }
@@ -213,28 +247,51 @@ fn io_error(path: &Path, what: &str, action: &str, err: &io::Error) -> DiskError
     }
 }
 
-/// Creates `path` and its missing parents, remembering each level it made.
+/// Creates `path` and its missing parents with mode [`DIR_MODE`] exactly
+/// (never from the umask), remembering each level it made. A symlink or a
+/// file where a directory belongs is refused, not followed.
 fn make_dir(path: &Path, what: &str, prepared: &mut PreparedDisks) -> Result<(), DiskError> {
-    let missing: Vec<&Path> = path.ancestors().take_while(|dir| !dir.exists()).collect();
-    for dir in missing.into_iter().rev() {
-        match fs::create_dir(dir) {
-            Ok(()) => prepared.created.push(Created::Dir(dir.to_path_buf())),
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
-            Err(err) => return Err(io_error(dir, what, "create directory", &err)),
-        }
-    }
-    if path.is_dir() {
-        Ok(())
-    } else {
-        Err(io_error(
+    let created = safe_fs::create_missing_dirs(path, DIR_MODE);
+    let created = created.map_err(|err| io_error(path, what, "create directory", &err))?;
+    prepared
+        .created
+        .extend(created.into_iter().map(Created::Dir));
+    safe_fs::open_dir_nofollow(path)
+        .map(drop)
+        .map_err(|err| io_error(path, what, "use directory", &err))
+}
+
+/// Whether anything (a file, a directory, a symlink, dangling or not) is at
+/// `path`; unlike `Path::exists`, a dangling symlink counts.
+fn occupied(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok()
+}
+
+/// A file qemu-img created gets [`FILE_MODE`], set on a descriptor opened
+/// without following symlinks.
+fn restrict_created_file(path: &Path, what: &str) -> Result<(), DiskError> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .and_then(|file| file.set_permissions(fs::Permissions::from_mode(FILE_MODE)))
+        .map_err(|err| io_error(path, what, "set the mode of", &err))
+}
+
+/// An existing image the plan keeps must be a regular file (or a block
+/// device), not a symlink someone planted.
+fn check_kept(path: &Path, what: &str) -> Result<(), DiskError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(io_error(
             path,
             what,
-            "use directory",
+            "use",
             &io::Error::new(
-                io::ErrorKind::AlreadyExists,
-                "a non-directory is in the way",
+                io::ErrorKind::InvalidInput,
+                "it is a symbolic link; the launcher does not follow links for the images it creates (remove it)",
             ),
-        ))
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -257,7 +314,8 @@ fn create_overlay(
     options: &PrepareOptions,
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
-    if path.exists() {
+    if occupied(path) {
+        check_kept(path, what)?;
         log::info!(
             "disks: keeping existing overlay {} for {what}",
             path.display()
@@ -296,7 +354,7 @@ fn create_overlay(
         return Err(command_error(path, what, "create overlay", &failure));
     }
     prepared.created.push(Created::File(path.to_path_buf()));
-    Ok(())
+    restrict_created_file(path, what)
 }
 
 fn create_qcow2(
@@ -306,7 +364,8 @@ fn create_qcow2(
     options: &PrepareOptions,
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
-    if path.exists() {
+    if occupied(path) {
+        check_kept(path, what)?;
         log::info!(
             "disks: keeping existing image {} for {what}",
             path.display()
@@ -320,7 +379,7 @@ fn create_qcow2(
         return Err(command_error(path, what, "create image", &failure));
     }
     prepared.created.push(Created::File(path.to_path_buf()));
-    Ok(())
+    restrict_created_file(path, what)
 }
 
 fn create_sparse_file(
@@ -329,9 +388,10 @@ fn create_sparse_file(
     what: &str,
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
-    let file = match fs::File::create_new(path) {
+    let file = match safe_fs::create_new_file(path, FILE_MODE) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            check_kept(path, what)?;
             log::info!("disks: keeping existing disk {} for {what}", path.display());
             return Ok(());
         }
@@ -342,7 +402,19 @@ fn create_sparse_file(
         .map_err(|err| io_error(path, what, &format!("grow to {size} bytes"), &err))
 }
 
-/// Writes next to the target and renames, so a crash never leaves a torn image.
+/// `<path><suffix>`, beside `path`.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// Writes next to the target and renames, so a crash never leaves a torn
+/// image. The staging file is created new (`O_EXCL | O_NOFOLLOW`, mode
+/// [`FILE_MODE`]): whatever is at its path first (a leftover, or a symlink
+/// someone planted) is unlinked, never written through. An image already at
+/// the target (an earlier launcher's) is kept aside until the prepare is
+/// kept, so a rollback restores it instead of deleting it.
 fn write_iso(
     path: &Path,
     volume_id: &str,
@@ -351,19 +423,44 @@ fn write_iso(
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
     let files = iso_files(contents, path, what)?;
-    let mut staging_name = path.as_os_str().to_owned();
-    staging_name.push(".staging");
-    let staging = PathBuf::from(staging_name);
+    let staging = beside(path, ".staging");
+    remove_partial(&staging);
     let written = write_iso_file(&staging, volume_id, &files, path, what);
     if let Err(err) = written {
         remove_partial(&staging);
         return Err(err);
     }
+    let previous = beside(path, ".previous");
+    let replaced = if occupied(path) {
+        remove_partial(&previous);
+        if let Err(err) = fs::hard_link(path, &previous) {
+            remove_partial(&staging);
+            return Err(io_error(
+                path,
+                what,
+                "keep a copy of the existing image",
+                &err,
+            ));
+        }
+        true
+    } else {
+        false
+    };
     if let Err(err) = fs::rename(&staging, path) {
         remove_partial(&staging);
+        if replaced {
+            remove_partial(&previous);
+        }
         return Err(io_error(path, what, "rename the staged image to", &err));
     }
-    prepared.created.push(Created::File(path.to_path_buf()));
+    prepared.created.push(if replaced {
+        Created::Replaced {
+            path: path.to_path_buf(),
+            previous,
+        }
+    } else {
+        Created::File(path.to_path_buf())
+    });
     Ok(())
 }
 
@@ -374,10 +471,11 @@ fn write_iso_file(
     target: &Path,
     what: &str,
 ) -> Result<(), DiskError> {
-    let file = fs::File::create(staging).map_err(|err| io_error(staging, what, "create", &err))?;
+    let file = safe_fs::create_new_file(staging, FILE_MODE)
+        .map_err(|err| io_error(staging, what, "create", &err))?;
     let mut writer = io::BufWriter::new(file);
     iso9660::write_iso(&mut writer, volume_id, files).map_err(|err| DiskError {
-        kind: DiskErrorKind::Invalid,
+        kind: iso_error_kind(&err),
         path: target.to_path_buf(),
         message: format!("{what}: cannot write ISO image {}: {err}", target.display()),
     })?;
@@ -387,6 +485,15 @@ fn write_iso_file(
     file.sync_all()
         .map_err(|err| io_error(staging, what, "flush", &err))?;
     Ok(())
+}
+
+/// A file that cannot go into an ISO is the VMI's problem; a failed write
+/// (ENOSPC, EIO) is the host's, like any other failed file operation.
+pub(super) fn iso_error_kind(err: &IsoError) -> DiskErrorKind {
+    match err {
+        IsoError::Io(_) => DiskErrorKind::Io,
+        _ => DiskErrorKind::Invalid,
+    }
 }
 
 fn iso_files(contents: &IsoContents, target: &Path, what: &str) -> Result<Vec<IsoFile>, DiskError> {

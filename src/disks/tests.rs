@@ -231,3 +231,97 @@ fn missing_qemu_img_says_what_to_install() {
         err.message
     );
 }
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn files_hold_user_data_privately_and_directories_ignore_the_umask() {
+    let scratch = Scratch::new("modes");
+    fixtures(&scratch);
+    let prepared = prepare(&in_process_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
+    // The cloud-init ISO holds the user data; the sparse disk the guest's.
+    for file in [
+        "eph/cloud-init-data/default/demo/noCloud.iso",
+        "private/config-map-disks/app-config.iso",
+        "host/data.img",
+    ] {
+        assert_eq!(mode(&scratch.path(file)), prepare::FILE_MODE, "{file}");
+    }
+    // Created directories get exactly DIR_MODE: not 0777 under umask 000,
+    // so nobody else can plant a link in them.
+    for dir in [
+        "eph",
+        "eph/cloud-init-data",
+        "eph/cloud-init-data/default",
+        "eph/cloud-init-data/default/demo",
+    ] {
+        assert_eq!(mode(&scratch.path(dir)), prepare::DIR_MODE, "{dir}");
+    }
+    drop(prepared);
+}
+
+#[test]
+fn a_symlink_at_the_staging_path_is_never_written_through() {
+    let scratch = Scratch::new("staging");
+    fixtures(&scratch);
+    let dir = scratch.path("eph/cloud-init-data/default/demo");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let victim = scratch.path("victim");
+    write_file(&victim, b"root's file").unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink(&victim, dir.join("noCloud.iso.staging"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let prepared = prepare(&in_process_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(fs::read(&victim).unwrap_or_default(), b"root's file");
+    let iso = fs::symlink_metadata(dir.join("noCloud.iso")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(iso.file_type().is_file(), "the image became a link");
+    assert!(fs::symlink_metadata(dir.join("noCloud.iso.staging")).is_err());
+    drop(prepared);
+}
+
+#[test]
+fn a_rollback_restores_an_image_it_replaced_and_a_kept_prepare_drops_the_copy() {
+    let scratch = Scratch::new("replace");
+    fixtures(&scratch);
+    let dir = scratch.path("eph/cloud-init-data/default/demo");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+    let iso = dir.join("noCloud.iso");
+    write_file(&iso, b"an earlier launcher's image").unwrap_or_else(|e| panic!("{e}"));
+    let before = everything_under(&scratch.0);
+    // Rolled back (the domain could not be defined): the old image is back.
+    let prepared = prepare(&in_process_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(
+        fs::read(&iso).unwrap_or_default(),
+        b"an earlier launcher's image"
+    );
+    prepared.rollback();
+    assert_eq!(
+        fs::read(&iso).unwrap_or_default(),
+        b"an earlier launcher's image"
+    );
+    assert_eq!(everything_under(&scratch.0), before);
+    // Kept: the new image stays and the saved copy goes.
+    let prepared = prepare(&in_process_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
+    drop(prepared);
+    let now = fs::read(&iso).unwrap_or_default();
+    assert_eq!(&now[0x8001..0x8006], b"CD001");
+    assert!(fs::symlink_metadata(dir.join("noCloud.iso.previous")).is_err());
+}
+
+#[test]
+fn a_full_disk_while_writing_an_iso_is_an_io_error() {
+    use super::iso9660::IsoError;
+    let full = IsoError::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+    assert_eq!(prepare::iso_error_kind(&full), DiskErrorKind::Io);
+    let bad_name = IsoError::InvalidPath {
+        path: "x".into(),
+        reason: "y".into(),
+    };
+    assert_eq!(prepare::iso_error_kind(&bad_name), DiskErrorKind::Invalid);
+}

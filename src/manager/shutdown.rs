@@ -54,12 +54,9 @@ impl GracefulStop {
     }
 }
 
+/// The name of a stop signal, for logs and events (see `signals::Signal`).
 pub fn signal_name(signal: i32) -> &'static str {
-    match signal {
-        signal_hook::consts::SIGTERM => "SIGTERM",
-        signal_hook::consts::SIGINT => "SIGINT",
-        _ => "signal",
-    }
+    crate::signals::name_of(signal)
 }
 
 impl DomainManager {

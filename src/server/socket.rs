@@ -1,23 +1,24 @@
-//! The command socket's files: the lock that proves a live owner, the
-//! "uninitialized" socket, and the rename that announces readiness.
+//! The command socket's files: the "uninitialized" socket, and the rename
+//! that announces readiness. The directory lock that proves a live owner is
+//! taken earlier, by `crate::lock`, before anything else at start-up.
 
 use std::fmt;
-use std::fs::{self, File, OpenOptions, Permissions};
+use std::fs::{self, Permissions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
+use crate::safe_fs;
+
 pub const INIT_SOCKET_NAME: &str = "launcher-init-sock";
 pub const READY_SOCKET_NAME: &str = "launcher-sock";
-pub const LOCK_FILE_NAME: &str = "launcher-sock.lock";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketPaths {
     pub dir: PathBuf,
     pub init: PathBuf,
     pub ready: PathBuf,
-    pub lock: PathBuf,
 }
 
 impl SocketPaths {
@@ -26,7 +27,6 @@ impl SocketPaths {
         SocketPaths {
             init: dir.join(INIT_SOCKET_NAME),
             ready: dir.join(READY_SOCKET_NAME),
-            lock: dir.join(LOCK_FILE_NAME),
             dir,
         }
     }
@@ -34,8 +34,9 @@ impl SocketPaths {
 
 #[derive(Debug)]
 pub enum SocketError {
-    /// Another live launcher holds the lock.
-    InUse { lock: PathBuf },
+    /// Something other than a socket is where the socket goes; it is not
+    /// the launcher's to remove.
+    NotASocket { path: PathBuf, kind: &'static str },
     Io {
         action: &'static str,
         path: PathBuf,
@@ -46,10 +47,10 @@ pub enum SocketError {
 impl fmt::Display for SocketError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SocketError::InUse { lock } => write!(
+            SocketError::NotASocket { path, kind } => write!(
                 f,
-                "another virt-launcher is running with this share directory (it holds {}); stop it or use another --kubevirt-share-dir",
-                lock.display()
+                "{} is {kind}, not a socket a launcher left behind; the launcher removes only stale sockets there: move it away",
+                path.display()
             ),
             SocketError::Io {
                 action,
@@ -65,7 +66,7 @@ impl fmt::Display for SocketError {
 impl std::error::Error for SocketError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SocketError::InUse { .. } => None,
+            SocketError::NotASocket { .. } => None,
             SocketError::Io { source, .. } => Some(source),
         }
     }
@@ -80,53 +81,30 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Socket
     }
 }
 
-/// A bound, not yet ready, command socket and the lock that owns it.
+/// A bound, not yet ready, command socket.
 pub struct CommandSocket {
     pub paths: SocketPaths,
     listener: Option<UnixListener>,
-    _lock: File,
 }
 
 impl CommandSocket {
-    /// Takes the lock, clears sockets a dead launcher left behind, and
-    /// listens on `launcher-init-sock` with mode 0600.
+    /// Clears sockets a dead launcher left behind and listens on
+    /// `launcher-init-sock` with mode 0600. The caller holds the socket
+    /// directory's lock (`crate::lock`), which proves that any socket
+    /// found here is stale.
     pub fn bind(share_dir: &Path) -> Result<CommandSocket, SocketError> {
         let paths = SocketPaths::new(share_dir);
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&paths.dir)
+        safe_fs::ensure_dir(&paths.dir, 0o755)
             .map_err(io_err("create the socket directory", &paths.dir))?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&paths.lock)
-            .map_err(io_err("open the lock file", &paths.lock))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => {
-                return Err(SocketError::InUse { lock: paths.lock });
-            }
-            Err(fs::TryLockError::Error(e)) => {
-                return Err(io_err("lock", &paths.lock)(e));
-            }
-        }
-        // We hold the lock, so any socket here belongs to a launcher that
-        // is gone: remove it rather than fail with "address in use".
         for stale in [&paths.init, &paths.ready] {
-            match fs::remove_file(stale) {
-                Ok(()) => log::warn!("server: removed stale socket {}", stale.display()),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io_err("remove the stale socket", stale)(e)),
-            }
+            remove_stale_socket(stale)?;
         }
         // Bind under a temporary name, restrict it, then rename into place,
         // so nobody can connect before the mode is 0600.
         let temp = paths
             .dir
             .join(format!(".{INIT_SOCKET_NAME}.{}", std::process::id()));
-        let _ = fs::remove_file(&temp);
+        remove_stale_socket(&temp)?;
         let listener = UnixListener::bind(&temp).map_err(io_err("listen on", &temp))?;
         fs::set_permissions(&temp, Permissions::from_mode(0o600))
             .map_err(io_err("set the mode of", &temp))?;
@@ -134,7 +112,6 @@ impl CommandSocket {
         Ok(CommandSocket {
             paths,
             listener: Some(listener),
-            _lock: lock,
         })
     }
 
@@ -149,9 +126,9 @@ impl CommandSocket {
             .map_err(io_err("rename the socket to", &self.paths.ready))
     }
 
-    /// Removes the socket files (whichever name they have) and the lock.
+    /// Removes the socket files, whichever name they have.
     pub fn remove(&self) {
-        for path in [&self.paths.init, &self.paths.ready, &self.paths.lock] {
+        for path in [&self.paths.init, &self.paths.ready] {
             match fs::remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -161,10 +138,48 @@ impl CommandSocket {
     }
 }
 
+/// Removes a socket left by a launcher that is gone. Anything else at the
+/// path (a file, a FIFO, a directory, a symlink) is refused, not deleted.
+fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("inspect", path)(e)),
+    };
+    let file_type = meta.file_type();
+    let kind = if file_type.is_socket() {
+        None
+    } else if file_type.is_symlink() {
+        Some("a symbolic link")
+    } else if file_type.is_file() {
+        Some("a regular file")
+    } else if file_type.is_dir() {
+        Some("a directory")
+    } else if file_type.is_fifo() {
+        Some("a FIFO")
+    } else {
+        Some("a device or other special file")
+    };
+    if let Some(kind) = kind {
+        return Err(SocketError::NotASocket {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    match fs::remove_file(path) {
+        Ok(()) => {
+            log::warn!("server: removed stale socket {}", path.display());
+            Ok(())
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove the stale socket", path)(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::FileTypeExt;
+    use std::os::unix::fs::symlink;
 
     fn temp_dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("vl-socket-{tag}-{}", std::process::id()));
@@ -185,21 +200,15 @@ mod tests {
         assert!(socket.paths.ready.exists());
         socket.remove();
         assert!(!socket.paths.ready.exists());
-        assert!(!socket.paths.lock.exists());
         fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
-    fn second_owner_is_refused_and_stale_sockets_are_removed() {
-        let dir = temp_dir("lock");
+    fn stale_sockets_are_removed_and_anything_else_refused() {
+        let dir = temp_dir("stale");
         let first = CommandSocket::bind(&dir).unwrap();
-        match CommandSocket::bind(&dir) {
-            Err(SocketError::InUse { .. }) => {}
-            other => panic!("expected InUse, got {:?}", other.map(|_| ())),
-        }
         first.mark_ready().unwrap();
-        // Simulate a dead launcher: the lock is released but the socket
-        // file stays behind.
+        // A launcher that died: its socket file stays behind.
         let ready = first.paths.ready.clone();
         drop(first);
         assert!(ready.exists());
@@ -207,6 +216,21 @@ mod tests {
         assert!(!ready.exists(), "stale socket should be gone");
         assert!(second.paths.init.exists());
         second.remove();
+        // Not sockets: left alone and refused.
+        fs::write(&ready, b"keep me").unwrap();
+        match CommandSocket::bind(&dir) {
+            Err(SocketError::NotASocket { kind, .. }) => assert_eq!(kind, "a regular file"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        assert_eq!(fs::read(&ready).unwrap(), b"keep me");
+        fs::remove_file(&ready).unwrap();
+        symlink("/etc/passwd", &ready).unwrap();
+        let err = CommandSocket::bind(&dir)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("a symbolic link, not a socket"), "{err}");
+        assert!(fs::symlink_metadata(&ready).is_ok());
         fs::remove_dir_all(dir).unwrap();
     }
 }

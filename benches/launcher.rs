@@ -3,13 +3,17 @@
 //!
 //! Sections: `test` (libvirt's test driver: start-up, round trips, memory,
 //! conversion), `qemu` (the test guest on real libvirt and QEMU: sync,
-//! agent, SIGTERM, poll cost), `migration` and `reconnect` (libvirt
-//! reconnects under --spawn-libvirt). Pass section names to run only those.
+//! agent, SIGTERM, poll cost), `migration`, `reconnect` (libvirt
+//! reconnects under --spawn-libvirt) and `exit` (SIGTERM -> exit on the
+//! test driver, `kill` -> exit on the real guest). Pass section names to
+//! run only those.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "sections/conversion.rs"]
 mod conversion;
+#[path = "sections/exit.rs"]
+mod exit;
 #[path = "sections/iso9660.rs"]
 mod iso9660;
 #[path = "sections/reconnect.rs"]
@@ -53,6 +57,9 @@ fn main() {
     }
     if run("reconnect") {
         reconnect::reconnect();
+    }
+    if run("exit") {
+        exit::exit_figures();
     }
 }
 

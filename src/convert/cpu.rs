@@ -25,7 +25,6 @@ pub(crate) fn configure(
 ) -> Result<Vcpus, ConvertError> {
     let spec_cpu = vmi.spec.domain.cpu.as_ref();
     if let Some(cpu) = spec_cpu {
-        reject_pinning(cpu)?;
         reject_passthrough_under_emulation(cpu, domain_type)?;
     }
     let topology = topology(vmi)?;
@@ -55,24 +54,6 @@ pub(crate) fn configure(
     configure_model(spec_cpu, &mut cpu);
     domain.cpu = Some(cpu);
     Ok(vcpus)
-}
-
-/// Dedicated CPUs need the kubelet CPU manager's exclusive CPU set, which a
-/// launcher without a pod does not have.
-fn reject_pinning(cpu: &Cpu) -> Result<(), ConvertError> {
-    if cpu.dedicated_cpu_placement {
-        return Err(ConvertError::unsupported(
-            "spec.domain.cpu.dedicatedCpuPlacement",
-            "dedicated CPU placement (it needs an exclusive CPU set from the kubelet CPU manager)",
-        ));
-    }
-    if cpu.isolate_emulator_thread {
-        return Err(ConvertError::unsupported(
-            "spec.domain.cpu.isolateEmulatorThread",
-            "isolating the emulator thread (it needs dedicated CPU placement)",
-        ));
-    }
-    Ok(())
 }
 
 /// QEMU can only pass the host CPU through with KVM; under TCG the domain
@@ -377,23 +358,6 @@ mod tests {
         assert_eq!(
             message,
             "spec.domain.cpu.maxSockets: maxSockets 2 is below sockets 4"
-        );
-    }
-
-    #[test]
-    fn dedicated_placement_is_reported_unsupported() {
-        let message = convert_err(json!({"domain": {"cpu": {"dedicatedCpuPlacement": true}}}));
-        assert!(
-            message.starts_with("spec.domain.cpu.dedicatedCpuPlacement: dedicated CPU placement"),
-            "{message}"
-        );
-        assert!(
-            message.ends_with("is not supported by this launcher"),
-            "{message}"
-        );
-        assert_eq!(
-            cpu_of(json!({"domain": {"cpu": {"dedicatedCpuPlacement": false}}})).0,
-            1
         );
     }
 }

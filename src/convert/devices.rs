@@ -8,8 +8,8 @@ use super::{ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths};
 use crate::disks::DiskPlan;
 use crate::domxml::{
     Alias, BalloonStats, Channel, CharLog, CharSource, CharTarget, Console, Controller, Domain,
-    Graphics, GraphicsListen, Input, MemBalloon, Panic, Rng, RngBackend, Serial, Video, VideoModel,
-    Watchdog,
+    Graphics, GraphicsListen, Input, MemBalloon, Panic, Rng, RngBackend, Serial, Tpm, TpmBackend,
+    Video, VideoModel, Watchdog,
 };
 use crate::vmi::{InputBus, InputType, VirtualMachineInstance, WatchdogAction};
 
@@ -32,6 +32,13 @@ pub(crate) fn configure(
     let console = configure_console(vmi, ctx, domain);
     configure_agent_channel(domain);
     let graphics = configure_graphics(vmi, ctx, domain);
+    if console {
+        check_socket_path(&paths::serial_socket(ctx), "serial console")?;
+    }
+    if graphics {
+        check_socket_path(&paths::vnc_socket(ctx), "VNC")?;
+    }
+    configure_tpm(vmi, domain);
     if console || graphics {
         // QEMU binds the console and VNC sockets in the per-VMI private dir.
         plan.make_dir(
@@ -136,12 +143,21 @@ fn configure_graphics(
             address: None,
         }],
     });
+    // KubeVirt on amd64: bochs for EFI guests (a VGA BIOS is no use to
+    // OVMF), vga otherwise, unless the VMI names a type.
+    let efi = vmi
+        .spec
+        .domain
+        .firmware
+        .as_ref()
+        .and_then(|f| f.bootloader.as_ref())
+        .is_some_and(|b| b.efi.is_some());
     let model_type = devices
         .video
         .as_ref()
         .and_then(|v| v.video_type.clone())
         .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "vga".to_string());
+        .unwrap_or_else(|| if efi { "bochs" } else { "vga" }.to_string());
     let vga = model_type == "vga";
     domain.devices.videos.push(Video {
         model: VideoModel {
@@ -156,6 +172,54 @@ fn configure_graphics(
     true
 }
 
+/// `sun_path` holds 108 bytes including the terminating NUL.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// QEMU binds the console and VNC sockets; a path too long for a unix
+/// socket (from a long `--private-dir`) would fail only when QEMU starts.
+fn check_socket_path(path: &std::path::Path, what: &str) -> Result<(), ConvertError> {
+    let len = path.as_os_str().len();
+    if len > MAX_SOCKET_PATH {
+        return Err(ConvertError::new(
+            "",
+            format!(
+                "the {what} socket {} is {len} bytes long, but a unix socket path holds at most {MAX_SOCKET_PATH}; start the launcher with a shorter --private-dir",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// An emulated TPM 2.0 that libvirt runs swtpm for. KubeVirt uses tpm-tis
+/// unless the TPM is persistent; this launcher always uses tpm-crb, the
+/// interface Windows 11 and current Linux expect of a TPM 2.0 (the model
+/// KubeVirt picks for persistent TPMs). `persistent_state` keeps the state
+/// when the domain is undefined (a sync redefines it): libvirt keeps it in
+/// its swtpm directory, which `--spawn-libvirt` places under the private
+/// dir (`<private-dir>/libvirt/lib/swtpm/<domain uuid>`).
+fn configure_tpm(vmi: &VirtualMachineInstance, domain: &mut Domain) {
+    let Some(tpm) = vmi
+        .spec
+        .domain
+        .devices
+        .tpm
+        .as_ref()
+        .filter(|t| t.is_enabled())
+    else {
+        return;
+    };
+    domain.devices.tpms.push(Tpm {
+        model: Some("tpm-crb".to_string()),
+        backend: TpmBackend {
+            backend_type: "emulator".to_string(),
+            version: Some("2.0".to_string()),
+            persistent_state: (tpm.persistent == Some(true)).then(|| "yes".to_string()),
+        },
+        alias: None,
+    });
+}
+
 fn configure_inputs(vmi: &VirtualMachineInstance, domain: &mut Domain) -> Result<(), ConvertError> {
     let devices = &vmi.spec.domain.devices;
     for (i, input) in devices.inputs.iter().enumerate() {
@@ -167,7 +231,11 @@ fn configure_inputs(vmi: &VirtualMachineInstance, domain: &mut Domain) -> Result
             ));
         }
         domain.devices.inputs.push(Input {
-            input_type: input.input_type.as_str().to_string(),
+            input_type: input
+                .input_type
+                .unwrap_or(InputType::Tablet)
+                .as_str()
+                .to_string(),
             bus: Some(bus.as_str().to_string()),
             model: (bus == InputBus::Virtio).then(|| "virtio".to_string()),
             alias: Some(Alias::user(&input.name)),
@@ -373,10 +441,14 @@ mod tests {
         );
         assert_eq!(devices.rngs[0].backend.source, "/dev/urandom");
         assert_eq!(devices.panics[0].model.as_deref(), Some("isa"));
-        let missing = convert_err(json!({"domain": {"devices": {"watchdog": {"name": "wd"}}}}));
+        // KubeVirt's default: an i6300esb that resets the guest.
+        let default = convert_ok(json!({"domain": {"devices": {"watchdog": {"name": "wd"}}}}))
+            .domain
+            .devices
+            .watchdogs;
         assert_eq!(
-            missing,
-            "spec.domain.devices.watchdog: no watchdog type given; add i6300esb: {}"
+            (default[0].model.as_str(), default[0].action.as_deref()),
+            ("i6300esb", Some("reset"))
         );
         let vsock = convert_err(json!({"domain": {"devices": {"autoattachVSOCK": true}}}));
         assert_eq!(
@@ -397,5 +469,69 @@ mod tests {
                 .map(|s| s.period),
             Some(5)
         );
+    }
+
+    #[test]
+    fn tpm_is_tpm_crb_on_swtpm() {
+        let tpms = convert_ok(json!({"domain": {"devices": {"tpm": {}}}}))
+            .domain
+            .devices
+            .tpms;
+        assert_eq!(tpms.len(), 1);
+        assert_eq!(tpms[0].model.as_deref(), Some("tpm-crb"));
+        assert_eq!(tpms[0].backend.backend_type, "emulator");
+        assert_eq!(tpms[0].backend.version.as_deref(), Some("2.0"));
+        assert!(tpms[0].backend.persistent_state.is_none());
+        let persistent = convert_ok(json!({"domain": {"devices": {"tpm": {"persistent": true}}}}))
+            .domain
+            .devices
+            .tpms;
+        assert_eq!(
+            persistent[0].backend.persistent_state.as_deref(),
+            Some("yes")
+        );
+        let off = convert_ok(json!({"domain": {"devices": {"tpm": {"enabled": false}}}}));
+        assert!(off.domain.devices.tpms.is_empty());
+    }
+
+    #[test]
+    fn efi_guests_get_bochs_video() {
+        let efi = convert_ok(
+            json!({"domain": {"firmware": {"bootloader": {"efi": {"secureBoot": false}}}}}),
+        )
+        .domain
+        .devices
+        .videos;
+        assert_eq!(efi[0].model.model_type, "bochs");
+        assert_eq!(efi[0].model.vram, None);
+        let chosen = convert_ok(json!({"domain": {"firmware": {"bootloader": {"efi": {}}},
+            "devices": {"video": {"type": "vga"}}}}))
+        .domain
+        .devices
+        .videos;
+        assert_eq!(chosen[0].model.model_type, "vga");
+    }
+
+    #[test]
+    fn socket_paths_too_long_for_a_unix_socket_are_refused() {
+        let mut ctx = super::super::test_support::context();
+        ctx.private_dir = std::path::PathBuf::from(format!("/{}", "p".repeat(60)));
+        let err = super::super::test_support::convert_with(json!({}), &ctx)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("the serial console socket /pppp")
+                && err.ends_with(
+                    "holds at most 107; start the launcher with a shorter --private-dir"
+                ),
+            "{err}"
+        );
+        // Without the console and VNC there is no socket to bind.
+        super::super::test_support::convert_with(
+            json!({"domain": {"devices": {"autoattachSerialConsole": false, "autoattachGraphicsDevice": false}}}),
+            &ctx,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 }

@@ -1,8 +1,8 @@
 //! `<features>` and `<clock>` (KubeVirt: converter/compute/hypervisor_features.go
 //! and clock.go).
 
-use super::ConvertError;
 use super::firmware::uses_secure_boot;
+use super::{ConvertContext, ConvertError, require_libvirt};
 use crate::domxml::{
     self, Apic, Clock, Domain, Flag, HyperV, KvmFeatures, Smm, Spinlocks, State, Stimer, TlbFlush,
     VendorId,
@@ -12,8 +12,12 @@ use crate::vmi::{FeatureHyperv, FeatureState, Features, VirtualMachineInstance};
 /// libvirt's lower bound for Hyper-V spinlock retries.
 const MIN_SPINLOCK_RETRIES: u32 = 4096;
 
+/// libvirt 11.0.0 added `<tlbflush><direct/><extended/></tlbflush>`.
+const TLBFLUSH_CHILDREN_SINCE: (u32, u32, u32) = (11, 0, 0);
+
 pub(crate) fn configure(
     vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
     domain: &mut Domain,
 ) -> Result<(), ConvertError> {
     let empty = Features::default();
@@ -35,6 +39,18 @@ pub(crate) fn configure(
     }
     features.smm = smm(vmi, spec)?;
     features.hyperv = hyperv(spec)?;
+    if let Some(flush) = spec.hyperv.as_ref().and_then(|h| h.tlbflush.as_ref()) {
+        for (name, child) in [("direct", &flush.direct), ("extended", &flush.extended)] {
+            if child.is_some() {
+                require_libvirt(
+                    ctx,
+                    TLBFLUSH_CHILDREN_SINCE,
+                    &format!("spec.domain.features.hyperv.tlbflush.{name}"),
+                    &format!("hyperv tlbflush {name}"),
+                )?;
+            }
+        }
+    }
     if let Some(kvm) = &spec.kvm {
         features.kvm = Some(KvmFeatures {
             hidden: Some(State::on_off(kvm.hidden)),
@@ -279,7 +295,9 @@ mod tests {
             hyperv.vendor_id.and_then(|v| v.value).as_deref(),
             Some("KVMKVMKVM")
         );
-        assert!(hyperv.synic.is_none());
+        // KubeVirt's dependencies: synictimer turns synic on, synic vpindex.
+        assert_eq!(hyperv.synic.map(|s| s.state).as_deref(), Some("on"));
+        assert_eq!(hyperv.vpindex.map(|s| s.state).as_deref(), Some("on"));
     }
 
     #[test]
@@ -344,5 +362,30 @@ mod tests {
             both,
             "spec.domain.clock: set either utc or timezone, not both"
         );
+    }
+
+    #[test]
+    fn tlbflush_children_need_libvirt_11() {
+        let spec = json!({"domain": {"features": {"hyperv": {"vpindex": {}, "tlbflush": {"direct": {}}}}}});
+        let mut ctx = super::super::test_support::context();
+        ctx.libvirt_version = Some(super::super::libvirt_version(9, 0, 0));
+        let err = super::super::test_support::convert_with(spec.clone(), &ctx)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "spec.domain.features.hyperv.tlbflush.direct: hyperv tlbflush direct needs libvirt 11.0.0 or newer; this launcher's libvirt is 9.0.0"
+            )
+        );
+        ctx.libvirt_version = Some(super::super::libvirt_version(11, 0, 0));
+        super::super::test_support::convert_with(spec, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        // Plain tlbflush is older than libvirt 9.0.
+        ctx.libvirt_version = Some(super::super::libvirt_version(9, 0, 0));
+        super::super::test_support::convert_with(
+            json!({"domain": {"features": {"hyperv": {"tlbflush": {}}}}}),
+            &ctx,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 }

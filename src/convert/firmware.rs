@@ -1,7 +1,7 @@
 //! `<os>` (machine, BIOS/EFI, kernel boot) and SMBIOS `<sysinfo>` (KubeVirt:
 //! converter/compute/os.go and sysinfo.go).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::metadata::firmware_uuid;
 use super::{ConvertContext, ConvertError, paths};
@@ -43,7 +43,7 @@ pub(crate) fn configure(
     if let Some(firmware) = &vmi.spec.domain.firmware {
         configure_bootloader(firmware, ctx, &mut os, plan)?;
         if let Some(kernel_boot) = &firmware.kernel_boot {
-            configure_kernel_boot(kernel_boot, &mut os, plan)?;
+            configure_kernel_boot(kernel_boot, ctx, &mut os, plan)?;
         }
     }
     // KubeVirt shows a boot menu to VMIs started paused so a user can reach it.
@@ -153,10 +153,14 @@ fn configure_efi(
     Ok(())
 }
 
-/// The launcher pulls no images: kernel and initrd are absolute paths on its
-/// own filesystem, checked by the disk plan.
+/// The launcher pulls no images. KubeVirt's handler puts the kernel-boot
+/// container's files at `<container-disk-dir>/kernel-boot/<base name of
+/// kernelPath / initrdPath>`; that is where they are looked for first. As a
+/// standalone convenience, an absolute `kernelPath` / `initrdPath` that
+/// exists on the launcher's host is used when the first is absent.
 fn configure_kernel_boot(
     kernel_boot: &KernelBoot,
+    ctx: &ConvertContext,
     os: &mut Os,
     plan: &mut DiskPlan,
 ) -> Result<(), ConvertError> {
@@ -171,7 +175,7 @@ fn configure_kernel_boot(
     if container.is_some() && kernel.is_none() && initrd.is_none() {
         return Err(ConvertError::new(
             format!("{PATH}.container"),
-            "set kernelPath (and optionally initrdPath) to files on the launcher's filesystem",
+            "set kernelPath (and optionally initrdPath), the files' paths in the kernel-boot container",
         ));
     }
     if kernel.is_none() && initrd.is_some() {
@@ -188,34 +192,45 @@ fn configure_kernel_boot(
         ));
     }
     if let Some(kernel) = kernel {
-        let path = absolute(kernel, &format!("{PATH}.container.kernelPath"))?;
-        plan.require(path.to_path_buf(), PathKind::File, "kernel for kernelBoot");
-        os.kernel = Some(kernel.to_string());
+        let path = kernel_boot_file(ctx, kernel, &format!("{PATH}.container.kernelPath"))?;
+        plan.require(path.clone(), PathKind::File, "kernel for kernelBoot");
+        os.kernel = Some(paths::text(&path));
     }
     if let Some(initrd) = initrd {
-        let path = absolute(initrd, &format!("{PATH}.container.initrdPath"))?;
-        plan.require(path.to_path_buf(), PathKind::File, "initrd for kernelBoot");
-        os.initrd = Some(initrd.to_string());
+        let path = kernel_boot_file(ctx, initrd, &format!("{PATH}.container.initrdPath"))?;
+        plan.require(path.clone(), PathKind::File, "initrd for kernelBoot");
+        os.initrd = Some(paths::text(&path));
     }
     os.cmdline = args.map(str::to_string);
     Ok(())
 }
 
-fn absolute<'a>(text: &'a str, path: &str) -> Result<&'a Path, ConvertError> {
-    let candidate = Path::new(text);
-    if candidate.is_absolute() {
-        Ok(candidate)
-    } else {
-        Err(ConvertError::new(
-            path,
-            format!(
-                "{text:?} is not an absolute path; give the file's absolute path on the launcher's filesystem (images are not pulled)"
-            ),
-        ))
+/// Where a kernel-boot file is read from: the kernel-boot container's copy
+/// under the launcher's directories, else the absolute host path (both as
+/// found by `detect_present_paths`); the container's copy when neither
+/// exists, so the disk plan names where it should be.
+fn kernel_boot_file(ctx: &ConvertContext, file: &str, path: &str) -> Result<PathBuf, ConvertError> {
+    let artifact = paths::kernel_boot_artifact(ctx, file)
+        .ok_or_else(|| ConvertError::new(path, format!("{file:?} does not name a file")))?;
+    let host = Path::new(file);
+    if !ctx.present_paths.contains(&artifact)
+        && host.is_absolute()
+        && ctx.present_paths.contains(host)
+    {
+        return Ok(host.to_path_buf());
     }
+    Ok(artifact)
 }
 
-/// SMBIOS: system UUID and serial, chassis, OEM strings.
+/// KubeVirt's default SMBIOS system values (virt-config
+/// `SmbiosConfigDefault*`; a cluster may change them, a launcher without a
+/// cluster uses these).
+const SMBIOS_MANUFACTURER: &str = "KubeVirt";
+const SMBIOS_FAMILY: &str = "KubeVirt";
+const SMBIOS_PRODUCT: &str = "None";
+
+/// SMBIOS: system UUID and serial, KubeVirt's manufacturer, family and
+/// product, chassis, OEM strings.
 fn sysinfo(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> Result<SysInfo, ConvertError> {
     let firmware = vmi.spec.domain.firmware.as_ref();
     let mut system = vec![entry("uuid", &firmware_uuid(vmi, ctx)?)];
@@ -225,6 +240,9 @@ fn sysinfo(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> Result<SysInfo
     {
         system.push(entry("serial", serial));
     }
+    system.push(entry("manufacturer", SMBIOS_MANUFACTURER));
+    system.push(entry("family", SMBIOS_FAMILY));
+    system.push(entry("product", SMBIOS_PRODUCT));
     let oem = firmware.map(|f| f.oem_strings.clone()).unwrap_or_default();
     Ok(SysInfo {
         sysinfo_type: "smbios".to_string(),
@@ -341,39 +359,74 @@ mod tests {
     }
 
     #[test]
-    fn kernel_boot_paths_must_be_absolute() {
+    fn kernel_boot_files_come_from_the_kernel_boot_container() {
         let spec = json!({"domain": {"firmware": {"kernelBoot": {"kernelArgs": "console=ttyS0",
-            "container": {"image": "x", "kernelPath": "/boot/vmlinuz", "initrdPath": "/boot/initrd.img"}}}}});
-        let conversion = convert_ok(spec);
+            "container": {"image": "x", "kernelPath": "/boot/vmlinuz", "initrdPath": "initrd.img"}}}}});
+        // KubeVirt's layout: <container-disk-dir>/kernel-boot/<base name>.
+        let conversion = convert_ok(spec.clone());
         assert_eq!(
             conversion.domain.os.kernel.as_deref(),
-            Some("/boot/vmlinuz")
+            Some("/var/run/kubevirt/container-disks/kernel-boot/vmlinuz")
         );
         assert_eq!(
             conversion.domain.os.initrd.as_deref(),
-            Some("/boot/initrd.img")
+            Some("/var/run/kubevirt/container-disks/kernel-boot/initrd.img")
         );
         assert_eq!(
             conversion.domain.os.cmdline.as_deref(),
             Some("console=ttyS0")
         );
-        assert_eq!(
-            conversion.disk_plan.steps.len(),
-            3,
-            "{:?}",
-            conversion.disk_plan
-        );
-        let relative = convert_err(json!({"domain": {"firmware": {"kernelBoot": {
-            "container": {"image": "x", "kernelPath": "boot/vmlinuz"}}}}}));
         assert!(
-            relative.starts_with("spec.domain.firmware.kernelBoot.container.kernelPath: \"boot/vmlinuz\" is not an absolute path"),
-            "{relative}"
+            conversion
+                .disk_plan
+                .steps
+                .contains(&DiskStep::RequireExisting {
+                    path: "/var/run/kubevirt/container-disks/kernel-boot/vmlinuz".into(),
+                    kind: PathKind::File,
+                    what: "kernel for kernelBoot".into(),
+                })
+        );
+        // The standalone convenience: an absolute host path that exists,
+        // when the container's copy does not.
+        let mut ctx = context();
+        ctx.present_paths.insert("/boot/vmlinuz".into());
+        let host = convert_with(spec.clone(), &ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(host.domain.os.kernel.as_deref(), Some("/boot/vmlinuz"));
+        ctx.present_paths
+            .insert("/var/run/kubevirt/container-disks/kernel-boot/vmlinuz".into());
+        let both = convert_with(spec, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            both.domain.os.kernel.as_deref(),
+            Some("/var/run/kubevirt/container-disks/kernel-boot/vmlinuz")
         );
         let args_only =
             convert_err(json!({"domain": {"firmware": {"kernelBoot": {"kernelArgs": "quiet"}}}}));
         assert_eq!(
             args_only,
             "spec.domain.firmware.kernelBoot.kernelArgs: kernel arguments need kernelBoot.container.kernelPath"
+        );
+    }
+
+    #[test]
+    fn smbios_carries_kubevirts_system_values() {
+        let system = convert_ok(json!({}))
+            .domain
+            .sysinfo
+            .and_then(|s| s.system)
+            .unwrap_or_default()
+            .entry;
+        let pairs: Vec<(&str, &str)> = system
+            .iter()
+            .skip(1)
+            .map(|e| (e.name.as_str(), e.value.as_str()))
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("manufacturer", "KubeVirt"),
+                ("family", "KubeVirt"),
+                ("product", "None")
+            ]
         );
     }
 

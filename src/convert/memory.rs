@@ -60,7 +60,7 @@ pub(crate) fn configure(
             source: memfd.then(|| MemorySource {
                 source_type: "memfd".to_string(),
             }),
-            access: None,
+            ..MemoryBacking::default()
         });
         needs_numa |= memfd;
     }
@@ -110,7 +110,7 @@ pub(crate) fn configure(
                 cpus: Some(format!("0-{}", vcpus.total.saturating_sub(1))),
                 memory: guest.bytes / 1024,
                 unit: Some("KiB".to_string()),
-                mem_access: None,
+                ..NumaCell::default()
             }],
         });
     }
@@ -126,11 +126,14 @@ fn guest_memory(vmi: &VirtualMachineInstance) -> Result<GuestMemory, ConvertErro
         domain.memory.as_ref().and_then(|m| m.guest.as_ref()),
         resources.requests.get("memory"),
         resources.limits.get("memory"),
+        hugepage_size_given(vmi),
     ) {
-        (Some(guest), _, _) => ("spec.domain.memory.guest", guest),
-        (None, Some(request), _) => ("spec.domain.resources.requests.memory", request),
-        (None, None, Some(limit)) => ("spec.domain.resources.limits.memory", limit),
-        (None, None, None) => {
+        (Some(guest), _, _, _) => ("spec.domain.memory.guest", guest),
+        (None, Some(request), _, _) => ("spec.domain.resources.requests.memory", request),
+        (None, None, Some(limit), _) => ("spec.domain.resources.limits.memory", limit),
+        // KubeVirt's setGuestMemory: one page of the hugepage size.
+        (None, None, None, Some(page)) => ("spec.domain.memory.hugepages.pageSize", page),
+        (None, None, None, None) => {
             return Err(ConvertError::new(
                 "spec.domain.memory.guest",
                 "no guest memory given; set spec.domain.memory.guest or spec.domain.resources.requests.memory",
@@ -151,6 +154,17 @@ fn guest_memory(vmi: &VirtualMachineInstance) -> Result<GuestMemory, ConvertErro
         ));
     }
     Ok(GuestMemory { bytes, path })
+}
+
+fn hugepage_size_given(vmi: &VirtualMachineInstance) -> Option<&Quantity> {
+    vmi.spec
+        .domain
+        .memory
+        .as_ref()?
+        .hugepages
+        .as_ref()?
+        .page_size
+        .as_ref()
 }
 
 fn positive_bytes(path: &str, quantity: &Quantity) -> Result<u64, ConvertError> {
@@ -366,5 +380,15 @@ mod tests {
             small,
             "spec.domain.memory.maxGuest: memory hotplug needs at least 1Gi of guest memory"
         );
+    }
+
+    #[test]
+    fn hugepage_size_is_the_last_resort_for_guest_memory() {
+        let mut vmi = vmi_with(json!({"domain": {"memory": {"hugepages": {"pageSize": "2Mi"}}}}));
+        vmi.spec.domain.resources.requests.clear();
+        let domain = convert(&vmi, &context())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .domain;
+        assert_eq!(domain.memory.value, 2 << 20);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::codec::{firmware_uuid_for_name, is_uuid};
 use super::paths::is_safe_component;
-use super::{ConvertContext, ConvertError};
+use super::{ConvertContext, ConvertError, DomainType};
 use crate::domxml::{Domain, GracePeriodMetadata, KUBEVIRT_XMLNS, KubeVirtMetadata, Metadata};
 use crate::vmi::{RebootPolicy, VirtualMachineInstance};
 
@@ -15,6 +15,8 @@ pub(crate) fn configure(
 ) -> Result<(), ConvertError> {
     check_context(ctx)?;
     check_architecture(vmi)?;
+    check_hook_sidecars(vmi)?;
+    check_start_paused(vmi, ctx)?;
     domain.domain_type = ctx.domain_type.as_str().to_string();
     domain.name = format!("{}_{}", ctx.namespace, ctx.name);
     domain.uuid = Some(firmware_uuid(vmi, ctx)?);
@@ -76,6 +78,41 @@ fn check_context(ctx: &ConvertContext) -> Result<(), ConvertError> {
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// KubeVirt's annotation naming hook sidecar images (pkg/hooks).
+pub(crate) const HOOK_SIDECARS_ANNOTATION: &str = "hooks.kubevirt.io/hookSidecars";
+
+/// Hook sidecars rewrite the domain XML (or the cloud-init ISO) from
+/// containers of the launcher pod; this launcher runs no sidecar, so a VMI
+/// that relies on one would silently boot without the hook's change.
+fn check_hook_sidecars(vmi: &VirtualMachineInstance) -> Result<(), ConvertError> {
+    if vmi
+        .metadata
+        .annotations
+        .contains_key(HOOK_SIDECARS_ANNOTATION)
+    {
+        return Err(ConvertError::unsupported(
+            format!("metadata.annotations.{HOOK_SIDECARS_ANNOTATION}"),
+            "a hook sidecar (this launcher runs no sidecar containers to change the domain XML or the cloud-init ISO; put the hook's change into the VMI itself)",
+        ));
+    }
+    Ok(())
+}
+
+/// libvirt's test driver cannot create a domain paused; refusing here says
+/// so instead of libvirt's "unsupported flags (0x1)" after the define.
+fn check_start_paused(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+) -> Result<(), ConvertError> {
+    if vmi.starts_paused() && ctx.domain_type == DomainType::Test {
+        return Err(ConvertError::new(
+            "spec.startStrategy",
+            "Paused needs a driver that can start a domain paused; libvirt's test driver (test:///default) cannot, use a QEMU connection",
+        ));
     }
     Ok(())
 }
@@ -153,5 +190,35 @@ mod tests {
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("--name \"../etc\" is not usable"), "{err}");
+    }
+
+    #[test]
+    fn hook_sidecars_and_paused_starts_on_the_test_driver_are_refused() {
+        let mut vmi = super::super::test_support::vmi_with(json!({}));
+        vmi.metadata.annotations.insert(
+            "hooks.kubevirt.io/hookSidecars".into(),
+            r#"[{"image": "registry/smbios-hook"}]"#.into(),
+        );
+        let err = super::super::convert(&vmi, &context())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.starts_with("metadata.annotations.hooks.kubevirt.io/hookSidecars: a hook sidecar (this launcher runs no sidecar containers"),
+            "{err}"
+        );
+        let mut test = context();
+        test.domain_type = super::super::DomainType::Test;
+        let paused = convert_with(json!({"startStrategy": "Paused"}), &test)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            paused.starts_with(
+                "spec.startStrategy: Paused needs a driver that can start a domain paused"
+            ),
+            "{paused}"
+        );
+        convert_ok(json!({"startStrategy": "Paused"}));
     }
 }

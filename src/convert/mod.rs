@@ -15,6 +15,7 @@ mod boot_order;
 mod cloudinit;
 mod codec;
 mod cpu;
+mod dedicated;
 mod detect;
 mod devices;
 mod features;
@@ -24,6 +25,7 @@ mod metadata;
 mod network;
 mod paths;
 mod pci;
+mod probe;
 mod storage;
 mod virtio;
 
@@ -41,6 +43,7 @@ use crate::vmi::VirtualMachineInstance;
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
 pub(crate) use network::interfaces_and_networks;
+pub use probe::{default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset};
 
 /// A context with KubeVirt's default directories, fixed OVMF paths,
 /// user-mode networking over slirp, no block PVCs, and a 30 s grace
@@ -64,7 +67,39 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         user_net_backend: UserNetBackend::Slirp,
         block_pvcs: BTreeSet::new(),
         grace_period_seconds: 30,
+        service_account_dir: PathBuf::from(DEFAULT_SERVICE_ACCOUNT_DIR),
+        present_paths: BTreeSet::new(),
+        cpuset: Err("the launcher's cpuset was not read".to_string()),
+        host_topology: None,
+        libvirt_version: None,
     }
+}
+
+/// KubeVirt's (and Kubernetes') mount point of the pod's service account
+/// token (`--service-account-dir`).
+pub const DEFAULT_SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// A libvirt version as libvirt encodes it: major × 1,000,000 + minor ×
+/// 1,000 + micro.
+pub fn libvirt_version(major: u32, minor: u32, micro: u32) -> u32 {
+    major * 1_000_000 + minor * 1_000 + micro
+}
+
+/// The host's NUMA cells and the hyper-thread siblings of each CPU, as
+/// libvirt's capabilities report them (read from sysfs by
+/// [`detect_host_topology`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostTopology {
+    pub cells: Vec<HostCell>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostCell {
+    pub id: u32,
+    /// Host CPU id → its thread siblings (itself included), in cell order.
+    pub cpus: Vec<(u32, Vec<u32>)>,
+    /// (other cell id, distance), this cell's own included.
+    pub distances: Vec<(u32, u32)>,
 }
 
 /// libvirt domain type: `kvm`, `qemu` (TCG emulation) or `test` (libvirt's
@@ -127,6 +162,23 @@ pub struct ConvertContext {
     pub block_pvcs: BTreeSet<String>,
     /// Written to the domain's KubeVirt metadata.
     pub grace_period_seconds: i64,
+    /// Where the pod's service account token is mounted (the content of a
+    /// `serviceAccount` volume).
+    pub service_account_dir: PathBuf,
+    /// Which of the candidate paths of hostDisk and kernelBoot files exist
+    /// ([`detect_present_paths`]): KubeVirt's layout is used where it is
+    /// present, an absolute host path otherwise.
+    pub present_paths: BTreeSet<PathBuf>,
+    /// The CPUs of the launcher's cpuset (dedicated CPU placement), or why
+    /// they are not known.
+    pub cpuset: Result<Vec<u32>, String>,
+    /// The host's NUMA topology; `None` treats every CPU of the cpuset as a
+    /// core of its own in one cell.
+    pub host_topology: Option<HostTopology>,
+    /// The libvirt daemon's version ([`libvirt_version`]); features it is
+    /// too old for are refused before libvirt sees them. `None` skips the
+    /// checks.
+    pub libvirt_version: Option<u32>,
 }
 
 /// The domain to define and the disk work to do before defining it.
@@ -169,6 +221,28 @@ impl fmt::Display for ConvertError {
 
 impl std::error::Error for ConvertError {}
 
+/// Refuses `what` at `path` when the libvirt daemon is older than `since`
+/// (a version unknown to the context is not checked).
+pub(crate) fn require_libvirt(
+    ctx: &ConvertContext,
+    (major, minor, micro): (u32, u32, u32),
+    path: &str,
+    what: &str,
+) -> Result<(), ConvertError> {
+    match ctx.libvirt_version {
+        Some(running) if running < libvirt_version(major, minor, micro) => Err(ConvertError::new(
+            path,
+            format!(
+                "{what} needs libvirt {major}.{minor}.{micro} or newer; this launcher's libvirt is {}.{}.{}",
+                running / 1_000_000,
+                running / 1_000 % 1_000,
+                running % 1_000
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// KubeVirt's default memory balloon statistics period, in seconds.
 pub const DEFAULT_BALLOON_STATS_PERIOD: u32 = 10;
 
@@ -177,17 +251,26 @@ pub fn convert(
     vmi: &VirtualMachineInstance,
     ctx: &ConvertContext,
 ) -> Result<Conversion, ConvertError> {
+    // KubeVirt's webhook defaults, for VMIs that did not go through it.
+    let mut defaulted = vmi.clone();
+    crate::vmi::defaults::apply(&mut defaulted)
+        .map_err(|e| ConvertError::new(e.path, e.message))?;
+    let vmi = &defaulted;
+    for path in crate::vmi::fields_without_effect(vmi) {
+        log::debug!("convert: {path} is accepted; it does not change the domain");
+    }
     let mut domain = Domain::default();
     let mut plan = DiskPlan::default();
     metadata::configure(vmi, ctx, &mut domain)?;
     let vcpus = cpu::configure(vmi, ctx.domain_type, &mut domain)?;
     memory::configure(vmi, vcpus, &mut domain)?;
     firmware::configure(vmi, ctx, &mut domain, &mut plan)?;
-    features::configure(vmi, &mut domain)?;
+    features::configure(vmi, ctx, &mut domain)?;
     features::configure_clock(vmi, &mut domain)?;
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
     devices::configure(vmi, ctx, &mut domain, &mut plan)?;
+    dedicated::configure(vmi, ctx, &mut domain)?;
     Ok(Conversion {
         domain,
         disk_plan: plan,

@@ -94,7 +94,7 @@ pub(crate) fn interfaces_and_networks(
         let network = Network {
             name: "default".to_string(),
             pod: Some(PodNetwork::default()),
-            multus: None,
+            ..Network::default()
         };
         return (vec![interface], vec![network]);
     }

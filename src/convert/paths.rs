@@ -121,15 +121,46 @@ pub(crate) fn downward_api_disks_dir(ctx: &ConvertContext) -> PathBuf {
 }
 
 /// serviceAccount: pkg/config/config.go `ServiceAccountSourceDir` (the pod's
-/// token mount) → `service-account-disk/service-account.iso`.
-pub(crate) const SERVICE_ACCOUNT_SOURCE: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
+/// token mount, `--service-account-dir`) → `service-account-disk/service-account.iso`.
 pub(crate) fn service_account_disk_dir(ctx: &ConvertContext) -> PathBuf {
     ctx.private_dir.join("service-account-disk")
 }
 
 pub(crate) fn service_account_iso(ctx: &ConvertContext) -> PathBuf {
     service_account_disk_dir(ctx).join("service-account.iso")
+}
+
+/// sysprep: pkg/config/sysprep.go (`sysprep/<volume>` → `sysprep-disks/<volume>.iso`).
+pub(crate) fn sysprep_source(ctx: &ConvertContext, volume: &str) -> PathBuf {
+    ctx.private_dir.join("sysprep").join(volume)
+}
+
+pub(crate) fn sysprep_disks_dir(ctx: &ConvertContext) -> PathBuf {
+    ctx.private_dir.join("sysprep-disks")
+}
+
+/// hostDisk: pkg/host-disk `GetMountedHostDiskDir` — KubeVirt mounts the
+/// directory of `hostDisk.path` at `<private>/vmi-disks/<volume>/`.
+pub(crate) fn host_disk_mount_dir(ctx: &ConvertContext, volume: &str) -> PathBuf {
+    ctx.private_dir.join("vmi-disks").join(volume)
+}
+
+/// `GetMountedHostDiskPath`: the file's base name inside that mount.
+pub(crate) fn host_disk_in_mount(
+    ctx: &ConvertContext,
+    volume: &str,
+    path: &str,
+) -> Option<PathBuf> {
+    let name = Path::new(path).file_name()?;
+    Some(host_disk_mount_dir(ctx, volume).join(name))
+}
+
+/// kernelBoot: pkg/container-disk `GetKernelBootArtifactPathFromLauncherView`
+/// — the kernel-boot container's files as the launcher sees them,
+/// `<container-disk-dir>/kernel-boot/<base name>`.
+pub(crate) fn kernel_boot_artifact(ctx: &ConvertContext, path: &str) -> Option<PathBuf> {
+    let name = Path::new(path).file_name()?;
+    Some(ctx.container_disk_dir.join("kernel-boot").join(name))
 }
 
 /// EFI variable store: pkg/util `PathForNVram` (non-root:

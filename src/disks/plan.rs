@@ -58,6 +58,14 @@ pub enum DiskStep {
         kind: PathKind,
         what: String,
     },
+    /// `dir` must hold a file named one of `names` (compared without case),
+    /// e.g. a sysprep volume's `autounattend.xml`; checked with the
+    /// `RequireExisting` steps, before anything is created.
+    RequireOneOf {
+        dir: PathBuf,
+        names: Vec<String>,
+        what: String,
+    },
     /// Creates the directory and its missing parents.
     MakeDir { path: PathBuf, what: String },
     /// `qemu-img create -f qcow2 -F <format> -b <backing> <path>`; the format is
@@ -95,6 +103,7 @@ impl DiskStep {
     pub fn path(&self) -> &PathBuf {
         match self {
             DiskStep::RequireExisting { path, .. }
+            | DiskStep::RequireOneOf { dir: path, .. }
             | DiskStep::MakeDir { path, .. }
             | DiskStep::CreateOverlay { path, .. }
             | DiskStep::CreateSparseFile { path, .. }
@@ -107,6 +116,7 @@ impl DiskStep {
     pub fn what(&self) -> &str {
         match self {
             DiskStep::RequireExisting { what, .. }
+            | DiskStep::RequireOneOf { what, .. }
             | DiskStep::MakeDir { what, .. }
             | DiskStep::CreateOverlay { what, .. }
             | DiskStep::CreateSparseFile { what, .. }

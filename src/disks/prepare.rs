@@ -148,8 +148,10 @@ pub fn prepare(plan: &DiskPlan) -> Result<PreparedDisks, DiskError> {
 /// failure everything created so far is removed and the error returned.
 pub fn prepare_with(plan: &DiskPlan, options: &PrepareOptions) -> Result<PreparedDisks, DiskError> {
     for step in &plan.steps {
-        if let DiskStep::RequireExisting { path, kind, what } = step {
-            check_exists(path, *kind, what)?;
+        match step {
+            DiskStep::RequireExisting { path, kind, what } => check_exists(path, *kind, what)?,
+            DiskStep::RequireOneOf { dir, names, what } => check_one_of(dir, names, what)?,
+            _ => {}
         }
     }
     let mut prepared = PreparedDisks::default();
@@ -168,7 +170,7 @@ fn run_step(
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
     match step {
-        DiskStep::RequireExisting { .. } => Ok(()),
+        DiskStep::RequireExisting { .. } | DiskStep::RequireOneOf { .. } => Ok(()),
         DiskStep::MakeDir { path, what } => make_dir(path, what, prepared),
         DiskStep::CreateOverlay {
             path,
@@ -225,6 +227,27 @@ fn check_exists(path: &Path, kind: PathKind, what: &str) -> Result<(), DiskError
             kind.noun(),
             hint(kind)
         )))
+    }
+}
+
+/// `dir` (a mounted volume) must contain a file named one of `names`.
+fn check_one_of(dir: &Path, names: &[String], what: &str) -> Result<(), DiskError> {
+    let missing = |detail: String| DiskError {
+        kind: DiskErrorKind::Missing,
+        path: dir.to_path_buf(),
+        message: format!("{what}: directory {}: {detail}", dir.display()),
+    };
+    let entries = fs::read_dir(dir).map_err(|e| missing(format!("cannot be listed ({e})")))?;
+    let found = entries.flatten().any(|entry| {
+        let name = entry.file_name().to_string_lossy().to_ascii_lowercase();
+        names
+            .iter()
+            .any(|wanted| wanted.eq_ignore_ascii_case(&name))
+    });
+    if found {
+        Ok(())
+    } else {
+        Err(missing(format!("holds neither {}", names.join(" nor "))))
     }
 }
 

@@ -42,6 +42,32 @@ pub struct Devices {
     pub panics: Vec<Panic>,
     #[serde(rename = "memory", skip_serializing_if = "Vec::is_empty")]
     pub memory_devices: Vec<MemoryDevice>,
+    #[serde(rename = "tpm", skip_serializing_if = "Vec::is_empty")]
+    pub tpms: Vec<Tpm>,
+}
+
+/// `<tpm model='tpm-crb'><backend type='emulator' version='2.0'/></tpm>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Tpm {
+    #[serde(rename = "@model", skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub backend: TpmBackend,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<Alias>,
+}
+
+/// The emulator backend: libvirt runs swtpm for the domain.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TpmBackend {
+    #[serde(rename = "@type")]
+    pub backend_type: String,
+    #[serde(rename = "@version", skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// "yes": libvirt keeps the TPM state when the domain is undefined.
+    #[serde(rename = "@persistent_state", skip_serializing_if = "Option::is_none")]
+    pub persistent_state: Option<String>,
 }
 
 /// `<alias name='ua-rootdisk'/>`: KubeVirt names user devices "ua-<name>".

@@ -119,6 +119,19 @@ pub struct MemoryBacking {
     pub source: Option<MemorySource>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub access: Option<MemoryAccess>,
+    /// `<nosharepages/>`: no KSM merging (real-time guests).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nosharepages: Option<Flag>,
+    /// `<allocation mode='immediate'/>`: allocate all guest memory at start.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<MemoryAllocation>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryAllocation {
+    #[serde(rename = "@mode")]
+    pub mode: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -527,6 +540,112 @@ pub struct NumaCell {
     pub unit: Option<String>,
     #[serde(rename = "@memAccess", skip_serializing_if = "Option::is_none")]
     pub mem_access: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub distances: Option<NumaDistances>,
+}
+
+/// `<distances><sibling id='1' value='21'/></distances>` of a guest cell.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NumaDistances {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sibling: Vec<NumaSibling>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NumaSibling {
+    #[serde(rename = "@id")]
+    pub id: u32,
+    #[serde(rename = "@value")]
+    pub value: u32,
+}
+
+/// `<cputune>`: where vCPUs, the emulator and I/O threads run, and how
+/// vCPUs are scheduled.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CpuTune {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vcpupin: Vec<VcpuPin>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emulatorpin: Option<EmulatorPin>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub iothreadpin: Vec<IoThreadPin>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vcpusched: Vec<VcpuSched>,
+}
+
+/// `<vcpupin vcpu='0' cpuset='2'/>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VcpuPin {
+    #[serde(rename = "@vcpu")]
+    pub vcpu: u32,
+    #[serde(rename = "@cpuset")]
+    pub cpuset: String,
+}
+
+/// `<emulatorpin cpuset='3'/>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct EmulatorPin {
+    #[serde(rename = "@cpuset")]
+    pub cpuset: String,
+}
+
+/// `<iothreadpin iothread='1' cpuset='3'/>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IoThreadPin {
+    #[serde(rename = "@iothread")]
+    pub iothread: u32,
+    #[serde(rename = "@cpuset")]
+    pub cpuset: String,
+}
+
+/// `<vcpusched vcpus='0-1' scheduler='fifo' priority='1'/>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VcpuSched {
+    #[serde(rename = "@vcpus")]
+    pub vcpus: String,
+    #[serde(rename = "@scheduler")]
+    pub scheduler: String,
+    #[serde(rename = "@priority", skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+}
+
+/// `<numatune>`: which host NUMA nodes back the guest's memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NumaTune {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<NumaTuneMemory>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memnode: Vec<MemNode>,
+}
+
+/// `<memory mode='strict' nodeset='0-1'/>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NumaTuneMemory {
+    #[serde(rename = "@mode")]
+    pub mode: String,
+    #[serde(rename = "@nodeset")]
+    pub nodeset: String,
+}
+
+/// `<memnode cellid='0' mode='strict' nodeset='1'/>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemNode {
+    #[serde(rename = "@cellid")]
+    pub cellid: u32,
+    #[serde(rename = "@mode")]
+    pub mode: String,
+    #[serde(rename = "@nodeset")]
+    pub nodeset: String,
 }
 
 /// `<clock offset='utc' adjustment='reset'>`.

@@ -49,6 +49,10 @@ pub struct Domain {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub iothreads: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub cputune: Option<CpuTune>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub numatune: Option<NumaTune>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub sysinfo: Option<SysInfo>,
     pub os: Os,
     #[serde(skip_serializing_if = "Option::is_none")]

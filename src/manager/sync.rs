@@ -7,7 +7,7 @@
 //! no stray files.
 
 use std::fs::OpenOptions;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -88,6 +88,24 @@ fn at_vmi_path(path: &str, message: &str) -> String {
     }
 }
 
+/// "9.0.0" → 9000000 (libvirt's encoding); `None` when unparsable.
+fn parse_libvirt_version(dotted: &str) -> Option<u32> {
+    let mut parts = dotted.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let micro = parts.next().flatten().unwrap_or(0);
+    Some(convert::libvirt_version(major, minor, micro))
+}
+
+/// Only a VMI with dedicated CPUs needs the cpuset and host topology.
+fn wants_dedicated_cpus(vmi: &crate::vmi::VirtualMachineInstance) -> bool {
+    vmi.spec
+        .domain
+        .cpu
+        .as_ref()
+        .is_some_and(|cpu| cpu.dedicated_cpu_placement)
+}
+
 /// Everything the sync job needs, decided before it starts.
 pub(super) struct SyncPlan {
     domain_name: String,
@@ -163,6 +181,25 @@ impl DomainManager {
             user_net_backend: self.host.user_net_backend,
             block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
             grace_period_seconds: self.grace_period_for(&vmi).as_secs() as i64,
+            service_account_dir: PathBuf::from(convert::DEFAULT_SERVICE_ACCOUNT_DIR),
+            present_paths: Default::default(),
+            cpuset: Err(String::new()),
+            host_topology: None,
+            libvirt_version: parse_libvirt_version(&info.daemon_version),
+        };
+        let ctx = ConvertContext {
+            present_paths: convert::detect_present_paths(&vmi, &ctx),
+            cpuset: if wants_dedicated_cpus(&vmi) {
+                convert::read_cpuset(&convert::default_cpuset_file())
+            } else {
+                Err("not read: the VMI asks for no dedicated CPUs".to_string())
+            },
+            host_topology: if wants_dedicated_cpus(&vmi) {
+                convert::detect_host_topology(Path::new("/sys"))
+            } else {
+                None
+            },
+            ..ctx
         };
         let conversion = convert::convert(&vmi, &ctx)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;

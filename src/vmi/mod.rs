@@ -5,16 +5,19 @@
 //! e.g. `spec.domain.devices.disks[1].disk.bus: unknown bus "foo" (use virtio,
 //! sata, scsi or usb)`.
 
+pub mod defaults;
 mod objects_only;
 mod quantity;
 pub(crate) mod strict;
 mod types;
+mod without_effect;
 
 use std::fmt;
 
 pub use quantity::{Quantity, QuantityError};
 pub use strict::{Empty, Unsupported};
 pub use types::*;
+pub use without_effect::fields_without_effect;
 
 /// An invalid VMI: `path` is the JSON path of the bad field ("" for the
 /// document itself), `message` says what is wrong with it.

@@ -4,8 +4,11 @@
 //!
 //! Everything that describes the VM (`spec.domain`, `spec.volumes`,
 //! `spec.networks`) denies unknown fields, so a typo is an error with its JSON
-//! path. Features the launcher does not implement use [`Unsupported`].
-//! Pod- and scheduling-level fields are accepted and ignored.
+//! path. Every field of KubeVirt's current `VirtualMachineInstanceSpec` is
+//! known: features the launcher does not implement use [`Unsupported`] (or
+//! are refused by the converter with their path); pod- and scheduling-level
+//! fields that do not change the domain are [`Ignored`] and logged at debug
+//! level by [`super::fields_without_effect`].
 
 use std::collections::BTreeMap;
 
@@ -90,6 +93,10 @@ pub struct VmiSpec {
     pub dns_config: Ignored,
     #[serde(default)]
     pub access_credentials: Ignored,
+    /// The pod's service account (the token reaches the guest only through a
+    /// `serviceAccount` volume).
+    #[serde(default)]
+    pub service_account_name: Ignored,
     #[serde(default)]
     pub resource_claims: Unsupported,
     #[serde(default)]
@@ -180,9 +187,26 @@ pub struct Cpu {
     #[serde(default)]
     pub isolate_emulator_thread: bool,
     #[serde(default)]
-    pub numa: Unsupported,
+    pub numa: Option<Numa>,
     #[serde(default)]
-    pub realtime: Unsupported,
+    pub realtime: Option<Realtime>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Numa {
+    /// Guest NUMA cells mirror the host cells the dedicated CPUs are on.
+    #[serde(default)]
+    pub guest_mapping_passthrough: Option<Empty>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Realtime {
+    /// The vCPUs that run with real-time scheduling, as a cpuset list
+    /// ("0-3,^1"); all of them when absent.
+    #[serde(default)]
+    pub mask: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -210,6 +234,9 @@ pub struct Memory {
     pub guest: Option<Quantity>,
     #[serde(default)]
     pub max_guest: Option<Quantity>,
+    /// Extra memory for the pod's limits; the guest does not see it.
+    #[serde(default)]
+    pub reserved_overhead: Ignored,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -562,7 +589,25 @@ pub struct Devices {
     #[serde(default)]
     pub sound: Unsupported,
     #[serde(default)]
-    pub tpm: Unsupported,
+    pub tpm: Option<Tpm>,
+}
+
+/// An emulated TPM 2.0 (swtpm run by libvirt).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tpm {
+    /// `false` removes the device; absent means present.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// Keep the TPM's state across restarts of the VMI.
+    #[serde(default)]
+    pub persistent: Option<bool>,
+}
+
+impl Tpm {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -687,8 +732,9 @@ string_enum!(WatchdogAction, "watchdog action", {
 pub struct Input {
     #[serde(default)]
     pub bus: Option<InputBus>,
-    #[serde(rename = "type")]
-    pub input_type: InputType,
+    /// KubeVirt's default is tablet ([`super::defaults`]).
+    #[serde(default, rename = "type")]
+    pub input_type: Option<InputType>,
     pub name: String,
 }
 
@@ -738,6 +784,10 @@ pub struct Interface {
     pub binding: Option<PluginBinding>,
     #[serde(default)]
     pub ports: Vec<Port>,
+    /// Port ranges to forward to the guest; interface conversion decides
+    /// what they mean for the binding.
+    #[serde(default)]
+    pub port_ranges: Vec<PortRange>,
     #[serde(default)]
     pub mac_address: Option<String>,
     #[serde(default)]
@@ -795,6 +845,14 @@ pub struct Port {
 
 string_enum!(PortProtocol, "protocol", { Tcp => "TCP", Udp => "UDP" });
 
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PortRange {
+    pub protocol: PortProtocol,
+    pub start: u16,
+    pub end: u16,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Network {
@@ -803,6 +861,9 @@ pub struct Network {
     pub pod: Option<PodNetwork>,
     #[serde(default)]
     pub multus: Option<MultusNetwork>,
+    /// A network from a DRA resource claim.
+    #[serde(default, rename = "resourceClaim")]
+    pub resource_claim: Unsupported,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -851,11 +912,34 @@ pub struct Volume {
     #[serde(default)]
     pub service_account: Option<ServiceAccountSource>,
     #[serde(default)]
-    pub sysprep: Unsupported,
+    pub sysprep: Option<SysprepSource>,
     #[serde(default)]
     pub downward_metrics: Unsupported,
     #[serde(default)]
     pub memory_dump: Unsupported,
+    /// A directory of the launcher's container shared through virtiofs;
+    /// parsed so the converter can refuse it as not supported.
+    #[serde(default)]
+    pub container_path: Option<ContainerPathSource>,
+}
+
+/// A Windows answer file (`autounattend.xml` or `unattend.xml`) from a
+/// ConfigMap or Secret, mounted at `<private>/sysprep/<volume>`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SysprepSource {
+    #[serde(default)]
+    pub secret: Option<LocalObjectReference>,
+    #[serde(default)]
+    pub config_map: Option<LocalObjectReference>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContainerPathSource {
+    pub path: String,
+    #[serde(default)]
+    pub read_only: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

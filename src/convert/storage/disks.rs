@@ -11,13 +11,26 @@ use super::{Device, DiskEntry, Source};
 use crate::domxml::{self, Controller, ControllerDriver, DiskDriver, DiskSource, Domain};
 use crate::vmi::{DiskBus, DiskCache, DiskIo};
 
-/// KubeVirt's defaults: disk → virtio, lun → scsi, cdrom → sata.
+/// The device kind and bus. KubeVirt's defaults ([`crate::vmi::defaults`])
+/// have given every disk, cdrom and LUN a bus (sata when the VMI names
+/// none), so a missing bus here only comes from a model built by hand.
 pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), ConvertError> {
     let disk = &entry.disk;
     let path = &entry.path;
+    let default = crate::vmi::defaults::DEFAULT_DISK_BUS;
     match (&disk.disk, &disk.lun, &disk.cdrom) {
-        (Some(target), None, None) => Ok((Device::Disk, target.bus.unwrap_or(DiskBus::Virtio))),
-        (None, None, None) => Ok((Device::Disk, DiskBus::Virtio)),
+        (Some(target), None, None) => {
+            let bus = target.bus.unwrap_or(default);
+            // KubeVirt's webhook: "sata hard-disks do not support read-only".
+            if target.readonly && bus == DiskBus::Sata {
+                return Err(ConvertError::new(
+                    format!("{path}.disk.readonly"),
+                    "a read-only disk cannot be on the sata bus (sata is also KubeVirt's default when a disk names no bus); use bus virtio or scsi, or a cdrom",
+                ));
+            }
+            Ok((Device::Disk, bus))
+        }
+        (None, None, None) => Ok((Device::Disk, default)),
         (None, Some(lun), None) => {
             if lun.reservation {
                 return Err(ConvertError::unsupported(
@@ -25,15 +38,18 @@ pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), Con
                     "SCSI persistent reservation (it needs qemu-pr-helper)",
                 ));
             }
-            match lun.bus.unwrap_or(DiskBus::Scsi) {
+            match lun.bus.unwrap_or(default) {
                 DiskBus::Scsi => Ok((Device::Lun, DiskBus::Scsi)),
                 other => Err(ConvertError::new(
                     format!("{path}.lun.bus"),
-                    format!("a LUN needs the scsi bus, not {}", other.as_str()),
+                    format!(
+                        "a LUN needs the scsi bus, not {} (KubeVirt gives a LUN without a bus sata on amd64); set bus: scsi",
+                        other.as_str()
+                    ),
                 )),
             }
         }
-        (None, None, Some(cdrom)) => match cdrom.bus.unwrap_or(DiskBus::Sata) {
+        (None, None, Some(cdrom)) => match cdrom.bus.unwrap_or(default) {
             DiskBus::Virtio => Err(ConvertError::new(
                 format!("{path}.cdrom.bus"),
                 "a cdrom cannot use the virtio bus (use sata or scsi)",
@@ -226,7 +242,7 @@ pub(super) fn add_storage_controllers(
 mod tests {
     use serde_json::json;
 
-    use super::super::super::test_support::{convert_err, convert_ok};
+    use super::super::super::test_support::{context, convert_err, convert_ok, convert_with};
     use super::device_name;
     use crate::domxml;
 
@@ -269,12 +285,13 @@ mod tests {
         let devices = &conversion.domain.devices;
         assert_eq!(
             targets(&devices.disks),
+            // "d" names no bus: KubeVirt's amd64 default is sata.
             [
                 ("vda", "virtio"),
                 ("sda", "sata"),
                 ("sdb", "scsi"),
-                ("vdb", "virtio"),
-                ("sdc", "sata")
+                ("sdc", "sata"),
+                ("sdd", "sata")
             ]
             .map(|(d, b)| (d.to_string(), b.to_string()))
         );
@@ -323,7 +340,7 @@ mod tests {
             "spec.domain.devices.disks[0].cdrom.bus: a cdrom cannot use the virtio bus (use sata or scsi)"
         );
         let lun = convert_err(
-            json!({"domain": {"devices": {"disks": [{"name": "l", "lun": {}}]}},
+            json!({"domain": {"devices": {"disks": [{"name": "l", "lun": {"bus": "scsi"}}]}},
             "volumes": [{"name": "l", "persistentVolumeClaim": {"claimName": "x"}}]}),
         );
         assert!(
@@ -350,8 +367,8 @@ mod tests {
     #[test]
     fn driver_options() {
         let spec = json!({"domain": {"cpu": {"cores": 2}, "devices": {"blockMultiQueue": true, "disks": [
-            {"name": "a", "cache": "writeback", "io": "threads", "errorPolicy": "report", "serial": "SER1"},
-            {"name": "b", "shareable": true, "disk": {"readonly": true}},
+            {"name": "a", "disk": {"bus": "virtio"}, "cache": "writeback", "io": "threads", "errorPolicy": "report", "serial": "SER1"},
+            {"name": "b", "shareable": true, "disk": {"readonly": true, "bus": "virtio"}},
             {"name": "c", "io": "native", "blockSize": {"custom": {"logical": 512, "physical": 4096}}}]}},
             "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}, {"name": "b", "emptyDisk": {"capacity": "1Gi"}},
                         {"name": "c", "emptyDisk": {"capacity": "1Gi"}}]});
@@ -369,7 +386,10 @@ mod tests {
         assert_eq!(driver(0).discard.as_deref(), Some("unmap"));
         assert_eq!(disks[0].serial.as_deref(), Some("SER1"));
         assert_eq!(driver(1).cache.as_deref(), Some("none"));
-        assert!(disks[1].shareable.is_none());
+        assert!(
+            disks[1].shareable.is_some(),
+            "shareable must not be dropped"
+        );
         assert!(disks[1].readonly.is_some());
         assert_eq!(
             (driver(2).cache.as_deref(), driver(2).io.as_deref()),
@@ -390,5 +410,85 @@ mod tests {
             conflict,
             "spec.domain.devices.disks[0].cache: a shareable disk needs cache none, not writeback"
         );
+    }
+
+    #[test]
+    fn kubevirt_webhook_refusals_come_first() {
+        let lun = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "l", "lun": {}}]}},
+            "volumes": [{"name": "l", "persistentVolumeClaim": {"claimName": "x"}}]}),
+        );
+        assert_eq!(
+            lun,
+            "spec.domain.devices.disks[0].lun.bus: a LUN needs the scsi bus, not sata (KubeVirt gives a LUN without a bus sata on amd64); set bus: scsi"
+        );
+        let readonly = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "r", "disk": {"readonly": true}}]}},
+            "volumes": [{"name": "r", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+        assert!(
+            readonly.starts_with(
+                "spec.domain.devices.disks[0].disk.readonly: a read-only disk cannot be on the sata bus"
+            ),
+            "{readonly}"
+        );
+        let shared_cdrom = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "c", "cdrom": {}, "shareable": true}]}}}),
+        );
+        assert_eq!(
+            shared_cdrom,
+            "spec.domain.devices.disks[0].shareable: only a disk (not a cdrom) can be shareable"
+        );
+        let cbt = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "a", "changedBlockTracking": true}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+        assert!(
+            cbt.starts_with(
+                "spec.domain.devices.disks[0].changedBlockTracking: changed block tracking"
+            ) && cbt.ends_with("is not supported by this launcher"),
+            "{cbt}"
+        );
+        let tag = convert_err(
+            json!({"domain": {"devices": {"disks": [{"name": "a", "tag": "db"}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}},
+                        {"name": "ci", "cloudInitConfigDrive": {"userData": "x"}}]}),
+        );
+        assert!(
+            tag.starts_with("spec.domain.devices.disks[0].tag: "),
+            "{tag}"
+        );
+        // Without a ConfigDrive the tag reaches nothing and is accepted.
+        convert_ok(
+            json!({"domain": {"devices": {"disks": [{"name": "a", "tag": "db"}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}]}),
+        );
+    }
+
+    #[test]
+    fn discard_granularity_needs_libvirt_9_7() {
+        let spec = json!({"domain": {"devices": {"disks": [{"name": "a", "disk": {"bus": "virtio"},
+            "blockSize": {"custom": {"logical": 512, "physical": 4096, "discardGranularity": 4096}}}]}},
+            "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}]});
+        let mut old = context();
+        old.libvirt_version = Some(crate::convert::libvirt_version(9, 0, 0));
+        let err = convert_with(spec.clone(), &old)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(
+            err.as_deref(),
+            Some(
+                "spec.domain.devices.disks[0].blockSize.custom.discardGranularity: blockio discard_granularity needs libvirt 9.7.0 or newer; this launcher's libvirt is 9.0.0"
+            )
+        );
+        let mut new = context();
+        new.libvirt_version = Some(crate::convert::libvirt_version(10, 0, 0));
+        let disk = convert_with(spec, &new)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .domain
+            .devices
+            .disks
+            .remove(0);
+        assert_eq!(disk.blockio.and_then(|b| b.discard_granularity), Some(4096));
     }
 }

@@ -115,7 +115,8 @@ mod tests {
     #[test]
     fn io_threads_shared_and_dedicated() {
         let spec = json!({"domain": {"ioThreadsPolicy": "shared", "devices": {"disks": [
-            {"name": "a"}, {"name": "b", "dedicatedIOThread": true}, {"name": "c"}]}},
+            {"name": "a", "disk": {"bus": "virtio"}}, {"name": "b", "disk": {"bus": "virtio"}, "dedicatedIOThread": true},
+            {"name": "c", "disk": {"bus": "virtio"}}]}},
             "volumes": [{"name": "a", "emptyDisk": {"capacity": "1Gi"}}, {"name": "b", "emptyDisk": {"capacity": "1Gi"}},
                         {"name": "c", "emptyDisk": {"capacity": "1Gi"}}]});
         let domain = convert_ok(spec).domain;

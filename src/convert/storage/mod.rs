@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use super::boot_order::{BootOrders, claim_boot_order};
 use super::cpu::Vcpus;
 use super::virtio::virtio_model;
-use super::{ConvertContext, ConvertError};
+use super::{ConvertContext, ConvertError, require_libvirt};
 use crate::disks::DiskPlan;
 use crate::domxml::{self, Address, Alias, BlockIo, BootOrder, DiskTarget, Domain, Flag};
 use crate::vmi::{Disk, DiskBus, VirtualMachineInstance};
@@ -29,6 +29,49 @@ use disks::{
 };
 use iothreads::IoThreadPlan;
 use volumes::{disk_entries, index_volumes, volume_source};
+
+/// libvirt 9.7.0 added `<blockio discard_granularity=...>`.
+const DISCARD_GRANULARITY_SINCE: (u32, u32, u32) = (9, 7, 0);
+
+/// Disk fields that would change the guest but are not implemented.
+fn check_unimplemented(
+    vmi: &VirtualMachineInstance,
+    entry: &DiskEntry,
+) -> Result<(), ConvertError> {
+    if entry.disk.changed_block_tracking == Some(true) {
+        return Err(ConvertError::unsupported(
+            format!("{}.changedBlockTracking", entry.path),
+            "changed block tracking (incremental backups through qcow2 overlays with dirty bitmaps)",
+        ));
+    }
+    // The tag only reaches the guest in a ConfigDrive's device metadata.
+    let config_drive = vmi
+        .spec
+        .volumes
+        .iter()
+        .any(|v| v.cloud_init_config_drive.is_some());
+    if config_drive && entry.disk.tag.as_deref().is_some_and(|t| !t.is_empty()) {
+        return Err(ConvertError::unsupported(
+            format!("{}.tag", entry.path),
+            "a disk tag in the ConfigDrive's device metadata",
+        ));
+    }
+    Ok(())
+}
+
+/// `shareable: true` on a disk: `<shareable/>` (KubeVirt sets it on disks
+/// only, with cache none; see `driver`). On a cdrom or LUN it is refused
+/// rather than dropped.
+fn shareable(entry: &DiskEntry, device: Device) -> Result<bool, ConvertError> {
+    match (entry.disk.shareable == Some(true), device) {
+        (false, _) => Ok(false),
+        (true, Device::Disk) => Ok(true),
+        (true, other) => Err(ConvertError::new(
+            format!("{}.shareable", entry.path),
+            format!("only a disk (not a {}) can be shareable", other.as_str()),
+        )),
+    }
+}
 
 /// How a disk is presented to the guest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,12 +174,24 @@ pub(crate) fn configure(
             )?;
             disk.boot = Some(BootOrder { order });
         }
+        check_unimplemented(vmi, entry)?;
+        if shareable(entry, device)? {
+            disk.shareable = Some(Flag {});
+        }
         if let Some(custom) = entry
             .disk
             .block_size
             .as_ref()
             .and_then(|b| b.custom.as_ref())
         {
+            if custom.discard_granularity.is_some() {
+                require_libvirt(
+                    ctx,
+                    DISCARD_GRANULARITY_SINCE,
+                    &format!("{}.blockSize.custom.discardGranularity", entry.path),
+                    "blockio discard_granularity",
+                )?;
+            }
             disk.blockio = Some(BlockIo {
                 logical_block_size: Some(custom.logical),
                 physical_block_size: Some(custom.physical),

@@ -8,7 +8,7 @@ use super::super::{ConvertContext, ConvertError, paths};
 use super::{DiskEntry, Source};
 use crate::disks::{DiskPlan, DiskStep, IsoContents, PathKind};
 use crate::domxml::{self, BackingStore, DiskSource, FormatType};
-use crate::vmi::{Disk, HostDiskType, Quantity, VirtualMachineInstance, Volume};
+use crate::vmi::{HostDiskType, Quantity, VirtualMachineInstance, Volume};
 
 const MIB: u64 = 1 << 20;
 
@@ -48,25 +48,17 @@ pub(super) fn index_volumes(
             ));
         }
     }
-    let singletons = [
-        (
-            "cloud-init volume",
-            ["cloudInitNoCloud", "cloudInitConfigDrive"].as_slice(),
-        ),
-        ("serviceAccount volume", ["serviceAccount"].as_slice()),
-    ];
-    for (what, kinds) in singletons {
-        let mut matching = volumes.iter().enumerate().filter(|(_, v)| {
-            source_kinds(v)
-                .first()
-                .is_some_and(|kind| kinds.contains(kind))
-        });
-        if let (Some(_), Some((second, _))) = (matching.next(), matching.next()) {
-            return Err(ConvertError::new(
-                format!("spec.volumes[{second}]"),
-                format!("only one {what} is allowed"),
-            ));
-        }
+    // KubeVirt's webhook allows one serviceAccount volume (any number of
+    // cloud-init volumes: each gets its own ISO here, see `cloud_init`).
+    let mut service_accounts = volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.service_account.is_some());
+    if let (Some(_), Some((second, _))) = (service_accounts.next(), service_accounts.next()) {
+        return Err(ConvertError::new(
+            format!("spec.volumes[{second}]"),
+            "only one serviceAccount volume is allowed",
+        ));
     }
     Ok(index)
 }
@@ -91,6 +83,13 @@ pub(super) fn source_kinds(volume: &Volume) -> Vec<&'static str> {
         ("secret", volume.secret.is_some()),
         ("downwardAPI", volume.downward_api.is_some()),
         ("serviceAccount", volume.service_account.is_some()),
+        ("sysprep", volume.sysprep.is_some()),
+        ("containerPath", volume.container_path.is_some()),
+        (
+            "downwardMetrics",
+            volume.downward_metrics != Default::default(),
+        ),
+        ("memoryDump", volume.memory_dump != Default::default()),
     ];
     present
         .into_iter()
@@ -138,10 +137,7 @@ pub(super) fn disk_entries(
     for (index, name) in without_disk {
         entries.push(DiskEntry {
             path: format!("spec.volumes[{index}]"),
-            disk: Disk {
-                name: name.to_string(),
-                ..Disk::default()
-            },
+            disk: crate::vmi::defaults::disk_for_volume(name),
         });
     }
     Ok(entries)
@@ -180,13 +176,22 @@ pub(super) fn volume_source(
         return Ok(empty_disk(ctx, name, size, plan));
     }
     if let Some(host_disk) = &volume.host_disk {
-        return host_disk_source(name, &path, host_disk, plan);
+        return host_disk_source(ctx, name, &path, host_disk, plan);
     }
     if let Some(source) = &volume.cloud_init_no_cloud {
         return cloud_init(vmi, ctx, name, index, source, DataSource::NoCloud, plan);
     }
     if let Some(source) = &volume.cloud_init_config_drive {
         return cloud_init(vmi, ctx, name, index, source, DataSource::ConfigDrive, plan);
+    }
+    if let Some(sysprep) = &volume.sysprep {
+        return sysprep_source(ctx, name, &path, sysprep, plan);
+    }
+    if volume.container_path.is_some() {
+        return Err(ConvertError::unsupported(
+            format!("{path}.containerPath"),
+            "a containerPath volume (a directory of the launcher's container, shared with the guest through a virtiofs filesystem device)",
+        ));
     }
     if let Some(config_map) = &volume.config_map {
         let source = paths::config_map_source(ctx, name);
@@ -219,7 +224,7 @@ pub(super) fn volume_source(
         ));
     }
     // index_volumes guarantees exactly one source: this is serviceAccount.
-    let source = std::path::PathBuf::from(paths::SERVICE_ACCOUNT_SOURCE);
+    let source = ctx.service_account_dir.clone();
     Ok(config_iso(
         plan,
         "serviceAccount",
@@ -360,48 +365,134 @@ pub(super) fn empty_disk(
     }
 }
 
-/// KubeVirt mounts the host path into the pod; this launcher has no pod, so
-/// `path` is used as is and must be absolute.
+/// KubeVirt mounts the directory of `hostDisk.path` at
+/// `<private>/vmi-disks/<volume>/` and uses the file of the same name in
+/// it. That layout is used when it is present ([`ConvertContext::present_paths`]);
+/// otherwise, as a standalone convenience, the absolute host path itself.
+/// In order:
+///
+/// 1. `<private>/vmi-disks/<volume>/<base name>` exists: use it;
+/// 2. `path` exists: use it;
+/// 3. `DiskOrCreate`: create the sparse file in the mount when the mount
+///    directory exists, else at `path` (its directory created), as
+///    KubeVirt's `DirectoryOrCreate` host mount would;
+/// 4. `Disk`: the file must exist; the error names the mount path.
 pub(super) fn host_disk_source(
+    ctx: &ConvertContext,
     volume: &str,
     path: &str,
     host_disk: &crate::vmi::HostDisk,
     plan: &mut DiskPlan,
 ) -> Result<Source, ConvertError> {
     let what = what("hostDisk", volume);
-    let image = std::path::PathBuf::from(&host_disk.path);
-    if !image.is_absolute() || image.file_name().is_none() {
-        return Err(ConvertError::new(
-            format!("{path}.hostDisk.path"),
-            format!("{:?} is not an absolute file path", host_disk.path),
-        ));
-    }
-    match host_disk.disk_type {
-        HostDiskType::Disk => plan.require(image.clone(), PathKind::File, &what),
-        HostDiskType::DiskOrCreate => {
-            let capacity_path = format!("{path}.hostDisk.capacity");
-            let capacity = host_disk.capacity.as_ref().ok_or_else(|| {
-                ConvertError::new(
-                    &capacity_path,
-                    "capacity is required with type DiskOrCreate",
-                )
-            })?;
-            let size = disk_size(capacity, &capacity_path)?;
-            if let Some(parent) = image.parent() {
-                plan.make_dir(parent.to_path_buf(), &what);
-            }
-            plan.push(DiskStep::CreateSparseFile {
-                path: image.clone(),
-                size,
-                what,
-            });
+    let host_path = std::path::PathBuf::from(&host_disk.path);
+    let in_mount = paths::host_disk_in_mount(ctx, volume, &host_disk.path);
+    let in_mount = match in_mount {
+        Some(file) if host_path.is_absolute() => file,
+        _ => {
+            return Err(ConvertError::new(
+                format!("{path}.hostDisk.path"),
+                format!("{:?} is not an absolute file path", host_disk.path),
+            ));
         }
-    }
+    };
+    let mount_dir = paths::host_disk_mount_dir(ctx, volume);
+    let present = |p: &std::path::Path| ctx.present_paths.contains(p);
+    let image = if present(&in_mount) {
+        in_mount
+    } else if present(&host_path) {
+        host_path
+    } else {
+        match host_disk.disk_type {
+            HostDiskType::Disk => {
+                plan.require(
+                    in_mount.clone(),
+                    PathKind::File,
+                    &format!("{what} (neither it nor {} exists)", host_disk.path),
+                );
+                in_mount
+            }
+            HostDiskType::DiskOrCreate => {
+                let capacity_path = format!("{path}.hostDisk.capacity");
+                let capacity = host_disk.capacity.as_ref().ok_or_else(|| {
+                    ConvertError::new(
+                        &capacity_path,
+                        "capacity is required with type DiskOrCreate",
+                    )
+                })?;
+                let size = disk_size(capacity, &capacity_path)?;
+                let image = if present(&mount_dir) {
+                    in_mount
+                } else {
+                    if let Some(parent) = host_path.parent() {
+                        plan.make_dir(parent.to_path_buf(), &what);
+                    }
+                    host_path
+                };
+                plan.push(DiskStep::CreateSparseFile {
+                    path: image.clone(),
+                    size,
+                    what,
+                });
+                image
+            }
+        }
+    };
     Ok(Source::File {
-        path: host_disk.path.clone(),
+        path: paths::text(&image),
         format: "raw",
     })
 }
+
+/// A Windows answer file as a cdrom, as KubeVirt builds it
+/// (pkg/config/sysprep.go): every file of the mounted ConfigMap or Secret
+/// in an ISO labelled "unattendCD", which must hold `autounattend.xml` or
+/// `unattend.xml` (any case).
+pub(super) fn sysprep_source(
+    ctx: &ConvertContext,
+    volume: &str,
+    path: &str,
+    sysprep: &crate::vmi::SysprepSource,
+    plan: &mut DiskPlan,
+) -> Result<Source, ConvertError> {
+    match (&sysprep.config_map, &sysprep.secret) {
+        (Some(_), None) | (None, Some(_)) => {}
+        _ => {
+            return Err(ConvertError::new(
+                format!("{path}.sysprep"),
+                "set exactly one of configMap or secret",
+            ));
+        }
+    }
+    let what = what("sysprep", volume);
+    let source = paths::sysprep_source(ctx, volume);
+    plan.require(source.clone(), PathKind::Dir, &what);
+    plan.push(DiskStep::RequireOneOf {
+        dir: source.clone(),
+        names: vec![
+            SYSPREP_ANSWER_FILES[0].to_string(),
+            SYSPREP_ANSWER_FILES[1].to_string(),
+        ],
+        what: what.clone(),
+    });
+    let iso = paths::sysprep_disks_dir(ctx).join(format!("{volume}.iso"));
+    plan.make_dir(paths::sysprep_disks_dir(ctx), &what);
+    plan.push(DiskStep::WriteIso {
+        path: iso.clone(),
+        volume_id: SYSPREP_LABEL.to_string(),
+        contents: IsoContents::Dir(source),
+        what,
+    });
+    Ok(Source::File {
+        path: paths::text(&iso),
+        format: "raw",
+    })
+}
+
+/// KubeVirt's label of a sysprep ISO (`sysprepVolumeLabel`).
+const SYSPREP_LABEL: &str = "unattendCD";
+/// The answer files Windows Setup looks for on removable media.
+const SYSPREP_ANSWER_FILES: [&str; 2] = ["autounattend.xml", "unattend.xml"];
 
 /// Disk sizes are rounded down to whole MiB, as KubeVirt does for emptyDisks.
 pub(super) fn disk_size(capacity: &Quantity, path: &str) -> Result<u64, ConvertError> {
@@ -442,9 +533,23 @@ pub(super) fn cloud_init(
             &format!("secret of {what}"),
         );
     }
-    let iso = match data_source {
-        DataSource::NoCloud => paths::no_cloud_iso(ctx),
-        DataSource::ConfigDrive => paths::config_drive_iso(ctx),
+    // KubeVirt writes only the first cloud-init volume's ISO and points
+    // every cloud-init disk at the file of its data source; two disks on
+    // one writable file would fight over QEMU's image lock, so each further
+    // volume of a data source gets an ISO of its own data.
+    let first_of_kind = vmi.spec.volumes.iter().position(|v| match data_source {
+        DataSource::NoCloud => v.cloud_init_no_cloud.is_some(),
+        DataSource::ConfigDrive => v.cloud_init_config_drive.is_some(),
+    }) == Some(index);
+    let iso = match (data_source, first_of_kind) {
+        (DataSource::NoCloud, true) => paths::no_cloud_iso(ctx),
+        (DataSource::ConfigDrive, true) => paths::config_drive_iso(ctx),
+        (DataSource::NoCloud, false) => {
+            paths::cloud_init_dir(ctx).join(format!("{volume}-noCloud.iso"))
+        }
+        (DataSource::ConfigDrive, false) => {
+            paths::cloud_init_dir(ctx).join(format!("{volume}-configdrive.iso"))
+        }
     };
     plan.make_dir(paths::cloud_init_dir(ctx), &what);
     plan.push(DiskStep::WriteIso {
@@ -534,13 +639,72 @@ mod tests {
     }
 
     #[test]
-    fn only_one_cloud_init_volume() {
-        let message = convert_err(json!({"volumes": [
+    fn every_cloud_init_volume_gets_its_own_iso() {
+        let conversion = convert_ok(json!({"volumes": [
             {"name": "a", "cloudInitNoCloud": {"userData": "x"}},
-            {"name": "b", "cloudInitConfigDrive": {"userData": "y"}}]}));
+            {"name": "b", "cloudInitConfigDrive": {"userData": "y"}},
+            {"name": "c", "cloudInitNoCloud": {"userData": "z"}}]}));
+        let sources: Vec<String> = conversion
+            .domain
+            .devices
+            .disks
+            .iter()
+            .filter_map(|d| d.source.as_ref().and_then(|s| s.file.clone()))
+            .collect();
+        let dir = "/var/run/kubevirt-ephemeral-disks/cloud-init-data/default/testvmi";
         assert_eq!(
-            message,
-            "spec.volumes[1]: only one cloud-init volume is allowed"
+            sources,
+            [
+                format!("{dir}/noCloud.iso"),
+                format!("{dir}/configdrive.iso"),
+                format!("{dir}/c-noCloud.iso")
+            ]
+        );
+        let isos = conversion
+            .disk_plan
+            .steps
+            .iter()
+            .filter(|s| matches!(s, DiskStep::WriteIso { .. }))
+            .count();
+        assert_eq!(isos, 3);
+        let twice = convert_err(json!({"volumes": [
+            {"name": "a", "serviceAccount": {"serviceAccountName": "x"}},
+            {"name": "b", "serviceAccount": {"serviceAccountName": "y"}}]}));
+        assert_eq!(
+            twice,
+            "spec.volumes[1]: only one serviceAccount volume is allowed"
+        );
+    }
+
+    #[test]
+    fn sysprep_is_an_unattend_iso_and_container_path_is_refused() {
+        let conversion = convert_ok(json!({"domain": {"devices": {"disks": [
+            {"name": "sysprep", "cdrom": {"bus": "sata"}}]}},
+            "volumes": [{"name": "sysprep", "sysprep": {"configMap": {"name": "unattend"}}}]}));
+        let steps = &conversion.disk_plan.steps;
+        assert!(steps.contains(&DiskStep::RequireOneOf {
+            dir: "/var/run/kubevirt-private/sysprep/sysprep".into(),
+            names: vec!["autounattend.xml".into(), "unattend.xml".into()],
+            what: "sysprep volume \"sysprep\"".into(),
+        }));
+        assert!(steps.contains(&DiskStep::WriteIso {
+            path: "/var/run/kubevirt-private/sysprep-disks/sysprep.iso".into(),
+            volume_id: "unattendCD".into(),
+            contents: IsoContents::Dir("/var/run/kubevirt-private/sysprep/sysprep".into()),
+            what: "sysprep volume \"sysprep\"".into(),
+        }));
+        let both = convert_err(json!({"volumes": [{"name": "s", "sysprep": {
+            "configMap": {"name": "a"}, "secret": {"name": "b"}}}]}));
+        assert_eq!(
+            both,
+            "spec.volumes[0].sysprep: set exactly one of configMap or secret"
+        );
+        let container_path =
+            convert_err(json!({"volumes": [{"name": "p", "containerPath": {"path": "/data"}}]}));
+        assert!(
+            container_path.starts_with("spec.volumes[0].containerPath: a containerPath volume")
+                && container_path.ends_with("is not supported by this launcher"),
+            "{container_path}"
         );
     }
 
@@ -703,6 +867,56 @@ mod tests {
                 label.to_string(),
                 IsoContents::Dir(dir.into())
             ))
+        );
+    }
+
+    #[test]
+    fn host_disks_follow_kubevirts_mount_first() {
+        let spec = json!({"volumes": [{"name": "h", "hostDisk": {"path": "/data/h.img", "type": "Disk"}}]});
+        let mount = "/var/run/kubevirt-private/vmi-disks/h/h.img";
+        let source = |conversion: &crate::convert::Conversion| {
+            conversion.domain.devices.disks[0]
+                .source
+                .as_ref()
+                .and_then(|s| s.file.clone())
+                .unwrap_or_default()
+        };
+        // Neither exists: the mount path is required (and named).
+        let none = convert_ok(spec.clone());
+        assert_eq!(source(&none), mount);
+        assert!(none.disk_plan.steps.contains(&DiskStep::RequireExisting {
+            path: mount.into(),
+            kind: PathKind::File,
+            what: "hostDisk volume \"h\" (neither it nor /data/h.img exists)".into(),
+        }));
+        // Only the host path exists: the standalone convenience.
+        let mut ctx = context();
+        ctx.present_paths.insert("/data/h.img".into());
+        let host = convert_with(spec.clone(), &ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(source(&host), "/data/h.img");
+        // Both: KubeVirt's mount wins.
+        ctx.present_paths.insert(mount.into());
+        let both = convert_with(spec, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(source(&both), mount);
+        // DiskOrCreate in a present mount directory creates the file there.
+        let mut mounted = context();
+        mounted
+            .present_paths
+            .insert("/var/run/kubevirt-private/vmi-disks/n".into());
+        let created = convert_with(
+            json!({"volumes": [{"name": "n", "hostDisk": {"path": "/data/n.img", "type": "DiskOrCreate", "capacity": "1Gi"}}]}),
+            &mounted,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            created
+                .disk_plan
+                .steps
+                .contains(&DiskStep::CreateSparseFile {
+                    path: "/var/run/kubevirt-private/vmi-disks/n/n.img".into(),
+                    size: 1 << 30,
+                    what: "hostDisk volume \"n\"".into(),
+                })
         );
     }
 }

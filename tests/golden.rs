@@ -21,7 +21,7 @@ fn golden_path(stem: &str) -> PathBuf {
 #[test]
 fn there_are_enough_examples() {
     let stems: Vec<String> = examples().into_iter().map(|(stem, _)| stem).collect();
-    assert!(stems.len() >= 9, "{stems:?}");
+    assert!(stems.len() >= 16, "{stems:?}");
     assert!(
         stems.contains(&"vmi".to_string()),
         "examples/vmi.json (the demo) is missing"

@@ -513,8 +513,8 @@ fn numa_mapping(
         guest_cells.push(NumaCell {
             id: Some(guest),
             cpus: Some(cpu_list(&vcpus_by_cell[&host.id])),
-            memory: cell_pages * page,
-            unit: Some("b".to_string()),
+            memory: cell_pages * page / 1024,
+            unit: Some("KiB".to_string()),
             distances: (!siblings.is_empty()).then_some(NumaDistances { sibling: siblings }),
             ..NumaCell::default()
         });
@@ -546,12 +546,28 @@ fn numa_mapping(
     Ok(())
 }
 
-/// "0,1,4" (libvirt reads lists and ranges alike).
+/// A CPU list as libvirt writes it back ("0-2,4"): sorted, runs as ranges.
 fn cpu_list(cpus: &[u32]) -> String {
-    cpus.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        let mut end = start;
+        while i + 1 < sorted.len() && sorted[i + 1] == end + 1 {
+            i += 1;
+            end = sorted[i];
+        }
+        parts.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    parts.join(",")
 }
 
 #[cfg(test)]
@@ -639,7 +655,7 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(
-            err.starts_with("spec.domain.cpu.dedicatedCpuPlacement: 3 vCPUs do not fit the launcher's cpuset 0,1: not enough exclusive CPUs"),
+            err.starts_with("spec.domain.cpu.dedicatedCpuPlacement: 3 vCPUs do not fit the launcher's cpuset 0-1: not enough exclusive CPUs"),
             "{err}"
         );
         let unknown = domain(spec, &context()).err().unwrap_or_default();
@@ -691,7 +707,7 @@ mod tests {
             .into_iter()
             .map(|p| (p.iothread, p.cpuset))
             .collect();
-        assert_eq!(pins, [(1, "4,5".to_string()), (2, "6,7".to_string())]);
+        assert_eq!(pins, [(1, "4-5".to_string()), (2, "6-7".to_string())]);
     }
 
     fn numa_spec(extra: serde_json::Value) -> serde_json::Value {
@@ -723,8 +739,8 @@ mod tests {
         assert_eq!(
             summary,
             [
-                (Some(0), Some("0,1".to_string()), 4 << 20),
-                (Some(1), Some("2,3".to_string()), 2 << 20)
+                (Some(0), Some("0-1".to_string()), 4 << 10),
+                (Some(1), Some("2-3".to_string()), 2 << 10)
             ]
         );
         assert_eq!(
@@ -738,7 +754,7 @@ mod tests {
         let tune = d.numatune.unwrap_or_default();
         assert_eq!(
             tune.memory.map(|m| (m.mode, m.nodeset)),
-            Some(("strict".into(), "0,1".into()))
+            Some(("strict".into(), "0-1".into()))
         );
         assert_eq!(tune.memnode.len(), 2);
         let backing = d.memory_backing.unwrap_or_default();
@@ -800,7 +816,7 @@ mod tests {
                 .iter()
                 .map(|s| (s.vcpus.as_str(), s.scheduler.as_str(), s.priority))
                 .collect::<Vec<_>>(),
-            [("0,2,3", "fifo", Some(1))]
+            [("0,2-3", "fifo", Some(1))]
         );
         assert_eq!(
             d.features.and_then(|f| f.pmu).map(|p| p.state).as_deref(),

@@ -6,7 +6,9 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use virt_launcher::convert::{ConvertContext, DomainType, convert, kubevirt_defaults};
+use virt_launcher::convert::{
+    ConvertContext, DomainType, HostCell, HostTopology, convert, kubevirt_defaults, libvirt_version,
+};
 use virt_launcher::vmi::{VirtualMachineInstance, parse_vmi};
 
 pub const EXAMPLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
@@ -41,8 +43,10 @@ pub fn load_example(path: &Path) -> VirtualMachineInstance {
 }
 
 /// The fixed context of the golden files: KubeVirt's default directories,
-/// fixed OVMF paths, slirp, the VMI's identity and grace period, plus the
-/// block PVC volume names the examples use.
+/// fixed OVMF paths, slirp, the VMI's identity and grace period, the block
+/// PVC volume names the examples use, libvirt 9.0.0 (this project's), and
+/// for dedicated CPUs a cpuset of 4 CPUs on two NUMA cells (0-1 and 2-3,
+/// distance 20).
 pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
     ConvertContext {
         namespace: vmi.namespace().to_string(),
@@ -50,6 +54,20 @@ pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) ->
         uid: vmi.uid().to_string(),
         block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
         grace_period_seconds: vmi.termination_grace_period_seconds(),
+        libvirt_version: Some(libvirt_version(9, 0, 0)),
+        cpuset: Ok(vec![0, 1, 2, 3]),
+        host_topology: Some(HostTopology {
+            cells: (0..2)
+                .map(|id| HostCell {
+                    id,
+                    cpus: (id * 2..id * 2 + 2).map(|cpu| (cpu, vec![cpu])).collect(),
+                    distances: vec![
+                        (0, if id == 0 { 10 } else { 20 }),
+                        (1, if id == 1 { 10 } else { 20 }),
+                    ],
+                })
+                .collect(),
+        }),
         ..kubevirt_defaults(domain_type)
     }
 }

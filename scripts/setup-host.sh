@@ -75,7 +75,8 @@ TABLE
 
 # Packages no program row names: libraries and data the build and the
 # launcher need.
-EXTRA_PACKAGES=(libvirt-daemon-driver-qemu libvirt-dev libc6-dev)
+# ovmf: the EFI firmware of EFI VMIs (tests/examples_qemu.rs boots one).
+EXTRA_PACKAGES=(libvirt-daemon-driver-qemu libvirt-dev libc6-dev ovmf)
 
 rows() { grep -v '^#' <<<"$PROGRAMS" | grep -v '^[[:space:]]*$'; }
 

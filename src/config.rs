@@ -57,6 +57,12 @@ pub struct Config {
     pub libvirt_log_filters: Option<String>,
     pub verbosity: u8,
     pub agent_intervals: AgentIntervals,
+    /// --service-account-dir.
+    pub service_account_dir: PathBuf,
+    /// --ovmf-path; None searches the usual directories.
+    pub ovmf_path: Option<PathBuf>,
+    /// --cpuset-file; None reads the cgroup's.
+    pub cpuset_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -142,6 +148,9 @@ impl Config {
             libvirt_log_filters: args.libvirt_log_filters,
             verbosity: args.verbosity,
             agent_intervals: args.agent_intervals,
+            service_account_dir: args.service_account_dir,
+            ovmf_path: args.ovmf_path,
+            cpuset_file: args.cpuset_file,
         })
     }
 }

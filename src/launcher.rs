@@ -354,7 +354,7 @@ fn serve(
         config: config.clone(),
         hypervisor,
         hub: hub.clone(),
-        host: HostFacts::probe(),
+        host: HostFacts::probe(config.ovmf_path.as_deref()),
         daemons,
         poller: Some(poller),
         exit: exit_tx,

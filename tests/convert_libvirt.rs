@@ -529,7 +529,7 @@ fn every_example_converted_for_the_test_driver_is_accepted_and_reads_back() {
         let xml = test_driver_xml(path);
         assert!(xml.starts_with("<domain type=\"test\">"), "{stem}: {xml}");
         let golden = read(&Path::new(GOLDEN_DIR).join(format!("{stem}.xml")));
-        let qemu = example_xml(path, DomainType::Qemu);
+        let qemu = example_xml(path, DomainType::Kvm);
         assert_eq!(qemu, golden, "{stem}: the golden file is stale");
         let name = format!("vltest-{stem}-{tag}");
         results.push((stem.clone(), define_and_compare(&conn, &name, &xml, 0)));

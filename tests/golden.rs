@@ -33,7 +33,7 @@ fn examples_match_golden_xml() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
     let mut mismatches = Vec::new();
     for (stem, path) in examples() {
-        let xml = example_xml(&path, DomainType::Qemu);
+        let xml = example_xml(&path, DomainType::Kvm);
         let golden = golden_path(&stem);
         if update {
             fs::create_dir_all(GOLDEN_DIR).unwrap_or_else(|e| panic!("{GOLDEN_DIR}: {e}"));
@@ -69,7 +69,7 @@ fn every_golden_file_has_an_example() {
 fn golden_xml_parses_back_to_the_same_model() {
     for (stem, path) in examples() {
         let vmi = load_example(&path);
-        let domain = convert(&vmi, &example_context(&vmi, DomainType::Qemu))
+        let domain = convert(&vmi, &example_context(&vmi, DomainType::Kvm))
             .unwrap_or_else(|e| panic!("{stem}: {e}"))
             .domain;
         let xml = domain.to_xml().unwrap_or_else(|e| panic!("{stem}: {e}"));

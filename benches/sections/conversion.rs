@@ -22,7 +22,7 @@ pub fn conversion() {
     for path in names {
         let value: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
         let vmi = virt_launcher::vmi::parse_vmi(&value).unwrap();
-        let ctx = common::examples::example_context(&vmi, convert::DomainType::Qemu);
+        let ctx = common::examples::example_context(&vmi, convert::DomainType::Kvm);
         let rounds = 5000u32;
         let t = Instant::now();
         for _ in 0..rounds {

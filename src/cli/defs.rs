@@ -22,6 +22,12 @@ pub struct Args {
     pub ephemeral_disk_dir: PathBuf,
     pub container_disk_dir: PathBuf,
     pub hotplug_disk_dir: PathBuf,
+    /// Where the pod's service account token is mounted.
+    pub service_account_dir: PathBuf,
+    /// None: KubeVirt's /usr/share/edk2/ovmf, then the distributions' dirs.
+    pub ovmf_path: Option<PathBuf>,
+    /// None: the cgroup's cpuset file, as KubeVirt's launcher reads it.
+    pub cpuset_file: Option<PathBuf>,
     pub connect: Option<String>,
     pub qemu_timeout: Duration,
     /// None: use the VMI's terminationGracePeriodSeconds.
@@ -211,6 +217,48 @@ pub static FLAGS: &[FlagSpec] = &[
             Ok(())
         }
     ),
+    value_flag!(
+        "service-account-dir",
+        "DIR",
+        Some("/var/run/secrets/kubernetes.io/serviceaccount"),
+        "Where the pod's service account token is mounted: the content of a serviceAccount volume's ISO.",
+        |a, v| {
+            a.service_account_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    FlagSpec {
+        long: "ovmf-path",
+        short: None,
+        kind: FlagKind::Value {
+            name: "DIR",
+            apply: |a, v| {
+                a.ovmf_path = Some(path(v)?);
+                Ok(())
+            },
+        },
+        default: None,
+        default_doc: Some(
+            "KubeVirt's /usr/share/edk2/ovmf, then /usr/share/OVMF, /usr/share/edk2/x64, /usr/share/qemu",
+        ),
+        help: "The directory with the EFI firmware (OVMF code and variables files) for VMIs that boot EFI. When given, only this directory is searched.",
+    },
+    FlagSpec {
+        long: "cpuset-file",
+        short: None,
+        kind: FlagKind::Value {
+            name: "FILE",
+            apply: |a, v| {
+                a.cpuset_file = Some(path(v)?);
+                Ok(())
+            },
+        },
+        default: None,
+        default_doc: Some(
+            "/sys/fs/cgroup/cpuset.cpus.effective (cgroup v2), else /sys/fs/cgroup/cpuset/cpuset.cpus",
+        ),
+        help: "The file listing the CPUs (\"0-3,8\") a VMI with dedicatedCpuPlacement is pinned to, read at each sync.",
+    },
     FlagSpec {
         long: "connect",
         short: None,
@@ -445,6 +493,9 @@ impl Args {
             ephemeral_disk_dir: PathBuf::new(),
             container_disk_dir: PathBuf::new(),
             hotplug_disk_dir: PathBuf::new(),
+            service_account_dir: PathBuf::new(),
+            ovmf_path: None,
+            cpuset_file: None,
             connect: None,
             qemu_timeout: zero,
             grace_period_seconds: None,

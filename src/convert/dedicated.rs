@@ -204,7 +204,7 @@ fn cells_of(cpuset: &[u32], topology: Option<&HostTopology>) -> Vec<Vec<Vec<u32>
         return vec![cpuset.iter().map(|cpu| vec![*cpu]).collect()];
     };
     let mut visited = BTreeSet::new();
-    topology
+    let mut cells: Vec<Vec<Vec<u32>>> = topology
         .cells
         .iter()
         .map(|HostCell { cpus, .. }| {
@@ -228,7 +228,18 @@ fn cells_of(cpuset: &[u32], topology: Option<&HostTopology>) -> Vec<Vec<Vec<u32>
             }
             cores
         })
-        .collect()
+        .collect();
+    // CPUs of the cpuset the topology does not know (a cpuset file given
+    // for tests, a hot-added CPU) are cores of a cell of their own.
+    let unknown: Vec<Vec<u32>> = cpuset
+        .iter()
+        .filter(|cpu| !visited.contains(*cpu))
+        .map(|cpu| vec![*cpu])
+        .collect();
+    if !unknown.is_empty() {
+        cells.push(unknown);
+    }
+    cells
 }
 
 /// One NUMA cell's free CPUs: whole cores (at least `threads_per_core`

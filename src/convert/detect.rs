@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use super::OvmfPaths;
 use crate::vmi::VirtualMachineInstance;
 
-/// Where distributions install OVMF: Debian/Ubuntu, Fedora/RHEL (KubeVirt's
-/// `--ovmf-path` default), Arch.
+/// Where OVMF is looked for without --ovmf-path: KubeVirt's default
+/// (Fedora/RHEL), then Debian/Ubuntu, Arch, QEMU's own.
 const OVMF_DIRS: [&str; 4] = [
-    "/usr/share/OVMF",
     "/usr/share/edk2/ovmf",
+    "/usr/share/OVMF",
     "/usr/share/edk2/x64",
     "/usr/share/qemu",
 ];

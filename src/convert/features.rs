@@ -2,7 +2,7 @@
 //! and clock.go).
 
 use super::firmware::uses_secure_boot;
-use super::{ConvertContext, ConvertError, require_libvirt};
+use super::{ConvertContext, ConvertError, DomainType, require_libvirt};
 use crate::domxml::{
     self, Apic, Clock, Domain, Flag, HyperV, KvmFeatures, Smm, Spinlocks, State, Stimer, TlbFlush,
     VendorId,
@@ -39,6 +39,16 @@ pub(crate) fn configure(
     }
     features.smm = smm(vmi, spec)?;
     features.hyperv = hyperv(spec)?;
+    if features.hyperv.is_some() && ctx.domain_type == DomainType::Qemu {
+        return Err(ConvertError::new(
+            if spec.hyperv.is_some() {
+                "spec.domain.features.hyperv"
+            } else {
+                "spec.domain.features.hypervPassthrough"
+            },
+            "Hyper-V enlightenments need KVM, but this launcher emulates the VM (domain type qemu); remove them to run it emulated",
+        ));
+    }
     if let Some(flush) = spec.hyperv.as_ref().and_then(|h| h.tlbflush.as_ref()) {
         for (name, child) in [("direct", &flush.direct), ("extended", &flush.extended)] {
             if child.is_some() {
@@ -167,6 +177,7 @@ fn custom_hyperv(spec: &FeatureHyperv) -> Result<HyperV, ConvertError> {
 /// `utc` (with an offset, or reset on boot) or `timezone`, plus timers.
 pub(crate) fn configure_clock(
     vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
     domain: &mut Domain,
 ) -> Result<(), ConvertError> {
     let Some(spec) = &vmi.spec.domain.clock else {
@@ -237,6 +248,12 @@ pub(crate) fn configure_clock(
                 hpet.present,
             );
         }
+        if timer.hyperv.is_some() && ctx.domain_type == DomainType::Qemu {
+            return Err(ConvertError::new(
+                "spec.domain.clock.timer.hyperv",
+                "the Hyper-V clock needs KVM, but this launcher emulates the VM (domain type qemu); remove it to run the VM emulated",
+            ));
+        }
         if let Some(hyperv) = &timer.hyperv {
             add("hypervclock", None, None, hyperv.present);
         }
@@ -250,6 +267,13 @@ mod tests {
     use serde_json::json;
 
     use super::super::test_support::{convert_err, convert_ok};
+
+    /// Hyper-V needs KVM: these tests convert for it.
+    fn kvm() -> super::super::ConvertContext {
+        let mut ctx = super::super::test_support::context();
+        ctx.domain_type = super::super::DomainType::Kvm;
+        ctx
+    }
 
     #[test]
     fn acpi_on_by_default_and_can_be_disabled() {
@@ -267,7 +291,16 @@ mod tests {
             "apic": {"endOfInterrupt": true}, "smm": {}, "kvm": {"hidden": true}, "pvspinlock": {"enabled": false},
             "hyperv": {"relaxed": {}, "vapic": {"enabled": true}, "spinlocks": {"spinlocks": 8191},
                        "synictimer": {"direct": {}}, "vendorid": {"vendorid": "KVMKVMKVM"}, "tlbflush": {}}}}});
-        let features = convert_ok(spec).domain.features.unwrap_or_default();
+        let emulated = convert_err(spec.clone());
+        assert_eq!(
+            emulated,
+            "spec.domain.features.hyperv: Hyper-V enlightenments need KVM, but this launcher emulates the VM (domain type qemu); remove them to run it emulated"
+        );
+        let features = super::super::test_support::convert_with(spec, &kvm())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .domain
+            .features
+            .unwrap_or_default();
         assert_eq!(features.apic.and_then(|a| a.eoi).as_deref(), Some("on"));
         assert_eq!(features.smm.and_then(|s| s.state).as_deref(), Some("on"));
         assert_eq!(
@@ -367,7 +400,7 @@ mod tests {
     #[test]
     fn tlbflush_children_need_libvirt_11() {
         let spec = json!({"domain": {"features": {"hyperv": {"vpindex": {}, "tlbflush": {"direct": {}}}}}});
-        let mut ctx = super::super::test_support::context();
+        let mut ctx = kvm();
         ctx.libvirt_version = Some(super::super::libvirt_version(9, 0, 0));
         let err = super::super::test_support::convert_with(spec.clone(), &ctx)
             .err()

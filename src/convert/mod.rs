@@ -266,7 +266,7 @@ pub fn convert(
     memory::configure(vmi, vcpus, &mut domain)?;
     firmware::configure(vmi, ctx, &mut domain, &mut plan)?;
     features::configure(vmi, ctx, &mut domain)?;
-    features::configure_clock(vmi, &mut domain)?;
+    features::configure_clock(vmi, ctx, &mut domain)?;
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
     devices::configure(vmi, ctx, &mut domain, &mut plan)?;

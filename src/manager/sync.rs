@@ -7,7 +7,7 @@
 //! no stray files.
 
 use std::fs::OpenOptions;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -35,7 +35,9 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
-    pub fn probe() -> HostFacts {
+    /// `ovmf_path` is --ovmf-path: when given, only that directory holds
+    /// the EFI firmware.
+    pub fn probe(ovmf_path: Option<&Path>) -> HostFacts {
         let kvm = OpenOptions::new()
             .read(true)
             .write(true)
@@ -47,7 +49,10 @@ impl HostFacts {
             .any(|p| Path::new(p).exists());
         HostFacts {
             kvm,
-            ovmf: convert::detect_ovmf(),
+            ovmf: match ovmf_path {
+                Some(dir) => convert::detect_ovmf_in(&[dir.to_path_buf()]),
+                None => convert::detect_ovmf(),
+            },
             user_net_backend: if passt {
                 UserNetBackend::Passt
             } else {
@@ -181,7 +186,7 @@ impl DomainManager {
             user_net_backend: self.host.user_net_backend,
             block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
             grace_period_seconds: self.grace_period_for(&vmi).as_secs() as i64,
-            service_account_dir: PathBuf::from(convert::DEFAULT_SERVICE_ACCOUNT_DIR),
+            service_account_dir: self.config.service_account_dir.clone(),
             present_paths: Default::default(),
             cpuset: Err(String::new()),
             host_topology: None,
@@ -190,7 +195,12 @@ impl DomainManager {
         let ctx = ConvertContext {
             present_paths: convert::detect_present_paths(&vmi, &ctx),
             cpuset: if wants_dedicated_cpus(&vmi) {
-                convert::read_cpuset(&convert::default_cpuset_file())
+                let file = self
+                    .config
+                    .cpuset_file
+                    .clone()
+                    .unwrap_or_else(convert::default_cpuset_file);
+                convert::read_cpuset(&file)
             } else {
                 Err("not read: the VMI asks for no dedicated CPUs".to_string())
             },

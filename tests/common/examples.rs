@@ -42,7 +42,7 @@ pub fn load_example(path: &Path) -> VirtualMachineInstance {
     parse_vmi(&example_json(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The fixed context of the golden files: KubeVirt's default directories,
+/// The fixed context of the golden files (made for KVM, as in production): KubeVirt's default directories,
 /// fixed OVMF paths, slirp, the VMI's identity and grace period, the block
 /// PVC volume names the examples use, libvirt 9.0.0 (this project's), and
 /// for dedicated CPUs a cpuset of 4 CPUs on two NUMA cells (0-1 and 2-3,

@@ -1,7 +1,7 @@
 //! The new examples on real QEMU (run under `flock /work/qemu-tests.lock`):
 //! each example keeps its devices, features and small volumes, and boots
-//! the test guest (direct kernel boot) instead of the images it names,
-//! which are not on this host. Checked from inside the guest and from the
+//! the test guest (direct kernel boot, user networking) instead of the
+//! images it names, which are not on this host. Checked from inside the guest and from the
 //! host: the TPM is /dev/tpm0 in the guest and its persistent state is
 //! under the private dir; dedicated vCPUs run on the host CPUs they are
 //! pinned to; default buses, sysprep and two cloud-init volumes are what
@@ -62,6 +62,11 @@ fn bootable(stem: &str, name: &str) -> Value {
             }
         }
     }
+    // No pod network namespace here: QEMU user networking, as
+    // tests/common/guest.rs uses.
+    spec["domain"]["devices"]["interfaces"] =
+        json!([{"name": "default", "binding": {"name": "slirp"}}]);
+    spec["networks"] = json!([{"name": "default", "pod": {}}]);
     let mut dropped = Vec::new();
     if let Some(volumes) = spec["volumes"].as_array_mut() {
         volumes.retain(|v| {

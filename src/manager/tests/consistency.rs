@@ -97,7 +97,16 @@ fn a_state_read_before_a_newer_event_does_not_overwrite_it() {
 
 #[test]
 fn a_paused_domain_sync_does_not_resume_is_paused_by_user() {
-    let h = Harness::start();
+    // libvirt's test driver cannot start a domain paused (the converter
+    // refuses startStrategy Paused there): a QEMU connection, no pod network.
+    let h = Harness::with(
+        Setup::default()
+            .driver(DriverKind::Qemu)
+            .flags(&["--force-emulation"]),
+    );
+    let mut vmi = vmi();
+    vmi["spec"]["domain"]["devices"]["autoattachPodInterface"] = json!(false);
+    let vmi = || vmi.clone();
     let mut paused_vmi = vmi();
     paused_vmi["spec"]["startStrategy"] = json!("Paused");
     let synced = h.ok("sync", json!({ "vmi": paused_vmi }));

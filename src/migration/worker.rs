@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, bounded, select};
 
 use super::{LauncherPaths, MigrationOptions, MigrationUpdate, local_disks, rewrite_paths};
+use crate::domxml::Domain;
 use crate::hypervisor::{HvResult, Hypervisor, MigrationRequest, Stat};
 use crate::threads::{self, FatalSender};
 
@@ -219,11 +220,22 @@ impl Monitor {
 
     fn run(self, done: Receiver<HvResult<()>>, cancel: Receiver<String>) {
         let hv = self.hypervisor.as_ref();
+        let started = Instant::now();
+        // The completion budget counts at least the guest's memory. In a
+        // block migration libvirt's data_total starts with the disks'
+        // first chunk alone (64 KiB), which would make the budget a few
+        // milliseconds and abort a migration that is going fine.
+        let memory = hv
+            .domain_xml(&self.domain)
+            .ok()
+            .and_then(|(xml, _)| Domain::from_xml(&xml).ok())
+            .and_then(|domain| domain.memory.to_bytes())
+            .unwrap_or(0);
         let mut watch = Watch::new(
-            Instant::now(),
+            started,
             self.progress_timeout,
             self.completion_timeout_per_gib,
-            0,
+            memory,
         );
         let mut intervention: Option<Intervention> = None;
         // An abort asked for before libvirt has started the job ("no job
@@ -359,6 +371,13 @@ mod tests {
         // 1 GiB of disk to copy too: 11.9 s allowed.
         let mut w = Watch::new(t0, s(0), 10, 192 * MIB);
         assert_eq!(w.sample(t0 + s(5), Some(MIB), Some(1216 * MIB)), None);
+        // A block migration's first samples count only the disks' first
+        // chunk: the guest's memory still sets the budget.
+        let mut w = Watch::new(t0, s(0), 150, 192 * MIB);
+        assert_eq!(
+            w.sample(t0 + Duration::from_millis(1250), Some(65536), Some(65536)),
+            None
+        );
     }
 
     #[test]

@@ -30,8 +30,9 @@ use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind, HypervisorEvent};
 use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs, ManagerParts};
 use crate::server::socket::CommandSocket;
 use crate::server::{self, ServerShared};
+use crate::signals::{self, Signal};
 use crate::threads::{self, Fatal};
-use crate::{dirs, lock, logging, signals};
+use crate::{dirs, lock, logging};
 
 /// How long libvirt may take to accept the first connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -126,7 +127,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
 fn run_locked(
     config: Config,
     reporter: signals::StateReporter,
-    signal_rx: Receiver<i32>,
+    signal_rx: Receiver<Signal>,
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
     started: Instant,
@@ -198,7 +199,7 @@ fn run_with_libvirt(
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
     reporter: signals::StateReporter,
-    signal_rx: Receiver<i32>,
+    signal_rx: Receiver<Signal>,
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
     started: Instant,
@@ -259,7 +260,7 @@ fn run_with_libvirt(
 fn connect_with_retry(
     config: &Config,
     events: crossbeam_channel::Sender<HypervisorEvent>,
-    signals: &Receiver<i32>,
+    signals: &Receiver<Signal>,
 ) -> Result<Option<Arc<dyn Hypervisor>>, Failure> {
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut attempts = 0;
@@ -323,7 +324,7 @@ fn serve(
     listener: std::os::unix::net::UnixListener,
     socket: &CommandSocket,
     loop_running: Receiver<()>,
-    signal_rx: Receiver<i32>,
+    signal_rx: Receiver<Signal>,
     hv_events_rx: Receiver<HypervisorEvent>,
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,

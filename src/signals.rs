@@ -146,7 +146,7 @@ impl StateReporter {
 /// before this returns, so no signal after it is lost. Stop signals go to
 /// `to_manager` as raw numbers.
 pub fn spawn(
-    to_manager: Sender<i32>,
+    to_manager: Sender<Signal>,
     reporter: StateReporter,
     fatal: &FatalSender,
 ) -> Result<(), String> {
@@ -161,7 +161,7 @@ pub fn spawn(
             match signal.action() {
                 SignalAction::Stop => {
                     log::info!("signals: received {}", signal.name());
-                    if to_manager.send(raw).is_err() {
+                    if to_manager.send(signal).is_err() {
                         break;
                     }
                 }

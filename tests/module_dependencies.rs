@@ -70,3 +70,10 @@ fn the_hypervisor_layer_does_not_use_the_manager_or_the_server() {
     );
     assert!(found.is_empty(), "{found:#?}");
 }
+
+#[test]
+fn signals_do_not_use_the_manager() {
+    // A signal is a signals::Signal; the manager names it.
+    let found = mentions("signals.rs", &["crate::manager"]);
+    assert!(found.is_empty(), "{found:#?}");
+}

@@ -41,6 +41,7 @@ use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
 use crate::events::{Event, EventHub, EventKind};
 use crate::hypervisor::{Hypervisor, HypervisorEvent};
+use crate::signals::Signal;
 use crate::threads::FatalSender;
 use connection::Link;
 pub use exit::ExitRequest;
@@ -51,7 +52,6 @@ use lifecycle::DomainView;
 use migration::MigrationState;
 use reply::JobValue;
 use shutdown::GracefulStop;
-pub use shutdown::signal_name;
 pub use sync::HostFacts;
 use timers::{Timer, Timers};
 
@@ -84,7 +84,7 @@ pub struct ManagerInputs {
     pub requests: Receiver<ManagerRequest>,
     pub hypervisor_events: Receiver<HypervisorEvent>,
     pub agent_updates: Receiver<AgentUpdate>,
-    pub signals: Receiver<i32>,
+    pub signals: Receiver<Signal>,
     pub control: Receiver<Control>,
 }
 

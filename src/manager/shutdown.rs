@@ -15,6 +15,7 @@ use super::{DomainManager, Phase};
 use crate::events::EventKind;
 use crate::exit::ExitCode;
 use crate::hypervisor::DomainState;
+use crate::signals::Signal;
 
 /// KubeVirt's default terminationGracePeriodSeconds.
 const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
@@ -54,14 +55,11 @@ impl GracefulStop {
     }
 }
 
-/// The name of a stop signal, for logs and events (see `signals::Signal`).
-pub fn signal_name(signal: i32) -> &'static str {
-    crate::signals::name_of(signal)
-}
-
 impl DomainManager {
-    pub(super) fn handle_signal(&mut self, signal: i32) {
-        let name = signal_name(signal);
+    /// A stop signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT; the signal thread
+    /// handles the others itself).
+    pub(super) fn handle_signal(&mut self, signal: Signal) {
+        let name = signal.name();
         match self.phase {
             Phase::ShuttingDown => {
                 let left = self

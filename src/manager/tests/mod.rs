@@ -26,6 +26,7 @@ use crate::exit::ExitCode;
 use crate::hypervisor::fake::FakeHypervisor;
 use crate::hypervisor::{DriverKind, HypervisorEvent};
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::signals::Signal;
 
 /// Long enough for anything a test waits for on a loaded machine; a
 /// passing test waits for far less.
@@ -191,7 +192,7 @@ fn build(setup: Setup) -> Built {
 struct Harness {
     fake: Arc<FakeHypervisor>,
     requests: Sender<ManagerRequest>,
-    signals: Sender<i32>,
+    signals: Sender<Signal>,
     control: Sender<Control>,
     /// Kept open so the manager does not see its agent input close.
     _agent: Sender<AgentUpdate>,
@@ -366,7 +367,7 @@ impl Harness {
         }
     }
 
-    fn signal(&self, signal: i32) {
+    fn signal(&self, signal: Signal) {
         self.signals.send(signal).unwrap();
     }
 

@@ -8,9 +8,10 @@ use super::{Harness, Setup};
 use crate::exit::ExitCode;
 use crate::hypervisor::fake::AcpiGuest;
 use crate::hypervisor::state::StoppedDetail;
+use crate::signals::Signal;
 
-const SIGTERM: i32 = signal_hook::consts::SIGTERM;
-const SIGINT: i32 = signal_hook::consts::SIGINT;
+const SIGTERM: Signal = Signal::Term;
+const SIGINT: Signal = Signal::Int;
 
 #[test]
 fn the_shutdown_command_ends_with_status_0_once_the_guest_is_off() {

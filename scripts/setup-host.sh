@@ -48,6 +48,7 @@ xorriso            xorriso               xorriso -version
 isoinfo            genisoimage           isoinfo -version
 blkid              util-linux            blkid -V
 flock              util-linux            flock -V
+script             bsdutils              script -qec true /dev/null
 mount              mount                 mount -V
 umount             mount                 umount -V
 mkfs.ext4          e2fsprogs             mkfs.ext4 -V

@@ -6,8 +6,9 @@
 # socat. It starts the launcher in standalone mode with examples/vmi.json in
 # a temporary directory, checks the greeting, the introspection commands,
 # pause/unpause, query-domain, query-stats, errors of several classes and
-# events, then sends SIGTERM and checks the exit status, the socket's removal
-# and the final events a subscriber saw.
+# events, drives the same launcher with the binary's own client (ctl, probe),
+# then sends SIGTERM and checks the exit status, the socket's removal and the
+# final events a subscriber saw.
 #
 # PATH_TO_BINARY defaults to target/release/virt-launcher, which is built
 # with `cargo build --release` when missing. Prints one line per check that
@@ -176,6 +177,46 @@ expect "Unavailable" "$(line 7)" '{"error":{"class":"Unavailable",' 'guest agent
 ok "Unavailable for a guest command without an agent"
 [ "$(line 8)" = '{"return":{},"id":26}' ] || fail "ping after the errors: unexpected reply: $(line 8)"
 ok "replies came in request order and the connection survived the errors"
+
+# --- the same launcher through the binary's own client (ctl, probe) ------------------
+ctl() { "$BIN" ctl --socket "$SOCK" "$@"; }
+out=$(ctl --raw ping) || fail "ctl --raw ping exited with status $?"
+[ "$out" = '{"return":{},"id":1}' ] || fail "ctl --raw ping: unexpected line: $out"
+ok "ctl --raw ping: the launcher's own reply line"
+out=$(ctl query-status) || fail "ctl query-status exited with status $?"
+expect "ctl query-status" "$out" '"phase":"Running"' '"name":"default_demo"'
+[ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "ctl query-status: expected one line off a terminal: $out"
+ok "ctl query-status: the return object on one line"
+suspended() { grep -c '"event":"Suspended"' "$TMP/events.log" || true; }
+before=$(suspended)
+out=$(ctl pause) || fail "ctl pause exited with status $?"
+[ "$out" = '{"reason":"User","state":"Paused"}' ] || fail "ctl pause: unexpected reply: $out"
+for _ in $(seq 50); do
+    [ "$(suspended)" -gt "$before" ] && break
+    sleep 0.1
+done
+[ "$(suspended)" -gt "$before" ] || fail "the subscriber saw no Suspended event after ctl pause"
+set +e
+err=$(ctl pause 2>&1 >/dev/null)
+status=$?
+set -e
+[ "$status" = 1 ] || fail "ctl pause of a paused domain exited with status $status, expected 1"
+expect "ctl pause error" "$err" 'virt-launcher ctl: InvalidState: pause: '
+ok "ctl pause: Paused, the event, and status 1 with the error for a second pause"
+out=$(ctl unpause) || fail "ctl unpause exited with status $?"
+expect "ctl unpause" "$out" '"state":"Running"'
+out=$(ctl guest-ping timeout_seconds=1 2>&1) && fail "ctl guest-ping without an agent succeeded: $out"
+expect "ctl guest-ping" "$out" 'virt-launcher ctl: Unavailable: guest-ping: '
+ok "ctl unpause, and KEY=VALUE arguments (guest-ping timeout_seconds=1: Unavailable, no agent)"
+[ "$(ctl | sed -n 1p | cut -d' ' -f1)" = ping ] || fail "ctl without a command does not list the commands"
+ok "ctl alone lists the commands"
+set +e
+err=$("$BIN" probe --socket "$SOCK" --timeout 2s 2>&1)
+status=$?
+set -e
+[ "$status" = 1 ] || fail "probe without a guest agent exited with status $status, expected 1"
+expect "probe" "$err" 'virt-launcher probe: the guest agent did not answer: Unavailable: '
+ok "probe without a guest agent: status 1 and the reason"
 
 # --- SIGTERM -------------------------------------------------------------------------
 sigterm_and_expect_clean_exit 15

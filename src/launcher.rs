@@ -79,6 +79,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
             print!("{}", cli::man::man_page());
             return 0;
         }
+        Action::Subcommand(subcommand) => return crate::client::run(subcommand),
         Action::Run(args) => args,
     };
     let config = match Config::resolve(*args) {

@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod cli;
+pub mod client;
 pub mod command;
 pub mod config;
 pub mod convert;

@@ -312,3 +312,83 @@ fn unpause_sets_the_guest_clock_from_the_host() {
             .contains("guest clock set from the host after unpause")
     );
 }
+
+/// Runs `virt-launcher ARGS`; returns its status and standard output.
+fn subcommand(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run virt-launcher");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_probe_freeze_unfreeze_and_ctl_subcommands_reach_the_real_agent() {
+    let tree = TempTree::new("a-sub");
+    let disk = tree.path("data.img");
+    ext4_image(&disk, 64);
+    let mut opts = GuestOptions::new("subcommands");
+    opts.data_disk = Some(disk);
+    let mut g = boot(TempTree::new("a-sub-run"), &opts, &[]);
+    let socket = g.launcher.ready_socket();
+    let s = socket.to_str().unwrap();
+
+    // probe: the agent answers, nothing is printed.
+    let (code, out, err) = subcommand(&["probe", "--socket", s, "--timeout", "10s"]);
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+
+    // freeze: the guest's filesystems are frozen until unfreeze.
+    let (code, out, err) = subcommand(&["freeze", "--socket", s, "--unfreeze-timeout", "0"]);
+    assert_eq!(code, 0, "{err}");
+    let count: u64 = out
+        .strip_prefix("froze ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output: {out:?}"));
+    assert!(count >= 1, "{out}");
+    assert!(out.ends_with("they stay frozen until unfreeze\n"), "{out}");
+    g.watcher.wait_event(STEP, "frozen", |e| {
+        e["event"] == "GUEST_INFO_CHANGED" && e["data"]["fsFreezeStatus"] == "frozen"
+    });
+    let (class, _) = g
+        .client
+        .err_class("guest-exec", json!({"command": "/bin/true"}));
+    assert_eq!(class, "InvalidState");
+    let (code, out, _) = subcommand(&["freeze", "--socket", s]);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with("the guest's filesystems were already frozen"),
+        "{out}"
+    );
+
+    // unfreeze: thawed, writes work again.
+    let (code, out, err) = subcommand(&["unfreeze", "--socket", s]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, format!("thawed {count} filesystems in the guest\n"));
+    g.watcher.wait_event(STEP, "thawed", |e| {
+        e["event"] == "GUEST_INFO_CHANGED" && e["data"]["fsFreezeStatus"] == "thawed"
+    });
+
+    // ctl with KEY=VALUE arguments runs a program in the guest.
+    let (code, out, err) = subcommand(&[
+        "ctl",
+        "--socket",
+        s,
+        "guest-exec",
+        "command=/bin/sh",
+        r#"args=["-c","echo x > /mnt/data/f && cat /mnt/data/f"]"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let ret: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (ret["exit_code"].as_i64(), ret["stdout"].as_str()),
+        (Some(0), Some("x\n"))
+    );
+    g.client.ok("kill", Value::Null);
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+}

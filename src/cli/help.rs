@@ -7,7 +7,8 @@ pub fn help_text() -> String {
     let mut out = format!(
         "virt-launcher {} - runs one KubeVirt VMI through libvirt and QEMU\n\n\
          Usage: virt-launcher --name NAME --namespace NAMESPACE [FLAGS]\n       \
-         virt-launcher --vmi FILE [FLAGS]\n\n\
+         virt-launcher --vmi FILE [FLAGS]\n       \
+         virt-launcher probe|freeze|unfreeze|ctl [FLAGS] ...\n\n\
          Flags take their value as --flag VALUE or --flag=VALUE (use the = form for a\n\
          value that starts with '-'); switches also take =true or =false.\n\
          DURATION is like 500ms, 90s, 5m, 1h or 4m30s (a plain number is seconds).\n\nFlags:\n",
@@ -33,13 +34,17 @@ pub fn help_text() -> String {
             out.push_str(&format!("        {line}\n"));
         }
     }
+    out.push_str("\nSubcommands (each with its own --help), talking to a running launcher:\n");
+    for sub in super::subcommands::SUBCOMMANDS {
+        out.push_str(&format!("  {:<10} {}\n", sub.name, sub.summary));
+    }
     out.push_str(
         "\nThe command socket speaks line-delimited JSON; see man virt-launcher and docs/protocol.md.\n",
     );
     out
 }
 
-fn wrap(text: &str, width: usize) -> Vec<String> {
+pub(super) fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut current = String::new();
     for word in text.split_whitespace() {

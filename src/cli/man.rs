@@ -9,6 +9,7 @@
 //! is written `\-`; every text line stays within 80 bytes.
 
 use super::FLAGS;
+use super::subcommands::{SUBCOMMANDS, SubcommandSpec};
 use crate::command::COMMANDS;
 use crate::events::EventKind;
 use crate::exit::ExitCode;
@@ -63,6 +64,10 @@ pub fn man_page() -> String {
     m.push_str(".nh\n.ad l\n");
     m.push_str(".SH NAME\nvirt\\-launcher \\- run one KubeVirt virtual machine instance through libvirt\nand QEMU\n");
     m.push_str(".SH SYNOPSIS\n.B virt\\-launcher\n\\fB\\-\\-name\\fR \\fINAME\\fR \\fB\\-\\-namespace\\fR \\fINAMESPACE\\fR [\\fIFLAGS\\fR]\n.br\n.B virt\\-launcher\n\\fB\\-\\-vmi\\fR \\fIFILE\\fR [\\fIFLAGS\\fR]\n");
+    for sub in SUBCOMMANDS {
+        m.push_str(&format!(".br\n.B virt\\-launcher {}\n", roff(sub.name)));
+        m.push_str(&synopsis_lines(sub));
+    }
     m.push_str(DESCRIPTION);
     m.push_str(".SH OPTIONS\n");
     m.push_str(OPTIONS_TEXT);
@@ -85,6 +90,7 @@ pub fn man_page() -> String {
         m.push_str(&fill(&text));
     }
     m.push_str(VALUES_TEXT);
+    m.push_str(&subcommands_section());
     m.push_str(".SH COMMAND SOCKET\n");
     m.push_str(SOCKET_TEXT);
     m.push_str(".PP\nCommands:\n");
@@ -110,6 +116,88 @@ pub fn man_page() -> String {
     m.push_str(".SH SEE ALSO\n\\fBvirsh\\fR(1), \\fBlibvirtd\\fR(8), \\fBsocat\\fR(1), \\fBqemu\\-ga\\fR(8),\ndocs/protocol.md in the source tree\n");
     m
 }
+
+/// A subcommand's flags and operands for the SYNOPSIS, filled into lines;
+/// a flag and its value stay on one input line.
+fn synopsis_lines(sub: &SubcommandSpec) -> String {
+    let mut items: Vec<String> = sub
+        .flags
+        .iter()
+        .filter(|f| f.long != "help")
+        .map(|f| match f.value {
+            Some(v) => format!("[\\fB\\-\\-{}\\fR \\fI{}\\fR]", roff(f.long), roff(v)),
+            None => format!("[\\fB\\-\\-{}\\fR]", roff(f.long)),
+        })
+        .collect();
+    if let Some(operands) = sub.operands {
+        items.push(format!("\\fI{}\\fR", roff(operands)));
+    }
+    let mut out = String::new();
+    let mut line = String::new();
+    for item in items {
+        if !line.is_empty() && line.len() + 1 + item.len() > MAX_LINE {
+            out.push_str(&line);
+            out.push('\n');
+            line.clear();
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(&item);
+    }
+    if !line.is_empty() {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// SUBCOMMANDS: each client subcommand, its description and its flags.
+fn subcommands_section() -> String {
+    let mut m = String::from(SUBCOMMANDS_TEXT);
+    for sub in SUBCOMMANDS {
+        m.push_str(&format!(".SS {}\n", roff(sub.name)));
+        for (i, paragraph) in sub.description.split("\n\n").enumerate() {
+            if i > 0 {
+                m.push_str(".PP\n");
+            }
+            m.push_str(&fill(paragraph));
+        }
+        for flag in sub.flags {
+            m.push_str(".TP\n");
+            let mut names = String::new();
+            if let Some(c) = flag.short {
+                names.push_str(&format!("\\fB\\-{c}\\fR, "));
+            }
+            names.push_str(&format!("\\fB\\-\\-{}\\fR", roff(flag.long)));
+            if let Some(v) = flag.value {
+                names.push_str(&format!(" \\fI{}\\fR", roff(v)));
+            }
+            m.push_str(&names);
+            m.push('\n');
+            let mut text = flag.help.to_string();
+            if let Some(d) = flag.default {
+                text.push_str(&format!(" Default: {d}."));
+            }
+            m.push_str(&fill(&text));
+        }
+    }
+    m
+}
+
+const SUBCOMMANDS_TEXT: &str = r#".SH SUBCOMMANDS
+The same binary is a small client of a running launcher: each subcommand
+connects to the launcher's command socket (see \fBCOMMAND SOCKET\fR),
+speaks the same protocol, and has a \fB\-\-help\fR of its own. The socket is
+\fB\-\-socket\fR, else \fIsockets/launcher\-sock\fR under
+\fB\-\-kubevirt\-share\-dir\fR (default /var/run/kubevirt); the caller
+needs the right to connect to it (it is mode 0600, so the launcher's own
+user or root). Connecting, reading and writing are bounded by
+\fB\-\-timeout\fR, so a subcommand never hangs on a launcher that is
+wedged or gone. A subcommand exits with status 0 on success, 1 with a
+one\-line reason on standard error when it failed (no launcher, a timeout,
+an error from the launcher), and 2 for a bad command line.
+"#;
 
 const DESCRIPTION: &str = r#".SH DESCRIPTION
 \fBvirt\-launcher\fR runs one virtual machine: it prepares the VMI's
@@ -337,6 +425,20 @@ socat READLINE UNIX\-CONNECT:/var/run/kubevirt/sockets/launcher\-sock
 {"execute":"subscribe"}
 .in
 .fi
+.PP
+The same with the launcher's own client, then a probe and a backup's freeze:
+.PP
+.nf
+.in +2
+virt\-launcher ctl \-\-socket $SOCK query\-status
+virt\-launcher ctl \-\-socket $SOCK guest\-ping timeout_seconds=3
+virt\-launcher ctl \-\-socket $SOCK \-\-events DOMAIN_LIFECYCLE
+virt\-launcher probe \-\-socket $SOCK \-\-timeout 2s && echo ready
+virt\-launcher freeze \-\-socket $SOCK
+make_backup
+virt\-launcher unfreeze \-\-socket $SOCK
+.in
+.fi
 "#;
 
 #[cfg(test)]
@@ -372,6 +474,18 @@ mod tests {
         }
         for kind in EventKind::ALL {
             assert!(page.contains(&format!("\\fB{}\\fR", roff(kind.name()))));
+        }
+        for sub in SUBCOMMANDS {
+            assert!(page.contains(&format!(".SS {}\n", roff(sub.name))));
+            assert!(page.contains(&format!(".B virt\\-launcher {}\n", roff(sub.name))));
+            for flag in sub.flags {
+                assert!(
+                    page.contains(&format!("\\fB\\-\\-{}\\fR", roff(flag.long))),
+                    "{} --{}",
+                    sub.name,
+                    flag.long
+                );
+            }
         }
     }
 

@@ -26,6 +26,8 @@ pub enum Action {
     Help,
     Version,
     GenerateMan,
+    /// A client subcommand (`probe`, `freeze`, `unfreeze`, `ctl`).
+    Subcommand(super::subcommands::Subcommand),
 }
 
 /// A bad command line. The message names the flag.
@@ -59,6 +61,10 @@ where
             })
         })
         .collect::<Result<Vec<String>, UsageError>>()?;
+    // A subcommand is the first argument, as in `virt-launcher probe`.
+    if let Some(spec) = argv.first().and_then(|a| super::subcommands::find(a)) {
+        return super::subcommands::parse(spec, &argv[1..]).map(Action::Subcommand);
+    }
     let mut args = Args::defaults();
     let mut iter = argv.into_iter().peekable();
     while let Some(arg) = iter.next() {
@@ -151,7 +157,7 @@ fn lookup(arg: &str) -> Result<(&'static FlagSpec, Option<String>), UsageError> 
         return Err(UsageError(format!("unknown flag {arg}; see --help")));
     }
     Err(UsageError(format!(
-        "unexpected argument \"{arg}\": every setting is a --flag; see --help"
+        "unexpected argument \"{arg}\": every setting is a --flag, and a subcommand (probe, freeze, unfreeze, ctl) comes first; see --help"
     )))
 }
 
@@ -321,5 +327,21 @@ mod tests {
         assert_eq!(parse(["--version", "--help"]), Ok(Action::Help));
         // A bad flag after --help is still reported.
         assert!(parse(["--help", "--nope"]).is_err());
+    }
+
+    #[test]
+    fn a_subcommand_comes_first() {
+        use crate::cli::subcommands::Subcommand;
+        assert!(matches!(
+            parse(["probe", "--timeout", "2s"]),
+            Ok(Action::Subcommand(Subcommand::Probe(_)))
+        ));
+        assert!(matches!(
+            parse(["ctl", "--help"]),
+            Ok(Action::Subcommand(Subcommand::Help(spec))) if spec.name == "ctl"
+        ));
+        // Only as the first argument.
+        assert!(usage_error(&["--name", "x", "probe"]).contains("subcommand"));
+        assert!(usage_error(&["probe", "--name", "x"]).starts_with("probe: unknown flag --name"));
     }
 }

@@ -72,9 +72,12 @@ fn cores() -> usize {
 /// p50 and p99 of a set of durations, in microseconds.
 fn percentiles(mut samples: Vec<Duration>) -> (f64, f64, f64) {
     samples.sort();
-    let at =
-        |p: f64| samples[((samples.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1e6;
-    (at(0.50), at(0.99), at(1.0))
+    // The sample at `percent` of the sorted list (nearest rank).
+    let at = |percent: usize| {
+        let rank = ((samples.len() - 1) * percent + 50) / 100;
+        samples[rank].as_secs_f64() * 1e6
+    };
+    (at(50), at(99), at(100))
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -182,7 +185,7 @@ fn round_trips_and_memory() {
         "RSS: {:.1} MiB after ready, {:.1} MiB after 100,000 more requests (growth {} KiB)   [target <= 20 MiB, growth <= 1 MiB]",
         rss_ready as f64 / 1024.0,
         rss_after as f64 / 1024.0,
-        rss_after as i64 - rss_ready as i64
+        i128::from(rss_after) - i128::from(rss_ready)
     );
 }
 

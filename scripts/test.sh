@@ -8,6 +8,11 @@ cd "$(dirname "$0")/.."
 started=$(date +%s)
 # Build (or reuse) the test guest before the tests that boot it.
 scripts/build-test-guest.sh target/test-guest
+# Formatting, lints as policy (Cargo.toml's [lints]: SAFETY comments,
+# no lossy casts) and documentation without warnings.
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 # The unit tests need nothing outside the process: run them with no
 # program on PATH (cargo itself needs the linker, so it only builds them).
 lib_tests=$(cargo test --lib --locked --no-run --message-format=json \

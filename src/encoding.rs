@@ -37,7 +37,8 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
         bits += 6;
         if bits >= 8 {
             bits -= 8;
-            out.push((buffer >> bits) as u8);
+            // `buffer` holds `bits` more bits than this byte.
+            out.push((buffer >> bits).to_le_bytes()[0]);
             buffer &= (1 << bits) - 1;
         }
     }

@@ -136,8 +136,9 @@ fn run_locked(
     dirs::prepare(&config).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
 
     if let Some(filters) = &config.libvirt_log_filters {
-        // SAFETY (set_var): only the signal thread runs, and it reads no
-        // environment; libvirt reads this when it initialises, just below.
+        // SAFETY: set_var is unsound only while another thread reads the
+        // environment; only the signal thread runs, and it reads none.
+        // libvirt reads this when it initialises, just below.
         unsafe { std::env::set_var("LIBVIRT_LOG_FILTERS", filters) };
     }
     hypervisor::backend::prepare().map_err(|e| Failure::new(ExitCode::Internal, e))?;

@@ -19,6 +19,22 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
+/// The size of `T` as the kernel's `socklen_t` (socket addresses and options
+/// are a few bytes).
+fn socklen_of<T>() -> libc::socklen_t {
+    socklen(mem::size_of::<T>())
+}
+
+fn socklen(len: usize) -> libc::socklen_t {
+    libc::socklen_t::try_from(len).unwrap_or(libc::socklen_t::MAX)
+}
+
+/// An address family (a small positive `int`) as a socket address's
+/// `sa_family_t`.
+fn family(af: libc::c_int) -> libc::sa_family_t {
+    libc::sa_family_t::try_from(af).unwrap_or(0)
+}
+
 fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
     // SAFETY: `value` points to a live T of the size passed.
     check(unsafe {
@@ -27,7 +43,7 @@ fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) ->
             level,
             name,
             (value as *const T).cast(),
-            mem::size_of::<T>() as libc::socklen_t,
+            socklen_of::<T>(),
         )
     })
     .map(drop)
@@ -55,7 +71,7 @@ fn bind_to_device(fd: RawFd, device: &str) -> io::Result<()> {
             libc::SOL_SOCKET,
             libc::SO_BINDTODEVICE,
             bytes.as_ptr().cast(),
-            bytes.len() as libc::socklen_t,
+            socklen(bytes.len()),
         )
     })
     .map(drop)
@@ -105,7 +121,7 @@ fn bind_udp(socket: &UdpSocket, addr: std::net::SocketAddr) -> io::Result<()> {
     match addr {
         std::net::SocketAddr::V4(v4) => {
             let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_family: family(libc::AF_INET),
                 sin_port: v4.port().to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(v4.ip().octets()),
@@ -117,7 +133,7 @@ fn bind_udp(socket: &UdpSocket, addr: std::net::SocketAddr) -> io::Result<()> {
                 libc::bind(
                     fd,
                     (&sin as *const libc::sockaddr_in).cast(),
-                    mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    socklen_of::<libc::sockaddr_in>(),
                 )
             })
             .map(drop)
@@ -129,7 +145,7 @@ fn bind_udp(socket: &UdpSocket, addr: std::net::SocketAddr) -> io::Result<()> {
                 libc::bind(
                     fd,
                     (&sin6 as *const libc::sockaddr_in6).cast(),
-                    mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                    socklen_of::<libc::sockaddr_in6>(),
                 )
             })
             .map(drop)
@@ -139,7 +155,7 @@ fn bind_udp(socket: &UdpSocket, addr: std::net::SocketAddr) -> io::Result<()> {
 
 fn sockaddr_in6(addr: &SocketAddrV6) -> libc::sockaddr_in6 {
     libc::sockaddr_in6 {
-        sin6_family: libc::AF_INET6 as libc::sa_family_t,
+        sin6_family: family(libc::AF_INET6),
         sin6_port: addr.port().to_be(),
         sin6_flowinfo: 0,
         sin6_addr: libc::in6_addr {
@@ -177,7 +193,7 @@ impl Icmp6Socket {
 
     pub fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
         let tv = libc::timeval {
-            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
             tv_usec: timeout.subsec_micros() as libc::suseconds_t,
         };
         setsockopt(
@@ -191,11 +207,8 @@ impl Icmp6Socket {
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: buf is valid for writes of buf.len() bytes.
         let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        // Negative (-1) exactly when it failed.
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 
     pub fn send_to(&self, message: &[u8], to: &SocketAddrV6) -> io::Result<usize> {
@@ -208,14 +221,11 @@ impl Icmp6Socket {
                 message.len(),
                 0,
                 (&addr as *const libc::sockaddr_in6).cast(),
-                mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+                socklen_of::<libc::sockaddr_in6>(),
             )
         };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        // Negative (-1) exactly when it failed.
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 }
 
@@ -256,7 +266,7 @@ pub fn create_tap(name: &str, multi_queue: bool, owner: Option<(u32, u32)>) -> i
         _pad: [0; 22],
     };
     for (slot, byte) in req.name.iter_mut().zip(name.bytes()) {
-        *slot = byte as libc::c_char;
+        *slot = libc::c_char::from_ne_bytes([byte]);
     }
     let fd = tun.as_raw_fd();
     // SAFETY: req is a valid, initialised struct ifreq-compatible buffer
@@ -283,13 +293,13 @@ impl NetlinkSocket {
         let fd = new_socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)?;
         // SAFETY: sockaddr_nl is plain data; all-zero is a valid value.
         let mut addr: libc::sockaddr_nl = unsafe { mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_family = family(libc::AF_NETLINK);
         // SAFETY: addr is a valid sockaddr_nl of the length passed.
         check(unsafe {
             libc::bind(
                 fd.as_raw_fd(),
                 (&addr as *const libc::sockaddr_nl).cast(),
-                mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+                socklen_of::<libc::sockaddr_nl>(),
             )
         })?;
         let socket = NetlinkSocket { fd };
@@ -318,7 +328,7 @@ impl NetlinkSocket {
         // SAFETY: sockaddr_nl is plain data; all-zero (pid 0 = the kernel)
         // is the destination wanted.
         let mut addr: libc::sockaddr_nl = unsafe { mem::zeroed() };
-        addr.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        addr.nl_family = family(libc::AF_NETLINK);
         // SAFETY: message and addr are valid for the lengths passed.
         let n = unsafe {
             libc::sendto(
@@ -327,7 +337,7 @@ impl NetlinkSocket {
                 message.len(),
                 0,
                 (&addr as *const libc::sockaddr_nl).cast(),
-                mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+                socklen_of::<libc::sockaddr_nl>(),
             )
         };
         if n < 0 {
@@ -340,11 +350,8 @@ impl NetlinkSocket {
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: buf is valid for writes of buf.len() bytes.
         let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
-        }
+        // Negative (-1) exactly when it failed.
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 }
 

@@ -146,10 +146,9 @@ fn compare(want: &Domain, got: &Domain) -> Vec<String> {
     // libvirt fills in `current` from the enabled vCPUs of <vcpus>.
     let vcpus = |d: &Domain| {
         d.vcpu.as_ref().map(|v| {
-            let enabled = d
-                .vcpus
-                .as_ref()
-                .map(|l| l.vcpu.iter().filter(|c| c.enabled == "yes").count() as u32);
+            let enabled = d.vcpus.as_ref().map(|l| {
+                u32::try_from(l.vcpu.iter().filter(|c| c.enabled == "yes").count()).unwrap()
+            });
             (v.count, v.current.or(enabled).unwrap_or(v.count))
         })
     };

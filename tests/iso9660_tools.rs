@@ -83,7 +83,14 @@ fn file(path: &str, data: impl AsRef<[u8]>) -> IsoFile {
 
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
+        .map(|i| {
+            let x = u32::try_from(i)
+                .unwrap_or(u32::MAX)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed);
+            // The low byte of the scrambled index.
+            (x >> 13).to_le_bytes()[0]
+        })
         .collect()
 }
 
@@ -244,7 +251,7 @@ fn check_with_tools(iso: &Path, label: &str, files: &[IsoFile]) {
         }
         let latin: Vec<u8> = format!("/{}", f.path)
             .chars()
-            .map(|c| u32::from(c) as u8)
+            .map(|c| u8::try_from(u32::from(c)).unwrap())
             .collect();
         let output = run(Command::new("isoinfo")
             .args(["-J", "-j", "iso8859-1", "-x"])
@@ -331,7 +338,7 @@ fn configmap_files(count: usize) -> Vec<IsoFile> {
         .map(|i| {
             file(
                 &format!("application-setting-{i:03}.properties"),
-                pattern(200 + (i * 37) % 3000, i as u32),
+                pattern(200 + (i * 37) % 3000, u32::try_from(i).unwrap()),
             )
         })
         .collect()

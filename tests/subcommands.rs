@@ -465,13 +465,13 @@ fn listener_with_backlog_0(path: &Path) -> OwnedFd {
         assert!(fd >= 0);
         let owned = OwnedFd::from_raw_fd(fd);
         let mut addr: libc::sockaddr_un = std::mem::zeroed();
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        addr.sun_family = libc::sa_family_t::try_from(libc::AF_UNIX).unwrap();
         let bytes = path.as_os_str().as_bytes();
         assert!(bytes.len() < addr.sun_path.len());
         for (i, b) in bytes.iter().enumerate() {
-            addr.sun_path[i] = *b as libc::c_char;
+            addr.sun_path[i] = libc::c_char::from_ne_bytes([*b]);
         }
-        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        let len = libc::socklen_t::try_from(std::mem::size_of::<libc::sockaddr_un>()).unwrap();
         assert_eq!(
             libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len),
             0

@@ -26,7 +26,14 @@ fn file(path: &str, data: Vec<u8>) -> IsoFile {
 /// Deterministic filler bytes.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
+        .map(|i| {
+            let x = u32::try_from(i)
+                .unwrap_or(u32::MAX)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed);
+            // The low byte of the scrambled index.
+            (x >> 13).to_le_bytes()[0]
+        })
         .collect()
 }
 
@@ -49,7 +56,7 @@ pub fn iso9660() {
         .map(|i| {
             file(
                 &format!("application-setting-{i:03}.properties"),
-                pattern(200 + (i * 37) % 3000, i as u32),
+                pattern(200 + (i * 37) % 3000, u32::try_from(i).unwrap()),
             )
         })
         .collect();

@@ -112,6 +112,10 @@ impl Params {
             .to_string()
     }
 
+    fn int(&self, key: &str) -> Option<i64> {
+        self.0.get(key).and_then(Value::as_i64)
+    }
+
     fn num(&self, key: &str) -> Option<f64> {
         self.0.get(key).and_then(Value::as_f64)
     }
@@ -145,7 +149,7 @@ pub fn parse_system(stats: Vec<Stat>) -> GuestSystem {
     });
     let timezone = p.has_prefix("timezone.").then(|| GuestTimezone {
         zone: p.str("timezone.name"),
-        offset: p.num("timezone.offset").unwrap_or(0.0) as i64,
+        offset: p.int("timezone.offset").unwrap_or(0),
     });
     let mut interfaces = Vec::new();
     for i in 0..p.count("if.count") {

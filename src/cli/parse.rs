@@ -73,7 +73,8 @@ where
             .strip_prefix('-')
             .filter(|s| s.len() > 1 && s.chars().all(|c| c == 'v'))
         {
-            args.verbosity = args.verbosity.saturating_add(vs.len() as u8);
+            let count = u8::try_from(vs.len()).unwrap_or(u8::MAX);
+            args.verbosity = args.verbosity.saturating_add(count);
             continue;
         }
         let (spec, inline_value) = lookup(&arg)?;

@@ -158,7 +158,7 @@ pub struct ConvertContext {
     /// From [`detect_ovmf`]; `None` makes EFI VMIs a clear error.
     pub ovmf: Option<OvmfPaths>,
     pub user_net_backend: UserNetBackend,
-    /// Volume names whose PVC is a block device at /dev/<volume>.
+    /// Volume names whose PVC is a block device at `/dev/<volume>`.
     pub block_pvcs: BTreeSet<String>,
     /// Written to the domain's KubeVirt metadata.
     pub grace_period_seconds: i64,

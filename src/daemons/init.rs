@@ -41,7 +41,7 @@ use std::os::unix::ffi::OsStringExt;
 
 use crate::os::{self, ChildExitSignals, Namespace};
 
-/// argv[1] of the hidden mode.
+/// `argv[1]` of the hidden mode.
 pub const MODE: &str = "__pid-namespace-init";
 /// Its name in `ps` and /proc/PID/comm.
 const NAME: &std::ffi::CStr = c"vl-pidns-init";

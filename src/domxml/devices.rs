@@ -70,7 +70,7 @@ pub struct TpmBackend {
     pub persistent_state: Option<String>,
 }
 
-/// `<alias name='ua-rootdisk'/>`: KubeVirt names user devices "ua-<name>".
+/// `<alias name='ua-rootdisk'/>`: KubeVirt names user devices `ua-<name>`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Alias {

@@ -121,9 +121,12 @@ unsafe extern "C" fn on_lifecycle(
     detail: c_int,
     opaque: *mut c_void,
 ) -> c_int {
-    // SAFETY: called by libvirt with our opaque and a valid domain.
+    // SAFETY: libvirt calls this with the opaque registered in
+    // `register_domain_events`, alive until it calls `free_sink`.
     let sink = unsafe { sink(opaque) };
-    if unsafe { sink.is_ours(dom) } {
+    // SAFETY: `dom` is the domain libvirt passed to this call.
+    let ours = unsafe { sink.is_ours(dom) };
+    if ours {
         sink.deliver(HypervisorEvent::Lifecycle(LifecycleEvent::from_libvirt(
             event, detail,
         )));
@@ -138,9 +141,12 @@ unsafe extern "C" fn on_agent_lifecycle(
     reason: c_int,
     opaque: *mut c_void,
 ) {
-    // SAFETY: called by libvirt with our opaque and a valid domain.
+    // SAFETY: libvirt calls this with the opaque registered in
+    // `register_domain_events`, alive until it calls `free_sink`.
     let sink = unsafe { sink(opaque) };
-    if unsafe { sink.is_ours(dom) } {
+    // SAFETY: `dom` is the domain libvirt passed to this call.
+    let ours = unsafe { sink.is_ours(dom) };
+    if ours {
         sink.deliver(HypervisorEvent::AgentLifecycle(
             AgentLifecycle::from_libvirt(state, reason),
         ));
@@ -152,9 +158,12 @@ unsafe extern "C" fn on_reboot(
     dom: sys::virDomainPtr,
     opaque: *mut c_void,
 ) {
-    // SAFETY: called by libvirt with our opaque and a valid domain.
+    // SAFETY: libvirt calls this with the opaque registered in
+    // `register_domain_events`, alive until it calls `free_sink`.
     let sink = unsafe { sink(opaque) };
-    if unsafe { sink.is_ours(dom) } {
+    // SAFETY: `dom` is the domain libvirt passed to this call.
+    let ours = unsafe { sink.is_ours(dom) };
+    if ours {
         sink.deliver(HypervisorEvent::Reboot);
     }
 }
@@ -165,9 +174,12 @@ unsafe extern "C" fn on_device_added(
     alias: *const c_char,
     opaque: *mut c_void,
 ) {
-    // SAFETY: called by libvirt with our opaque and a valid domain.
+    // SAFETY: libvirt calls this with the opaque registered in
+    // `register_domain_events`, alive until it calls `free_sink`.
     let sink = unsafe { sink(opaque) };
-    if unsafe { sink.is_ours(dom) } {
+    // SAFETY: `dom` is the domain libvirt passed to this call.
+    let ours = unsafe { sink.is_ours(dom) };
+    if ours {
         // SAFETY: libvirt passes a NUL-terminated alias valid for the call.
         let alias = unsafe { alias_string(alias) };
         sink.deliver(HypervisorEvent::DeviceAdded { alias });
@@ -195,9 +207,12 @@ unsafe extern "C" fn on_device_removed(
     alias: *const c_char,
     opaque: *mut c_void,
 ) {
-    // SAFETY: called by libvirt with our opaque and a valid domain.
+    // SAFETY: libvirt calls this with the opaque registered in
+    // `register_domain_events`, alive until it calls `free_sink`.
     let sink = unsafe { sink(opaque) };
-    if unsafe { sink.is_ours(dom) } {
+    // SAFETY: `dom` is the domain libvirt passed to this call.
+    let ours = unsafe { sink.is_ours(dom) };
+    if ours {
         // SAFETY: libvirt passes a NUL-terminated alias valid for the call.
         let alias = unsafe { alias_string(alias) };
         sink.deliver(HypervisorEvent::DeviceRemoved { alias });
@@ -211,13 +226,22 @@ unsafe extern "C" fn on_job_completed(
     nparams: c_int,
     opaque: *mut c_void,
 ) {
-    // SAFETY: called by libvirt with our opaque and a valid domain.
+    // SAFETY: libvirt calls this with the opaque registered in
+    // `register_domain_events`, alive until it calls `free_sink`.
     let sink = unsafe { sink(opaque) };
-    if unsafe { sink.is_ours(dom) } {
+    // SAFETY: `dom` is the domain libvirt passed to this call.
+    let ours = unsafe { sink.is_ours(dom) };
+    if ours {
         // SAFETY: libvirt passes `nparams` valid parameters for the call.
         let stats = unsafe { typed_params(params, nparams) };
         sink.deliver(HypervisorEvent::JobCompleted { stats });
     }
+}
+
+/// libvirt's event ids are an unsigned enum that its API takes as `int`;
+/// every one is small.
+fn event_id(id: c_uint) -> c_int {
+    c_int::try_from(id).unwrap_or(-1)
 }
 
 /// Registers the domain event callbacks the launcher listens to, for any
@@ -253,27 +277,27 @@ pub fn register_domain_events(
     let callbacks: [(c_int, Generic); 6] = unsafe {
         [
             (
-                sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE as c_int,
+                event_id(sys::VIR_DOMAIN_EVENT_ID_LIFECYCLE),
                 std::mem::transmute::<LifecycleFn, Generic>(on_lifecycle),
             ),
             (
-                sys::VIR_DOMAIN_EVENT_ID_REBOOT as c_int,
+                event_id(sys::VIR_DOMAIN_EVENT_ID_REBOOT),
                 on_reboot as Generic,
             ),
             (
-                sys::VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED as c_int,
+                event_id(sys::VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED),
                 std::mem::transmute::<DeviceFn, Generic>(on_device_removed),
             ),
             (
-                sys::VIR_DOMAIN_EVENT_ID_DEVICE_ADDED as c_int,
+                event_id(sys::VIR_DOMAIN_EVENT_ID_DEVICE_ADDED),
                 std::mem::transmute::<DeviceFn, Generic>(on_device_added),
             ),
             (
-                sys::VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE as c_int,
+                event_id(sys::VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE),
                 std::mem::transmute::<AgentFn, Generic>(on_agent_lifecycle),
             ),
             (
-                sys::VIR_DOMAIN_EVENT_ID_JOB_COMPLETED as c_int,
+                event_id(sys::VIR_DOMAIN_EVENT_ID_JOB_COMPLETED),
                 std::mem::transmute::<JobFn, Generic>(on_job_completed),
             ),
         ]
@@ -390,7 +414,7 @@ pub fn domain_stats(dom: &Domain, stats: c_uint, flags: c_uint) -> Result<Vec<St
     }
     let mut out = Vec::new();
     if !records.is_null() {
-        for i in 0..n as usize {
+        for i in 0..usize::try_from(n).unwrap_or(0) {
             // SAFETY: libvirt returned n records.
             let record = unsafe { *records.add(i) };
             if record.is_null() {
@@ -413,8 +437,10 @@ unsafe fn typed_params(params: sys::virTypedParameterPtr, n: c_int) -> Vec<Stat>
     if params.is_null() || n <= 0 {
         return Vec::new();
     }
-    let mut out = Vec::with_capacity(n as usize);
-    for i in 0..n as usize {
+    // Positive: checked above.
+    let n = usize::try_from(n).unwrap_or(0);
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
         // SAFETY: within the n parameters the caller vouches for.
         let p = unsafe { &*params.add(i) };
         // SAFETY: `field` is a NUL-terminated array inside the struct.
@@ -423,7 +449,7 @@ unsafe fn typed_params(params: sys::virTypedParameterPtr, n: c_int) -> Vec<Stat>
             .into_owned();
         // SAFETY: the union member read matches the parameter's type tag.
         let value = unsafe {
-            match p.type_ as c_uint {
+            match p.type_.cast_unsigned() {
                 sys::VIR_TYPED_PARAM_INT => Value::from(p.value.i),
                 sys::VIR_TYPED_PARAM_UINT => Value::from(p.value.ui),
                 sys::VIR_TYPED_PARAM_LLONG => Value::from(p.value.l),
@@ -597,7 +623,7 @@ pub fn migrate(dom: &Domain, args: &MigrateArgs) -> Result<(), Error> {
             dom.as_ptr(),
             dconn.as_ptr(),
             params.params,
-            params.count as c_uint,
+            c_uint::try_from(params.count).unwrap_or(0),
             args.flags,
         )
     };

@@ -461,7 +461,9 @@ impl Hypervisor for LibvirtHypervisor {
             .unwrap_or_default();
         let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
         self.with_domain(name, "virDomainSetTime", |d| {
-            d.set_time(seconds, now.subsec_nanos() as i32, 0)
+            // Below 10^9, so it fits.
+            let nanos = i32::try_from(now.subsec_nanos()).unwrap_or(0);
+            d.set_time(seconds, nanos, 0)
         })
     }
 

@@ -185,7 +185,8 @@ impl DomainManager {
             ovmf: self.host.ovmf.clone(),
             user_net_backend: self.host.user_net_backend,
             block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
-            grace_period_seconds: self.grace_period_for(&vmi).as_secs() as i64,
+            grace_period_seconds: i64::try_from(self.grace_period_for(&vmi).as_secs())
+                .unwrap_or(i64::MAX),
             service_account_dir: self.config.service_account_dir.clone(),
             present_paths: Default::default(),
             cpuset: Err(String::new()),

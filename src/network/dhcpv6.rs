@@ -87,8 +87,9 @@ fn options(buf: &[u8]) -> Result<Vec<(u16, &[u8])>, V6Error> {
 
 fn put_option(out: &mut Vec<u8>, code: u16, value: &[u8]) {
     out.extend_from_slice(&code.to_be_bytes());
-    out.extend_from_slice(&(value.len().min(u16::MAX as usize) as u16).to_be_bytes());
-    out.extend_from_slice(&value[..value.len().min(u16::MAX as usize)]);
+    let length = u16::try_from(value.len()).unwrap_or(u16::MAX);
+    out.extend_from_slice(&length.to_be_bytes());
+    out.extend_from_slice(&value[..usize::from(length)]);
 }
 
 /// The answer to one client message, or why there is none.
@@ -282,11 +283,13 @@ mod tests {
         let valid = solicit(false);
         for round in 0..10_000 {
             let packet: Vec<u8> = if round % 2 == 0 {
-                (0..(next() % 200)).map(|_| next() as u8).collect()
+                (0..(next() % 200))
+                    .map(|_| next().to_le_bytes()[0])
+                    .collect()
             } else {
-                let mut p = valid[..(next() as usize % valid.len())].to_vec();
-                if let Some(b) = p.get_mut(next() as usize % valid.len()) {
-                    *b = next() as u8;
+                let mut p = valid[..(usize::try_from(next()).unwrap() % valid.len())].to_vec();
+                if let Some(b) = p.get_mut(usize::try_from(next()).unwrap() % valid.len()) {
+                    *b = next().to_le_bytes()[0];
                 }
                 p
             };

@@ -4,7 +4,7 @@
 //! | network | pod interface | bridge | tap |
 //! |---|---|---|---|
 //! | pod network, or the multus default | `eth0` | `k6t-eth0` | `tap0` |
-//! | secondary multus network N | `pod` + sha256(N)[:11] | `k6t-` + hash | `tap` + hash |
+//! | secondary multus network N | `pod` + `sha256(N)[:11]` | `k6t-` + hash | `tap` + hash |
 //!
 //! Bridge binding renames the pod interface to `<name>-nic` (hash without
 //! `pod`) and leaves a dummy with the old name holding its addresses.

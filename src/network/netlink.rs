@@ -43,7 +43,17 @@ const RT_TABLE_MAIN: u8 = 254;
 const RT_SCOPE_UNIVERSE: u8 = 0;
 const RTPROT_BOOT: u8 = 3;
 const RTN_UNICAST: u8 = 1;
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "address families are small positive numbers (2 and 10)"
+)]
 const AF_INET: u8 = libc::AF_INET as u8;
+#[allow(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "address families are small positive numbers (2 and 10)"
+)]
 const AF_INET6: u8 = libc::AF_INET6 as u8;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,8 +129,10 @@ impl Message {
     }
 
     fn attr(&mut self, kind: u16, value: &[u8]) {
-        let len = 4 + value.len();
-        self.buf.extend_from_slice(&(len as u16).to_ne_bytes());
+        // Attributes here are names, addresses and small numbers; one too
+        // long for the field would be refused by the kernel as malformed.
+        let len = u16::try_from(4 + value.len()).unwrap_or(u16::MAX);
+        self.buf.extend_from_slice(&len.to_ne_bytes());
         self.buf.extend_from_slice(&kind.to_ne_bytes());
         self.buf.extend_from_slice(value);
         while !self.buf.len().is_multiple_of(4) {
@@ -138,7 +150,7 @@ impl Message {
     }
 
     fn finish(mut self) -> Vec<u8> {
-        let len = self.buf.len() as u32;
+        let len = u32::try_from(self.buf.len()).unwrap_or(u32::MAX);
         self.buf[0..4].copy_from_slice(&len.to_ne_bytes());
         self.buf
     }
@@ -146,7 +158,8 @@ impl Message {
 
 fn ifinfomsg(index: u32, flags: u32, change: u32) -> [u8; 16] {
     let mut m = [0u8; 16];
-    m[4..8].copy_from_slice(&(index as i32).to_ne_bytes());
+    // The kernel's ifi_index is an int; interface indices are positive.
+    m[4..8].copy_from_slice(&index.cast_signed().to_ne_bytes());
     m[8..12].copy_from_slice(&flags.to_ne_bytes());
     m[12..16].copy_from_slice(&change.to_ne_bytes());
     m
@@ -499,7 +512,7 @@ fn parse_link(body: &[u8]) -> Option<Link> {
     if body.len() < 16 {
         return None;
     }
-    let index = i32::from_ne_bytes(body[4..8].try_into().ok()?) as u32;
+    let index = i32::from_ne_bytes(body[4..8].try_into().ok()?).cast_unsigned();
     let flags = u32::from_ne_bytes(body[8..12].try_into().ok()?);
     let mut link = Link {
         index,

@@ -366,10 +366,12 @@ mod tests {
             state ^= state >> 7;
             state ^= state << 17;
             let len = (state % 700) as usize;
-            let junk: Vec<u8> = (0..len).map(|j| (state >> (j % 56)) as u8).collect();
+            let junk: Vec<u8> = (0..len)
+                .map(|j| (state >> (j % 56)).to_le_bytes()[0])
+                .collect();
             let junk = if i % 3 == 0 {
                 let valid = wire::client_message(MessageType::Discover, mac, i, &[]);
-                valid[..(state as usize % valid.len())].to_vec()
+                valid[..(usize::try_from(state).unwrap() % valid.len())].to_vec()
             } else {
                 junk
             };

@@ -10,7 +10,7 @@
 //!   addresses for the CNI; the DHCP server hands the pod address,
 //!   gateway, routes and MTU to the guest.
 //!
-//! Everything created is recorded as an [`Undo`] step; [`ActiveNetwork`]
+//! Everything created is recorded as an `Undo` step; [`ActiveNetwork`]
 //! undoes them in reverse order on [`ActiveNetwork::teardown`] or drop,
 //! and a failed set-up undoes what it had done before returning.
 //! With [`Mode::Existing`] nothing is created: the taps must exist.
@@ -625,7 +625,12 @@ fn create_interface(
             }
             create_tap(nl, active, tap, bridge, mtu, options.tap_owner)?;
             // The DHCP server's own address (KubeVirt's fake bridge IP).
-            let server_ip = Ipv4Addr::new(169, 254, 75, 10u8.saturating_add(tap.position as u8));
+            let server_ip = Ipv4Addr::new(
+                169,
+                254,
+                75,
+                10u8.saturating_add(u8::try_from(tap.position).unwrap_or(u8::MAX)),
+            );
             nl.add_address(
                 bridge,
                 &Address {

@@ -255,7 +255,7 @@ impl Timestamp {
     pub fn now() -> Self {
         match SystemTime::now().duration_since(UNIX_EPOCH) {
             Ok(d) => Timestamp {
-                seconds: d.as_secs() as i64,
+                seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
                 microseconds: i64::from(d.subsec_micros()),
             },
             // The clock is before 1970: say so the way QMP does.

@@ -122,10 +122,14 @@ impl DeviceNamer {
 
 /// Linux's sd naming: a…z, aa…zz, aaa… (KubeVirt `FormatDeviceName`).
 pub(super) fn device_name(prefix: &str, index: usize) -> String {
+    const ALPHABET: &[u8; 26] = b"abcdefghijklmnopqrstuvwxyz";
     let mut letters = Vec::new();
-    let mut n = index as i64;
-    while n >= 0 {
-        letters.push(b'a' + (n % 26) as u8);
+    let mut n = index;
+    loop {
+        letters.push(ALPHABET[n % 26]);
+        if n < 26 {
+            break;
+        }
         n = n / 26 - 1;
     }
     letters.reverse();

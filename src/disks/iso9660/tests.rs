@@ -56,9 +56,21 @@ fn file(path: &str, data: impl AsRef<[u8]>) -> IsoFile {
     }
 }
 
+/// A number below `n` from a generated one.
+fn below(random: u64, n: usize) -> usize {
+    usize::try_from(random % u64::try_from(n).unwrap()).unwrap()
+}
+
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 13) as u8)
+        .map(|i| {
+            let x = u32::try_from(i)
+                .unwrap_or(u32::MAX)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(seed);
+            // The low byte of the scrambled index.
+            (x >> 13).to_le_bytes()[0]
+        })
         .collect()
 }
 
@@ -156,7 +168,7 @@ fn read_directory(img: &[u8], location: u32, size: u32) -> Vec<RawRecord> {
         "directory size {size}"
     );
     let mut records = Vec::new();
-    for s in 0..size / SECTOR_SIZE as u32 {
+    for s in 0..size / u32::try_from(SECTOR_SIZE).unwrap() {
         let data = sector(img, location + s);
         let mut off = 0;
         while off < SECTOR_SIZE {
@@ -264,7 +276,7 @@ fn read_hierarchy(img: &[u8], vd_sector: u32, joliet: bool) -> ReadHierarchy {
     while i < dirs.len() {
         let (path, loc, size, parent_loc, parent_size, level) = dirs[i].clone();
         out.dir_sectors
-            .insert(path.clone(), size / SECTOR_SIZE as u32);
+            .insert(path.clone(), size / u32::try_from(SECTOR_SIZE).unwrap());
         let records = read_directory(img, loc, size);
         assert!(records.len() >= 2, "missing . and .. in {path:?}");
         let (dot, dotdot) = (&records[0], &records[1]);
@@ -297,7 +309,7 @@ fn read_hierarchy(img: &[u8], vd_sector: u32, joliet: bool) -> ReadHierarchy {
             if r.is_dir {
                 assert!(level < MAX_DIRECTORY_LEVELS, "{child:?} is too deep");
                 dirs.push((child.clone(), r.location, r.size, loc, size, level + 1));
-                path_table.push((r.ident.clone(), r.location, (i + 1) as u16));
+                path_table.push((r.ident.clone(), r.location, u16::try_from(i + 1).unwrap()));
                 assert!(out.dirs.insert(child), "duplicate directory");
             } else {
                 let data = if r.size == 0 {
@@ -413,7 +425,7 @@ fn configmap_files(count: usize) -> Vec<IsoFile> {
         .map(|i| {
             file(
                 &format!("application-setting-{i:03}.properties"),
-                pattern(200 + (i * 37) % 3000, i as u32),
+                pattern(200 + (i * 37) % 3000, u32::try_from(i).unwrap()),
             )
         })
         .collect()
@@ -652,7 +664,7 @@ fn too_large_file() {
     // calloc'ed, so this costs address space, not memory.
     let files = [IsoFile {
         path: "huge.img".into(),
-        data: vec![0u8; MAX_FILE_SIZE as usize + 1],
+        data: vec![0u8; usize::try_from(MAX_FILE_SIZE).unwrap() + 1],
     }];
     let mut out = Vec::new();
     match write_iso(&mut out, "cidata", &files) {
@@ -731,7 +743,7 @@ fn random_inputs_never_panic() {
             for _ in 0..depth {
                 let n = 1 + (next() % 3) as usize;
                 let part: String = (0..n)
-                    .map(|_| pieces[(next() % pieces.len() as u64) as usize])
+                    .map(|_| pieces[below(next(), pieces.len())])
                     .collect();
                 parts.push(part);
             }
@@ -741,10 +753,10 @@ fn random_inputs_never_panic() {
             }
             files.push(file(
                 &path,
-                pattern((next() % 5000) as usize, next() as u32),
+                pattern(below(next(), 5000), next().to_le_bytes()[0].into()),
             ));
         }
-        let label = labels[(next() % labels.len() as u64) as usize];
+        let label = labels[below(next(), labels.len())];
         let mut out = Vec::new();
         match write_iso(&mut out, label, &files) {
             Ok(()) => {

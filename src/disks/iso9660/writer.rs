@@ -50,14 +50,14 @@ pub fn write_iso<W: Write>(
 
 impl Hierarchy {
     fn path_table(&self, tree: &Tree<'_>, big_endian: bool) -> Vec<u8> {
-        let mut table = Vec::with_capacity(self.path_table_size as usize);
+        let mut table = Vec::with_capacity(in_memory(self.path_table_size));
         for &dir in &self.order {
             let ident = &self.idents[dir];
             // Lengths and locations were checked against their limits in
             // `Layout::plan`.
-            let location = self.location[dir] as u32;
+            let location = field32(self.location[dir]);
             let parent = self.number[tree.dirs[dir].parent];
-            table.push(ident.len() as u8);
+            table.push(field8(ident.len()));
             table.push(0);
             if big_endian {
                 table.extend_from_slice(&location.to_be_bytes());
@@ -76,7 +76,7 @@ impl Hierarchy {
 
     /// The extent of directory `dir`.
     fn directory_extent(&self, tree: &Tree<'_>, layout: &Layout, dir: usize) -> Vec<u8> {
-        let size = self.sectors[dir] as usize * SECTOR_SIZE;
+        let size = in_memory(self.sectors[dir]) * SECTOR_SIZE;
         let mut extent = Vec::with_capacity(size);
         let parent = tree.dirs[dir].parent;
         push_record(
@@ -136,13 +136,13 @@ impl Hierarchy {
         } else {
             text(&mut d, 40, 72, volume_id);
         }
-        d[80..88].copy_from_slice(&both_u32(total_sectors as u32));
+        d[80..88].copy_from_slice(&both_u32(field32(total_sectors)));
         d[120..124].copy_from_slice(&both_u16(1)); // volume set size
         d[124..128].copy_from_slice(&both_u16(1)); // volume sequence number
-        d[128..132].copy_from_slice(&both_u16(SECTOR_SIZE as u16));
-        d[132..140].copy_from_slice(&both_u32(self.path_table_size as u32));
-        d[140..144].copy_from_slice(&(self.path_table_l as u32).to_le_bytes());
-        d[148..152].copy_from_slice(&(self.path_table_m as u32).to_be_bytes());
+        d[128..132].copy_from_slice(&both_u16(field16(SECTOR_SIZE)));
+        d[132..140].copy_from_slice(&both_u32(field32(self.path_table_size)));
+        d[140..144].copy_from_slice(&field32(self.path_table_l).to_le_bytes());
+        d[148..152].copy_from_slice(&field32(self.path_table_m).to_be_bytes());
         let mut root = Vec::with_capacity(34);
         push_record(
             &mut root,
@@ -197,19 +197,41 @@ fn both_u32(value: u32) -> [u8; 8] {
     [le[0], le[1], le[2], le[3], be[0], be[1], be[2], be[3]]
 }
 
+// On-disc fields. `Layout::plan` refuses every tree whose identifiers,
+// locations and sizes would not fit them, so these conversions never
+// saturate; saturating (rather than wrapping) keeps a broken invariant from
+// becoming a plausible wrong value.
+
+fn field32(value: u64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+fn field16(value: usize) -> u16 {
+    u16::try_from(value).unwrap_or(u16::MAX)
+}
+
+fn field8(value: usize) -> u8 {
+    u8::try_from(value).unwrap_or(u8::MAX)
+}
+
+/// A size or offset of the metadata built in memory (at most a few MiB).
+fn in_memory(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
 /// Appends a directory record (ECMA-119 9.1). Callers guarantee that the
 /// identifier is at most 132 bytes and that location and size fit 32 bits.
 fn push_record(buf: &mut Vec<u8>, ident: &[u8], location: u64, size: u64, is_dir: bool) {
-    buf.push(record_len(ident.len()) as u8);
+    buf.push(field8(record_len(ident.len())));
     buf.push(0); // extended attribute record length
-    buf.extend_from_slice(&both_u32(location as u32));
-    buf.extend_from_slice(&both_u32(size as u32));
+    buf.extend_from_slice(&both_u32(field32(location)));
+    buf.extend_from_slice(&both_u32(field32(size)));
     buf.extend_from_slice(&RECORD_DATE);
     buf.push(if is_dir { 0x02 } else { 0x00 });
     buf.push(0); // file unit size
     buf.push(0); // interleave gap size
     buf.extend_from_slice(&both_u16(1)); // volume sequence number
-    buf.push(ident.len() as u8);
+    buf.push(field8(ident.len()));
     buf.extend_from_slice(ident);
     if ident.len().is_multiple_of(2) {
         buf.push(0);
@@ -219,9 +241,9 @@ fn push_record(buf: &mut Vec<u8>, ident: &[u8], location: u64, size: u64, is_dir
 impl Layout {
     /// Everything before the first file data sector.
     fn metadata(&self, tree: &Tree<'_>, volume_id: &str) -> Vec<u8> {
-        let mut image = vec![0u8; self.metadata_sectors as usize * SECTOR_SIZE];
+        let mut image = vec![0u8; in_memory(self.metadata_sectors) * SECTOR_SIZE];
         let mut put = |sector: u64, bytes: &[u8]| {
-            let start = sector as usize * SECTOR_SIZE;
+            let start = in_memory(sector) * SECTOR_SIZE;
             image[start..start + bytes.len()].copy_from_slice(bytes);
         };
         put(

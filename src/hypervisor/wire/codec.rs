@@ -747,7 +747,7 @@ mod tests {
             let garbage: Vec<u8> = (0..len)
                 .map(|_| {
                     seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                    (seed >> 16) as u8
+                    (seed >> 16).to_le_bytes()[0]
                 })
                 .collect();
             let _ = Decoder::new(&garbage).typed_params(64);

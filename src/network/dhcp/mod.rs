@@ -484,22 +484,24 @@ mod tests {
         for round in 0..20_000 {
             let packet: Vec<u8> = match round % 4 {
                 // Pure noise of any length up to 600 bytes.
-                0 => (0..(next() % 600)).map(|_| next() as u8).collect(),
+                0 => (0..(next() % 600))
+                    .map(|_| next().to_le_bytes()[0])
+                    .collect(),
                 // A valid message cut anywhere.
-                1 => valid[..(next() as usize % valid.len())].to_vec(),
+                1 => valid[..(usize::try_from(next()).unwrap() % valid.len())].to_vec(),
                 // A valid message with a few bytes flipped.
                 2 => {
                     let mut p = valid.clone();
                     for _ in 0..(1 + next() % 6) {
-                        let at = next() as usize % p.len();
-                        p[at] = next() as u8;
+                        let at = usize::try_from(next()).unwrap() % p.len();
+                        p[at] = next().to_le_bytes()[0];
                     }
                     p
                 }
                 // A valid header followed by random options.
                 _ => {
                     let mut p = valid[..wire::HEADER_LEN].to_vec();
-                    p.extend((0..(next() % 80)).map(|_| next() as u8));
+                    p.extend((0..(next() % 80)).map(|_| next().to_le_bytes()[0]));
                     p
                 }
             };

@@ -300,7 +300,8 @@ impl Reply {
         }
         for chunk in value.chunks(255) {
             self.buf.push(code);
-            self.buf.push(chunk.len() as u8);
+            // At most 255: chunks of 255.
+            self.buf.push(u8::try_from(chunk.len()).unwrap_or(u8::MAX));
             self.buf.extend_from_slice(chunk);
         }
     }
@@ -320,11 +321,22 @@ impl Reply {
 pub fn encode_domain_list(domains: &[String]) -> Vec<u8> {
     let mut out = Vec::new();
     for domain in domains {
-        for label in domain.trim_end_matches('.').split('.') {
-            if label.is_empty() {
-                continue;
-            }
-            out.push(label.len() as u8);
+        let labels: Vec<&str> = domain
+            .trim_end_matches('.')
+            .split('.')
+            .filter(|label| !label.is_empty())
+            .collect();
+        // A DNS label is at most 63 bytes: a name with a longer one is not
+        // a domain, and is left out rather than sent mangled.
+        let Some(lengths) = labels
+            .iter()
+            .map(|label| u8::try_from(label.len()).ok().filter(|n| *n <= 63))
+            .collect::<Option<Vec<u8>>>()
+        else {
+            continue;
+        };
+        for (label, length) in labels.iter().zip(lengths) {
+            out.push(length);
             out.extend_from_slice(label.as_bytes());
         }
         out.push(0);
@@ -373,7 +385,7 @@ pub fn client_message(
     buf.extend_from_slice(&[code::MESSAGE_TYPE, 1, message_type.to_byte()]);
     for (c, value) in extra {
         buf.push(*c);
-        buf.push(value.len() as u8);
+        buf.push(u8::try_from(value.len()).unwrap());
         buf.extend_from_slice(value);
     }
     buf.push(code::END);

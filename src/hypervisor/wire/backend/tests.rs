@@ -342,10 +342,13 @@ fn calls_send_what_libvirts_client_sends() {
     let mut d = Decoder::new(&payload);
     decode_domain(&mut d).unwrap();
     let seconds = d.i64().unwrap();
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let now = i64::try_from(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
     assert!((now - seconds).abs() < 5);
     assert!(d.u32().unwrap() < 1_000_000_000);
 }

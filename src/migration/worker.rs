@@ -181,8 +181,13 @@ impl Watch {
                 self.progress_timeout.as_secs()
             ));
         }
-        let bytes = data_total.unwrap_or(0).max(self.fallback_bytes);
-        // The budget needs the size; until libvirt reports it, wait.
+        // The budget starts counting once libvirt reports figures (before,
+        // the migration is still being set up and cannot switch to
+        // post-copy); it covers at least `fallback_bytes` (the guest's
+        // memory), since a block migration first reports the disks alone.
+        let bytes = data_total
+            .filter(|t| *t > 0)
+            .map_or(0, |total| total.max(self.fallback_bytes));
         if self.completion_timeout_per_gib > 0 && bytes > 0 {
             let gib = bytes as f64 / GIB;
             let allowed = Duration::from_secs_f64(self.completion_timeout_per_gib as f64 * gib);
@@ -378,6 +383,17 @@ mod tests {
             w.sample(t0 + Duration::from_millis(1250), Some(65536), Some(65536)),
             None
         );
+    }
+
+    #[test]
+    fn the_budget_waits_for_libvirts_figures() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        // 2 s per GiB of 192 MiB: 0.375 s, but nothing is reported yet.
+        let mut w = Watch::new(t0, s(0), 2, 192 * MIB);
+        assert_eq!(w.sample(t0 + s(1), Some(0), Some(0)), None);
+        assert_eq!(w.sample(t0 + s(2), None, None), None);
+        assert!(w.sample(t0 + s(3), Some(MIB), Some(192 * MIB)).is_some());
     }
 
     #[test]

@@ -774,3 +774,39 @@ fn a_full_disk_while_writing_the_cloud_init_iso_is_internal() {
     launcher.signal("TERM");
     assert_eq!(launcher.wait_exit(T), 0);
 }
+
+#[test]
+fn an_unprivileged_user_cannot_hold_the_lock_after_an_unclean_exit() {
+    let mut first = Launcher::start_in(TempTree::new("nobody"), &test_args(&[]));
+    first.wait_ready(T);
+    first.signal("KILL");
+    first.wait_exit(T);
+    // The lock files stay behind; another user can neither open them nor,
+    // through them, block the next start.
+    for lock in [
+        "share/sockets/launcher-sock.lock",
+        "private/virt-launcher.lock",
+        "ephemeral/virt-launcher.lock",
+    ] {
+        let path = first.tree.path(lock);
+        let script = format!("exec 9<'{}' && flock -n 9", path.display());
+        let out = Command::new("su")
+            .args(["-s", "/bin/sh", "nobody", "-c", &script])
+            .output()
+            .expect("run su");
+        assert!(
+            !out.status.success(),
+            "user nobody could open and lock {lock}"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("Permission denied"),
+            "{lock}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tree = std::mem::replace(&mut first.tree, TempTree::new("nobody-spare"));
+    let mut second = Launcher::start_in(tree, &test_args(&[]));
+    second.wait_ready(T);
+    second.signal("TERM");
+    assert_eq!(second.wait_exit(T), 0);
+}

@@ -338,8 +338,9 @@ Created at start\-up, as KubeVirt does. The serial console socket is
 migration target adds migration.sock and migration\-disks.sock there.
 .TP
 \fIPRIVATE_DIR\fR/config\-map\-disks/\fIVOLUME\fR.iso, secret\-disks/, \
-downwardapi\-disks/, service\-account\-disk/service\-account.iso
-ISO images of config maps, secrets, downward API and service account
+downwardapi\-disks/, sysprep\-disks/, \
+service\-account\-disk/service\-account.iso
+ISO images of config map, secret, downward API, sysprep and service account
 volumes (0600).
 .TP
 \fIPRIVATE_DIR\fR/libvirt/

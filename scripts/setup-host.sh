@@ -48,6 +48,7 @@ xorriso            xorriso               xorriso -version
 isoinfo            genisoimage           isoinfo -version
 blkid              util-linux            blkid -V
 flock              util-linux            flock -V
+su                 util-linux            su --version
 script             bsdutils              script -qec true /dev/null
 mount              mount                 mount -V
 umount             mount                 umount -V
@@ -67,12 +68,12 @@ dpkg-deb           dpkg                  dpkg-deb --version
 ldd                libc-bin              ldd --version
 TABLE
 )
-# Not in the table yet: passt. The converter picks passt for user-mode
-# networking when /usr/bin/passt exists, but Debian 12's libvirt 9.0 rejects
-# <backend type='passt'/> ("Invalid value for attribute 'type' in element
-# 'backend'"), so installing it makes every sync of a VMI with an interface
-# fail. Add its row once the converter asks libvirt whether it supports
-# passt.
+# Not in the table: passt. Nothing here needs it (pod networking uses taps,
+# nft and netlink), and Debian 12's libvirt 9.0 rejects <backend
+# type='passt'/> on every driver ("Invalid value for attribute 'type' in
+# element 'backend'"), so an interface with the passt binding cannot run on
+# this libvirt either way. (Before the converter made passt opt-in, its mere
+# presence broke every sync with an interface.)
 
 # Packages no program row names: libraries and data the build and the
 # launcher need.

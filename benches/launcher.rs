@@ -6,7 +6,7 @@
 //! agent, SIGTERM, poll cost), `migration`, `reconnect` (libvirt
 //! reconnects under --spawn-libvirt) and `exit` (SIGTERM -> exit on the
 //! test driver, `kill` -> exit on the real guest). Pass section names to
-//! run only those.
+//! run only those; `conversion` runs the conversion and ISO figures alone.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -48,6 +48,11 @@ fn main() {
         conversion::conversion();
         iso9660::iso9660();
         binary_size();
+    }
+    // The pure sections alone: `cargo bench --bench launcher -- conversion`.
+    if !run("test") && wanted.iter().any(|w| w == "conversion") {
+        conversion::conversion();
+        iso9660::iso9660();
     }
     if run("qemu") {
         qemu();

@@ -4,9 +4,10 @@
 //! Sections: `test` (libvirt's test driver: start-up, round trips, memory,
 //! conversion), `qemu` (the test guest on real libvirt and QEMU: sync,
 //! agent, SIGTERM, poll cost), `migration`, `reconnect` (libvirt
-//! reconnects under --spawn-libvirt) and `exit` (SIGTERM -> exit on the
-//! test driver, `kill` -> exit on the real guest). Pass section names to
-//! run only those; `conversion` runs the conversion and ISO figures alone.
+//! reconnects under --spawn-libvirt), `exit` (SIGTERM -> exit on the
+//! test driver, `kill` -> exit on the real guest) and `sigkill` (a killed
+//! launcher's tree gone). Pass section names to run only those;
+//! `conversion` runs the conversion and ISO figures alone.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -18,6 +19,8 @@ mod exit;
 mod iso9660;
 #[path = "sections/reconnect.rs"]
 mod reconnect;
+#[path = "sections/sigkill.rs"]
+mod sigkill;
 
 use std::fs;
 use std::path::Path;
@@ -65,6 +68,8 @@ fn main() {
     }
     if run("exit") {
         exit::exit_figures();
+    if run("sigkill") {
+        sigkill::sigkill();
     }
 }
 

@@ -68,6 +68,7 @@ fn main() {
     }
     if run("exit") {
         exit::exit_figures();
+    }
     if run("sigkill") {
         sigkill::sigkill();
     }

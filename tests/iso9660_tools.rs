@@ -344,37 +344,6 @@ fn configmap_files(count: usize) -> Vec<IsoFile> {
         .collect()
 }
 
-/// The host kernel's isofs driver mounts the image (loop device, root).
-/// Ignored by default because container kernels (this project's CI among
-/// them) often lack isofs; the guest kernel reads a launcher-written ISO in
-/// tests/cloud_init.rs on every run. Run it with `--ignored` on a host
-/// whose kernel lists iso9660 in /proc/filesystems.
-#[test]
-#[ignore = "needs a host kernel with isofs and loop devices; run with --ignored"]
-fn linux_kernel_reads_image() {
-    let mut files = nocloud_files();
-    files.push(file("openstack/latest/meta_data.json", "{}"));
-    files.push(file("日本語.txt", "nihongo"));
-    files.push(file("big", pattern(100_000, 5)));
-    let iso = image_file("mount", "cidata", &files);
-    let mountpoint = TempPath::new("mnt");
-    fs::create_dir_all(mountpoint.path()).expect("mkdir");
-    run(Command::new("mount")
-        .args(["-t", "iso9660", "-o", "loop,ro"])
-        .arg(iso.path())
-        .arg(mountpoint.path()));
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).output();
-        }
-    }
-    let _guard = Unmount(mountpoint.path());
-    let mut got = BTreeMap::new();
-    collect_tree(mountpoint.path(), "", &mut got);
-    assert_eq!(got, expected_map(&files), "kernel view of the image");
-}
-
 fn blkid_label(iso: &Path) -> String {
     stdout(&run(Command::new("blkid")
         .args(["-o", "value", "-s", "LABEL"])

@@ -22,7 +22,6 @@ pub mod manager;
 pub mod migration;
 pub mod network;
 pub mod os;
-pub mod os_net;
 pub mod protocol;
 pub mod safe_fs;
 pub mod server;

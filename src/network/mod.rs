@@ -81,7 +81,7 @@ pub fn decide_mode(preference: PodNetworkMode, spawn_libvirt: bool) -> (Mode, &'
         PodNetworkMode::Setup => (Mode::Create, "--pod-network=setup"),
         PodNetworkMode::Existing => (Mode::Existing, "--pod-network=existing"),
         PodNetworkMode::Auto => {
-            if !crate::os_net::has_cap_net_admin() {
+            if !crate::os::net::has_cap_net_admin() {
                 (Mode::Existing, "no CAP_NET_ADMIN")
             } else if !spawn_libvirt {
                 (
@@ -89,7 +89,7 @@ pub fn decide_mode(preference: PodNetworkMode, spawn_libvirt: bool) -> (Mode, &'
                     "QEMU runs under another libvirt daemon (no --spawn-libvirt)",
                 )
             } else if !matches!(
-                (crate::os_net::netns_id("self"), crate::os_net::netns_id("1")),
+                (crate::os::net::netns_id("self"), crate::os::net::netns_id("1")),
                 (Ok(own), Ok(init)) if own != init
             ) {
                 // Also when PID 1's namespace cannot be read: never risk

@@ -6,7 +6,7 @@
 use std::io;
 use std::net::IpAddr;
 
-use crate::os_net::NetlinkSocket;
+use crate::os::net::NetlinkSocket;
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;

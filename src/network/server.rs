@@ -15,7 +15,7 @@ use super::dhcp::wire::MessageType;
 use super::dhcp::{Answerer, Ignored, Outcome, ReplyTarget};
 use super::dhcpv6::{self, V6Lease};
 use super::ra::{self, Advertisement};
-use crate::os_net;
+use crate::os::net as os_net;
 
 const POLL: Duration = Duration::from_millis(200);
 /// At most one line about dropped packets per interface this often.

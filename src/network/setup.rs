@@ -32,7 +32,7 @@ use super::plan::{Binding, NetworkPlan, TapInterface};
 use super::ra::Advertisement;
 use super::resolv::{self, PodDns};
 use super::server::{self, LeaseStatus, ReplyRoute, ServerThread};
-use crate::os_net;
+use crate::os::net as os_net;
 
 /// KubeVirt's masquerade bridge MAC (link.StaticMasqueradeBridgeMAC).
 pub const MASQUERADE_BRIDGE_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0];

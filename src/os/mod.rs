@@ -1,15 +1,17 @@
 //! The operating-system calls the launcher makes itself, where `std` has no
 //! safe equivalent: namespaces, mounts, process attributes, signals, child
-//! reaping and waiting on file descriptors. Each function wraps one system
+//! reaping and waiting on file descriptors here, and pod networking's
+//! sockets, taps and netlink in [`net`]. Each function wraps one system
 //! call behind a safe signature, and every `unsafe` block says why it is
-//! sound. Outside this module only `os_net` (sockets, taps and netlink for
-//! pod networking) and `hypervisor::ffi` (libvirt) make raw calls; other
-//! modules use only `libc`'s constants.
+//! sound. Outside this module only `hypervisor::ffi` (libvirt) makes raw
+//! calls; other modules use only `libc`'s constants.
 //!
 //! Functions documented as *async-signal-safe* make their system call and
 //! nothing else (no allocation, no lock), so they may also run in a child
 //! between fork and exec; [`before_exec`] is the only way this module lets
 //! code run there.
+
+pub mod net;
 
 use std::ffi::CStr;
 use std::fs::File;

@@ -1,7 +1,7 @@
 //! Raw OS calls for pod networking: sockets bound to a device, a raw
 //! ICMPv6 socket, tap creation on /dev/net/tun, and the netlink socket.
-//! Every `unsafe` block is here, each with its SAFETY argument; callers
-//! get safe functions that return `io::Result`.
+//! Each `unsafe` block has its SAFETY argument; callers get safe functions
+//! that return `io::Result`.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -11,13 +11,7 @@ use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
-}
+use super::check;
 
 /// The size of `T` as the kernel's `socklen_t` (socket addresses and options
 /// are a few bytes).

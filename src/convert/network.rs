@@ -168,6 +168,23 @@ fn interface_xml(
             ),
         ));
     }
+    if model == "virtio"
+        && vmi.spec.domain.devices.network_interface_multiqueue == Some(true)
+        && matches!(binding, Binding::Passt | Binding::Slirp)
+    {
+        // KubeVirt gives every virtio NIC the queues, and libvirt refuses
+        // them on a user-mode interface ("Multiqueue network is not
+        // supported for: user") when the domain starts: say it here, never
+        // drop the setting.
+        return Err(ConvertError::new(
+            "spec.domain.devices.networkInterfaceMultiqueue",
+            format!(
+                "multiqueue needs a tap, and the {} binding of interface {:?} has none; not supported by this launcher (use masquerade or bridge, or remove networkInterfaceMultiqueue)",
+                binding.as_str(),
+                interface.name
+            ),
+        ));
+    }
     let mut nic = domxml::Interface {
         model: Some(ModelType {
             model_type: if model == "virtio" {
@@ -507,6 +524,43 @@ mod tests {
         assert_eq!(
             convert_err(spec),
             "spec.domain.devices.interfaces[0].bootOrder: boot order 1 is already used by disk \"root\""
+        );
+    }
+
+    #[test]
+    fn multiqueue_without_a_tap_is_refused_not_dropped() {
+        let mut ctx = context();
+        ctx.user_net_backend = UserNetBackend::Passt;
+        for binding in [
+            json!({"passtBinding": {}}),
+            json!({"binding": {"name": "slirp"}}),
+        ] {
+            let mut iface = json!({"name": "default"});
+            for (k, v) in binding.as_object().into_iter().flatten() {
+                iface[k] = v.clone();
+            }
+            // One vCPU too: KubeVirt still asks for a queue, which libvirt
+            // refuses on a user-mode interface.
+            let spec = json!({"domain": {"devices": {"networkInterfaceMultiqueue": true, "interfaces": [iface]}},
+                "networks": [{"name": "default", "pod": {}}]});
+            let err = convert_with(spec, &ctx)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.starts_with("spec.domain.devices.networkInterfaceMultiqueue: multiqueue needs a tap, and the ")
+                    && err.contains("binding of interface \"default\" has none; not supported by this launcher"),
+                "{err}"
+            );
+        }
+        // A model other than virtio has no queues to give.
+        let spec = json!({"domain": {"devices": {"networkInterfaceMultiqueue": true,
+            "interfaces": [{"name": "default", "model": "e1000", "binding": {"name": "slirp"}}]}},
+            "networks": [{"name": "default", "pod": {}}]});
+        assert!(
+            convert_ok(spec).domain.devices.interfaces[0]
+                .driver
+                .is_none()
         );
     }
 

@@ -118,3 +118,32 @@ fn raw_os_calls_live_in_the_os_module() {
     assert_eq!(libc_calls("check(unsafe { libc::kill(pid, 9) })"), ["kill"]);
     assert!(libc_calls("libc::O_CLOEXEC | x as libc::c_ulong)").is_empty());
 }
+
+#[test]
+fn the_readme_module_table_lists_every_top_level_module() {
+    // Issue 10: README's module table names every module of src/lib.rs.
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lib = fs::read_to_string(manifest.join("src/lib.rs")).unwrap();
+    let readme = fs::read_to_string(manifest.join("README.md")).unwrap();
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .filter_map(|l| l.strip_suffix(';'))
+        .collect();
+    assert!(modules.len() > 20, "{modules:?}");
+    let table: String = readme
+        .lines()
+        .filter(|l| l.starts_with("| `src/"))
+        .map(|l| l.split(" | ").next().unwrap_or_default())
+        .collect();
+    let missing: Vec<&&str> = modules
+        .iter()
+        .filter(|m| {
+            !table.contains(&format!("`src/{m}.rs`")) && !table.contains(&format!("`src/{m}/`"))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in README's module table: {missing:?}"
+    );
+}

@@ -126,10 +126,16 @@ impl DomainManager {
 
     /// Removes a stopped domain's definition before exiting, once no
     /// migration still needs it (its final statistics are read from it).
+    /// A command still acting on the domain (`kill`, or an exclusive one)
+    /// goes first: its reply reads the domain's state when it is done, and
+    /// that must be the stop it caused (`Destroyed`), not the definition's
+    /// removal (`NonExistent`).
     pub(super) fn start_exit_cleanup(&mut self) {
         if !self.exit.is_pending()
             || self.migration_running_as_source()
             || self.exit.cleanup_started
+            || self.jobs.is_running(Operation::Kill)
+            || self.jobs.exclusive_running().is_some()
         {
             return;
         }

@@ -421,6 +421,7 @@ impl DomainManager {
         if let Some(reply) = reply {
             reply.send(output.result.map(JobValue::into_reply));
         }
+        self.start_exit_cleanup();
         self.exit_when_settled();
     }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Harness, Setup};
+use super::{Harness, Setup, WAIT};
 use crate::exit::ExitCode;
 use crate::hypervisor::fake::AcpiGuest;
 use crate::hypervisor::state::StoppedDetail;
@@ -64,13 +64,30 @@ fn a_domain_destroyed_by_someone_else_ends_with_status_6() {
 fn kill_ends_with_status_0() {
     let h = Harness::start();
     h.sync();
-    let reply = h.ok("kill", Value::Null);
-    // The reply shows the state after: off, or already gone when the
-    // exit's clean-up removed the definition before the read.
-    let after = (reply["state"].as_str(), reply["reason"].as_str());
-    assert!(
-        after == (Some("Shutoff"), Some("Destroyed"))
-            || after == (Some("NoState"), Some("NonExistent")),
+    // kill's read of the state after the destroy waits until the Stopped
+    // event has been handled (and the exit decided): the exit's clean-up,
+    // which removes the definition, must still wait for the reply.
+    let reads_before = h.fake.calls("domain_status");
+    let precondition = h.fake.hold("domain_status");
+    let answer = h.send_named("kill");
+    let deadline = std::time::Instant::now() + WAIT;
+    while h.fake.calls("domain_status") == reads_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kill never read the state"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let read_after = h.fake.hold("domain_status");
+    precondition.release();
+    h.lifecycle("Stopped", "Destroyed");
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(h.fake.is_defined(), "undefined before kill's reply");
+    read_after.release();
+    let reply = answer.recv_timeout(WAIT).expect("kill's reply").unwrap();
+    assert_eq!(
+        (reply["state"].as_str(), reply["reason"].as_str()),
+        (Some("Shutoff"), Some("Destroyed")),
         "{reply:?}"
     );
     let exit = h.exit();

@@ -1,0 +1,480 @@
+//! docs/protocol.md as written: every `socat` example it shows on libvirt's
+//! test driver is run exactly as printed (the same shell line, through the
+//! real `socat`) against a launcher started as §1 says, and what `socat`
+//! prints must be the lines the document shows. Values that differ from
+//! run to run (pids, uptimes) are compared by type; `{...}`, `[...]` and `…`
+//! in the document stand for anything. The guest-agent and migration
+//! examples (marked real QEMU in the document) are not run here: they need
+//! a booted guest, and `tests/agent.rs` and `tests/migration.rs` check the
+//! same replies.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(20);
+
+/// The UID of examples/vmi.json, which §1's second command gives `--uid`.
+const EXAMPLE_UID: &str = "0c0f4a3e-5b1d-4f6a-9d2e-7a8b9c0d1e2f";
+
+/// The socket path the document writes out in full.
+const DEFAULT_SOCKET: &str = "/var/run/kubevirt/sockets/launcher-sock";
+
+/// One fenced example with at least one `$ ... socat ...` line.
+#[derive(Debug)]
+struct Example {
+    /// 1-based line of the opening fence.
+    line: usize,
+    /// The `### heading` (or `## heading`) it sits under.
+    section: String,
+    /// The `$ ` lines, without the prompt.
+    commands: Vec<String>,
+    /// Every other line of the block: what the commands print (or, in an
+    /// interactive session, what was typed: `typed`).
+    output: Vec<String>,
+    /// In an interactive session (`socat READLINE`), the request lines
+    /// typed; `output` then has the lines the launcher wrote.
+    typed: Vec<String>,
+}
+
+impl Example {
+    /// The first command the socat lines execute.
+    fn execute(&self) -> Option<String> {
+        // Inside a double-quoted shell string the quotes are escaped.
+        let joined = self.commands.join("\n").replace('\\', "");
+        let at = joined.find("\"execute\":\"")? + "\"execute\":\"".len();
+        let rest = &joined[at..];
+        let end = rest.find('"')?;
+        Some(rest[..end].to_string())
+    }
+
+    /// The socket variable its socat lines name.
+    fn socket(&self) -> &'static str {
+        let joined = self.commands.join("\n");
+        if joined.contains("UNIX-CONNECT:$A") || joined.contains("UNIX-CONNECT:$B") {
+            "two launchers"
+        } else {
+            "one launcher"
+        }
+    }
+}
+
+fn examples(doc: &str) -> Vec<Example> {
+    let mut found = Vec::new();
+    let mut section = String::new();
+    let mut block: Option<(usize, Vec<String>)> = None;
+    for (i, raw) in doc.lines().enumerate() {
+        let trimmed = raw.trim_start();
+        if trimmed.starts_with("```") {
+            match block.take() {
+                None => block = Some((i + 1, Vec::new())),
+                Some((line, lines)) => {
+                    let (commands, mut output): (Vec<String>, Vec<String>) =
+                        lines.into_iter().partition(|l| l.starts_with("$ "));
+                    // The prompt after a session ends.
+                    output.retain(|l| l != "$");
+                    let interactive = commands.iter().any(|c| c.contains("READLINE"));
+                    let typed = if interactive {
+                        let (typed, written) = output
+                            .into_iter()
+                            .partition(|l| l.starts_with("{\"execute\""));
+                        output = written;
+                        typed
+                    } else {
+                        Vec::new()
+                    };
+                    if commands
+                        .iter()
+                        .any(|c| c.contains("socat") || c.starts_with("$ virt-launcher ctl"))
+                    {
+                        found.push(Example {
+                            line,
+                            section: section.clone(),
+                            commands: commands.iter().map(|c| c[2..].to_string()).collect(),
+                            output,
+                            typed,
+                        });
+                    }
+                }
+            }
+            continue;
+        }
+        match &mut block {
+            Some((_, lines)) => lines.push(trimmed.to_string()),
+            None => {
+                if let Some(h) = raw.strip_prefix("### ").or(raw.strip_prefix("## ")) {
+                    section = h.trim().to_string();
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Sections whose examples the document marks as real QEMU: the guest
+/// agent's commands.
+const REAL_QEMU_SECTIONS: &[&str] = &[
+    "guest-ping",
+    "query-guest-info",
+    "query-users",
+    "query-filesystems",
+    "query-interfaces",
+    "query-os-info",
+    "guest-exec",
+    "freeze",
+    "unfreeze",
+];
+
+/// How the launcher must be started and what must happen before the
+/// example, for the document's output to be the launcher's.
+struct Scenario {
+    /// Started as §1's first command (`--vmi examples/vmi.json`); else as
+    /// its second (no `--vmi`, `--uid` of the example VMI).
+    with_vmi: bool,
+    /// Commands sent (and answered with `return`) before the example.
+    before: &'static [&'static str],
+}
+
+fn scenario(execute: &str, example: &Example) -> Scenario {
+    let fresh = Scenario {
+        with_vmi: true,
+        before: &[],
+    };
+    match execute {
+        "ping" | "query-version" | "query-commands" | "query-status" | "pause" | "reboot"
+        | "reset" | "kill" | "delete" | "query-domain" | "query-stats" | "subscribe"
+        | "unsubscribe" => fresh,
+        // The binary's own client (§1), and §15's session, on a launcher
+        // started as §1's first command.
+        "ctl" | "subscribe-session" => fresh,
+        "sync" => Scenario {
+            with_vmi: false,
+            before: &[],
+        },
+        // Two unpauses: the first needs a paused domain.
+        "unpause" => Scenario {
+            with_vmi: true,
+            before: &["pause"],
+        },
+        // The document's shutdown example follows a delete.
+        "shutdown" => Scenario {
+            with_vmi: true,
+            before: &["delete"],
+        },
+        other => panic!(
+            "docs/protocol.md line {}: no scenario for the {other:?} example; add one to tests/protocol_doc.rs",
+            example.line
+        ),
+    }
+}
+
+fn start(scenario: &Scenario, tag: &str) -> Launcher {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut args: Vec<String> = vec!["--connect".into(), "test:///default".into()];
+    if scenario.with_vmi {
+        args.push("--vmi".into());
+        args.push(
+            repo.join("examples/vmi.json")
+                .to_string_lossy()
+                .into_owned(),
+        );
+    } else {
+        for flag in [
+            "--name",
+            "demo",
+            "--namespace",
+            "default",
+            "--uid",
+            EXAMPLE_UID,
+        ] {
+            args.push(flag.into());
+        }
+    }
+    let mut launcher = Launcher::start_in(TempTree::new(tag), &args);
+    launcher.wait_ready(T);
+    if scenario.with_vmi {
+        // --vmi's sync has run once query-status shows the domain running.
+        let mut client = launcher.client();
+        let deadline = std::time::Instant::now() + T;
+        while client.ok("query-status", Value::Null)["phase"] != "Running" {
+            assert!(std::time::Instant::now() < deadline, "--vmi never synced");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut client = launcher.client();
+    for command in scenario.before {
+        client.ok(command, Value::Null);
+    }
+    launcher
+}
+
+/// Runs the example's `$` lines in one shell, in the repository (for
+/// `examples/vmi.json`), with `$SOCK` set to the launcher's socket and
+/// this build's `virt-launcher` first on `PATH`; standard error goes with
+/// standard output, as on a terminal. A line that runs "until Ctrl-C" is
+/// left out; an interactive session gets what was typed on its input.
+fn run(example: &Example, socket: &Path) -> Vec<String> {
+    let commands: Vec<String> = example
+        .commands
+        .iter()
+        .filter(|c| !c.contains("until Ctrl-C"))
+        .map(|c| {
+            c.replace(DEFAULT_SOCKET, "$SOCK")
+                .replace("socat READLINE ", "socat -t 1 - ")
+        })
+        .collect();
+    let script = format!("exec 2>&1\n{}", commands.join("\n"));
+    let bin_dir = Path::new(BIN).parent().expect("the binary's directory");
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = Command::new("sh")
+        .args(["-u", "-c", &script])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("SOCK", socket)
+        .env("PATH", path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run sh");
+    // What was typed; a session's input stays open, as a terminal's does,
+    // until the launcher closes the connection.
+    let mut stdin = child.stdin.take().expect("stdin");
+    for line in &example.typed {
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .expect("type a line");
+    }
+    if example.typed.is_empty() {
+        drop(stdin);
+    }
+    let mut printed = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut printed)
+        .expect("read what the example printed");
+    child.wait().expect("wait for sh");
+    printed.lines().map(str::to_string).collect()
+}
+
+/// Fields whose value differs from run to run: compared by type only.
+const VOLATILE: &[&str] = &["pid", "uptime_seconds", "elapsed_seconds", "timestamp"];
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "<null>",
+        Value::Bool(_) => "<bool>",
+        Value::Number(_) => "<number>",
+        Value::String(_) => "<string>",
+        Value::Array(_) => "<array>",
+        Value::Object(_) => "<object>",
+    }
+}
+
+fn normalise(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if VOLATILE.contains(&key.as_str()) {
+                    *v = Value::String(type_name(v).into());
+                } else {
+                    normalise(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalise),
+        _ => {}
+    }
+}
+
+/// The document's abbreviations: each stands for any text.
+const ELISIONS: &[&str] = &["{...}", "[...]", "…"];
+
+/// Whether `actual` is `pattern` with each elision replaced by some text.
+fn matches_elided(pattern: &str, actual: &str) -> bool {
+    let mut pieces = vec![pattern.to_string()];
+    for elision in ELISIONS {
+        pieces = pieces
+            .iter()
+            .flat_map(|p| p.split(elision).map(str::to_string).collect::<Vec<_>>())
+            .collect();
+    }
+    let (first, rest) = pieces.split_first().expect("split gives one piece");
+    let Some(mut left) = actual.strip_prefix(first.as_str()) else {
+        return false;
+    };
+    let Some((last, middle)) = rest.split_last() else {
+        return left.is_empty();
+    };
+    for piece in middle {
+        match left.find(piece.as_str()) {
+            Some(at) => left = &left[at + piece.len()..],
+            None => return false,
+        }
+    }
+    left.ends_with(last.as_str())
+}
+
+/// Whether the launcher's line `actual` is what the document shows.
+fn line_matches(documented: &str, actual: &str) -> bool {
+    match (
+        serde_json::from_str::<Value>(documented),
+        serde_json::from_str::<Value>(actual),
+    ) {
+        (Ok(mut doc), Ok(mut got)) => {
+            normalise(&mut doc);
+            normalise(&mut got);
+            doc == got
+        }
+        _ => matches_elided(documented, actual),
+    }
+}
+
+/// Whether `printed` is the document's `documented`, line by line. Events
+/// are compared among themselves: one can come before or after the reply
+/// of the command that caused it (§15).
+fn lines_match(documented: &[String], printed: &[String]) -> bool {
+    let is_event = |l: &&String| l.starts_with("{\"event\":");
+    let split = |lines: &[String]| -> (Vec<String>, Vec<String>) {
+        lines.iter().cloned().partition(|l| is_event(&l))
+    };
+    let (doc_events, doc_rest) = split(documented);
+    let (events, rest) = split(printed);
+    [(doc_events, events), (doc_rest, rest)]
+        .iter()
+        .all(|(d, p)| d.len() == p.len() && d.iter().zip(p).all(|(d, a)| line_matches(d, a)))
+}
+
+fn check(example: &Example) -> Result<(), String> {
+    let execute = example.execute().unwrap_or_else(|| "ctl".into());
+    let scenario = scenario(&execute, example);
+    let mut launcher = start(&scenario, "doc");
+    let mut printed = run(example, &launcher.ready_socket());
+    // "The first line of every socat run is the greeting; the examples
+    // usually omit it."
+    let shows_greeting = example.output.iter().any(|l| l.starts_with("{\"hello\":"));
+    if !shows_greeting {
+        printed.retain(|l| !l.starts_with("{\"hello\":"));
+    }
+    // "the `Undefined` event of that removal [at exit] ... may follow or
+    // not" (§15).
+    if !example
+        .output
+        .iter()
+        .any(|l| l.contains("\"event\":\"Undefined\""))
+    {
+        printed.retain(|l| !l.contains("\"event\":\"Undefined\""));
+    }
+    let result = if !lines_match(&example.output, &printed) {
+        Err(format!(
+            "docs/protocol.md line {} ({}): the document shows\n{}\nbut the launcher printed\n{}",
+            example.line,
+            example.section,
+            example.output.join("\n"),
+            printed.join("\n")
+        ))
+    } else {
+        Ok(())
+    };
+    launcher.signal("TERM");
+    launcher.wait_exit(T);
+    result
+}
+
+#[test]
+fn the_elision_matcher_is_strict_outside_the_elisions() {
+    assert!(matches_elided(
+        r#"{"return":{"events":[...],"a":1},"id":1}"#,
+        r#"{"return":{"events":["X","Y"],"a":1},"id":1}"#
+    ));
+    assert!(!matches_elided(
+        r#"{"return":{"events":[...],"a":1},"id":1}"#,
+        r#"{"return":{"events":["X"],"a":2},"id":1}"#
+    ));
+    assert!(!matches_elided(r#"{"hello":{...}}"#, r#"{"return":{}}"#));
+    assert!(line_matches(
+        r#"{"return":{"pid":17,"uptime_seconds":0.5},"id":1}"#,
+        r#"{"id":1,"return":{"pid":99,"uptime_seconds":3.25}}"#
+    ));
+    assert!(!line_matches(
+        r#"{"return":{"pid":17},"id":1}"#,
+        r#"{"return":{"pid":"17"},"id":1}"#
+    ));
+}
+
+#[test]
+fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() {
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md");
+    let doc = std::fs::read_to_string(&doc_path).expect("read docs/protocol.md");
+    let all = examples(&doc);
+    let mut checked = Vec::new();
+    let mut failures = Vec::new();
+    for example in &all {
+        if example.socket() == "two launchers"
+            || REAL_QEMU_SECTIONS.contains(&example.section.as_str())
+        {
+            continue;
+        }
+        // The same query on the static build (backend "wire") is checked
+        // when the launcher under test is that build.
+        if example
+            .output
+            .iter()
+            .any(|l| l.contains("\"backend\":\"wire\""))
+            != cfg!(feature = "wire")
+        {
+            continue;
+        }
+        match check(example) {
+            Ok(()) => checked.push(format!(
+                "line {}: {}",
+                example.line,
+                example.commands.join(" ").replace('\\', "")
+            )),
+            Err(e) => failures.push(e),
+        }
+    }
+    eprintln!(
+        "checked {} examples:\n{}",
+        checked.len(),
+        checked.join("\n")
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // The parser found the examples: every command of the test driver's
+    // tour is among them.
+    for command in [
+        "ping",
+        "query-version",
+        "query-commands",
+        "query-status",
+        "sync",
+        "pause",
+        "unpause",
+        "shutdown",
+        "reboot",
+        "reset",
+        "kill",
+        "delete",
+        "query-domain",
+        "query-stats",
+        "subscribe",
+        "unsubscribe",
+    ] {
+        assert!(
+            checked
+                .iter()
+                .any(|c| c.contains(&format!("\"execute\":\"{command}\""))),
+            "no {command} example was checked: {checked:?}"
+        );
+    }
+}

@@ -10,54 +10,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStringExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use virt_launcher::disks::iso9660::{IsoFile, collect_dir, write_iso};
 
-static NEXT_TEMP: AtomicUsize = AtomicUsize::new(0);
-
-/// A unique path under the temp dir, removed (file or tree) on drop.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(tag: &str) -> Self {
-        let n = NEXT_TEMP.fetch_add(1, Ordering::Relaxed);
-        let name = format!("iso9660-tools-{}-{n}-{tag}", std::process::id());
-        TempPath(std::env::temp_dir().join(name))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-/// xorriso extracts read-only trees: make them writable again.
-fn make_writable(path: &Path) {
-    if let Ok(meta) = fs::symlink_metadata(path)
-        && meta.is_dir()
-    {
-        let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(path) {
-            for entry in entries.flatten() {
-                make_writable(&entry.path());
-            }
-        }
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        if fs::symlink_metadata(&self.0).is_ok_and(|m| m.is_dir()) {
-            make_writable(&self.0);
-            let _ = fs::remove_dir_all(&self.0);
-        } else {
-            let _ = fs::remove_file(&self.0);
-        }
-    }
-}
+// The images, shared with the writer's unit tests and the bench.
+#[path = "../src/disks/iso9660/cases.rs"]
+mod cases;
+use cases::*;
 
 /// Writes the image to a temp file.
 fn image_file(tag: &str, label: &str, files: &[IsoFile]) -> TempPath {
@@ -72,26 +33,6 @@ fn check_everything(tag: &str, label: &str, files: &[IsoFile]) -> TempPath {
     let iso = image_file(tag, label, files);
     check_with_tools(iso.path(), label, files);
     iso
-}
-
-fn file(path: &str, data: impl AsRef<[u8]>) -> IsoFile {
-    IsoFile {
-        path: path.to_string(),
-        data: data.as_ref().to_vec(),
-    }
-}
-
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = u32::try_from(i)
-                .unwrap_or(u32::MAX)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(seed);
-            // The low byte of the scrambled index.
-            (x >> 13).to_le_bytes()[0]
-        })
-        .collect()
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -118,26 +59,6 @@ fn stdout(output: &Output) -> String {
 
 fn latin1(bytes: &[u8]) -> String {
     bytes.iter().map(|&b| char::from(b)).collect()
-}
-
-fn expected_map(files: &[IsoFile]) -> BTreeMap<String, Vec<u8>> {
-    files
-        .iter()
-        .map(|f| (f.path.clone(), f.data.clone()))
-        .collect()
-}
-
-fn expected_dirs(files: &[IsoFile]) -> BTreeSet<String> {
-    let mut dirs = BTreeSet::new();
-    for f in files {
-        let mut parts: Vec<&str> = f.path.split('/').collect();
-        parts.pop();
-        while !parts.is_empty() {
-            dirs.insert(parts.join("/"));
-            parts.pop();
-        }
-    }
-    dirs
 }
 
 /// Parses `isoinfo [-J] -l` output into (path, is_dir) pairs.
@@ -316,34 +237,6 @@ fn check_with_tools(iso: &Path, label: &str, files: &[IsoFile]) {
     }
 }
 
-fn nocloud_files() -> Vec<IsoFile> {
-    vec![
-        file(
-            "user-data",
-            "#cloud-config\npassword: fedora\nchpasswd: { expire: False }\nssh_pwauth: True\n",
-        ),
-        file(
-            "meta-data",
-            "instance-id: vmi-1234\nlocal-hostname: testvmi\n",
-        ),
-        file(
-            "network-config",
-            "version: 2\nethernets:\n  eth0:\n    dhcp4: true\n",
-        ),
-    ]
-}
-
-fn configmap_files(count: usize) -> Vec<IsoFile> {
-    (0..count)
-        .map(|i| {
-            file(
-                &format!("application-setting-{i:03}.properties"),
-                pattern(200 + (i * 37) % 3000, u32::try_from(i).unwrap()),
-            )
-        })
-        .collect()
-}
-
 fn blkid_label(iso: &Path) -> String {
     stdout(&run(Command::new("blkid")
         .args(["-o", "value", "-s", "LABEL"])
@@ -360,19 +253,7 @@ fn nocloud_cidata_image() {
 
 #[test]
 fn configdrive_image_with_directories() {
-    let files = vec![
-        file(
-            "openstack/latest/meta_data.json",
-            r#"{"uuid":"6c8e","hostname":"vm"}"#,
-        ),
-        file("openstack/latest/user_data", "#cloud-config\n"),
-        file("openstack/latest/network_data.json", r#"{"links":[]}"#),
-        file("openstack/latest/vendor_data.json", "{}"),
-        file("openstack/2012-08-10/meta_data.json", "{}"),
-        file("openstack/content/0000", "interfaces"),
-        file("ec2/latest/meta-data.json", "{}"),
-    ];
-    let iso = check_everything("configdrive", "config-2", &files);
+    let iso = check_everything("configdrive", "config-2", &configdrive_files());
     assert_eq!(blkid_label(iso.path()), "config-2");
 }
 
@@ -383,80 +264,27 @@ fn empty_image() {
 
 #[test]
 fn zero_length_and_multi_sector_files() {
-    let files = vec![
-        file("empty", ""),
-        file("dir/also-empty", ""),
-        file("one-byte", "x"),
-        file("sector-minus-one", pattern(2047, 1)),
-        file("exactly-one-sector", pattern(2048, 2)),
-        file("sector-plus-one", pattern(2049, 3)),
-        file("dir/big.bin", pattern(3 * 1024 * 1024 + 5, 4)),
-    ];
-    check_everything("sizes", "cidata", &files);
+    check_everything("sizes", "cidata", &sized_files());
 }
 
 #[test]
 fn many_files_in_one_directory() {
-    let mut files = configmap_files(300);
-    for f in &mut files {
-        f.path = format!("conf.d/{}", f.path);
-    }
-    files.push(file("README", "many files"));
-    check_everything("many", "cfgdata", &files);
+    check_everything("many", "cfgdata", &many_files());
 }
 
 #[test]
 fn deepest_allowed_nesting() {
-    let files = vec![
-        file("l2/l3/l4/l5/l6/l7/l8/file.txt", "deep"),
-        file("l2/l3/side", "side"),
-    ];
-    check_everything("deep", "cidata", &files);
+    check_everything("deep", "cidata", &deep_files());
 }
 
 #[test]
 fn names_colliding_after_mangling() {
-    let names = [
-        "user-data",
-        "User-Data",
-        "user_data",
-        "USER_DATA",
-        "user-da1",
-        "user-data-2",
-        "a.tar.gz",
-        "A.TAR.GZ",
-        "a_tar.gz",
-        ".hidden",
-        "_hidden",
-        "docs",
-        "DOCS/readme.md",
-        "Docs.d/x",
-        "config.yaml",
-        "config.yml",
-        "config.yaml.bak",
-    ];
-    let files: Vec<IsoFile> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| file(n, format!("content of {n} #{i}")))
-        .collect();
-    check_everything("collide", "cidata", &files);
+    check_everything("collide", "cidata", &colliding_files());
 }
 
 #[test]
 fn non_ascii_names_in_joliet() {
-    let files = vec![
-        file("données/café.txt", "bonjour"),
-        file("日本語/ファイル.txt", "nihongo"),
-        file("Grüße", "hallo"),
-        file("space in name.txt", "spaces"),
-        file(&"x".repeat(64), "longest name"),
-        file(
-            &format!("{}/{}", "é".repeat(64), "ü".repeat(60)),
-            "long non-ascii",
-        ),
-    ];
-    check_everything("unicode", "cidata", &files);
+    check_everything("unicode", "cidata", &unicode_files());
 }
 
 #[test]

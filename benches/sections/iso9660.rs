@@ -7,6 +7,10 @@ use std::time::{Duration, Instant};
 
 use virt_launcher::disks::iso9660::{IsoFile, write_iso};
 
+// The images, shared with the writer's unit tests and the tool tests.
+#[path = "../../src/disks/iso9660/cases.rs"]
+mod cases;
+
 fn time_it(iterations: u32, mut f: impl FnMut()) -> Duration {
     f(); // warm up
     let start = Instant::now();
@@ -16,50 +20,9 @@ fn time_it(iterations: u32, mut f: impl FnMut()) -> Duration {
     start.elapsed() / iterations
 }
 
-fn file(path: &str, data: Vec<u8>) -> IsoFile {
-    IsoFile {
-        path: path.to_string(),
-        data,
-    }
-}
-
-/// Deterministic filler bytes.
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = u32::try_from(i)
-                .unwrap_or(u32::MAX)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(seed);
-            // The low byte of the scrambled index.
-            (x >> 13).to_le_bytes()[0]
-        })
-        .collect()
-}
-
 pub fn iso9660() {
-    let nocloud = vec![
-        file(
-            "user-data",
-            b"#cloud-config\npassword: fedora\nchpasswd: { expire: False }\n".to_vec(),
-        ),
-        file(
-            "meta-data",
-            b"instance-id: vmi-1234\nlocal-hostname: testvmi\n".to_vec(),
-        ),
-        file(
-            "network-config",
-            b"version: 2\nethernets:\n  eth0:\n    dhcp4: true\n".to_vec(),
-        ),
-    ];
-    let configmap: Vec<IsoFile> = (0..200)
-        .map(|i| {
-            file(
-                &format!("application-setting-{i:03}.properties"),
-                pattern(200 + (i * 37) % 3000, u32::try_from(i).unwrap()),
-            )
-        })
-        .collect();
+    let nocloud = cases::nocloud_files();
+    let configmap = cases::configmap_files(200);
     let data_bytes: usize = configmap.iter().map(|f| f.data.len()).sum();
     let mut sizes = (0, 0);
     let nocloud_mem = time_it(2000, || {

@@ -216,4 +216,6 @@ fn invalid_path(path: &str, reason: impl Into<String>) -> IsoError {
 }
 
 #[cfg(test)]
+mod cases;
+#[cfg(test)]
 mod tests;

@@ -9,69 +9,17 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::Path;
 
+use super::cases::*;
 use super::names::padded_cmp;
 use super::*;
 
 // -- helpers ------------------------------------------------------------
 
-static NEXT_TEMP: AtomicUsize = AtomicUsize::new(0);
-
-/// A unique path under the temp dir, removed (file or tree) on drop.
-struct TempPath(PathBuf);
-
-impl TempPath {
-    fn new(tag: &str) -> Self {
-        let n = NEXT_TEMP.fetch_add(1, AtomicOrdering::Relaxed);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let name = format!("iso9660-test-{}-{n}-{nanos}-{tag}", std::process::id());
-        TempPath(std::env::temp_dir().join(name))
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempPath {
-    fn drop(&mut self) {
-        if fs::symlink_metadata(&self.0).is_ok_and(|m| m.is_dir()) {
-            let _ = fs::remove_dir_all(&self.0);
-        } else {
-            let _ = fs::remove_file(&self.0);
-        }
-    }
-}
-
-fn file(path: &str, data: impl AsRef<[u8]>) -> IsoFile {
-    IsoFile {
-        path: path.to_string(),
-        data: data.as_ref().to_vec(),
-    }
-}
-
 /// A number below `n` from a generated one.
 fn below(random: u64, n: usize) -> usize {
     usize::try_from(random % u64::try_from(n).unwrap()).unwrap()
-}
-
-fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = u32::try_from(i)
-                .unwrap_or(u32::MAX)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(seed);
-            // The low byte of the scrambled index.
-            (x >> 13).to_le_bytes()[0]
-        })
-        .collect()
 }
 
 fn image_bytes(label: &str, files: &[IsoFile]) -> Vec<u8> {
@@ -93,26 +41,6 @@ fn image_file(tag: &str, label: &str, files: &[IsoFile]) -> (TempPath, Vec<u8>) 
         "file output differs from in-memory output"
     );
     (path, bytes)
-}
-
-fn expected_map(files: &[IsoFile]) -> BTreeMap<String, Vec<u8>> {
-    files
-        .iter()
-        .map(|f| (f.path.clone(), f.data.clone()))
-        .collect()
-}
-
-fn expected_dirs(files: &[IsoFile]) -> BTreeSet<String> {
-    let mut dirs = BTreeSet::new();
-    for f in files {
-        let mut parts: Vec<&str> = f.path.split('/').collect();
-        parts.pop();
-        while !parts.is_empty() {
-            dirs.insert(parts.join("/"));
-            parts.pop();
-        }
-    }
-    dirs
 }
 
 // -- an independent reader that checks the on-disk structure -------------
@@ -403,34 +331,6 @@ fn check_image(tag: &str, label: &str, files: &[IsoFile]) -> (TempPath, Vec<u8>)
     (iso, bytes)
 }
 
-fn nocloud_files() -> Vec<IsoFile> {
-    vec![
-        file(
-            "user-data",
-            "#cloud-config\npassword: fedora\nchpasswd: { expire: False }\nssh_pwauth: True\n",
-        ),
-        file(
-            "meta-data",
-            "instance-id: vmi-1234\nlocal-hostname: testvmi\n",
-        ),
-        file(
-            "network-config",
-            "version: 2\nethernets:\n  eth0:\n    dhcp4: true\n",
-        ),
-    ]
-}
-
-fn configmap_files(count: usize) -> Vec<IsoFile> {
-    (0..count)
-        .map(|i| {
-            file(
-                &format!("application-setting-{i:03}.properties"),
-                pattern(200 + (i * 37) % 3000, u32::try_from(i).unwrap()),
-            )
-        })
-        .collect()
-}
-
 // -- tests --------------------------------------------------------------
 
 #[test]
@@ -444,18 +344,7 @@ fn nocloud_cidata_image() {
 
 #[test]
 fn configdrive_image_with_directories() {
-    let files = vec![
-        file(
-            "openstack/latest/meta_data.json",
-            r#"{"uuid":"6c8e","hostname":"vm"}"#,
-        ),
-        file("openstack/latest/user_data", "#cloud-config\n"),
-        file("openstack/latest/network_data.json", r#"{"links":[]}"#),
-        file("openstack/latest/vendor_data.json", "{}"),
-        file("openstack/2012-08-10/meta_data.json", "{}"),
-        file("openstack/content/0000", "interfaces"),
-        file("ec2/latest/meta-data.json", "{}"),
-    ];
+    let files = configdrive_files();
     let (_, bytes) = check_image("configdrive", "config-2", &files);
     let (_, joliet) = check_structure(&bytes, "config-2", &files);
     assert!(
@@ -474,25 +363,12 @@ fn empty_file_list() {
 
 #[test]
 fn zero_length_and_multi_sector_files() {
-    let files = vec![
-        file("empty", ""),
-        file("dir/also-empty", ""),
-        file("one-byte", "x"),
-        file("sector-minus-one", pattern(2047, 1)),
-        file("exactly-one-sector", pattern(2048, 2)),
-        file("sector-plus-one", pattern(2049, 3)),
-        file("dir/big.bin", pattern(3 * 1024 * 1024 + 5, 4)),
-    ];
-    check_image("sizes", "cidata", &files);
+    check_image("sizes", "cidata", &sized_files());
 }
 
 #[test]
 fn many_files_in_one_directory() {
-    let mut files = configmap_files(300);
-    for f in &mut files {
-        f.path = format!("conf.d/{}", f.path);
-    }
-    files.push(file("README", "many files"));
+    let files = many_files();
     let (_, bytes) = check_image("many", "cfgdata", &files);
     let (primary, joliet) = check_structure(&bytes, "cfgdata", &files);
     // All 300 long names shorten to APPLICAT.PRO and must be made unique.
@@ -507,8 +383,7 @@ fn many_files_in_one_directory() {
 
 #[test]
 fn deepest_allowed_nesting() {
-    let deep = "l2/l3/l4/l5/l6/l7/l8/file.txt";
-    let files = vec![file(deep, "deep"), file("l2/l3/side", "side")];
+    let files = deep_files();
     let (_, bytes) = check_image("deep", "cidata", &files);
     let (primary, _) = check_structure(&bytes, "cidata", &files);
     assert!(primary.dirs.contains("L2/L3/L4/L5/L6/L7/L8"));
@@ -521,30 +396,7 @@ fn deepest_allowed_nesting() {
 
 #[test]
 fn names_colliding_after_mangling() {
-    let names = [
-        "user-data",
-        "User-Data",
-        "user_data",
-        "USER_DATA",
-        "user-da1",
-        "user-data-2",
-        "a.tar.gz",
-        "A.TAR.GZ",
-        "a_tar.gz",
-        ".hidden",
-        "_hidden",
-        "docs",
-        "DOCS/readme.md",
-        "Docs.d/x",
-        "config.yaml",
-        "config.yml",
-        "config.yaml.bak",
-    ];
-    let files: Vec<IsoFile> = names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| file(n, format!("content of {n} #{i}")))
-        .collect();
+    let files = colliding_files();
     let (_, bytes) = check_image("collide", "cidata", &files);
     let (primary, _) = check_structure(&bytes, "cidata", &files);
     let root: Vec<&String> = primary.files.keys().filter(|k| !k.contains('/')).collect();
@@ -556,18 +408,7 @@ fn names_colliding_after_mangling() {
 
 #[test]
 fn non_ascii_names_in_joliet() {
-    let files = vec![
-        file("données/café.txt", "bonjour"),
-        file("日本語/ファイル.txt", "nihongo"),
-        file("Grüße", "hallo"),
-        file("space in name.txt", "spaces"),
-        file(&"x".repeat(64), "longest name"),
-        file(
-            &format!("{}/{}", "é".repeat(64), "ü".repeat(60)),
-            "long non-ascii",
-        ),
-    ];
-    check_image("unicode", "cidata", &files);
+    check_image("unicode", "cidata", &unicode_files());
 }
 
 #[test]

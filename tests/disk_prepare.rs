@@ -6,40 +6,20 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use virt_launcher::disks::iso9660::IsoFile;
+use virt_launcher::disks::iso9660;
 use virt_launcher::disks::{
     DiskErrorKind, DiskPlan, DiskStep, IsoContents, PathKind, PrepareOptions, SecretFile, prepare,
     prepare_with,
 };
 
-/// A scratch directory removed on drop (no tempfile crate here).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let dir =
-            std::env::temp_dir().join(format!("disk-prepare-{}-{name}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        Scratch(dir)
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.0.join(rel)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+// The scratch directories and in-process steps, shared with the unit
+// tests in src/disks/tests.rs.
+#[path = "../src/disks/test_plans.rs"]
+mod test_plans;
+use test_plans::*;
 
 fn sparse(path: &Path, size: u64) {
     let file = fs::File::create(path).unwrap_or_else(|e| panic!("{e}"));
@@ -60,36 +40,13 @@ fn qemu_img_info(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn everything_under(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(current) = stack.pop() {
-        for entry in fs::read_dir(&current).unwrap_or_else(|e| panic!("{e}")) {
-            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
-            if path.is_dir() {
-                stack.push(path.clone());
-            }
-            found.push(path);
-        }
-    }
-    found.sort();
-    found
-}
-
 fn full_plan(scratch: &Scratch) -> DiskPlan {
     let base = scratch.path("container-disks/disk_0.img");
-    let config = scratch.path("private/config-map/app-config");
-    let secret = scratch.path("private/secret/cloudinit");
     let mut plan = DiskPlan::default();
     plan.require(
         base.clone(),
         PathKind::File,
         "containerDisk volume \"rootdisk\"",
-    );
-    plan.require(
-        config.clone(),
-        PathKind::Dir,
-        "configMap volume \"app-config\"",
     );
     plan.make_dir(
         scratch.path("eph/disk-data/rootdisk"),
@@ -110,70 +67,21 @@ fn full_plan(scratch: &Scratch) -> DiskPlan {
         size: 64 << 20,
         what: "emptyDisk volume \"scratch\"".into(),
     });
-    plan.push(DiskStep::CreateSparseFile {
-        path: scratch.path("host/data.img"),
-        size: 32 << 20,
-        what: "hostDisk volume \"data\"".into(),
-    });
-    plan.make_dir(
-        scratch.path("eph/cloud-init-data/default/demo"),
-        "cloudInitNoCloud volume \"cloudinit\"",
-    );
-    plan.push(DiskStep::WriteIso {
-        path: scratch.path("eph/cloud-init-data/default/demo/noCloud.iso"),
-        volume_id: "cidata".into(),
-        contents: IsoContents::FilesWithSecrets {
-            files: vec![IsoFile {
-                path: "meta-data".into(),
-                data: b"{\"instance-id\":\"x\"}".to_vec(),
-            }],
-            secrets: vec![SecretFile {
-                iso_path: "user-data".into(),
-                dir: secret,
-                names: vec!["userdata".into(), "userData".into()],
-            }],
-        },
-        what: "cloudInitNoCloud volume \"cloudinit\"".into(),
-    });
-    plan.make_dir(
-        scratch.path("private/config-map-disks"),
-        "configMap volume \"app-config\"",
-    );
-    plan.push(DiskStep::WriteIso {
-        path: scratch.path("private/config-map-disks/app-config.iso"),
-        volume_id: "cfgdata".into(),
-        contents: IsoContents::Dir(config),
-        what: "configMap volume \"app-config\"".into(),
-    });
+    add_in_process_steps(&mut plan, scratch);
     plan
 }
 
-fn fixtures(scratch: &Scratch) {
-    for dir in [
-        "container-disks",
-        "private/config-map/app-config",
-        "private/secret/cloudinit",
-        "host",
-    ] {
-        fs::create_dir_all(scratch.path(dir)).unwrap_or_else(|e| panic!("{e}"));
-    }
+/// The shared fixtures and the container disk qemu-img overlays.
+fn fixtures_with_base(scratch: &Scratch) {
+    fixtures(scratch);
+    fs::create_dir_all(scratch.path("container-disks")).unwrap_or_else(|e| panic!("{e}"));
     sparse(&scratch.path("container-disks/disk_0.img"), 16 << 20);
-    fs::write(
-        scratch.path("private/config-map/app-config/app.conf"),
-        b"key=value\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    fs::write(
-        scratch.path("private/secret/cloudinit/userData"),
-        b"#cloud-config\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
 fn prepare_creates_everything_and_rollback_removes_exactly_that() {
     let scratch = Scratch::new("full");
-    fixtures(&scratch);
+    fixtures_with_base(&scratch);
     let before = everything_under(&scratch.0);
     let prepared = prepare(&full_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
 
@@ -210,27 +118,14 @@ fn prepare_creates_everything_and_rollback_removes_exactly_that() {
 #[test]
 fn a_failure_midway_removes_what_was_created() {
     let scratch = Scratch::new("midway");
-    fixtures(&scratch);
-    // The secret has no userdata key: the cloud-init ISO (a late step) fails.
-    fs::remove_file(scratch.path("private/secret/cloudinit/userData"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let before = everything_under(&scratch.0);
-    let err = prepare(&full_plan(&scratch))
-        .err()
-        .unwrap_or_else(|| panic!("expected an error"));
-    assert_eq!(err.kind, DiskErrorKind::Missing);
-    assert!(
-        err.message.contains("has no userdata or userData"),
-        "{}",
-        err.message
-    );
-    assert_eq!(everything_under(&scratch.0), before);
+    fixtures_with_base(&scratch);
+    a_late_failure_leaves_nothing(&scratch, &full_plan(&scratch));
 }
 
 #[test]
 fn existing_disks_are_kept_and_not_rolled_back() {
     let scratch = Scratch::new("keep");
-    fixtures(&scratch);
+    fixtures_with_base(&scratch);
     fs::write(scratch.path("host/data.img"), b"guest data").unwrap_or_else(|e| panic!("{e}"));
     let prepared = prepare(&full_plan(&scratch)).unwrap_or_else(|e| panic!("{e}"));
     assert!(

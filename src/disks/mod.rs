@@ -17,4 +17,6 @@ pub use plan::{DiskPlan, DiskStep, IsoContents, PathKind, SecretFile};
 pub use prepare::{DiskError, DiskErrorKind, PrepareOptions, PreparedDisks, prepare, prepare_with};
 
 #[cfg(test)]
+mod test_plans;
+#[cfg(test)]
 mod tests;

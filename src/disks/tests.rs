@@ -4,120 +4,16 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::iso9660::IsoFile;
 use super::prepare::write_file;
+use super::test_plans::*;
 use super::*;
 
-/// A scratch directory removed on drop (no tempfile crate here).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-        let dir =
-            std::env::temp_dir().join(format!("disks-test-{}-{name}-{n}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        Scratch(dir)
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.0.join(rel)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn everything_under(dir: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(current) = stack.pop() {
-        for entry in fs::read_dir(&current).unwrap_or_else(|e| panic!("{e}")) {
-            let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
-            if path.is_dir() {
-                stack.push(path.clone());
-            }
-            found.push(path);
-        }
-    }
-    found.sort();
-    found
-}
-
-/// A plan whose steps all run in-process: a config ISO of a mounted
-/// directory, a cloud-init ISO with a secret read at prepare time, and a
-/// sparse hostDisk file.
+/// A plan whose steps all run in-process (test_plans.rs).
 fn in_process_plan(scratch: &Scratch) -> DiskPlan {
-    let config = scratch.path("private/config-map/app-config");
     let mut plan = DiskPlan::default();
-    plan.require(
-        config.clone(),
-        PathKind::Dir,
-        "configMap volume \"app-config\"",
-    );
-    plan.push(DiskStep::CreateSparseFile {
-        path: scratch.path("host/data.img"),
-        size: 32 << 20,
-        what: "hostDisk volume \"data\"".into(),
-    });
-    plan.make_dir(
-        scratch.path("eph/cloud-init-data/default/demo"),
-        "cloudInitNoCloud volume \"cloudinit\"",
-    );
-    plan.push(DiskStep::WriteIso {
-        path: scratch.path("eph/cloud-init-data/default/demo/noCloud.iso"),
-        volume_id: "cidata".into(),
-        contents: IsoContents::FilesWithSecrets {
-            files: vec![IsoFile {
-                path: "meta-data".into(),
-                data: b"{\"instance-id\":\"x\"}".to_vec(),
-            }],
-            secrets: vec![SecretFile {
-                iso_path: "user-data".into(),
-                dir: scratch.path("private/secret/cloudinit"),
-                names: vec!["userdata".into(), "userData".into()],
-            }],
-        },
-        what: "cloudInitNoCloud volume \"cloudinit\"".into(),
-    });
-    plan.make_dir(
-        scratch.path("private/config-map-disks"),
-        "configMap volume \"app-config\"",
-    );
-    plan.push(DiskStep::WriteIso {
-        path: scratch.path("private/config-map-disks/app-config.iso"),
-        volume_id: "cfgdata".into(),
-        contents: IsoContents::Dir(config),
-        what: "configMap volume \"app-config\"".into(),
-    });
+    add_in_process_steps(&mut plan, scratch);
     plan
-}
-
-fn fixtures(scratch: &Scratch) {
-    for dir in [
-        "private/config-map/app-config",
-        "private/secret/cloudinit",
-        "host",
-    ] {
-        fs::create_dir_all(scratch.path(dir)).unwrap_or_else(|e| panic!("{e}"));
-    }
-    write_file(
-        &scratch.path("private/config-map/app-config/app.conf"),
-        b"key=value\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    write_file(
-        &scratch.path("private/secret/cloudinit/userData"),
-        b"#cloud-config\n",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -173,20 +69,7 @@ fn a_missing_image_fails_before_anything_is_created() {
 fn a_failure_midway_removes_what_was_created() {
     let scratch = Scratch::new("midway");
     fixtures(&scratch);
-    // The secret has no userdata key: the cloud-init ISO (a late step) fails.
-    fs::remove_file(scratch.path("private/secret/cloudinit/userData"))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let before = everything_under(&scratch.0);
-    let err = prepare(&in_process_plan(&scratch))
-        .err()
-        .unwrap_or_else(|| panic!("expected an error"));
-    assert_eq!(err.kind, DiskErrorKind::Missing);
-    assert!(
-        err.message.contains("has no userdata or userData"),
-        "{}",
-        err.message
-    );
-    assert_eq!(everything_under(&scratch.0), before);
+    a_late_failure_leaves_nothing(&scratch, &in_process_plan(&scratch));
 }
 
 #[test]

@@ -50,6 +50,11 @@ blkid              util-linux            blkid -V
 flock              util-linux            flock -V
 su                 util-linux            su --version
 script             bsdutils              script -qec true /dev/null
+setpriv            util-linux            setpriv --version
+unshare            util-linux            unshare --version
+useradd            passwd                useradd --help
+userdel            passwd                userdel --help
+id                 coreutils             id -u
 mount              mount                 mount -V
 umount             mount                 umount -V
 mkfs.ext4          e2fsprogs             mkfs.ext4 -V
@@ -153,6 +158,21 @@ if [ -n "$failed" ]; then
 fi
 echo "setup-host: all $(rows | wc -l) programs present and working"
 
+# Non-root mode (virt-launcher --spawn-libvirt as an ordinary user, and
+# tests/nonroot.rs): an unprivileged process makes a user namespace, and in
+# it the daemons' PID and mount namespaces. Debian kernels can switch this
+# off; switch it on, then check it as user nobody.
+if [ "$(cat /proc/sys/kernel/unprivileged_userns_clone 2>/dev/null || echo 1)" = 0 ]; then
+    sysctl -qw kernel.unprivileged_userns_clone=1
+fi
+if ! setpriv --reuid=65534 --regid=65534 --clear-groups -- \
+    unshare --user --pid --mount --fork true; then
+    echo "setup-host: an unprivileged user cannot create user, PID and mount namespaces;" \
+        "non-root mode and its tests need them (sysctl user.max_user_namespaces > 0)" >&2
+    exit 1
+fi
+echo "setup-host: unprivileged user namespaces work (non-root mode)"
+
 # The QEMU driver resolves its default user and group (libvirt-qemu) before
 # it reads qemu.conf, and fails to start when they do not exist.
 getent group kvm >/dev/null || groupadd -r kvm
@@ -160,6 +180,8 @@ getent group libvirt-qemu >/dev/null || groupadd -r libvirt-qemu
 getent passwd libvirt-qemu >/dev/null ||
     useradd -r -g libvirt-qemu -G kvm -d /var/lib/libvirt -s /usr/sbin/nologin libvirt-qemu
 
+# Also the mount points a launcher's own daemons get its directories over
+# (--spawn-libvirt), which a non-root launcher cannot create itself.
 mkdir -p /etc/libvirt /var/log/libvirt /var/run/libvirt /var/lib/libvirt /var/cache/libvirt
 if ! grep -q "virt-launcher host set-up" /etc/libvirt/qemu.conf 2>/dev/null; then
     [ -f /etc/libvirt/qemu.conf ] && cp /etc/libvirt/qemu.conf /etc/libvirt/qemu.conf.orig

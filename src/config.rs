@@ -48,6 +48,9 @@ pub struct Config {
     pub allow_emulation: bool,
     pub force_emulation: bool,
     pub spawn_libvirt: bool,
+    /// The launcher does not run as root (non-root mode with
+    /// --spawn-libvirt).
+    pub nonroot: bool,
     pub pod_network: crate::cli::PodNetworkMode,
     pub resolv_conf: std::path::PathBuf,
     pub max_clients: usize,
@@ -66,6 +69,12 @@ pub struct Config {
 }
 
 impl Config {
+    /// Whether QEMU runs as this launcher's unprivileged user: its own
+    /// daemons in non-root mode, or a session daemon behind --connect.
+    pub fn qemu_unprivileged(&self) -> bool {
+        self.nonroot && (self.spawn_libvirt || self.connect_uri.contains("/session"))
+    }
+
     /// `namespace/name`, as KubeVirt writes a VMI reference.
     pub fn vmi_ref(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
@@ -114,6 +123,15 @@ impl Config {
                 "--uid: invalid value \"{uid}\": it names a directory and must not contain '/'"
             )));
         }
+        let nonroot = !running_as_root();
+        if nonroot && args.spawn_libvirt && args.pod_network == crate::cli::PodNetworkMode::Setup {
+            return Err(UsageError(
+                "--pod-network=setup: a non-root launcher with --spawn-libvirt cannot create network devices \
+                 (it has no CAP_NET_ADMIN, and runs in a user namespace of its own); \
+                 create the taps beforehand, owned by this user, and use --pod-network=existing (or auto)"
+                    .into(),
+            ));
+        }
         let connect_uri = args.connect.clone().unwrap_or_else(|| {
             if running_as_root() {
                 "qemu:///system".to_string()
@@ -140,6 +158,7 @@ impl Config {
             allow_emulation: args.allow_emulation,
             force_emulation: args.force_emulation,
             spawn_libvirt: args.spawn_libvirt,
+            nonroot,
             pod_network: args.pod_network,
             resolv_conf: args.resolv_conf,
             max_clients: args.max_clients,

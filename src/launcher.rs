@@ -23,7 +23,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, select, unbounded};
 use crate::cli::{self, Action};
 use crate::command::ReplyTo;
 use crate::config::Config;
-use crate::daemons::LibvirtDaemons;
+use crate::daemons::{DaemonMode, LibvirtDaemons};
 use crate::events::EventHub;
 use crate::exit::ExitCode;
 use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind, HypervisorEvent};
@@ -108,6 +108,23 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
         config.uid,
         config.domain_name
     );
+    // A non-root launcher with its own daemons enters its user namespace
+    // now: the kernel allows that only while the process has one thread.
+    if config.spawn_libvirt {
+        let mode = DaemonMode::for_this_process();
+        crate::daemons::enter_user_namespace_if_needed(mode).map_err(|e| {
+            Failure::new(
+                ExitCode::LibvirtUnavailable,
+                format!("cannot start the launcher's libvirt daemons: {e}"),
+            )
+        })?;
+        if mode == DaemonMode::Session {
+            log::info!(
+                "non-root mode: the libvirt daemons and QEMU run as this launcher's user (uid {}), in libvirt's session mode",
+                crate::os::effective_ids().0
+            );
+        }
+    }
     let (fatal_tx, fatal_rx) = unbounded::<Fatal>();
     // Signals first, so a SIGTERM during a slow start-up is not fatal.
     let (signal_tx, signal_rx) = unbounded();

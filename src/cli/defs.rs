@@ -319,7 +319,7 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     switch!(
         "spawn-libvirt",
-        "Start and supervise the launcher's own libvirt daemon and virtlogd, with a private runtime directory, as KubeVirt's launcher pod does; connect to that daemon and stop it on exit. They run in a PID namespace of their own that dies with the launcher: they, QEMU and its helpers cannot outlive it, even when it is killed with SIGKILL.",
+        "Start and supervise the launcher's own libvirt daemon and virtlogd, with a private runtime directory, as KubeVirt's launcher pod does; connect to that daemon and stop it on exit. They run in a PID namespace of their own that dies with the launcher: they, QEMU and its helpers cannot outlive it, even when it is killed with SIGKILL. As root they run privileged; as any other user (non-root mode, no capabilities needed) the daemons and QEMU run as that user, in libvirt's session mode (qemu+unix:///session), and the launcher first enters a user namespace of its own, where its user and group map to themselves. Non-root mode needs unprivileged user namespaces and the directories /run/libvirt, /etc/libvirt, /var/cache/libvirt, /var/lib/libvirt and /var/log/libvirt to exist as mount points; what needs root (creating taps, a tap or disk the user may not open, real-time scheduling) is refused at start or at sync.",
         |a, on| a.spawn_libvirt = on
     ),
     value_flag!(

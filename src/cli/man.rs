@@ -292,12 +292,12 @@ Ignored: a client that went away shows as a failed write to it.
 .TP
 \fBSIGKILL\fR
 Cannot be caught: the guest is not shut down. With \fB\-\-spawn\-libvirt\fR,
-the launcher's libvirt daemons, virtlogd, QEMU and any helper they started
-run in a PID namespace whose init dies with the launcher, so the kernel kills
-all of them at once, as when a pod dies; the guest loses what it had not
-written to its disks. Without \fB\-\-spawn\-libvirt\fR the domain belongs to
-the shared daemon behind \fB\-\-connect\fR, which the launcher cannot and
-must not kill: the guest keeps running there until it is destroyed
+as root or not, the launcher's libvirt daemons, virtlogd, QEMU and any helper
+they started run in a PID namespace whose init dies with the launcher, so the
+kernel kills all of them at once, as when a pod dies; the guest loses what it
+had not written to its disks. Without \fB\-\-spawn\-libvirt\fR the domain
+belongs to the shared daemon behind \fB\-\-connect\fR, which the launcher
+cannot and must not kill: the guest keeps running there until it is destroyed
 (\fBvirsh destroy\fR).
 Its socket and lock files stay behind; the next launcher finds them stale
 (nobody holds the locks) and replaces them.
@@ -367,6 +367,15 @@ emptyDisk volumes (0600); kept across syncs.
 \fICONTAINER_DISK_DIR\fR (0750), \fIHOTPLUG_DISK_DIR\fR (0755)
 containerDisk base images (disk_\fIN\fR.img) and hotplugged volumes; only
 read.
+.TP
+\fIPRIVATE_DIR\fR/libvirt (0700)
+With \fB\-\-spawn\-libvirt\fR: the launcher's own daemons' directories,
+which their mount namespace shows as /run/libvirt (\fBrun\fR: the daemon's
+socket \fBlibvirt\-sock\fR, pid files), /etc/libvirt (\fBetc\fR: their
+configuration), /var/cache/libvirt (\fBcache\fR), /var/lib/libvirt
+(\fBlib\fR) and /var/log/libvirt (\fBlog\fR). QEMU's log is
+\fBlog/qemu/\fINAMESPACE\fB_\fINAME\fB.log\fR as root and
+\fBcache/qemu/log/\fINAMESPACE\fB_\fINAME\fB.log\fR in non\-root mode.
 "#;
 
 const LOGGING_TEXT: &str = r#".SH LOGGING

@@ -48,6 +48,7 @@ pub fn write_all(
     daemon: &Daemon,
     host_uuid: &str,
     log_filters: Option<&str>,
+    mode: super::DaemonMode,
 ) -> Result<(), String> {
     let write = |name: &str, body: String| {
         let path = etc.join(name);
@@ -67,15 +68,23 @@ pub fn write_all(
         daemon_conf.push_str(&format!("log_filters = {}\n", quote(filters)));
     }
     write(&format!("{}.conf", daemon.name), daemon_conf)?;
-    write(
-        "qemu.conf",
-        "# Written by virt-launcher. QEMU runs as root without security labels,\n\
-         # as inside a KubeVirt launcher pod's own mount namespace.\n\
-         user = \"root\"\n\
-         group = \"root\"\n\
-         security_driver = \"none\"\n"
-            .into(),
-    )?;
+    let qemu_conf = match mode {
+        super::DaemonMode::System => {
+            "# Written by virt-launcher. QEMU runs as root without security labels,\n\
+             # as inside a KubeVirt launcher pod's own mount namespace.\n\
+             user = \"root\"\n\
+             group = \"root\"\n\
+             security_driver = \"none\"\n"
+        }
+        // Session mode: QEMU runs as the launcher's user, as the daemon
+        // does; there is no other user to switch to.
+        super::DaemonMode::Session => {
+            "# Written by virt-launcher. Session mode: QEMU runs as the launcher's\n\
+             # own unprivileged user, without security labels.\n\
+             security_driver = \"none\"\n"
+        }
+    };
+    write("qemu.conf", qemu_conf.into())?;
     write(
         "virtlogd.conf",
         "# Written by virt-launcher.\nlog_outputs = \"3:stderr\"\n".into(),
@@ -123,7 +132,14 @@ mod tests {
             binary: PathBuf::from("/usr/sbin/libvirtd"),
             socket: "libvirt-sock",
         };
-        write_all(&dir, &daemon, "u-u-i-d", Some("1:qemu \"x\"")).unwrap();
+        write_all(
+            &dir,
+            &daemon,
+            "u-u-i-d",
+            Some("1:qemu \"x\""),
+            super::super::DaemonMode::System,
+        )
+        .unwrap();
         let conf = fs::read_to_string(dir.join("libvirtd.conf")).unwrap();
         assert!(conf.contains("host_uuid = \"u-u-i-d\"\n"));
         assert!(conf.contains("log_filters = \"1:qemu \\\"x\\\"\"\n"));
@@ -133,6 +149,10 @@ mod tests {
                 .contains("security_driver = \"none\"")
         );
         assert!(dir.join("virtlogd.conf").exists());
+        // Session mode: no user to switch QEMU to.
+        write_all(&dir, &daemon, "u", None, super::super::DaemonMode::Session).unwrap();
+        let qemu = fs::read_to_string(dir.join("qemu.conf")).unwrap();
+        assert!(!qemu.contains("user =") && qemu.contains("security_driver = \"none\""));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,6 +8,22 @@
 //!
 //! Without `--spawn-libvirt` none of this applies: the domain belongs to a
 //! shared daemon, which the launcher cannot and must not kill.
+//!
+//! Two modes, by the launcher's user (as KubeVirt's root and non-root
+//! launchers):
+//! - **system** (root): privileged daemons; QEMU runs as root.
+//! - **session** (any other user, no capabilities needed): the daemons run
+//!   as that user in libvirt's session mode, and so does QEMU. The kernel
+//!   lets an unprivileged process make PID and mount namespaces only in a
+//!   user namespace it owns, so the launcher enters one before any thread
+//!   starts ([`enter_user_namespace_if_needed`]), with its user and group
+//!   ids mapped to themselves: files keep their owners, and the launcher
+//!   gains no power over anything outside its own namespaces. The same
+//!   directories are mounted over the same paths as in system mode, and
+//!   libvirt's XDG directories point at them (`XDG_RUNTIME_DIR=/run`,
+//!   `XDG_CONFIG_HOME=/etc`, `XDG_CACHE_HOME=/var/cache`), so the
+//!   daemons' sockets keep short paths (a Unix socket path has at most
+//!   107 bytes) whatever the launcher's directories are called.
 
 mod config;
 pub mod init;
@@ -15,6 +31,7 @@ mod namespace;
 mod supervisor;
 
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +52,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 const INIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The fixed paths a privileged libvirt daemon uses, and the launcher
-/// directory each is replaced with inside the daemons' namespace.
+/// directory each is replaced with inside the daemons' namespace (in
+/// session mode too, where the XDG variables below point at them).
 const OVERLAID: [(&str, &str); 5] = [
     ("run", "/run/libvirt"),
     ("lib", "/var/lib/libvirt"),
@@ -44,9 +62,64 @@ const OVERLAID: [(&str, &str); 5] = [
     ("etc", "/etc/libvirt"),
 ];
 
+/// A session-mode daemon's environment: libvirt's per-user directories
+/// (`$XDG_RUNTIME_DIR/libvirt`, `$XDG_CONFIG_HOME/libvirt`,
+/// `$XDG_CACHE_HOME/libvirt`) land on the overlaid paths.
+const SESSION_ENV: [(&str, &str); 4] = [
+    ("XDG_RUNTIME_DIR", "/run"),
+    ("XDG_CONFIG_HOME", "/etc"),
+    ("XDG_CACHE_HOME", "/var/cache"),
+    ("HOME", "/var/lib/libvirt"),
+];
+
+/// How the launcher's daemons run; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaemonMode {
+    /// As root, privileged: QEMU runs as root.
+    System,
+    /// As the launcher's unprivileged user, in libvirt's session mode.
+    Session,
+}
+
+impl DaemonMode {
+    /// The mode for this process: system as root, else session.
+    pub fn for_this_process() -> DaemonMode {
+        if crate::config::running_as_root() {
+            DaemonMode::System
+        } else {
+            DaemonMode::Session
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DaemonMode::System => "system",
+            DaemonMode::Session => "session",
+        }
+    }
+}
+
+/// In session mode, moves the launcher into a user namespace of its own
+/// (see the module documentation). Must run before the launcher starts
+/// any thread: the kernel refuses a multi-threaded process.
+pub fn enter_user_namespace_if_needed(mode: DaemonMode) -> Result<(), String> {
+    if mode == DaemonMode::System {
+        return Ok(());
+    }
+    os::enter_user_namespace().map_err(|e| {
+        format!(
+            "a non-root launcher runs its daemons in a user namespace of its own, and this host does not allow one ({e}); \
+             allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and on Debian \
+             kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), \
+             or run the launcher as root, or without --spawn-libvirt"
+        )
+    })
+}
+
 pub struct LibvirtDaemons {
     /// The URI that reaches the spawned daemon.
     pub uri: String,
+    pub mode: DaemonMode,
     /// Where the daemons' directories live on the host.
     pub runtime_dir: PathBuf,
     pub host_uuid: String,
@@ -57,19 +130,14 @@ pub struct LibvirtDaemons {
 
 impl LibvirtDaemons {
     /// Starts virtlogd and the libvirt daemon under `<private>/libvirt`, in
-    /// their namespaces. Must run on the main thread: the namespace dies
-    /// with the thread that creates it.
+    /// their namespaces. In session mode the launcher must already be in
+    /// its user namespace ([`enter_user_namespace_if_needed`]).
     pub fn start(
         private_dir: &Path,
         log_filters: Option<&str>,
         fatal: &FatalSender,
     ) -> Result<LibvirtDaemons, String> {
-        if !crate::config::running_as_root() {
-            return Err(
-                "--spawn-libvirt needs root: it gives the daemons private PID and mount namespaces"
-                    .into(),
-            );
-        }
+        let mode = DaemonMode::for_this_process();
         let daemon = config::Daemon::find()?;
         let virtlogd_bin = find_binary("virtlogd")?;
         let runtime_dir = private_dir.join("libvirt");
@@ -77,19 +145,34 @@ impl LibvirtDaemons {
             fs::create_dir_all(runtime_dir.join(sub))
                 .map_err(|e| format!("cannot create {}: {e}", runtime_dir.join(sub).display()))?;
         }
+        // The daemons' state, sockets and logs are theirs alone (in
+        // session mode libvirt expects its runtime directory to be 0700).
+        fs::set_permissions(&runtime_dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot set the mode of {}: {e}", runtime_dir.display()))?;
         let host_uuid = config::new_uuid()?;
-        config::write_all(&runtime_dir.join("etc"), &daemon, &host_uuid, log_filters)?;
+        config::write_all(
+            &runtime_dir.join("etc"),
+            &daemon,
+            &host_uuid,
+            log_filters,
+            mode,
+        )?;
         config::seed_capabilities_cache(&runtime_dir.join("cache"));
 
-        let mut mounts = Vec::new();
-        for (sub, target) in OVERLAID {
-            // The mount point must exist on the host; an empty directory
-            // where libvirt is installed but never ran.
-            fs::create_dir_all(target)
-                .map_err(|e| format!("cannot create mount point {target}: {e}"))?;
-            mounts.push((runtime_dir.join(sub), PathBuf::from(target)));
-        }
-        let namespaces = Arc::new(DaemonNamespaces::create(&mounts, INIT_TIMEOUT, fatal)?);
+        let mounts = mount_points(&runtime_dir, mode)?;
+        let namespaces = Arc::new(DaemonNamespaces::create(
+            &mounts,
+            mode == DaemonMode::Session,
+            INIT_TIMEOUT,
+            fatal,
+        )?);
+        let env: Vec<(String, String)> = match mode {
+            DaemonMode::System => Vec::new(),
+            DaemonMode::Session => SESSION_ENV
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
 
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
         let virtlogd = Supervisor::start(
@@ -102,6 +185,7 @@ impl LibvirtDaemons {
                     "-p".into(),
                     "/run/libvirt/virtlogd.pid".into(),
                 ],
+                env: env.clone(),
                 notify_socket: notify("virtlogd"),
             },
             namespaces.clone(),
@@ -119,6 +203,7 @@ impl LibvirtDaemons {
                     "-p".into(),
                     format!("/run/libvirt/{}.pid", daemon.name),
                 ],
+                env,
                 notify_socket: notify(daemon.name),
             },
             namespaces.clone(),
@@ -129,9 +214,12 @@ impl LibvirtDaemons {
             virtlogd.stop(STOP_GRACE);
             namespaces.end(INIT_TIMEOUT);
         })?;
+        // The same socket name in both modes; session mode's URI, as
+        // KubeVirt's non-root launcher connects.
         let socket = runtime_dir.join("run").join(daemon.socket);
         Ok(LibvirtDaemons {
-            uri: format!("qemu+unix:///system?socket={}", socket.display()),
+            uri: format!("qemu+unix:///{}?socket={}", mode.as_str(), socket.display()),
+            mode,
             runtime_dir,
             host_uuid,
             libvirtd,
@@ -157,7 +245,12 @@ impl LibvirtDaemons {
     /// their pids in the launcher's PID namespace (the files hold the
     /// daemons' namespace's pids).
     fn leftover_qemu(&self) -> Vec<u32> {
-        let dir = self.runtime_dir.join("run/qemu");
+        // The QEMU driver's state directory: /run/libvirt/qemu, or in
+        // session mode $XDG_RUNTIME_DIR/libvirt/qemu/run.
+        let dir = match self.mode {
+            DaemonMode::System => self.runtime_dir.join("run/qemu"),
+            DaemonMode::Session => self.runtime_dir.join("run/qemu/run"),
+        };
         let Ok(entries) = fs::read_dir(&dir) else {
             return Vec::new();
         };
@@ -202,6 +295,7 @@ impl LibvirtDaemons {
         let one =
             |s: &Supervisor| json!({ "name": s.name, "pid": s.pid(), "restarts": s.restarts() });
         json!({
+            "mode": self.mode.as_str(),
             "runtime_dir": self.runtime_dir,
             "host_uuid": self.host_uuid,
             "init_pid": self.namespaces.init_pid(),
@@ -214,12 +308,48 @@ impl LibvirtDaemons {
         self.libvirtd.last_error()
     }
 
-    /// Where the daemon keeps the QEMU log of a domain.
+    /// Where the daemon keeps the QEMU log of a domain: /var/log/libvirt,
+    /// or in session mode $XDG_CACHE_HOME/libvirt/qemu/log.
     pub fn qemu_log(&self, domain: &str) -> PathBuf {
-        self.runtime_dir
-            .join("log/qemu")
-            .join(format!("{domain}.log"))
+        let dir = match self.mode {
+            DaemonMode::System => self.runtime_dir.join("log/qemu"),
+            DaemonMode::Session => self.runtime_dir.join("cache/qemu/log"),
+        };
+        dir.join(format!("{domain}.log"))
     }
+}
+
+/// The (launcher directory, path the daemons see) pairs to mount. As
+/// root, a missing mount point is created; an unprivileged launcher
+/// cannot, and says which to create.
+fn mount_points(runtime_dir: &Path, mode: DaemonMode) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+    let mut mounts = Vec::new();
+    let mut missing = Vec::new();
+    for (sub, target) in OVERLAID {
+        match mode {
+            // An empty directory where libvirt is installed but never ran.
+            DaemonMode::System => fs::create_dir_all(target)
+                .map_err(|e| format!("cannot create mount point {target}: {e}"))?,
+            DaemonMode::Session if !Path::new(target).is_dir() => missing.push(target),
+            DaemonMode::Session => {}
+        }
+        mounts.push((runtime_dir.join(sub), PathBuf::from(target)));
+    }
+    if !missing.is_empty() {
+        return Err(format!(
+            "the daemons' directories are mounted over {} in their own mount namespace, and {} missing on this host; \
+             a non-root launcher cannot create them: create them once as root (mkdir -p {}; scripts/setup-host.sh does), \
+             or run the launcher as root",
+            OVERLAID.map(|(_, t)| t).join(", "),
+            if missing.len() == 1 {
+                format!("{} is", missing[0])
+            } else {
+                format!("{} are", missing.join(", "))
+            },
+            missing.join(" ")
+        ));
+    }
+    Ok(mounts)
 }
 
 fn find_binary(name: &str) -> Result<PathBuf, String> {

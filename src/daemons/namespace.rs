@@ -13,18 +13,21 @@
 //! mounts a /proc of the new PID namespace.
 //!
 //! The daemons stay children of the launcher, so its supervisors wait for
-//! them, restart them and read their stderr as before: the launcher enters
-//! the PID namespace only for the fork (setns(2) on the spawning thread,
-//! which moves that thread's future children, and back), and the child
-//! joins the mount namespace before exec. Orphans inside (QEMU after
+//! them, restart them and read their stderr as before. Every process that
+//! goes into the namespace is forked by one thread of the launcher, the
+//! spawner (`pidns-spawner`): it unshares a PID namespace for its children
+//! (per thread, so no other thread is affected), so the first child it
+//! forks, the init, is the namespace's PID 1 and every later one a member.
+//! The spawner never returns to the launcher's own PID namespace (a
+//! non-root launcher, in its user namespace, may not enter that one
+//! again) and starts no thread (a thread whose children go to another PID
+//! namespace cannot); it only forks what the supervisors send it. The
+//! child joins the mount namespace before exec. Orphans inside (QEMU after
 //! libvirt's double fork) are reaped by the init.
 //!
-//! How the init is made without an async runtime, from a process that
-//! already runs threads: the main thread unshares a PID namespace for its
-//! children (per thread, so no other thread is affected), spawns the init
-//! with std's fork/exec, and returns to its own namespace. The init gets
-//! PR_SET_PDEATHSIG(SIGKILL), which follows the thread that forked it:
-//! hence "main thread only", which is checked.
+//! The init gets PR_SET_PDEATHSIG(SIGKILL), which follows the thread that
+//! forked it: the spawner, which lives as long as these namespaces (and
+//! so the launcher) do.
 
 use std::fs::File;
 use std::io::{self, PipeWriter, Read};
@@ -36,7 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, bounded};
+use crossbeam_channel::{Receiver, Sender, bounded};
 
 use super::init;
 use crate::os::{self, BeforeExec, Namespace, PidFd};
@@ -50,10 +53,11 @@ pub struct DaemonNamespaces {
     /// `pid:[inode]` of the daemons' PID namespace; stays unique while
     /// `pid_ns` is open.
     pid_ns_identity: String,
-    pid_ns: File,
+    /// Keeps the namespace's identity unique while it is open.
+    _pid_ns: File,
     mount_ns: Arc<File>,
-    /// The launcher's own PID namespace, to return to after a spawn.
-    launcher_pid_ns: File,
+    /// The spawner thread's queue.
+    spawner: Sender<SpawnRequest>,
     /// The write end of the init's lifeline; closing it ends the init.
     lifeline: Mutex<Option<PipeWriter>>,
     ending: Arc<AtomicBool>,
@@ -63,26 +67,21 @@ pub struct DaemonNamespaces {
 }
 
 impl DaemonNamespaces {
-    /// Starts the init, which bind-mounts each `(source, target)` pair and
-    /// a fresh /proc in its mount namespace, and waits up to `timeout` for
-    /// it to report ready. Must run on the main thread (see the module
-    /// comment). An init that exits later, unasked, is reported on `fatal`:
-    /// the kernel has then ended every process in the namespace.
+    /// Starts the spawner thread and, from it, the init, which
+    /// bind-mounts each `(source, target)` pair and a fresh /proc in its
+    /// mount namespace; waits up to `timeout` for it to report ready. An
+    /// init that exits later, unasked, is reported on `fatal`: the kernel
+    /// has then ended every process in the namespace.
+    /// `in_user_namespace`: the launcher runs in a user namespace of its
+    /// own (session mode), where a program it executes drops every
+    /// capability unless told to keep one; the init keeps CAP_SYS_ADMIN
+    /// there for its mounts.
     pub fn create(
         mounts: &[(PathBuf, PathBuf)],
+        in_user_namespace: bool,
         timeout: Duration,
         fatal: &FatalSender,
     ) -> Result<DaemonNamespaces, String> {
-        if !os::is_main_thread() {
-            return Err(
-                "internal error: the daemons' namespace must be created by the main thread, \
-                 or it would die with the thread that created it"
-                    .into(),
-            );
-        }
-        let launcher_pid_ns = Namespace::Pid
-            .open_own()
-            .map_err(|e| format!("cannot open the launcher's PID namespace: {e}"))?;
         let (lifeline_rx, lifeline_tx) =
             io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
         let mut command = Command::new("/proc/self/exe");
@@ -98,12 +97,17 @@ impl DaemonNamespaces {
         for (source, target) in mounts {
             command.arg(source).arg(target);
         }
-        os::before_exec(
-            &mut command,
-            vec![BeforeExec::ParentDeathSignal(libc::SIGKILL)],
-        );
-        let spawned = spawn_in_new_pid_namespace(&mut command, &launcher_pid_ns);
-        let mut child = spawned.map_err(|e| format!("cannot start the namespace's init: {e}"))?;
+        let mut steps = vec![BeforeExec::ParentDeathSignal(libc::SIGKILL)];
+        if in_user_namespace {
+            // Its mounts need CAP_SYS_ADMIN (in the launcher's user
+            // namespace only: it has none over the host).
+            const CAP_SYS_ADMIN: u32 = 21;
+            steps.push(BeforeExec::KeepCapability(CAP_SYS_ADMIN));
+        }
+        os::before_exec(&mut command, steps);
+        let (spawner, init_spawned) = start_spawner(command, fatal)?;
+        let mut child =
+            init_spawned.map_err(|e| format!("cannot start the namespace's init: {e}"))?;
         // The child is unreaped until the watcher below waits for it, so
         // its pid is still its own here.
         let init_pid = child.id();
@@ -143,9 +147,9 @@ impl DaemonNamespaces {
             init_pid,
             init,
             pid_ns_identity,
-            pid_ns,
+            _pid_ns: pid_ns,
             mount_ns: Arc::new(mount_ns),
-            launcher_pid_ns,
+            spawner,
             lifeline: Mutex::new(Some(lifeline_tx)),
             ending,
             exited,
@@ -162,7 +166,7 @@ impl DaemonNamespaces {
     /// own, with SIGTERM as its parent-death signal. The child is a child
     /// of the launcher, so `Child::wait` works as usual; its pid (in
     /// `Child::id`) is the launcher's view of it.
-    pub fn spawn(&self, command: &mut Command) -> io::Result<Child> {
+    pub fn spawn(&self, mut command: Command) -> io::Result<Child> {
         if self.has_ended() {
             return Err(io::Error::other("the daemons' PID namespace has ended"));
         }
@@ -170,16 +174,19 @@ impl DaemonNamespaces {
         // the launcher stops it in order.
         command.process_group(0);
         os::before_exec(
-            command,
+            &mut command,
             vec![
                 BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
                 BeforeExec::ParentDeathSignal(libc::SIGTERM),
             ],
         );
-        os::setns(self.pid_ns.as_fd(), Namespace::Pid)?;
-        let spawned = command.spawn();
-        return_to(&self.launcher_pid_ns);
+        let (reply, spawned) = bounded(1);
+        self.spawner
+            .send(SpawnRequest { command, reply })
+            .map_err(|_| io::Error::other("the daemons' spawner thread has stopped"))?;
         spawned
+            .recv()
+            .map_err(|_| io::Error::other("the daemons' spawner thread has stopped"))?
     }
 
     /// Whether the init has exited (asked to or not).
@@ -242,23 +249,39 @@ impl Drop for DaemonNamespaces {
     }
 }
 
-/// Spawns `command` as PID 1 of a new PID namespace: the calling thread's
-/// future children go to a new namespace for the fork, then to the
-/// launcher's again (`launcher_pid_ns`), whatever happened.
-fn spawn_in_new_pid_namespace(command: &mut Command, launcher_pid_ns: &File) -> io::Result<Child> {
-    os::unshare(Namespace::Pid)?;
-    let spawned = command.spawn();
-    return_to(launcher_pid_ns);
-    spawned
+/// A command for the spawner thread, and where its child goes.
+struct SpawnRequest {
+    command: Command,
+    reply: Sender<io::Result<Child>>,
 }
 
-/// Sends the calling thread's future children to `launcher_pid_ns` again.
-/// Entering one's own PID namespace is always allowed; if it still failed,
-/// the next child would land in the daemons' namespace and die with it.
-fn return_to(launcher_pid_ns: &File) {
-    if let Err(e) = os::setns(launcher_pid_ns.as_fd(), Namespace::Pid) {
-        log::error!("daemons: cannot return to the launcher's PID namespace: {e}");
-    }
+/// Starts the spawner thread (see the module documentation), which forks
+/// `init` as PID 1 of a new PID namespace and then every command sent on
+/// the returned queue into it. Returns the queue and the init's spawn.
+fn start_spawner(
+    mut init: Command,
+    fatal: &FatalSender,
+) -> Result<(Sender<SpawnRequest>, io::Result<Child>), String> {
+    let (requests, queue) = bounded::<SpawnRequest>(0);
+    let (init_tx, init_rx) = bounded(1);
+    threads::spawn_named("pidns-spawner", fatal, move || {
+        // Only this thread's children go to the new namespace.
+        if let Err(e) = os::unshare(Namespace::Pid) {
+            let _ = init_tx.send(Err(e));
+            return;
+        }
+        let _ = init_tx.send(init.spawn());
+        // Until the namespaces are dropped: then this thread ends, and
+        // with it the init (its parent-death signal) if still running.
+        for mut request in queue {
+            let _ = request.reply.send(request.command.spawn());
+        }
+    })
+    .map_err(|e| format!("cannot start the daemons' spawner thread: {e}"))?;
+    let spawned = init_rx
+        .recv()
+        .map_err(|_| "the daemons' spawner thread stopped before the init started".to_string())?;
+    Ok((requests, spawned))
 }
 
 /// Reads the init's one-line report: `ready` or `error: ...`.

@@ -32,6 +32,8 @@ pub struct DaemonSpec {
     pub name: &'static str,
     pub binary: PathBuf,
     pub args: Vec<String>,
+    /// Set in the daemon's environment (session mode's XDG directories).
+    pub env: Vec<(String, String)>,
     /// Where the daemon reports READY=1 (sd_notify protocol).
     pub notify_socket: PathBuf,
 }
@@ -50,6 +52,7 @@ impl DaemonSpec {
         let mut command = Command::new(&self.binary);
         command
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env_remove("NOTIFY_SOCKET")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -57,7 +60,7 @@ impl DaemonSpec {
         if report_ready {
             command.env("NOTIFY_SOCKET", &self.notify_socket);
         }
-        let mut child = namespaces.spawn(&mut command)?;
+        let mut child = namespaces.spawn(command)?;
         if let Some(stderr) = child.stderr.take() {
             let name = self.name;
             let last_error = last_error.clone();

@@ -50,6 +50,7 @@ pub enum Namespace {
     Mount,
     Pid,
     Network,
+    User,
 }
 
 impl Namespace {
@@ -58,6 +59,7 @@ impl Namespace {
             Namespace::Mount => libc::CLONE_NEWNS,
             Namespace::Pid => libc::CLONE_NEWPID,
             Namespace::Network => libc::CLONE_NEWNET,
+            Namespace::User => libc::CLONE_NEWUSER,
         }
     }
 
@@ -67,6 +69,7 @@ impl Namespace {
             Namespace::Mount => "mnt",
             Namespace::Pid => "pid",
             Namespace::Network => "net",
+            Namespace::User => "user",
         }
     }
 
@@ -99,6 +102,114 @@ pub fn unshare(ns: Namespace) -> io::Result<()> {
     // SAFETY: unshare(2) takes only a flags integer and touches no memory
     // of ours.
     check(unsafe { libc::unshare(ns.clone_flag()) }).map(drop)
+}
+
+/// The calling process's effective user and group ids.
+pub fn effective_ids() -> (u32, u32) {
+    // SAFETY: geteuid(2) and getegid(2) take no arguments and cannot fail.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Moves the calling process into a new user namespace in which its user
+/// and group ids are the same as outside (`uid uid 1`), with every
+/// capability there, over namespaces it then creates, and none over
+/// anything outside. The kernel allows this only to a single-threaded
+/// process (else EINVAL). Supplementary groups stay as they are but can
+/// no longer be changed (setgroups is denied, as the kernel requires for
+/// an unprivileged gid_map).
+pub fn enter_user_namespace() -> io::Result<()> {
+    let (uid, gid) = effective_ids();
+    unshare(Namespace::User)?;
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))
+}
+
+/// Whether this process, with its effective ids, may create entries in
+/// directory `dir` (faccessat(2) with W_OK|X_OK and AT_EACCESS).
+pub fn may_write_dir(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `path` is a NUL-terminated string that outlives the call;
+    // faccessat(2) only reads it.
+    let ret = unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        )
+    };
+    ret == 0
+}
+
+/// The header and data of capget(2)/capset(2), version 3 (two 32-bit
+/// words per set).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Makes capability `cap` (which the caller must have in its permitted
+/// set) inheritable and ambient, so that a program the caller executes
+/// keeps it although its user id is not 0 (capabilities(7)). Only for a
+/// child between fork and exec: it changes the calling thread.
+/// Async-signal-safe.
+pub fn keep_capability_across_exec(cap: u32) -> io::Result<()> {
+    let (word, bit) = ((cap / 32) as usize, 1u32 << (cap % 32));
+    if word > 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no such capability",
+        ));
+    }
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capget(2) reads the header and writes two CapData records,
+    // both valid for the call (version 3 uses exactly two).
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if got != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    data[word].inheritable |= bit;
+    // SAFETY: as above; capset(2) only reads them.
+    let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    if set != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let cap = libc::c_ulong::from(cap);
+    // SAFETY: PR_CAP_AMBIENT_RAISE takes a capability number by value; the
+    // unused arguments are zero as prctl(2) asks.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+            cap,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    })
+    .map(drop)
 }
 
 /// setns(2): moves the calling thread into the namespace open as
@@ -174,14 +285,6 @@ pub fn set_process_name(name: &CStr) -> io::Result<()> {
     // SAFETY: PR_SET_NAME reads a NUL-terminated string that outlives the
     // call (the kernel copies at most 16 bytes of it).
     check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) }).map(drop)
-}
-
-/// Whether the caller is the process's main thread, the one whose end is
-/// the end of the process.
-pub fn is_main_thread() -> bool {
-    // SAFETY: gettid(2) takes no arguments and cannot fail.
-    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-    tid == libc::c_long::from(std::process::id())
 }
 
 /// kill(2): sends `signal` to process `pid`. Refuses pids that kill(2)
@@ -343,6 +446,9 @@ pub enum BeforeExec {
     /// Ask for this signal when the spawning thread ends (see
     /// [`set_parent_death_signal`]).
     ParentDeathSignal(libc::c_int),
+    /// Keep this capability across the exec (see
+    /// [`keep_capability_across_exec`]).
+    KeepCapability(u32),
 }
 
 /// Makes `command`'s child take `steps`, in order, just before exec; the
@@ -353,6 +459,7 @@ pub fn before_exec(command: &mut Command, steps: Vec<BeforeExec>) {
             match step {
                 BeforeExec::JoinNamespace(file, ns) => setns(file.as_fd(), *ns)?,
                 BeforeExec::ParentDeathSignal(signal) => set_parent_death_signal(*signal)?,
+                BeforeExec::KeepCapability(cap) => keep_capability_across_exec(*cap)?,
             }
         }
         Ok(())
@@ -407,10 +514,6 @@ mod tests {
         assert!(own.starts_with("pid:["), "{own}");
         assert!(Namespace::Mount.open_own().is_ok());
         assert_eq!(Namespace::Network.proc_name(), "net");
-    }
-
-    #[test]
-    fn another_thread_is_not_the_main_thread() {
-        assert!(!std::thread::spawn(is_main_thread).join().unwrap());
+        assert_eq!(Namespace::User.proc_name(), "user");
     }
 }

@@ -145,6 +145,9 @@ fn resolve_with(
 
     let daemon_dir = match (driver, path) {
         ("qemu", "/system") => env.system_runtime_dir.clone(),
+        // A socket given explicitly (a non-root launcher's own daemon)
+        // needs no session directory.
+        ("qemu", "/session") if socket.is_some() => PathBuf::new(),
         ("qemu", "/session") => env.session_runtime_dir()?,
         ("qemu", other) => {
             return Err(format!(
@@ -244,6 +247,18 @@ mod tests {
         e.xdg_runtime_dir = None;
         let t = resolve_with("qemu:///session", &e, &|_: &Path| false).unwrap();
         assert_eq!(t.socket, Path::new("/home/u/.cache/libvirt/libvirt-sock"));
+        // Neither variable is needed when the socket is given, as a
+        // non-root launcher names its own daemon's.
+        e.home = None;
+        assert!(resolve_with("qemu:///session", &e, &|_: &Path| false).is_err());
+        let t = resolve_with(
+            "qemu+unix:///session?socket=/p/run/libvirt-sock",
+            &e,
+            &|_: &Path| false,
+        )
+        .unwrap();
+        assert_eq!(t.socket, Path::new("/p/run/libvirt-sock"));
+        assert_eq!(t.name, "qemu:///session");
     }
 
     #[test]

@@ -27,4 +27,5 @@ pub mod safe_fs;
 pub mod server;
 pub mod signals;
 pub mod threads;
+pub mod unprivileged;
 pub mod vmi;

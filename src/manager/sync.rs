@@ -119,6 +119,9 @@ pub(super) struct SyncPlan {
     /// test driver, whose domains are not real).
     pub(super) network: Option<crate::network::NetworkJob>,
     pub(super) disk_plan: DiskPlan,
+    /// QEMU runs as the launcher's unprivileged user: its disks are checked
+    /// for access before the domain is defined (crate::unprivileged).
+    unprivileged: bool,
     start_paused: bool,
     /// The grace period a later signal gives this VMI's guest (unless
     /// --grace-period-seconds sets one); applied once the sync is accepted.
@@ -214,12 +217,18 @@ impl DomainManager {
         };
         let conversion = convert::convert(&vmi, &ctx)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
+        let unprivileged = self.config.qemu_unprivileged() && info.driver == DriverKind::Qemu;
+        if unprivileged {
+            crate::unprivileged::check_domain(&conversion.domain)
+                .map_err(|e| CommandError::new(ErrorClass::Unavailable, e))?;
+        }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
         Ok(SyncPlan {
             domain_name: self.config.domain_name.clone(),
             domain: conversion.domain,
             network,
             disk_plan: conversion.disk_plan,
+            unprivileged,
             start_paused: vmi.starts_paused(),
             grace_period: self.grace_period_for(&vmi),
         })
@@ -258,9 +267,22 @@ impl DomainManager {
         if driver == DriverKind::Test || plan.taps.is_empty() {
             return Ok(None);
         }
-        let (mode, why) =
-            crate::network::decide_mode(self.config.pod_network, self.config.spawn_libvirt);
+        let (mode, why) = if self.config.nonroot && self.config.spawn_libvirt {
+            // Its user namespace shows every capability, over nothing
+            // outside it: never set up. (setup itself is refused at start.)
+            (
+                crate::network::Mode::Existing,
+                "non-root mode: the launcher creates no network devices",
+            )
+        } else {
+            crate::network::decide_mode(self.config.pod_network, self.config.spawn_libvirt)
+        };
         log::info!("manager: pod network mode {mode:?} ({why})");
+        if self.config.qemu_unprivileged() && mode == crate::network::Mode::Existing {
+            let taps: Vec<String> = plan.taps.iter().map(|t| t.tap.clone()).collect();
+            crate::unprivileged::check_taps(&taps, &crate::unprivileged::Identity::current())
+                .map_err(|e| CommandError::new(ErrorClass::Unavailable, e))?;
+        }
         Ok(Some(crate::network::NetworkJob {
             plan,
             options: crate::network::SetupOptions {
@@ -388,6 +410,12 @@ fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandErro
         };
         CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
     })?;
+    if plan.unprivileged
+        && let Err(e) = crate::unprivileged::check_disks(&domain)
+    {
+        prepared.rollback();
+        return Err(CommandError::new(ErrorClass::Unavailable, e));
+    }
     if let Err(e) = hv.define(&xml) {
         prepared.rollback();
         return Err(hypervisor_error(&e));

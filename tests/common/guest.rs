@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::unprivileged::TestUser;
 use super::{Client, Launcher, TempTree, lifecycle, named};
 
 /// Generous deadlines: the guest runs under plain emulation on 2 cores,
@@ -149,7 +150,21 @@ pub fn ext4_image(path: &Path, mib: u64) {
 /// Starts a launcher with its own libvirt daemons, forced emulation, for
 /// VMI e2e/<name>.
 pub fn start_qemu_launcher(tree: TempTree, name: &str, extra: &[&str]) -> Launcher {
-    images();
+    start_qemu_launcher_as(None, tree, name, extra)
+}
+
+/// The same, run as `user` (non-root mode) when given.
+pub fn start_qemu_launcher_as(
+    user: Option<&TestUser>,
+    tree: TempTree,
+    name: &str,
+    extra: &[&str],
+) -> Launcher {
+    let images = images();
+    if let Some(user) = user {
+        user.assert_can_read(&images.kernel);
+        user.assert_can_read(&images.initrd);
+    }
     let mut args: Vec<String> = [
         "--spawn-libvirt",
         "--force-emulation",
@@ -162,7 +177,10 @@ pub fn start_qemu_launcher(tree: TempTree, name: &str, extra: &[&str]) -> Launch
     .map(|s| s.to_string())
     .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
-    let mut launcher = Launcher::start_in(tree, &args);
+    let mut launcher = match user {
+        Some(user) => Launcher::start_as(user, tree, &args),
+        None => Launcher::start_in(tree, &args),
+    };
     launcher.wait_ready(STEP);
     launcher
 }
@@ -177,7 +195,17 @@ pub struct Booted {
 }
 
 pub fn boot(tree: TempTree, opts: &GuestOptions, extra: &[&str]) -> Booted {
-    let launcher = start_qemu_launcher(tree, &opts.name, extra);
+    boot_as(None, tree, opts, extra)
+}
+
+/// `boot`, the launcher run as `user` (non-root mode) when given.
+pub fn boot_as(
+    user: Option<&TestUser>,
+    tree: TempTree,
+    opts: &GuestOptions,
+    extra: &[&str],
+) -> Booted {
+    let launcher = start_qemu_launcher_as(user, tree, &opts.name, extra);
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();
@@ -262,7 +290,17 @@ pub fn prepared_target_with(
     opts: &GuestOptions,
     extra: &[&str],
 ) -> (Launcher, Client, Client, Value) {
-    let launcher = start_qemu_launcher(tree, &opts.name, extra);
+    prepared_target_as(None, tree, opts, extra)
+}
+
+/// `prepared_target_with`, the launcher run as `user` when given.
+pub fn prepared_target_as(
+    user: Option<&TestUser>,
+    tree: TempTree,
+    opts: &GuestOptions,
+    extra: &[&str],
+) -> (Launcher, Client, Client, Value) {
+    let launcher = start_qemu_launcher_as(user, tree, &opts.name, extra);
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();

@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod examples;
 pub mod guest;
 pub mod processes;
+pub mod unprivileged;
 
 use serde_json::{Value, json};
 
@@ -111,6 +112,18 @@ impl Launcher {
         args: &[String],
         rust_log: Option<&str>,
     ) -> Launcher {
+        Launcher::start_with(tree, wrapper, args, rust_log, None)
+    }
+
+    /// The general case: `wrapper` (or nothing), `RUST_LOG`, and the
+    /// (uid, gid) to run as (`None`: the test's own user).
+    pub fn start_with(
+        tree: TempTree,
+        wrapper: &[String],
+        args: &[String],
+        rust_log: Option<&str>,
+        user: Option<(u32, u32)>,
+    ) -> Launcher {
         let log = tree.path("launcher.log");
         let log_file = fs::File::create(&log).expect("create log");
         let mut full = dir_flags(&tree);
@@ -124,6 +137,10 @@ impl Launcher {
         }
         argv.extend(full);
         let mut command = Command::new(program);
+        if let Some((uid, gid)) = user {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(gid);
+        }
         match rust_log {
             Some(filter) => command.env("RUST_LOG", filter),
             None => command.env_remove("RUST_LOG"),

@@ -1,0 +1,551 @@
+//! Non-root mode: each test creates an unprivileged user (and removes it)
+//! and runs the launcher as that user, with no capabilities, with its own
+//! libvirt daemons in session mode (--spawn-libvirt): the real test guest
+//! boots under QEMU running as that user, with its agent, pause, graceful
+//! SIGTERM, grace expiry, a SIGKILL that leaves nothing behind and a
+//! migration between two non-root launchers; another user cannot reach
+//! its sockets; what needs root is refused at start or at sync, before
+//! anything happens.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::guest::*;
+use common::processes::ProcessTree;
+use common::unprivileged::{TestUser, process_uid};
+use common::*;
+use serde_json::{Value, json};
+
+fn event_time(e: &Value) -> f64 {
+    e["timestamp"]["seconds"].as_f64().unwrap()
+        + e["timestamp"]["microseconds"].as_f64().unwrap() / 1e6
+}
+
+/// The effective capabilities of process `pid`, as /proc shows them.
+fn effective_caps(pid: u32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .unwrap_or("?")
+        .trim()
+        .to_string()
+}
+
+/// An ext4 image for a data disk, owned by `user`.
+fn data_disk(user: &TestUser, tree: &TempTree) -> std::path::PathBuf {
+    let disk = tree.path("data.img");
+    ext4_image(&disk, 64);
+    user.give(&tree.root);
+    disk
+}
+
+#[test]
+fn boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands() {
+    let user = TestUser::create("b");
+    let images_dir = TempTree::new("nr-boot-disk");
+    let mut opts = GuestOptions::new("nrboot");
+    opts.data_disk = Some(data_disk(&user, &images_dir));
+    let mut g = boot_as(Some(&user), TempTree::new("nr-boot"), &opts, &[]);
+
+    // The launcher, its daemons, their init and QEMU all run as the user,
+    // and QEMU has no capability.
+    let status = g.client.ok("query-status", Value::Null);
+    let spawned = &status["libvirt"]["spawned"];
+    assert_eq!(spawned["mode"], "session", "{status}");
+    let uri = status["libvirt"]["uri"].as_str().unwrap();
+    assert!(uri.starts_with("qemu+unix:///session?socket="), "{uri}");
+    let qemu = qemu_pids("e2e_nrboot");
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    let mut pids = vec![
+        g.launcher.pid(),
+        u32::try_from(spawned["init_pid"].as_u64().unwrap()).unwrap(),
+        qemu[0],
+    ];
+    for name in ["libvirtd", "virtlogd"] {
+        pids.push(common::daemon::spawned_pid(&status, name).expect(name));
+    }
+    for pid in &pids {
+        assert_eq!(process_uid(*pid), Some(user.uid), "process {pid}");
+    }
+    assert_eq!(effective_caps(qemu[0]), "0000000000000000");
+
+    // The socket is the user's, mode 0600; so are the directories.
+    let socket = g.launcher.ready_socket();
+    let meta = fs::metadata(&socket).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (user.uid, 0o600));
+    for dir in [
+        "share/sockets",
+        "private",
+        "private/libvirt",
+        "ephemeral/cloud-init-data",
+    ] {
+        let meta = fs::metadata(g.launcher.tree.path(dir)).unwrap();
+        assert_eq!(meta.uid(), user.uid, "{dir}");
+    }
+    let runtime = fs::metadata(g.launcher.tree.path("private/libvirt")).unwrap();
+    assert_eq!(runtime.permissions().mode() & 0o777, 0o700);
+
+    // The agent works; pause and unpause as usual.
+    assert_eq!(status["agent"]["connected"], true);
+    assert_eq!(guest_sh(&mut g.client, "echo alive").1, "alive\n");
+    assert_eq!(g.client.ok("pause", Value::Null)["state"], "Paused");
+    g.watcher
+        .wait_event(STEP, "Suspended", lifecycle("Suspended", "Paused"));
+    assert_eq!(g.client.ok("unpause", Value::Null)["state"], "Running");
+    g.watcher
+        .wait_event(STEP, "Resumed", lifecycle("Resumed", "Unpaused"));
+
+    // A daemon that dies is restarted, as the user, and the guest runs on.
+    let libvirtd = common::daemon::spawned_pid(&status, "libvirtd").unwrap();
+    let killed = Command::new("kill")
+        .args(["-KILL", &libvirtd.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    g.watcher
+        .wait_event(STEP, "LIBVIRT_DISCONNECTED", named("LIBVIRT_DISCONNECTED"));
+    g.watcher
+        .wait_event(STEP, "LIBVIRT_RECONNECTED", named("LIBVIRT_RECONNECTED"));
+    let after = wait_status(&mut g.client, STEP, "reconnected", |s| {
+        s["libvirt"]["connected"] == true
+    });
+    let restarted = common::daemon::spawned_pid(&after, "libvirtd").unwrap();
+    assert_ne!(restarted, libvirtd);
+    assert_eq!(process_uid(restarted), Some(user.uid));
+    assert_eq!(qemu_pids("e2e_nrboot"), qemu);
+
+    // The subcommands, run as the same user.
+    let s = socket.to_str().unwrap();
+    let (code, out, err) = user.virt_launcher(&["probe", "--socket", s, "--timeout", "10s"]);
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    let (code, out, err) = user.virt_launcher(&["freeze", "--socket", s]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("froze 1 filesystems"), "{out}");
+    g.watcher.wait_event(STEP, "frozen", |e| {
+        e["event"] == "GUEST_INFO_CHANGED" && e["data"]["fsFreezeStatus"] == "frozen"
+    });
+    let (code, out, err) = user.virt_launcher(&["unfreeze", "--socket", s]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "thawed 1 filesystems in the guest\n"),
+        "{err}"
+    );
+    assert_eq!(
+        guest_sh(
+            &mut g.client,
+            "echo x > /mnt/data/f && sync && cat /mnt/data/f"
+        )
+        .1,
+        "x\n"
+    );
+
+    g.client.ok("kill", Value::Null);
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    wait_no_qemu("e2e_nrboot", Duration::from_secs(10));
+}
+
+#[test]
+fn sigterm_powers_the_guest_off_and_no_process_of_the_user_is_left() {
+    let user = TestUser::create("t");
+    let mut g = boot_as(
+        Some(&user),
+        TempTree::new("nr-term"),
+        &GuestOptions::new("nrterm"),
+        &[],
+    );
+    g.launcher.signal("TERM");
+    let started = g
+        .watcher
+        .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    let stopped = g
+        .watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    assert!(event_time(&stopped) - event_time(&started) < 20.0);
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    assert!(!g.launcher.ready_socket().exists());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !user.live_processes().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}",
+            user.live_processes()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_guest_that_ignores_acpi_is_forced_off_when_the_grace_period_ends() {
+    let user = TestUser::create("g");
+    let mut opts = GuestOptions::new("nrstubborn");
+    opts.ignore_acpi = true;
+    let mut g = boot_as(
+        Some(&user),
+        TempTree::new("nr-grace"),
+        &opts,
+        &["--grace-period-seconds", "8"],
+    );
+    g.launcher.signal("TERM");
+    let started = g
+        .watcher
+        .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    let expired = g.watcher.wait_event(
+        STEP,
+        "SHUTDOWN_GRACE_EXPIRED",
+        named("SHUTDOWN_GRACE_EXPIRED"),
+    );
+    let waited = event_time(&expired) - event_time(&started);
+    assert!(
+        (7.0..=10.0).contains(&waited),
+        "forced off after {waited:.2} s"
+    );
+    g.watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Destroyed"));
+    assert_eq!(g.launcher.wait_exit(STEP), 7);
+    wait_no_qemu("e2e_nrstubborn", Duration::from_secs(10));
+}
+
+#[test]
+fn a_sigkilled_nonroot_launcher_takes_its_daemons_and_qemu_with_it() {
+    let user = TestUser::create("k");
+    let mut g = boot_as(
+        Some(&user),
+        TempTree::new("nr-kill"),
+        &GuestOptions::new("nrkill"),
+        &[],
+    );
+    let tree = ProcessTree::of(&g.launcher, Some("e2e_nrkill"));
+    assert_eq!(tree.qemu.len(), 1);
+    assert!(tree.size() >= 5, "launcher, init, virtlogd, libvirtd, QEMU");
+    let killed = Instant::now();
+    g.launcher.signal("KILL");
+    g.launcher.wait_exit(STEP);
+    let took = tree.wait_gone(killed, Duration::from_secs(30));
+    eprintln!("everything gone {took:?} after SIGKILL");
+    assert!(
+        user.live_processes().is_empty(),
+        "{:?}",
+        user.live_processes()
+    );
+}
+
+#[test]
+fn a_guest_migrates_between_two_nonroot_launchers() {
+    let user = TestUser::create("m");
+    let opts = GuestOptions::new("nrmover");
+    let mut a = boot_as(Some(&user), TempTree::new("nr-mig-a"), &opts, &[]);
+    let uptime = |c: &mut Client| -> f64 {
+        guest_sh(c, "cut -d' ' -f1 /proc/uptime")
+            .1
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let before = uptime(&mut a.client);
+    let (mut b, mut b_client, mut b_watch, target) =
+        prepared_target_as(Some(&user), TempTree::new("nr-mig-b"), &opts, &[]);
+    assert!(
+        target["libvirt_uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("qemu+unix:///session?socket="),
+        "{target}"
+    );
+    assert_eq!(
+        a.client.ok("migrate", json!({"target": target}))["started"],
+        true
+    );
+    a.watcher.wait_events(
+        STEP,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            ("Stopped/Migrated", &lifecycle("Stopped", "Migrated")),
+        ],
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    wait_status(&mut b_client, STEP, "Running on B", |s| {
+        s["phase"] == "Running"
+    });
+    b_client.ok("finalize-migration", Value::Null);
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    let after = uptime(&mut b_client);
+    assert!(
+        after > before,
+        "uptime {after} <= {before}: the guest restarted"
+    );
+    // B's QEMU runs as the user too.
+    let qemu = qemu_pids("e2e_nrmover");
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    assert_eq!(process_uid(qemu[0]), Some(user.uid));
+    b.signal("TERM");
+    b_watch.wait_event(STEP, "Stopped on B", lifecycle("Stopped", "Shutdown"));
+    assert_eq!(b.wait_exit(STEP), 0);
+    wait_no_qemu("e2e_nrmover", Duration::from_secs(10));
+}
+
+#[test]
+fn another_unprivileged_user_cannot_connect_to_the_sockets() {
+    let owner = TestUser::create("o");
+    let other = TestUser::create("x");
+    let mut launcher = Launcher::start_as(
+        &owner,
+        TempTree::new("nr-sock"),
+        &["--spawn-libvirt", "--name", "nrsock", "--namespace", "e2e"].map(String::from),
+    );
+    launcher.wait_ready(STEP);
+    let socket = launcher.ready_socket();
+    let s = socket.to_str().unwrap();
+    // The owner gets in; another user is refused, with the reason.
+    let (code, out, err) = owner.virt_launcher(&["ctl", "--socket", s, "--raw", "ping"]);
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "{\"return\":{},\"id\":1}\n"),
+        "{err}"
+    );
+    let (code, _, err) = other.virt_launcher(&["ctl", "--socket", s, "ping"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("permission denied"), "{err}");
+    let (code, _, err) = other.virt_launcher(&["probe", "--socket", s]);
+    assert_eq!(code, 1);
+    assert!(err.contains("permission denied"), "{err}");
+    // Nor can it reach the launcher's libvirt daemon.
+    let status = launcher.client().ok("query-status", Value::Null);
+    let uri = status["libvirt"]["uri"].as_str().unwrap().to_string();
+    let denied = other
+        .command("virsh")
+        .args(["-c", &uri, "list"])
+        .output()
+        .unwrap();
+    assert!(!denied.status.success());
+    let said = String::from_utf8_lossy(&denied.stderr);
+    assert!(said.contains("Permission denied"), "{said}");
+    let allowed = owner
+        .command("virsh")
+        .args(["-c", &uri, "list"])
+        .output()
+        .unwrap();
+    assert!(allowed.status.success(), "{allowed:?}");
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+}
+
+#[test]
+fn what_needs_root_is_refused_at_start() {
+    let user = TestUser::create("r");
+    // --pod-network=setup: a usage error, before any directory is made.
+    let tree = TempTree::new("nr-setup");
+    user.give(&tree.root);
+    let mut argv: Vec<String> = dir_flags(&tree);
+    argv.extend(
+        [
+            "--spawn-libvirt",
+            "--pod-network=setup",
+            "--name",
+            "x",
+            "--namespace",
+            "e2e",
+        ]
+        .map(String::from),
+    );
+    let out = user.command(BIN).args(&argv).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--pod-network=setup: a non-root launcher"),
+        "{err}"
+    );
+    assert!(!tree.path("share").exists());
+
+    // A host without the mount points the daemons' directories go over
+    // (here: a private mount namespace whose /run is empty): exit 4,
+    // naming what to create, and no daemon started.
+    let tree = TempTree::new("nr-mounts");
+    user.give(&tree.root);
+    let mut script = format!(
+        "mount -t tmpfs vl-empty-run /run && exec setpriv --reuid={} --regid={} --clear-groups -- {BIN}",
+        user.uid, user.gid
+    );
+    for arg in dir_flags(&tree)
+        .into_iter()
+        .chain(["--spawn-libvirt", "--name", "x", "--namespace", "e2e"].map(String::from))
+    {
+        script.push(' ');
+        script.push_str(&arg);
+    }
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("/run/libvirt is missing"), "{err}");
+    assert!(err.contains("mkdir -p /run/libvirt"), "{err}");
+    assert!(user.live_processes().is_empty());
+}
+
+/// A non-root launcher with its daemons, no guest yet, and a client.
+fn nonroot_launcher(user: &TestUser, tag: &str, name: &str, extra: &[&str]) -> (Launcher, Client) {
+    let launcher = start_qemu_launcher_as(Some(user), TempTree::new(tag), name, extra);
+    let client = launcher.client();
+    (launcher, client)
+}
+
+#[test]
+fn what_needs_root_is_refused_at_sync_before_anything_happens() {
+    let user = TestUser::create("s");
+
+    // A disk the user may not write: refused, nothing defined, no file
+    // left behind, and the launcher goes on.
+    let images_dir = TempTree::new("nr-disk");
+    let disk = images_dir.path("root-only.img");
+    ext4_image(&disk, 16);
+    fs::set_permissions(&disk, fs::Permissions::from_mode(0o600)).unwrap();
+    let mut opts = GuestOptions::new("nrdisk");
+    opts.data_disk = Some(disk.clone());
+    let (mut launcher, mut client) = nonroot_launcher(&user, "nr-sync", "nrdisk", &[]);
+    let reply = client.request_timeout("sync", json!({"vmi": guest_vmi(&opts)}), STEP);
+    let error = &reply["error"];
+    assert_eq!(error["class"], "Unavailable", "{reply}");
+    let desc = error["desc"].as_str().unwrap();
+    assert!(
+        desc.contains(&format!(
+            "{} (read-write: permission denied)",
+            disk.display()
+        )),
+        "{desc}"
+    );
+    let status = client.ok("query-status", Value::Null);
+    assert_eq!(status["domain"]["defined"], false, "{status}");
+    assert!(qemu_pids("e2e_nrdisk").is_empty());
+    let left: Vec<_> = fs::read_dir(launcher.tree.path("ephemeral/cloud-init-data"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+
+    // KVM only where the user can open /dev/kvm; without
+    // --allow-emulation a sync says why not.
+    let (mut launcher, mut client) = {
+        let launcher = Launcher::start_as(
+            &user,
+            TempTree::new("nr-kvm"),
+            &["--spawn-libvirt", "--name", "nrkvm", "--namespace", "e2e"].map(String::from),
+        );
+        let mut launcher = launcher;
+        launcher.wait_ready(STEP);
+        let client = launcher.client();
+        (launcher, client)
+    };
+    let kvm_usable = user
+        .command("sh")
+        .args(["-c", "test -r /dev/kvm && test -w /dev/kvm"])
+        .status()
+        .unwrap()
+        .success();
+    let reply = client.request_timeout(
+        "sync",
+        json!({"vmi": guest_vmi(&GuestOptions::new("nrkvm"))}),
+        STEP,
+    );
+    if kvm_usable {
+        assert!(reply.get("return").is_some(), "{reply}");
+        let domain = client.ok("query-domain", Value::Null);
+        assert_eq!(domain["spec"]["@type"], "kvm", "{domain}");
+        client.ok("kill", Value::Null);
+    } else {
+        assert_eq!(reply["error"]["class"], "Unavailable", "{reply}");
+        let desc = reply["error"]["desc"].as_str().unwrap();
+        assert!(desc.contains("/dev/kvm: Permission denied"), "{desc}");
+        assert!(desc.contains("--allow-emulation"), "{desc}");
+        launcher.signal("TERM");
+    }
+    assert_eq!(launcher.wait_exit(STEP), 0);
+}
+
+#[test]
+fn a_tap_the_user_may_not_open_is_refused_at_sync() {
+    let user = TestUser::create("n");
+    // A pod network namespace with KubeVirt's tap for the pod network,
+    // owned by root.
+    let ns = format!("vlnr{}", std::process::id());
+    let ip = |args: &[&str]| {
+        let out = Command::new("ip").args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {out:?}");
+    };
+    ip(&["netns", "add", &ns]);
+    struct DeleteNs(String);
+    impl Drop for DeleteNs {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let _ns = DeleteNs(ns.clone());
+    ip(&[
+        "-n", &ns, "tuntap", "add", "dev", "tap0", "mode", "tap", "user", "0",
+    ]);
+
+    let tree = TempTree::new("nr-tap");
+    user.give(&tree.root);
+    let wrapper: Vec<String> = [
+        "ip".to_string(),
+        "netns".into(),
+        "exec".into(),
+        ns.clone(),
+        "setpriv".into(),
+        format!("--reuid={}", user.uid),
+        format!("--regid={}", user.gid),
+        "--clear-groups".into(),
+        "--".into(),
+    ]
+    .to_vec();
+    let args: Vec<String> = [
+        "--spawn-libvirt",
+        "--force-emulation",
+        "--name",
+        "nrtap",
+        "--namespace",
+        "e2e",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut launcher = Launcher::start_with(tree, &wrapper, &args, Some("debug"), None);
+    launcher.wait_ready(STEP);
+    let mut client = launcher.client();
+    let mut opts = GuestOptions::new("nrtap");
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let reply = client.request_timeout("sync", json!({"vmi": guest_vmi(&opts)}), STEP);
+    assert_eq!(reply["error"]["class"], "Unavailable", "{reply}");
+    let desc = reply["error"]["desc"].as_str().unwrap();
+    assert!(
+        desc.contains("may not open tap tap0: it belongs to another user"),
+        "{desc}"
+    );
+    assert!(
+        desc.contains(&format!("mode tap user {}", user.uid)),
+        "{desc}"
+    );
+    assert_eq!(
+        client.ok("query-status", Value::Null)["domain"]["defined"],
+        false
+    );
+    assert!(
+        launcher
+            .log_text()
+            .contains("non-root mode: the launcher creates no network devices")
+    );
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+}

@@ -22,8 +22,10 @@ HELP
     exit 1
 }
 command -v cargo >/dev/null || rust_help "cargo is not installed (or not on PATH)"
-cargo_version=$(cargo --version 2>/dev/null | awk '{print $2}')
-[ -n "$cargo_version" ] || rust_help "cargo --version does not work"
+# A cargo that fails (rustup without a default toolchain, say) must reach
+# the help below, not end the script silently under set -e.
+cargo_version=$(cargo --version 2>/dev/null | awk '{print $2}') || cargo_version=""
+[ -n "$cargo_version" ] || rust_help "cargo --version does not work (rustup without a default toolchain? try: rustup default stable)"
 if [ "$(printf '%s\n%s\n' "$RUST_MIN" "${cargo_version%%-*}" | sort -V | head -1)" != "$RUST_MIN" ]; then
     rust_help "cargo $cargo_version is too old"
 fi

@@ -156,3 +156,54 @@ fn man_page_is_clean_under_groff_and_mandoc() {
         "mandoc -Tlint:\n{report}"
     );
 }
+
+/// Runs scripts/demo.sh with `cargo` on `PATH` replaced by `fake_cargo`
+/// (a script's body), or with no cargo at all; returns its exit status
+/// and standard error. The Rust check comes first, so nothing is installed
+/// or built.
+fn demo_with_cargo(fake_cargo: Option<&str>) -> (Option<i32>, String) {
+    let tree = TempTree::new("demo-rust");
+    let bin = tree.path("bin");
+    fs::create_dir_all(&bin).unwrap();
+    if let Some(body) = fake_cargo {
+        let cargo = bin.join("cargo");
+        fs::write(&cargo, format!("#!/bin/sh\n{body}\n")).unwrap();
+        fs::set_permissions(&cargo, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    // The system's programs, but not ~/.cargo/bin.
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.display());
+    let out = Command::new("bash")
+        .arg(Path::new(ROOT).join("scripts/demo.sh"))
+        .env("PATH", path)
+        .output()
+        .expect("run scripts/demo.sh");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn demo_says_how_to_get_rust_when_cargo_is_missing_or_too_old() {
+    let rustup =
+        "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal";
+    for (cargo, says) in [
+        (None, "demo: cargo is not installed (or not on PATH)"),
+        (Some("echo 'cargo 1.63.0'"), "demo: cargo 1.63.0 is too old"),
+        (
+            Some("echo 'cargo 1.88.0 (873a06493 2025-05-10)'"),
+            "demo: cargo 1.88.0 is too old",
+        ),
+        (Some("exit 1"), "demo: cargo --version does not work"),
+    ] {
+        let (status, stderr) = demo_with_cargo(cargo);
+        assert_eq!(status, Some(1), "{cargo:?}: {stderr}");
+        assert!(stderr.contains(says), "{cargo:?}: {stderr}");
+        assert!(stderr.contains("needs Rust 1.89 or newer"), "{stderr}");
+        assert!(stderr.contains(rustup), "{stderr}");
+        assert!(!stderr.contains("error[E"), "a compiler error: {stderr}");
+    }
+    // The figure the script checks is Cargo.toml's.
+    let manifest = fs::read_to_string(Path::new(ROOT).join("Cargo.toml")).unwrap();
+    assert!(manifest.contains("rust-version = \"1.89\""), "{manifest}");
+}

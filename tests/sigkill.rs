@@ -236,6 +236,34 @@ fn a_killed_namespace_init_takes_the_daemons_and_the_launcher_exits_1() {
     let mut launcher = start_qemu_launcher(TempTree::new("k-init"), "orphaned", &[]);
     let tree = ProcessTree::of(&launcher, Some("e2e_orphaned"));
     let init = daemons_init(launcher.pid()).expect("no namespace init");
+    // The daemons see what they need: a /proc of their own namespace
+    // (whose PID 1 is the init, and which holds only the namespace's few
+    // processes) and the launcher's directories.
+    let status = launcher.client().ok("query-status", Value::Null);
+    let private = launcher.tree.path("private");
+    for daemon in status["libvirt"]["spawned"]["daemons"].as_array().unwrap() {
+        let pid = daemon["pid"].as_u64().unwrap();
+        let root = std::path::PathBuf::from(format!("/proc/{pid}/root"));
+        let pid1 = std::fs::read_to_string(root.join("proc/1/comm")).unwrap();
+        assert_eq!(pid1.trim(), "vl-pidns-init", "{}", daemon["name"]);
+        let processes = std::fs::read_dir(root.join("proc"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .count();
+        assert!(
+            (3..10).contains(&processes),
+            "{}'s /proc shows {processes} processes",
+            daemon["name"]
+        );
+        let inside = root.join(private.strip_prefix("/").unwrap());
+        assert!(
+            inside.is_dir(),
+            "{} cannot see {}",
+            daemon["name"],
+            private.display()
+        );
+    }
     assert!(
         std::process::Command::new("kill")
             .args(["-KILL", &init.pid.to_string()])

@@ -160,13 +160,7 @@ fn validate(vmi: &VirtualMachineInstance, cpu: &Cpu, numa: bool) -> Result<(), C
                 ),
             ));
         }
-        let hugepages = vmi
-            .spec
-            .domain
-            .memory
-            .as_ref()
-            .is_some_and(|m| m.hugepages.is_some());
-        if !hugepages {
+        if vmi.hugepages().is_none() {
             return Err(ConvertError::new(
                 format!("{CPU}.numa.guestMappingPassthrough"),
                 "spec.domain.memory.hugepages must be requested when the guest's NUMA cells mirror the host's",

@@ -265,12 +265,7 @@ fn configure_balloon(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         });
         return;
     }
-    let hugepages = vmi
-        .spec
-        .domain
-        .memory
-        .as_ref()
-        .is_some_and(|m| m.hugepages.is_some());
+    let hugepages = vmi.hugepages().is_some();
     domain.devices.memballoon = Some(MemBalloon {
         model: virtio_model(vmi).to_string(),
         free_page_reporting: Some(if hugepages { "off" } else { "on" }.to_string()),

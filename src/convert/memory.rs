@@ -157,14 +157,7 @@ fn guest_memory(vmi: &VirtualMachineInstance) -> Result<GuestMemory, ConvertErro
 }
 
 fn hugepage_size_given(vmi: &VirtualMachineInstance) -> Option<&Quantity> {
-    vmi.spec
-        .domain
-        .memory
-        .as_ref()?
-        .hugepages
-        .as_ref()?
-        .page_size
-        .as_ref()
+    vmi.hugepages()?.page_size.as_ref()
 }
 
 fn positive_bytes(path: &str, quantity: &Quantity) -> Result<u64, ConvertError> {

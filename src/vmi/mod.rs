@@ -96,6 +96,12 @@ impl VirtualMachineInstance {
     pub fn starts_paused(&self) -> bool {
         self.spec.start_strategy == Some(StartStrategy::Paused)
     }
+
+    /// `spec.domain.memory.hugepages`: the guest's memory is backed by
+    /// huge pages.
+    pub fn hugepages(&self) -> Option<&Hugepages> {
+        self.spec.domain.memory.as_ref()?.hugepages.as_ref()
+    }
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use virt::domain::Domain;
 use virt::sys;
 
 use super::ffi;
+use super::state::LibvirtError;
 use super::{
     Affect, CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult,
     Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
@@ -261,34 +262,15 @@ fn dotted(version: u32) -> String {
 }
 
 fn convert_error(operation: &'static str, e: &virt::error::Error) -> HypervisorError {
-    let code = e.code().to_raw();
-    let from_rpc = e.domain().to_raw() == sys::VIR_FROM_RPC;
-    let kind = match code {
-        sys::VIR_ERR_NO_DOMAIN => HypervisorErrorKind::NoDomain,
-        sys::VIR_ERR_OPERATION_INVALID => HypervisorErrorKind::InvalidOperation,
-        sys::VIR_ERR_XML_ERROR
-        | sys::VIR_ERR_XML_DETAIL
-        | sys::VIR_ERR_CONFIG_UNSUPPORTED
-        | sys::VIR_ERR_XML_INVALID_SCHEMA => HypervisorErrorKind::InvalidDefinition,
-        sys::VIR_ERR_INVALID_ARG if e.message().contains("unsupported flags") => {
-            HypervisorErrorKind::Unsupported
-        }
-        sys::VIR_ERR_INVALID_ARG if operation == "virDomainDefineXMLFlags" => {
-            HypervisorErrorKind::InvalidDefinition
-        }
-        sys::VIR_ERR_AGENT_UNRESPONSIVE | sys::VIR_ERR_AGENT_UNSYNCED => {
-            HypervisorErrorKind::AgentUnavailable
-        }
-        sys::VIR_ERR_NO_SUPPORT | sys::VIR_ERR_OPERATION_UNSUPPORTED => {
-            HypervisorErrorKind::Unsupported
-        }
-        sys::VIR_ERR_OPERATION_TIMEOUT => HypervisorErrorKind::Timeout,
-        sys::VIR_ERR_RPC | sys::VIR_ERR_INVALID_CONN | sys::VIR_ERR_NO_CONNECT => {
-            HypervisorErrorKind::ConnectionLost
-        }
-        _ if from_rpc => HypervisorErrorKind::ConnectionLost,
-        _ => HypervisorErrorKind::Other,
+    let number = |n: u32| i32::try_from(n).unwrap_or(-1);
+    let error = LibvirtError {
+        code: number(e.code().to_raw()),
+        domain: number(e.domain().to_raw()),
+        message: e.message(),
     };
+    // An RPC error is this backend's own connection failing.
+    let kind =
+        HypervisorErrorKind::from_libvirt(error, operation, HypervisorErrorKind::ConnectionLost);
     HypervisorError::new(kind, operation, e.message().to_string())
 }
 

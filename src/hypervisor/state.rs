@@ -513,6 +513,70 @@ impl CloseReason {
     }
 }
 
+/// libvirt's error numbers (`virErrorNumber` in virterror.h, a stable
+/// ABI) that the launcher tells apart, and the `VIR_FROM_RPC` error domain.
+pub mod libvirt_error {
+    pub const NO_SUPPORT: i32 = 3;
+    pub const NO_CONNECT: i32 = 5;
+    pub const INVALID_CONN: i32 = 6;
+    pub const INVALID_ARG: i32 = 8;
+    pub const XML_ERROR: i32 = 27;
+    pub const XML_DETAIL: i32 = 35;
+    pub const RPC: i32 = 39;
+    pub const NO_DOMAIN: i32 = 42;
+    pub const OPERATION_INVALID: i32 = 55;
+    pub const CONFIG_UNSUPPORTED: i32 = 67;
+    pub const OPERATION_TIMEOUT: i32 = 68;
+    pub const OPERATION_UNSUPPORTED: i32 = 84;
+    pub const AGENT_UNRESPONSIVE: i32 = 86;
+    pub const XML_INVALID_SCHEMA: i32 = 92;
+    pub const AGENT_UNSYNCED: i32 = 97;
+    /// VIR_FROM_RPC, an error domain.
+    pub const FROM_RPC: i32 = 7;
+}
+
+/// A libvirt error as the backend received it.
+#[derive(Debug, Clone, Copy)]
+pub struct LibvirtError<'a> {
+    /// `virErrorNumber`.
+    pub code: i32,
+    /// `virErrorDomain`.
+    pub domain: i32,
+    pub message: &'a str,
+}
+
+impl super::HypervisorErrorKind {
+    /// What a libvirt error means to the launcher, one table for both
+    /// backends. `rpc` is what an RPC or connection error means: for the
+    /// `virt` backend its own connection failed (`ConnectionLost`); for the
+    /// wire backend the daemon did answer, so the error is about a
+    /// connection the daemon made, such as a peer-to-peer migration's link
+    /// to its target (`Other`).
+    pub fn from_libvirt(
+        error: LibvirtError<'_>,
+        operation: &str,
+        rpc: super::HypervisorErrorKind,
+    ) -> super::HypervisorErrorKind {
+        use super::HypervisorErrorKind as Kind;
+        use libvirt_error as e;
+        match error.code {
+            e::NO_DOMAIN => Kind::NoDomain,
+            e::OPERATION_INVALID => Kind::InvalidOperation,
+            e::XML_ERROR | e::XML_DETAIL | e::CONFIG_UNSUPPORTED | e::XML_INVALID_SCHEMA => {
+                Kind::InvalidDefinition
+            }
+            e::INVALID_ARG if error.message.contains("unsupported flags") => Kind::Unsupported,
+            e::INVALID_ARG if operation == "virDomainDefineXMLFlags" => Kind::InvalidDefinition,
+            e::AGENT_UNRESPONSIVE | e::AGENT_UNSYNCED => Kind::AgentUnavailable,
+            e::NO_SUPPORT | e::OPERATION_UNSUPPORTED => Kind::Unsupported,
+            e::OPERATION_TIMEOUT => Kind::Timeout,
+            e::RPC | e::INVALID_CONN | e::NO_CONNECT => rpc,
+            _ if error.domain == e::FROM_RPC => rpc,
+            _ => Kind::Other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -662,5 +726,97 @@ mod tests {
         assert!(!DomainState::Shutoff.is_active());
         assert!(!DomainState::Crashed.is_active());
         assert!(!DomainState::NoState.is_active());
+    }
+
+    #[test]
+    fn libvirt_errors_mean_the_same_to_both_backends() {
+        use super::super::HypervisorErrorKind as Kind;
+        let error = |code, domain, message| LibvirtError {
+            code,
+            domain,
+            message,
+        };
+        let kind = |e, operation, rpc| Kind::from_libvirt(e, operation, rpc);
+        let plain = error(libvirt_error::NO_DOMAIN, 0, "no domain");
+        assert_eq!(
+            kind(plain, "virDomainSuspend", Kind::ConnectionLost),
+            Kind::NoDomain
+        );
+        let bad_xml = error(libvirt_error::INVALID_ARG, 0, "invalid argument");
+        assert_eq!(
+            kind(bad_xml, "virDomainDefineXMLFlags", Kind::ConnectionLost),
+            Kind::InvalidDefinition
+        );
+        assert_eq!(
+            kind(bad_xml, "virDomainSuspend", Kind::ConnectionLost),
+            Kind::Other
+        );
+        let flags = error(libvirt_error::INVALID_ARG, 0, "unsupported flags (0x4)");
+        assert_eq!(
+            kind(flags, "virDomainSuspend", Kind::ConnectionLost),
+            Kind::Unsupported
+        );
+        // RPC errors mean what the backend says they mean.
+        let rpc = error(libvirt_error::RPC, 0, "cannot connect");
+        assert_eq!(
+            kind(rpc, "virDomainMigrate", Kind::ConnectionLost),
+            Kind::ConnectionLost
+        );
+        assert_eq!(kind(rpc, "virDomainMigrate", Kind::Other), Kind::Other);
+        let from_rpc = error(1, libvirt_error::FROM_RPC, "internal error");
+        assert_eq!(
+            kind(from_rpc, "virDomainSuspend", Kind::ConnectionLost),
+            Kind::ConnectionLost
+        );
+        assert_eq!(
+            kind(error(1, 0, "internal error"), "x", Kind::ConnectionLost),
+            Kind::Other
+        );
+    }
+
+    /// The numbers above are libvirt's (the `virt` backend's bindings).
+    #[cfg(feature = "virt")]
+    #[test]
+    fn libvirt_error_numbers_are_libvirts() {
+        use virt::sys;
+        let ours = |n: u32| i32::try_from(n).unwrap_or(-1);
+        for (number, theirs) in [
+            (libvirt_error::NO_SUPPORT, sys::VIR_ERR_NO_SUPPORT),
+            (libvirt_error::NO_CONNECT, sys::VIR_ERR_NO_CONNECT),
+            (libvirt_error::INVALID_CONN, sys::VIR_ERR_INVALID_CONN),
+            (libvirt_error::INVALID_ARG, sys::VIR_ERR_INVALID_ARG),
+            (libvirt_error::XML_ERROR, sys::VIR_ERR_XML_ERROR),
+            (libvirt_error::XML_DETAIL, sys::VIR_ERR_XML_DETAIL),
+            (libvirt_error::RPC, sys::VIR_ERR_RPC),
+            (libvirt_error::NO_DOMAIN, sys::VIR_ERR_NO_DOMAIN),
+            (
+                libvirt_error::OPERATION_INVALID,
+                sys::VIR_ERR_OPERATION_INVALID,
+            ),
+            (
+                libvirt_error::CONFIG_UNSUPPORTED,
+                sys::VIR_ERR_CONFIG_UNSUPPORTED,
+            ),
+            (
+                libvirt_error::OPERATION_TIMEOUT,
+                sys::VIR_ERR_OPERATION_TIMEOUT,
+            ),
+            (
+                libvirt_error::OPERATION_UNSUPPORTED,
+                sys::VIR_ERR_OPERATION_UNSUPPORTED,
+            ),
+            (
+                libvirt_error::AGENT_UNRESPONSIVE,
+                sys::VIR_ERR_AGENT_UNRESPONSIVE,
+            ),
+            (
+                libvirt_error::XML_INVALID_SCHEMA,
+                sys::VIR_ERR_XML_INVALID_SCHEMA,
+            ),
+            (libvirt_error::AGENT_UNSYNCED, sys::VIR_ERR_AGENT_UNSYNCED),
+            (libvirt_error::FROM_RPC, sys::VIR_FROM_RPC),
+        ] {
+            assert_eq!(number, ours(theirs));
+        }
     }
 }

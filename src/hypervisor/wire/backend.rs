@@ -17,10 +17,10 @@ use serde_json::Value;
 use super::client::{Client, ClientOptions, CloseReason, Listener, RpcError};
 use super::codec::{DecodeResult, Decoder, DomainRef, Encoder, TypedParam, decode_domain};
 use super::procedures::{
-    self as proc, Procedure, auth, errors, event_ids, events, features, flags, limits,
-    migrate_params,
+    self as proc, Procedure, auth, event_ids, events, features, flags, limits, migrate_params,
 };
 use super::uri::{self, Environment, Target};
+use crate::hypervisor::state::LibvirtError;
 use crate::hypervisor::{
     Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus,
     DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
@@ -385,35 +385,16 @@ fn dotted(version: u64) -> String {
 fn convert_error(operation: &'static str, e: RpcError) -> HypervisorError {
     let (kind, message) = match e {
         RpcError::Remote(remote) => {
-            let kind = match remote.code {
-                errors::NO_DOMAIN => HypervisorErrorKind::NoDomain,
-                errors::OPERATION_INVALID => HypervisorErrorKind::InvalidOperation,
-                errors::XML_ERROR
-                | errors::XML_DETAIL
-                | errors::CONFIG_UNSUPPORTED
-                | errors::XML_INVALID_SCHEMA => HypervisorErrorKind::InvalidDefinition,
-                errors::INVALID_ARG if remote.message.contains("unsupported flags") => {
-                    HypervisorErrorKind::Unsupported
-                }
-                errors::INVALID_ARG if operation == "virDomainDefineXMLFlags" => {
-                    HypervisorErrorKind::InvalidDefinition
-                }
-                errors::AGENT_UNRESPONSIVE | errors::AGENT_UNSYNCED => {
-                    HypervisorErrorKind::AgentUnavailable
-                }
-                errors::NO_SUPPORT | errors::OPERATION_UNSUPPORTED => {
-                    HypervisorErrorKind::Unsupported
-                }
-                errors::OPERATION_TIMEOUT => HypervisorErrorKind::Timeout,
-                // The daemon answered, so our connection works: an RPC
-                // error here comes from a connection the daemon made (a
-                // peer-to-peer migration's link to the target).
-                errors::RPC | errors::INVALID_CONN | errors::NO_CONNECT => {
-                    HypervisorErrorKind::Other
-                }
-                _ if remote.domain == errors::FROM_RPC => HypervisorErrorKind::Other,
-                _ => HypervisorErrorKind::Other,
+            let error = LibvirtError {
+                code: remote.code,
+                domain: remote.domain,
+                message: &remote.message,
             };
+            // The daemon answered, so our connection works: an RPC error
+            // here comes from a connection the daemon made (a peer-to-peer
+            // migration's link to the target).
+            let kind =
+                HypervisorErrorKind::from_libvirt(error, operation, HypervisorErrorKind::Other);
             (kind, remote.message)
         }
         RpcError::ConnectionLost(why) => (HypervisorErrorKind::ConnectionLost, why),

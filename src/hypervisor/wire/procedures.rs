@@ -219,22 +219,4 @@ pub mod migrate_params {
 
 /// `virErrorNumber` values the launcher tells apart, and the RPC error
 /// domain.
-pub mod errors {
-    pub const NO_SUPPORT: i32 = 3;
-    pub const NO_CONNECT: i32 = 5;
-    pub const INVALID_CONN: i32 = 6;
-    pub const INVALID_ARG: i32 = 8;
-    pub const XML_ERROR: i32 = 27;
-    pub const XML_DETAIL: i32 = 35;
-    pub const RPC: i32 = 39;
-    pub const NO_DOMAIN: i32 = 42;
-    pub const OPERATION_INVALID: i32 = 55;
-    pub const CONFIG_UNSUPPORTED: i32 = 67;
-    pub const OPERATION_TIMEOUT: i32 = 68;
-    pub const OPERATION_UNSUPPORTED: i32 = 84;
-    pub const AGENT_UNRESPONSIVE: i32 = 86;
-    pub const XML_INVALID_SCHEMA: i32 = 92;
-    pub const AGENT_UNSYNCED: i32 = 97;
-    /// VIR_FROM_RPC.
-    pub const FROM_RPC: i32 = 7;
-}
+pub use crate::hypervisor::state::libvirt_error as errors;

@@ -15,6 +15,7 @@ use super::*;
 use crate::hypervisor::DomainState;
 use crate::hypervisor::wire::codec::{Header, UUID_BYTES};
 use crate::hypervisor::wire::fake::{FakeDaemon, Received};
+use crate::hypervisor::wire::procedures::errors;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 

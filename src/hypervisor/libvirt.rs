@@ -17,7 +17,7 @@ use virt::domain::Domain;
 use virt::sys;
 
 use super::ffi;
-use super::state::LibvirtError;
+use super::state::{LibvirtError, dotted_version};
 use super::{
     Affect, CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult,
     Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
@@ -245,20 +245,10 @@ fn read_info(uri: &str, conn: &Connect) -> HvResult<HypervisorInfo> {
         uri: uri.to_string(),
         driver,
         backend: "virt",
-        library_version: Some(dotted(library)),
-        daemon_version: dotted(daemon),
-        hypervisor_version: format!("{driver_name} {}", dotted(hypervisor)),
+        library_version: Some(dotted_version(library.into())),
+        daemon_version: dotted_version(daemon.into()),
+        hypervisor_version: format!("{driver_name} {}", dotted_version(hypervisor.into())),
     })
-}
-
-/// libvirt encodes versions as major * 1,000,000 + minor * 1,000 + micro.
-fn dotted(version: u32) -> String {
-    format!(
-        "{}.{}.{}",
-        version / 1_000_000,
-        (version / 1000) % 1000,
-        version % 1000
-    )
 }
 
 fn convert_error(operation: &'static str, e: &virt::error::Error) -> HypervisorError {
@@ -542,16 +532,5 @@ impl Hypervisor for LibvirtHypervisor {
         }
         *self.conn.write().map_err(|_| poisoned())? = Some(registered);
         Ok(id)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn versions_are_dotted() {
-        assert_eq!(dotted(9_000_000), "9.0.0");
-        assert_eq!(dotted(7_002_015), "7.2.15");
     }
 }

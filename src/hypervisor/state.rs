@@ -513,6 +513,17 @@ impl CloseReason {
     }
 }
 
+/// A libvirt version number (major * 1,000,000 + minor * 1,000 + micro)
+/// as people write it: 9000000 is "9.0.0".
+pub fn dotted_version(version: u64) -> String {
+    format!(
+        "{}.{}.{}",
+        version / 1_000_000,
+        (version / 1000) % 1000,
+        version % 1000
+    )
+}
+
 /// libvirt's error numbers (`virErrorNumber` in virterror.h, a stable
 /// ABI) that the launcher tells apart, and the `VIR_FROM_RPC` error domain.
 pub mod libvirt_error {
@@ -726,6 +737,12 @@ mod tests {
         assert!(!DomainState::Shutoff.is_active());
         assert!(!DomainState::Crashed.is_active());
         assert!(!DomainState::NoState.is_active());
+    }
+
+    #[test]
+    fn versions_are_dotted() {
+        assert_eq!(dotted_version(9_000_000), "9.0.0");
+        assert_eq!(dotted_version(7_002_015), "7.2.15");
     }
 
     #[test]

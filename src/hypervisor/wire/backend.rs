@@ -20,7 +20,7 @@ use super::procedures::{
     self as proc, Procedure, auth, event_ids, events, features, flags, limits, migrate_params,
 };
 use super::uri::{self, Environment, Target};
-use crate::hypervisor::state::LibvirtError;
+use crate::hypervisor::state::{LibvirtError, dotted_version};
 use crate::hypervisor::{
     Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus,
     DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
@@ -366,19 +366,9 @@ fn read_info(uri: &str, client: &Client) -> HvResult<HypervisorInfo> {
         driver,
         backend: "wire",
         library_version: None,
-        daemon_version: dotted(daemon),
-        hypervisor_version: format!("{driver_name} {}", dotted(hypervisor)),
+        daemon_version: dotted_version(daemon),
+        hypervisor_version: format!("{driver_name} {}", dotted_version(hypervisor)),
     })
-}
-
-/// libvirt encodes versions as major * 1,000,000 + minor * 1,000 + micro.
-fn dotted(version: u64) -> String {
-    format!(
-        "{}.{}.{}",
-        version / 1_000_000,
-        (version / 1000) % 1000,
-        version % 1000
-    )
 }
 
 /// The same kinds the `virt` backend derives from the same libvirt codes.

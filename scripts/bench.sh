@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prints the launcher's figures (no pass/fail): start-up, round trips,
 # memory, conversion time, binary size, and on real QEMU the sync, agent,
-# SIGTERM and poll figures, migration hops, reconnects and exit times. A
-# section name runs only that section: `scripts/bench.sh test`, `qemu`,
-# `migration`, `reconnect` or `exit`. The real-QEMU sections need the host
-# set-up (scripts/setup-host.sh) and build the test guest.
+# SIGTERM and poll figures, migration hops, reconnects, exit times and how
+# soon a SIGKILLed launcher's processes are gone. A section name runs only
+# that section: `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`,
+# `exit` or `sigkill`. The real-QEMU sections need the host set-up
+# (scripts/setup-host.sh) and build the test guest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; then

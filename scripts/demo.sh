@@ -59,7 +59,8 @@ for _ in $(seq 1 200); do
 done
 
 # Every connection starts with the server's greeting; show it once.
-say() { printf '\n$ echo %q | socat - UNIX-CONNECT:$SOCK\n' "$1"; echo "$1" | socat -t1 - "UNIX-CONNECT:$SOCK" | tail -n +2; }
+# The requests hold no single quote, so '...' shows them as typed.
+say() { printf "\n\$ echo '%s' | socat - UNIX-CONNECT:\$SOCK\n" "$1"; echo "$1" | socat -t1 - "UNIX-CONNECT:$SOCK" | tail -n +2; }
 echo "virt-launcher is running (pid $PID) for VMI default/demo; its socket is"
 echo "  SOCK=$SOCK"
 printf '\nThe greeting a client gets on connect:\n'

@@ -59,9 +59,14 @@ fn first_pair(dir: &Path, builds: &[(&str, &str)]) -> Option<(PathBuf, PathBuf)>
 }
 
 /// Names of the VMI's claim volumes (persistentVolumeClaim, dataVolume,
-/// ephemeral) that are block devices at `<dev_dir>/<volume>`, as KubeVirt's
-/// virt-handler reports them (`IsBlockPVC`).
-pub fn detect_block_pvcs(vmi: &VirtualMachineInstance, dev_dir: &Path) -> BTreeSet<String> {
+/// ephemeral) that are block devices, as KubeVirt's virt-handler reports
+/// them (`IsBlockPVC`): at `<dev_dir>/<volume>`, or for a hotpluggable
+/// volume at `<hotplug_dir>/<volume>` (`isHotplugBlockDeviceVolume`).
+pub fn detect_block_pvcs(
+    vmi: &VirtualMachineInstance,
+    dev_dir: &Path,
+    hotplug_dir: &Path,
+) -> BTreeSet<String> {
     vmi.spec
         .volumes
         .iter()
@@ -70,11 +75,25 @@ pub fn detect_block_pvcs(vmi: &VirtualMachineInstance, dev_dir: &Path) -> BTreeS
         })
         .filter(|v| !v.name.contains('/') && v.name != ".." && !v.name.is_empty())
         .filter(|v| {
-            std::fs::metadata(dev_dir.join(&v.name))
+            let dir = if is_hotpluggable(v) {
+                hotplug_dir
+            } else {
+                dev_dir
+            };
+            std::fs::metadata(dir.join(&v.name))
                 .is_ok_and(|meta| meta.file_type().is_block_device())
         })
         .map(|v| v.name.clone())
         .collect()
+}
+
+/// A volume virt-handler mounts into the running pod (`hotpluggable: true`).
+pub(crate) fn is_hotpluggable(volume: &crate::vmi::Volume) -> bool {
+    volume
+        .persistent_volume_claim
+        .as_ref()
+        .is_some_and(|p| p.hotpluggable)
+        || volume.data_volume.as_ref().is_some_and(|d| d.hotpluggable)
 }
 
 #[cfg(test)]
@@ -125,12 +144,12 @@ mod tests {
         let vmi = vmi_with(
             json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "c"}}]}),
         );
-        assert!(detect_block_pvcs(&vmi, &dir).is_empty());
+        assert!(detect_block_pvcs(&vmi, &dir, &dir).is_empty());
         // /dev/loop0 exists as a block device on Linux hosts.
         let vmi = vmi_with(
             json!({"volumes": [{"name": "loop0", "persistentVolumeClaim": {"claimName": "c"}}]}),
         );
-        let found = detect_block_pvcs(&vmi, Path::new("/dev"));
+        let found = detect_block_pvcs(&vmi, Path::new("/dev"), Path::new("/nonexistent"));
         let loop_is_block =
             fs::metadata("/dev/loop0").is_ok_and(|m| m.file_type().is_block_device());
         assert_eq!(found.contains("loop0"), loop_is_block);

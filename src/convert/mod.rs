@@ -20,6 +20,8 @@ mod detect;
 mod devices;
 mod features;
 mod firmware;
+mod hostdev;
+mod hotplug_ports;
 mod memory;
 mod metadata;
 mod network;
@@ -32,7 +34,7 @@ mod virtio;
 #[cfg(test)]
 mod test_support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -42,6 +44,7 @@ use crate::vmi::VirtualMachineInstance;
 
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
+pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use probe::{default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset};
 
@@ -72,6 +75,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         cpuset: Err("the launcher's cpuset was not read".to_string()),
         host_topology: None,
         libvirt_version: None,
+        device_env: BTreeMap::new(),
     }
 }
 
@@ -179,6 +183,10 @@ pub struct ConvertContext {
     /// too old for are refused before libvirt sees them. `None` skips the
     /// checks.
     pub libvirt_version: Option<u32>,
+    /// The device plugins' assignments from the launcher's environment
+    /// (`PCI_RESOURCE_*`, `MDEV_PCI_RESOURCE_*`, `KUBEVIRT_RESOURCE_NAME_*`;
+    /// see `hostdev`).
+    pub device_env: BTreeMap<String, String>,
 }
 
 /// The domain to define and the disk work to do before defining it.
@@ -270,7 +278,10 @@ pub fn convert(
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
     devices::configure(vmi, ctx, &mut domain, &mut plan)?;
+    hostdev::configure(vmi, ctx, &mut domain)?;
     dedicated::configure(vmi, ctx, &mut domain)?;
+    let memory = domain.memory.to_bytes().unwrap_or(0);
+    hotplug_ports::configure(vmi, memory, &mut domain);
     Ok(Conversion {
         domain,
         disk_plan: plan,

@@ -70,6 +70,10 @@ pub(crate) fn configure(
                 "interface",
             )?;
         }
+        // An SR-IOV interface is a host device (convert/hostdev.rs).
+        if interface.sriov.is_some() {
+            continue;
+        }
         let nic = interface_xml(vmi, ctx, vcpus, interface, network, &path)?;
         domain.devices.interfaces.push(nic);
     }

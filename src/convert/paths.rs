@@ -69,6 +69,19 @@ pub(crate) fn pvc_block_device(volume: &str) -> PathBuf {
     Path::new("/dev").join(volume)
 }
 
+/// A hotplugged filesystem volume's image, which virt-handler bind-mounts
+/// into the pod: pkg/storage/volumepath `HotplugFilesystem`
+/// (`<hotplug-disk-dir>/<volume>.img`).
+pub(crate) fn hotplug_image(ctx: &ConvertContext, volume: &str) -> PathBuf {
+    ctx.hotplug_disk_dir.join(format!("{volume}.img"))
+}
+
+/// A hotplugged block volume's device node: `HotplugBlockDevice`
+/// (`<hotplug-disk-dir>/<volume>`).
+pub(crate) fn hotplug_block_device(ctx: &ConvertContext, volume: &str) -> PathBuf {
+    ctx.hotplug_disk_dir.join(volume)
+}
+
 /// Cloud-init ISOs: pkg/cloud-init/cloud-init.go `GetIsoFilePath` with the local
 /// dir set to `<ephemeral>/cloud-init-data` by virt-launcher
 /// (`<dir>/<namespace>/<name>/noCloud.iso` or `configdrive.iso`).

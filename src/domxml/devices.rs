@@ -44,6 +44,8 @@ pub struct Devices {
     pub memory_devices: Vec<MemoryDevice>,
     #[serde(rename = "tpm", skip_serializing_if = "Vec::is_empty")]
     pub tpms: Vec<Tpm>,
+    #[serde(rename = "hostdev", skip_serializing_if = "Vec::is_empty")]
+    pub hostdevs: Vec<HostDev>,
 }
 
 /// `<tpm model='tpm-crb'><backend type='emulator' version='2.0'/></tpm>`.
@@ -683,4 +685,81 @@ pub struct MemoryTarget {
     /// Plugged size reported in live XML.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<ScaledInteger>,
+}
+
+/// `<hostdev mode='subsystem' type='pci' managed='no'>`: a host PCI device
+/// handed to the guest, or with `type='mdev'` a mediated device (a vGPU).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostDev {
+    /// "subsystem".
+    #[serde(rename = "@mode")]
+    pub mode: String,
+    /// "pci" or "mdev".
+    #[serde(rename = "@type")]
+    pub hostdev_type: String,
+    /// "no": the device plugin has bound the device to vfio-pci already.
+    #[serde(rename = "@managed", skip_serializing_if = "Option::is_none")]
+    pub managed: Option<String>,
+    /// "vfio-pci" for a mediated device.
+    #[serde(rename = "@model", skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(rename = "@display", skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
+    #[serde(rename = "@ramfb", skip_serializing_if = "Option::is_none")]
+    pub ramfb: Option<String>,
+    pub source: HostDevSource,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot: Option<BootOrder>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<Alias>,
+    /// Where the guest sees it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<Address>,
+}
+
+/// `<source><address domain='0x0000' bus='0x81' slot='0x00' function='0x1'/></source>`,
+/// or `<address uuid='…'/>` for a mediated device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostDevSource {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<HostAddress>,
+}
+
+/// A device on the host: a PCI address or a mediated device's UUID.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostAddress {
+    #[serde(rename = "@domain", skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+    #[serde(rename = "@bus", skip_serializing_if = "Option::is_none")]
+    pub bus: Option<String>,
+    #[serde(rename = "@slot", skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
+    #[serde(rename = "@function", skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    #[serde(rename = "@uuid", skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+}
+
+impl HostAddress {
+    /// "0000:81:00.1" for a PCI device, the UUID for a mediated one.
+    pub fn describe(&self) -> String {
+        if let Some(uuid) = &self.uuid {
+            return uuid.clone();
+        }
+        let part = |v: &Option<String>| {
+            v.as_deref()
+                .map(|s| s.trim_start_matches("0x").to_string())
+                .unwrap_or_default()
+        };
+        format!(
+            "{:0>4}:{:0>2}:{:0>2}.{}",
+            part(&self.domain),
+            part(&self.bus),
+            part(&self.slot),
+            part(&self.function)
+        )
+    }
 }

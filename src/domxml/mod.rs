@@ -98,6 +98,14 @@ impl Domain {
         Ok(xml)
     }
 
+    /// One device element alone (`<disk>…</disk>`, `<interface>…`), as
+    /// libvirt's attach, detach and update calls take it.
+    pub fn device_xml<T: Serialize>(tag: &str, device: &T) -> Result<String, DomXmlError> {
+        quick_xml::se::to_string_with_root(tag, device).map_err(|err| DomXmlError {
+            message: format!("cannot write the <{tag}> device XML: {err}"),
+        })
+    }
+
     /// Parses domain XML as written by [`Domain::to_xml`] or returned by
     /// libvirt (`virDomainGetXMLDesc`), ignoring what is not modelled.
     pub fn from_xml(xml: &str) -> Result<Domain, DomXmlError> {

@@ -187,7 +187,11 @@ impl DomainManager {
             hotplug_disk_dir: self.config.dirs.hotplug_disks.clone(),
             ovmf: self.host.ovmf.clone(),
             user_net_backend: self.host.user_net_backend,
-            block_pvcs: convert::detect_block_pvcs(&vmi, Path::new("/dev")),
+            block_pvcs: convert::detect_block_pvcs(
+                &vmi,
+                Path::new("/dev"),
+                &self.config.dirs.hotplug_disks,
+            ),
             grace_period_seconds: i64::try_from(self.grace_period_for(&vmi).as_secs())
                 .unwrap_or(i64::MAX),
             service_account_dir: self.config.service_account_dir.clone(),
@@ -195,6 +199,9 @@ impl DomainManager {
             cpuset: Err(String::new()),
             host_topology: None,
             libvirt_version: parse_libvirt_version(&info.daemon_version),
+            device_env: std::env::vars()
+                .filter(|(name, _)| convert::is_device_variable(name))
+                .collect(),
         };
         let ctx = ConvertContext {
             present_paths: convert::detect_present_paths(&vmi, &ctx),

@@ -159,6 +159,10 @@ pub fn plan(
     };
     for (position, interface) in interfaces.iter().enumerate() {
         let path = format!("spec.domain.devices.interfaces[{position}]");
+        // SR-IOV interfaces are host devices: no pod networking.
+        if interface.sriov.is_some() {
+            continue;
+        }
         if interface.state == Some(InterfaceState::Absent) {
             continue;
         }

@@ -75,12 +75,11 @@ fn typo_in_a_domain_field_is_an_error_with_its_path() {
 #[test]
 fn unsupported_feature_is_rejected_with_its_path() {
     let message = error_for(|v| {
-        v["spec"]["domain"]["devices"]["gpus"] =
-            json!([{"name": "gpu1", "deviceName": "nvidia.com/GP102"}])
+        v["spec"]["domain"]["devices"]["filesystems"] = json!([{"name": "fs1", "virtiofs": {}}])
     });
     assert_eq!(
         message,
-        "spec.domain.devices.gpus: not supported by this launcher; remove this field from the VMI"
+        "spec.domain.devices.filesystems: not supported by this launcher; remove this field from the VMI"
     );
     let sound = error_for(|v| v["spec"]["domain"]["devices"]["sound"] = json!({"name": "s"}));
     assert!(
@@ -92,8 +91,8 @@ fn unsupported_feature_is_rejected_with_its_path() {
 #[test]
 fn empty_unsupported_lists_are_accepted() {
     let mut value = minimal();
-    value["spec"]["domain"]["devices"]["gpus"] = json!([]);
-    value["spec"]["domain"]["devices"]["hostDevices"] = serde_json::Value::Null;
+    value["spec"]["domain"]["devices"]["filesystems"] = json!([]);
+    value["spec"]["domain"]["devices"]["sound"] = serde_json::Value::Null;
     assert!(parse_vmi(&value).is_ok());
 }
 

@@ -577,9 +577,9 @@ pub struct Devices {
     #[serde(default)]
     pub video: Option<Video>,
     #[serde(default)]
-    pub gpus: Unsupported,
+    pub gpus: Vec<Gpu>,
     #[serde(default)]
-    pub host_devices: Unsupported,
+    pub host_devices: Vec<HostDevice>,
     #[serde(default)]
     pub filesystems: Unsupported,
     #[serde(default)]
@@ -590,6 +590,52 @@ pub struct Devices {
     pub sound: Unsupported,
     #[serde(default)]
     pub tpm: Option<Tpm>,
+}
+
+/// A host device a device plugin assigned to the VMI's pod
+/// (`spec.domain.devices.hostDevices`): its PCI address or mediated
+/// device is in the launcher's environment under `deviceName`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HostDevice {
+    pub name: String,
+    /// The device plugin's resource name, e.g. "intel.com/qat".
+    pub device_name: String,
+    #[serde(default)]
+    pub tag: Option<String>,
+    /// Dynamic resource allocation.
+    #[serde(default)]
+    pub claim_request: Unsupported,
+}
+
+/// A GPU or vGPU (`spec.domain.devices.gpus`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Gpu {
+    pub name: String,
+    pub device_name: String,
+    #[serde(default, rename = "virtualGPUOptions")]
+    pub virtual_gpu_options: Option<VgpuOptions>,
+    #[serde(default)]
+    pub tag: Option<String>,
+    #[serde(default)]
+    pub claim_request: Unsupported,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VgpuOptions {
+    #[serde(default)]
+    pub display: Option<VgpuDisplay>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VgpuDisplay {
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    #[serde(default, rename = "ramFB")]
+    pub ram_fb: Option<FeatureState>,
 }
 
 /// An emulated TPM 2.0 (swtpm run by libvirt).
@@ -773,8 +819,9 @@ pub struct Interface {
     pub slirp: Option<Empty>,
     #[serde(default)]
     pub passt_binding: Option<Empty>,
+    /// SR-IOV: a virtual function of the host's NIC, as a host device.
     #[serde(default)]
-    pub sriov: Unsupported,
+    pub sriov: Option<Empty>,
     #[serde(default)]
     pub macvtap: Unsupported,
     #[serde(default)]

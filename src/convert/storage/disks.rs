@@ -213,9 +213,12 @@ pub(super) fn apply_source(source: Source, disk: &mut domxml::Disk) {
     }
 }
 
-/// SATA and SCSI disks get their controller; SCSI uses virtio-scsi.
+/// SATA and SCSI disks get their controller; SCSI uses virtio-scsi, which
+/// every VMI that allows hotplug gets (KubeVirt `requiresSCSIController`)
+/// so that scsi disks can be plugged in later.
 pub(super) fn add_storage_controllers(
     buses: &BTreeSet<DiskBus>,
+    hotplug: bool,
     io_threads: &IoThreadPlan,
     virtio_model: &str,
     vcpus: Vcpus,
@@ -228,7 +231,7 @@ pub(super) fn add_storage_controllers(
             ..Controller::default()
         });
     }
-    if buses.contains(&DiskBus::Scsi) {
+    if buses.contains(&DiskBus::Scsi) || hotplug {
         domain.devices.controllers.push(Controller {
             controller_type: "scsi".to_string(),
             index: 0,
@@ -308,6 +311,7 @@ mod tests {
             .controllers
             .iter()
             .map(|c| c.controller_type.as_str())
+            .filter(|t| *t != "pci")
             .collect();
         assert_eq!(controllers, ["sata", "scsi", "usb", "virtio-serial"]);
         // The cdrom has no volume: an empty, read-only drive.
@@ -318,6 +322,39 @@ mod tests {
             Some("virtio-non-transitional")
         );
         assert!(devices.disks[1].model.is_none());
+    }
+
+    #[test]
+    fn hotplug_gets_a_virtio_scsi_controller_unless_disabled() {
+        let scsi = |spec: serde_json::Value| {
+            convert_ok(spec)
+                .domain
+                .devices
+                .controllers
+                .iter()
+                .filter(|c| c.controller_type == "scsi")
+                .map(|c| (c.index, c.model.clone().unwrap_or_default()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            scsi(json!({})),
+            [(0, "virtio-non-transitional".to_string())]
+        );
+        assert!(scsi(json!({"domain": {"devices": {"disableHotplug": true}}})).is_empty());
+    }
+
+    #[test]
+    fn hotpluggable_claims_come_from_the_hotplug_directory() {
+        let spec = json!({"domain": {"devices": {"disks": [{"name": "hp", "disk": {"bus": "scsi"}}]}},
+            "volumes": [{"name": "hp", "persistentVolumeClaim": {"claimName": "c", "hotpluggable": true}}]});
+        let conversion = convert_ok(spec);
+        let disk = &conversion.domain.devices.disks[0];
+        assert_eq!(disk.disk_type, "file");
+        assert_eq!(
+            disk.source.as_ref().and_then(|s| s.file.as_deref()),
+            Some("/var/run/kubevirt/hotplug-disks/hp.img")
+        );
+        assert_eq!(disk.alias.as_ref().map(|a| a.name.as_str()), Some("ua-hp"));
     }
 
     #[test]

@@ -226,6 +226,7 @@ pub(crate) fn configure(
         domain.devices.disks.push(disk);
     }
     domain.iothreads = io_threads.count();
-    add_storage_controllers(&buses, &io_threads, virtio_model, vcpus, domain);
+    let hotplug = !vmi.spec.domain.devices.disable_hotplug;
+    add_storage_controllers(&buses, hotplug, &io_threads, virtio_model, vcpus, domain);
     Ok(boot_orders)
 }

@@ -275,7 +275,22 @@ pub(super) fn claim(
 ) -> Source {
     let what = what(kind, volume);
     if hotpluggable {
-        log::debug!("convert: {what} is hotpluggable; attached at start like any other claim");
+        // virt-handler mounts hotpluggable volumes into the hotplug
+        // directory; one that is there at start is attached with the rest.
+        return if ctx.block_pvcs.contains(volume) {
+            let device = paths::hotplug_block_device(ctx, volume);
+            plan.require(device.clone(), PathKind::BlockDevice, &what);
+            Source::Block {
+                path: paths::text(&device),
+            }
+        } else {
+            let image = paths::hotplug_image(ctx, volume);
+            plan.require(image.clone(), PathKind::File, &what);
+            Source::File {
+                path: paths::text(&image),
+                format: "raw",
+            }
+        };
     }
     if ctx.block_pvcs.contains(volume) {
         let device = paths::pvc_block_device(volume);

@@ -62,7 +62,7 @@ QGA=/usr/sbin/qemu-ga
 # Modules wanted in the guest; the ones in OPTIONAL_MODULES are taken only if
 # this kernel builds them as modules.  Built-in ones are skipped.
 REQUIRED_MODULES="virtio_pci virtio_console virtio_net virtio_blk virtio_scsi
-virtio_balloon virtio_rng button evdev isofs sd_mod sr_mod cdrom"
+virtio_balloon virtio_rng virtio_mem button evdev isofs sd_mod sr_mod cdrom"
 OPTIONAL_MODULES="libahci ahci ata_piix i6300esb"
 # Must be available (built in, or a module that then gets loaded).
 MUST_HAVE_FS="ext4"
@@ -425,7 +425,11 @@ w /etc/init.d/rcS 0755 <<'EOF'
 # tg-guest boot script (busybox init sysinit)
 . /lib/tg/functions
 
-# 1. kernel modules
+# 1. kernel modules. Memory that virtio-mem plugs in later goes online at
+#    once (the cloud kernel leaves hotplugged memory offline and there is
+#    no udev to online it); hotplugged vCPUs, disks and NICs need nothing.
+[ -w /sys/devices/system/memory/auto_online_blocks ] &&
+    echo online > /sys/devices/system/memory/auto_online_blocks
 for m in $(cat /etc/tg/modules); do
     modprobe "$m" 2>/dev/null || tg_log "modprobe $m failed"
 done

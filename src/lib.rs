@@ -14,6 +14,7 @@ pub mod domxml;
 pub mod encoding;
 pub mod events;
 pub mod exit;
+pub mod hotplug;
 pub mod hypervisor;
 pub mod launcher;
 pub mod lock;

@@ -443,3 +443,109 @@ fn without_a_pod_namespace_masquerade_needs_an_existing_tap() {
     );
     assert!(desc.contains("slirp"), "{desc}");
 }
+
+#[test]
+fn a_bridge_interface_on_a_secondary_network_is_plugged_in_and_out_live() {
+    let net = PodNet::new();
+    // Multus's second pod interface for network "hot", to an outside
+    // address of its own.
+    let pod_if = virt_launcher::network::names::hashed_pod_interface("hot");
+    run(&[
+        "ip",
+        "-n",
+        &net.pod,
+        "link",
+        "add",
+        &pod_if,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "ext1",
+        "netns",
+        &net.outside,
+    ]);
+    run(&[
+        "ip",
+        "-n",
+        &net.pod,
+        "addr",
+        "add",
+        "198.51.101.2/24",
+        "dev",
+        &pod_if,
+    ]);
+    run(&["ip", "-n", &net.pod, "link", "set", &pod_if, "up"]);
+    run(&[
+        "ip",
+        "-n",
+        &net.outside,
+        "addr",
+        "add",
+        "198.51.101.1/24",
+        "dev",
+        "ext1",
+    ]);
+    run(&["ip", "-n", &net.outside, "link", "set", "ext1", "up"]);
+
+    let mut opts = GuestOptions::new("hotnic");
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let base = guest_vmi(&opts);
+    let launcher = net.launcher("hotnic", &["--qemu-agent-sys-interval", "3s"]);
+    let mut client = launcher.client();
+    let synced = client.request_timeout("sync", json!({ "vmi": base }), STEP);
+    assert!(synced.get("return").is_some(), "{synced}");
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+
+    let mac = "52:54:00:7e:57:99";
+    let mut plugged = base.clone();
+    plugged["spec"]["domain"]["devices"]["interfaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "hot", "bridge": {}, "macAddress": mac}));
+    plugged["spec"]["networks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "hot", "multus": {"networkName": "hotnet"}}));
+    let reply = client.request_timeout("sync", json!({ "vmi": plugged }), STEP);
+    let changes = reply["return"]["changes"].clone();
+    assert_eq!(changes[0]["change"], "attach-interface", "{reply}");
+    assert_eq!(changes[0]["mac"], mac);
+    // The launcher made KubeVirt's bridge and tap for it.
+    let links = net.in_pod(&["ip", "-o", "link", "show"]);
+    let tap = virt_launcher::network::names::tap_name(&pod_if, true);
+    assert!(links.contains(&tap), "{links}");
+    let report = client.ok("query-domain", Value::Null)["network"].clone();
+    assert!(
+        report
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == "hot" && i["tap"] == tap),
+        "{report}"
+    );
+    let has_mac = |client: &mut Client| {
+        client.ok("query-interfaces", Value::Null)["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["mac"] == mac)
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !has_mac(&mut client) {
+        assert!(Instant::now() < deadline, "{mac} never in query-interfaces");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let reply = client.request_timeout("sync", json!({ "vmi": base }), STEP);
+    assert_eq!(
+        reply["return"]["changes"][0]["change"], "detach-interface",
+        "{reply}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while has_mac(&mut client) {
+        assert!(Instant::now() < deadline, "{mac} still in query-interfaces");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}

@@ -18,6 +18,7 @@ pub enum EventKind {
     AgentDisconnected,
     DeviceAdded,
     DeviceRemoved,
+    VolumeStatusChanged,
     JobCompleted,
     ShutdownStarted,
     ShutdownGraceExpired,
@@ -32,13 +33,14 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 18] = [
         EventKind::DomainLifecycle,
         EventKind::DomainReboot,
         EventKind::AgentConnected,
         EventKind::AgentDisconnected,
         EventKind::DeviceAdded,
         EventKind::DeviceRemoved,
+        EventKind::VolumeStatusChanged,
         EventKind::JobCompleted,
         EventKind::ShutdownStarted,
         EventKind::ShutdownGraceExpired,
@@ -60,6 +62,7 @@ impl EventKind {
             EventKind::AgentDisconnected => "AGENT_DISCONNECTED",
             EventKind::DeviceAdded => "DEVICE_ADDED",
             EventKind::DeviceRemoved => "DEVICE_REMOVED",
+            EventKind::VolumeStatusChanged => "VOLUME_STATUS_CHANGED",
             EventKind::JobCompleted => "JOB_COMPLETED",
             EventKind::ShutdownStarted => "SHUTDOWN_STARTED",
             EventKind::ShutdownGraceExpired => "SHUTDOWN_GRACE_EXPIRED",
@@ -91,6 +94,9 @@ impl EventKind {
             }
             EventKind::DeviceRemoved => {
                 "A device was removed from the domain: data has its alias and kind."
+            }
+            EventKind::VolumeStatusChanged => {
+                "A hotplugged volume changed phase (attaching, ready, detaching, detached): data has name, target, phase and reason."
             }
 
             EventKind::JobCompleted => {

@@ -28,6 +28,15 @@ pub enum AcpiGuest {
     Ignores,
 }
 
+/// What the guest does when a device is unplugged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetachGuest {
+    /// Lets it go at once (libvirt's device-removed event follows).
+    Releases,
+    /// Keeps it (until `release_device`).
+    Keeps,
+}
+
 /// The one domain the fake knows.
 #[derive(Debug, Clone)]
 struct FakeDomain {
@@ -41,6 +50,7 @@ struct FakeState {
     driver: DriverKind,
     domain: Option<FakeDomain>,
     acpi: AcpiGuest,
+    detach: DetachGuest,
     /// The guest agent's end of its channel is open.
     agent: bool,
     connection: ConnectionId,
@@ -76,6 +86,7 @@ impl FakeHypervisor {
                 driver,
                 domain: None,
                 acpi: AcpiGuest::PowersOff,
+                detach: DetachGuest::Releases,
                 agent: false,
                 connection: ConnectionId::FIRST,
                 connected: true,
@@ -117,6 +128,29 @@ impl FakeHypervisor {
 
     pub fn set_acpi(&self, acpi: AcpiGuest) {
         self.state().acpi = acpi;
+    }
+
+    pub fn set_detach(&self, detach: DetachGuest) {
+        self.state().detach = detach;
+    }
+
+    /// The guest finally lets a device go that it kept.
+    pub fn release_device(&self, alias: &str) {
+        if let Some(domain) = self.state().domain.as_mut() {
+            domain.xml = without_device(&domain.xml, alias);
+        }
+        self.send(HypervisorEvent::DeviceRemoved {
+            alias: alias.to_string(),
+        });
+    }
+
+    /// The domain's XML as the fake holds it (devices plugged in and out).
+    pub fn xml(&self) -> String {
+        self.state()
+            .domain
+            .as_ref()
+            .map(|d| d.xml.clone())
+            .unwrap_or_default()
     }
 
     /// The next call of `operation` fails with `kind`.
@@ -342,6 +376,50 @@ fn with_agent_channel_state(xml: &str, state: &str) -> String {
     }
 }
 
+/// The alias a device element names, if any.
+fn alias_of(device: &str) -> Option<String> {
+    let start = device.find("<alias name=")? + "<alias name=".len();
+    let quote = device[start..].chars().next()?;
+    let rest = &device[start + 1..];
+    Some(rest[..rest.find(quote)?].to_string())
+}
+
+/// `xml` with `device` added at the end of `<devices>`.
+fn with_device(xml: &str, device: &str) -> String {
+    match xml.rfind("</devices>") {
+        Some(at) => format!("{}{device}{}", &xml[..at], &xml[at..]),
+        None => xml.replace(
+            "</domain>",
+            &format!("<devices>{device}</devices></domain>"),
+        ),
+    }
+}
+
+/// `xml` without the device element whose alias is `alias`.
+fn without_device(xml: &str, alias: &str) -> String {
+    let Some(at) = [
+        format!("<alias name=\"{alias}\""),
+        format!("<alias name='{alias}'"),
+    ]
+    .iter()
+    .find_map(|needle| xml.find(needle.as_str())) else {
+        return xml.to_string();
+    };
+    let kinds = ["disk", "interface", "hostdev", "memory"];
+    let Some((start, kind)) = kinds
+        .iter()
+        .filter_map(|k| xml[..at].rfind(&format!("<{k} ")).map(|i| (i, *k)))
+        .max_by_key(|(i, _)| *i)
+    else {
+        return xml.to_string();
+    };
+    let close = format!("</{kind}>");
+    match xml[at..].find(&close) {
+        Some(end) => format!("{}{}", &xml[..start], &xml[at + end + close.len()..]),
+        None => xml.to_string(),
+    }
+}
+
 fn domain_name_of(xml: &str) -> Option<String> {
     let start = xml.find("<name>")? + "<name>".len();
     let end = xml[start..].find("</name>")? + start;
@@ -554,12 +632,24 @@ impl Hypervisor for FakeHypervisor {
         })
     }
 
-    fn attach_device(&self, name: &str, _xml: &str, _affect: Affect) -> HvResult<()> {
-        self.with_domain("attach_device", name, |_| Ok(()))
+    fn attach_device(&self, name: &str, xml: &str, _affect: Affect) -> HvResult<()> {
+        self.with_domain("attach_device", name, |d| {
+            d.xml = with_device(&d.xml, xml);
+            Ok(())
+        })?;
+        if let Some(alias) = alias_of(xml) {
+            self.send(HypervisorEvent::DeviceAdded { alias });
+        }
+        Ok(())
     }
 
-    fn detach_device(&self, name: &str, _xml: &str, _affect: Affect) -> HvResult<()> {
-        self.with_domain("detach_device", name, |_| Ok(()))
+    fn detach_device(&self, name: &str, xml: &str, _affect: Affect) -> HvResult<()> {
+        let releases = self.state().detach == DetachGuest::Releases;
+        self.with_domain("detach_device", name, |_| Ok(()))?;
+        if releases && let Some(alias) = alias_of(xml) {
+            self.release_device(&alias);
+        }
+        Ok(())
     }
 
     fn update_device(&self, name: &str, _xml: &str, _affect: Affect) -> HvResult<()> {

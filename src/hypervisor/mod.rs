@@ -120,6 +120,11 @@ impl Affect {
         live: true,
         config: false,
     };
+    /// The persistent definition only.
+    pub const CONFIG: Affect = Affect {
+        live: false,
+        config: true,
+    };
 
     /// libvirt's flag word: `VIR_DOMAIN_AFFECT_LIVE` (1) and
     /// `VIR_DOMAIN_AFFECT_CONFIG` (2), which are also `VIR_DOMAIN_VCPU_LIVE`

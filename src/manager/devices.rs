@@ -21,11 +21,14 @@ impl DomainManager {
             EventKind::DeviceRemoved,
             json!({ "domain": self.config.domain_name, "alias": alias, "kind": kind }),
         );
+        self.hotplug_device_removed(&alias);
     }
 
-    /// What kind of device `alias` names.
+    /// What kind of device `alias` names: what the launcher applied knows
+    /// the VMI's devices; libvirt's own names say the rest.
     fn device_kind(&self, alias: &str) -> &'static str {
-        kind_from_alias(alias)
+        self.applied_device_kind(alias)
+            .unwrap_or_else(|| kind_from_alias(alias))
     }
 }
 

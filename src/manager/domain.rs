@@ -275,6 +275,7 @@ impl DomainManager {
         }
         let command = operation.name();
         let network = self.network.clone();
+        let hotplug_dir = self.config.dirs.hotplug_disks.clone();
         let work = move |hv: &dyn Hypervisor| -> JobOutput {
             let run = |needs, op: &dyn Fn(&dyn Hypervisor) -> Result<OperationDetail, HypervisorError>| {
                 op_then_status(hv, &name, command, needs, op)
@@ -311,7 +312,7 @@ impl DomainManager {
                     hv.undefine(&name).map(|()| OperationDetail::Undefined)
                 }),
                 DomainOperation::QueryDomain => {
-                    query_domain(hv, &name, crate::network::report(&network))
+                    query_domain(hv, &name, crate::network::report(&network), &hotplug_dir)
                 }
                 DomainOperation::QueryStats => query_stats(hv, &name),
             }
@@ -325,7 +326,12 @@ impl DomainManager {
     }
 }
 
-fn query_domain(hv: &dyn Hypervisor, name: &str, network: serde_json::Value) -> JobOutput {
+fn query_domain(
+    hv: &dyn Hypervisor,
+    name: &str,
+    network: serde_json::Value,
+    hotplug_dir: &std::path::Path,
+) -> JobOutput {
     let (xml, uuid) = match hv.domain_xml(name) {
         Ok(x) => x,
         Err(e) => return JobOutput::reply(Err(hypervisor_error(&e))),
@@ -342,6 +348,8 @@ fn query_domain(hv: &dyn Hypervisor, name: &str, network: serde_json::Value) -> 
             ))));
         }
     };
+    // The manager adds the phases of volumes in transition.
+    let volumes = super::hotplug::live_volumes(&domain, hotplug_dir);
     JobOutput {
         result: Ok(JobValue::Described(Described {
             name: name.to_string(),
@@ -350,6 +358,7 @@ fn query_domain(hv: &dyn Hypervisor, name: &str, network: serde_json::Value) -> 
             domain,
             xml,
             network,
+            volumes,
         })),
         observed: Observation::Status(status),
     }

@@ -18,6 +18,7 @@ mod domain;
 mod errors;
 mod exit;
 mod guest;
+mod hotplug;
 mod jobs;
 mod lifecycle;
 mod migration;
@@ -138,6 +139,10 @@ struct Timing {
     acpi_repeat: Duration,
     /// How soon a failed forced stop is tried again.
     destroy_retry: Duration,
+    /// How long sync waits for the guest to release a device it detaches
+    /// before it answers Timeout (the device stays until the guest lets
+    /// it go).
+    detach: Duration,
 }
 
 impl Default for Timing {
@@ -149,6 +154,7 @@ impl Default for Timing {
             reconnect: Duration::from_secs(1),
             acpi_repeat: Duration::from_secs(5),
             destroy_retry: Duration::from_secs(1),
+            detach: Duration::from_secs(30),
         }
     }
 }
@@ -170,6 +176,7 @@ pub struct DomainManager {
     agent: AgentState,
     stop: GracefulStop,
     migration: MigrationState,
+    hotplug: hotplug::HotplugState,
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
@@ -205,6 +212,7 @@ impl DomainManager {
             link: Link::default(),
             agent: AgentState::new(poller),
             migration: MigrationState::default(),
+            hotplug: hotplug::HotplugState::default(),
             exit: ExitState::new(exit),
             network,
             fatal,
@@ -219,6 +227,7 @@ impl DomainManager {
         self.refresh_status();
         let completions = self.jobs.completions().clone();
         let migration_updates = self.migration.updates();
+        let hotplug_progress = self.hotplug.progress();
         let mut requests_open = true;
         let mut signals_open = true;
         let mut control_open = true;
@@ -250,6 +259,11 @@ impl DomainManager {
                 recv(inputs.hypervisor_events) -> msg => match msg {
                     Ok(event) => self.handle_hypervisor_event(event),
                     Err(_) => return,
+                },
+                recv(hotplug_progress) -> msg => {
+                    if let Ok(progress) = msg {
+                        self.on_hotplug_progress(progress);
+                    }
                 },
                 recv(migration_updates) -> msg => {
                     if let Ok(update) = msg {
@@ -354,7 +368,7 @@ impl DomainManager {
     fn handle_job_done(&mut self, finished: Finished) {
         let Finished {
             operation,
-            output,
+            mut output,
             reply,
             elapsed,
             overtaken,
@@ -385,15 +399,20 @@ impl DomainManager {
                 // arrives: a second delete must not reach libvirt.
                 self.domain.defined = false;
             }
-            Operation::Sync
-            | Operation::Pause
+            Operation::Sync => self.on_sync_finished(output.result.is_ok()),
+            Operation::QueryDomain => {
+                if let Ok(JobValue::Described(described)) = &mut output.result {
+                    described.volumes =
+                        self.volume_statuses(std::mem::take(&mut described.volumes));
+                }
+            }
+            Operation::Pause
             | Operation::Unpause
             | Operation::Shutdown
             | Operation::Reboot
             | Operation::Reset
             | Operation::Kill
             | Operation::Delete
-            | Operation::QueryDomain
             | Operation::QueryStats
             | Operation::GuestPing
             | Operation::GuestExec

@@ -5,7 +5,9 @@
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::hotplug::VolumeStatus;
 use crate::domxml::Domain;
+use crate::hotplug::plan::Change;
 use crate::hypervisor::{DomainStatus, RebootMode, Stat};
 use crate::migration::TargetAddress;
 
@@ -68,6 +70,8 @@ pub enum SyncAction {
     DefinedAndStarted,
     RedefinedAndStarted,
     Resumed,
+    /// The running domain was changed live (`changes` says how).
+    Updated,
 }
 
 impl SyncAction {
@@ -77,6 +81,7 @@ impl SyncAction {
             SyncAction::DefinedAndStarted => "defined-and-started",
             SyncAction::RedefinedAndStarted => "redefined-and-started",
             SyncAction::Resumed => "resumed",
+            SyncAction::Updated => "updated",
         }
     }
 
@@ -97,6 +102,8 @@ pub struct Synced {
     pub started_paused: bool,
     /// The state after the sync, when it could be read.
     pub after: Option<DomainStatus>,
+    /// What was changed in the running domain, in order.
+    pub changes: Vec<Change>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +115,8 @@ pub struct Described {
     pub xml: String,
     /// The pod networking the launcher set up (crate::network).
     pub network: Value,
+    /// The volumes the VMI named, with the phase of those in transition.
+    pub volumes: Vec<VolumeStatus>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -178,6 +187,7 @@ impl JobValue {
                     "domain": synced.domain,
                     "action": synced.action.as_str(),
                     "started_paused": synced.started_paused,
+                    "changes": synced.changes,
                 }));
                 if let Some(status) = synced.after {
                     reply.extend(status_fields(status));
@@ -192,6 +202,7 @@ impl JobValue {
                 "spec": serde_json::to_value(&d.domain).unwrap_or(Value::Null),
                 "xml": d.xml,
                 "network": d.network,
+                "volumes": d.volumes,
             })),
             JobValue::Stats { domain, stats } => {
                 let stats: Map<String, Value> = stats.into_iter().collect();
@@ -252,11 +263,12 @@ mod tests {
             action: SyncAction::DefinedAndStarted,
             started_paused: true,
             after: Some(DomainStatus::new(DomainState::Paused, StateReason::User)),
+            changes: Vec::new(),
         };
         assert_eq!(
             Value::Object(JobValue::Synced(synced.clone()).into_reply()),
             json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true,
-                   "state": "Paused", "reason": "User"})
+                   "changes": [], "state": "Paused", "reason": "User"})
         );
         let unread = Synced {
             after: None,
@@ -264,7 +276,7 @@ mod tests {
         };
         assert_eq!(
             Value::Object(JobValue::Synced(unread).into_reply()),
-            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true})
+            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true, "changes": []})
         );
     }
 

@@ -68,6 +68,36 @@ impl NetworkJob {
         setup::setup(&self.plan, &self.options)
     }
 
+    /// Sets up only the interface `name` of the plan (one plugged into the
+    /// running guest), leaving what runs alone; `None` when the plan has no
+    /// tap for it (slirp, passt).
+    pub fn run_one(&self, name: &str) -> Option<Result<ActiveNetwork, NetworkError>> {
+        let tap = self.plan.taps.iter().find(|t| t.name == name)?;
+        let one = plan::NetworkPlan {
+            taps: vec![tap.clone()],
+            slirp: Vec::new(),
+            hostname: self.plan.hostname.clone(),
+        };
+        Some(setup::setup(&one, &self.options))
+    }
+
+    /// Adds what `run_one` set up to the running VMI's networking.
+    pub fn add(&self, active: ActiveNetwork) {
+        match self.slot.lock() {
+            Ok(mut slot) => match slot.as_mut() {
+                Some(running) => running.absorb(active),
+                None => *slot = Some(active),
+            },
+            Err(poisoned) => {
+                let mut slot = poisoned.into_inner();
+                match slot.as_mut() {
+                    Some(running) => running.absorb(active),
+                    None => *slot = Some(active),
+                }
+            }
+        }
+    }
+
     pub fn keep(&self, active: ActiveNetwork) {
         if let Ok(mut slot) = self.slot.lock() {
             *slot = Some(active);

@@ -184,6 +184,14 @@ impl ActiveNetwork {
     pub fn interface(&self, name: &str) -> Option<&ActiveInterface> {
         self.interfaces.iter().find(|i| i.name == name)
     }
+
+    /// Takes over what `other` set up (an interface plugged into the
+    /// running guest): removed with the rest.
+    pub fn absorb(&mut self, mut other: ActiveNetwork) {
+        self.interfaces.append(&mut other.interfaces);
+        self.undo.append(&mut other.undo);
+        self.servers.append(&mut other.servers);
+    }
 }
 
 impl Drop for ActiveNetwork {

@@ -160,6 +160,27 @@ pub fn start_qemu_launcher_as(
     name: &str,
     extra: &[&str],
 ) -> Launcher {
+    start_qemu_launcher_with(user, tree, name, extra, &[])
+}
+
+/// As `start_qemu_launcher`, with `env` (`NAME=VALUE`) added to the
+/// launcher's environment.
+pub fn start_qemu_launcher_env(
+    tree: TempTree,
+    name: &str,
+    extra: &[&str],
+    env: &[&str],
+) -> Launcher {
+    start_qemu_launcher_with(None, tree, name, extra, env)
+}
+
+fn start_qemu_launcher_with(
+    user: Option<&TestUser>,
+    tree: TempTree,
+    name: &str,
+    extra: &[&str],
+    env: &[&str],
+) -> Launcher {
     let images = images();
     if let Some(user) = user {
         user.assert_can_read(&images.kernel);
@@ -179,7 +200,16 @@ pub fn start_qemu_launcher_as(
     args.extend(extra.iter().map(|s| s.to_string()));
     let mut launcher = match user {
         Some(user) => Launcher::start_as(user, tree, &args),
-        None => Launcher::start_in(tree, &args),
+        None if env.is_empty() => Launcher::start_in(tree, &args),
+        None => {
+            // `env` execs the launcher: the same process.
+            let wrapper: Vec<String> = std::iter::once("env")
+                .chain(env.iter().copied())
+                .map(str::to_string)
+                .collect();
+            let rust_log = std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into());
+            Launcher::start_wrapped(tree, &wrapper, &args, Some(&rust_log))
+        }
     };
     launcher.wait_ready(STEP);
     launcher
@@ -206,10 +236,32 @@ pub fn boot_as(
     extra: &[&str],
 ) -> Booted {
     let launcher = start_qemu_launcher_as(user, tree, &opts.name, extra);
+    boot_launcher(launcher, guest_vmi(opts))
+}
+
+/// As `boot`, with a VMI the test has changed (made with `guest_vmi`).
+pub fn boot_vmi(tree: TempTree, name: &str, vmi: Value, extra: &[&str]) -> Booted {
+    boot_vmi_env(tree, name, vmi, extra, &[])
+}
+
+/// As `boot_vmi`, the launcher run with `env` (`NAME=VALUE`) added to its
+/// environment.
+pub fn boot_vmi_env(
+    tree: TempTree,
+    name: &str,
+    vmi: Value,
+    extra: &[&str],
+    env: &[&str],
+) -> Booted {
+    boot_launcher(start_qemu_launcher_env(tree, name, extra, env), vmi)
+}
+
+/// Syncs `vmi` on `launcher` and waits for the guest to boot.
+fn boot_launcher(launcher: Launcher, vmi: Value) -> Booted {
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();
-    let synced = client.request_timeout("sync", json!({"vmi": guest_vmi(opts)}), STEP);
+    let synced = client.request_timeout("sync", json!({ "vmi": vmi }), STEP);
     assert!(synced.get("return").is_some(), "sync failed: {synced}");
     let booted_at = Instant::now();
     watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));

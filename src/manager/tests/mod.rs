@@ -6,6 +6,7 @@
 mod commands;
 mod connection;
 mod consistency;
+mod hotplug;
 mod stops;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,7 @@ fn quick_timing() -> Timing {
         reconnect: Duration::from_millis(20),
         acpi_repeat: Duration::from_millis(100),
         destroy_retry: Duration::from_millis(100),
+        detach: Duration::from_millis(300),
     }
 }
 

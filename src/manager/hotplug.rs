@@ -1,0 +1,749 @@
+//! `sync` of a running (or paused) domain: the changes of the VMI are
+//! applied live, one step at a time (see `crate::hotplug`).
+//!
+//! The manager keeps what the last sync applied (the VMI and the domain the
+//! converter made of it). A sync whose conversion equals that record, on a
+//! domain that needs nothing else, is answered at once without calling
+//! libvirt. Anything else runs in the sync job: the live XML is read, the
+//! steps are planned and checked (a refusal touches nothing), then each
+//! step runs in turn. A detach is done only when libvirt's device-removed
+//! event says the guest let the device go; the manager hands those events
+//! to the job while it runs. Volume phases come back to the manager as
+//! progress messages, which it publishes as VOLUME_STATUS_CHANGED and
+//! shows in query-domain.
+//!
+//! The record is kept in memory only (KubeVirt keeps none either): after a
+//! launcher restart the first sync compares devices with the live domain
+//! but cannot tell which other fields of the VMI changed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::DomainManager;
+use super::errors::hypervisor_error;
+use crate::domxml::Domain;
+use crate::events::EventKind;
+use crate::hotplug::changes::{self, NotLive};
+use crate::hotplug::plan::{self, Change, Desired, Step};
+use crate::hotplug::ready::{self, HostPaths};
+use crate::hypervisor::{Affect, DomainState, Hypervisor, HypervisorErrorKind, StateReason};
+use crate::protocol::{CommandError, ErrorClass};
+use crate::vmi::VirtualMachineInstance;
+
+/// What the last successful sync applied to the running domain.
+#[derive(Debug, Clone)]
+pub(super) struct Applied {
+    /// The VMI, as JSON.
+    vmi: Value,
+    /// The domain the converter made of it.
+    domain: Domain,
+    /// Something changed the domain since (a sync that failed midway, a
+    /// device the guest released late): the next sync must look at the
+    /// live domain even for the same VMI.
+    dirty: bool,
+}
+
+/// Where a hotplugged volume is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumePhase {
+    Attaching,
+    Ready,
+    Detaching,
+    /// Only in events: the volume is gone from the domain.
+    Detached,
+}
+
+/// KubeVirt's volumeStatus in spirit, for query-domain and
+/// VOLUME_STATUS_CHANGED.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VolumeStatus {
+    pub name: String,
+    pub target: String,
+    pub phase: VolumePhase,
+    pub reason: String,
+    pub hotpluggable: bool,
+}
+
+/// What the sync job reports while it runs.
+#[derive(Debug)]
+pub(super) enum Progress {
+    Volume(VolumeStatus),
+}
+
+/// The manager's share of live changes.
+pub(super) struct HotplugState {
+    pub(super) applied: Option<Applied>,
+    /// The VMI and domain of the sync job that runs, recorded when it
+    /// succeeds.
+    pending: Option<(Value, Domain)>,
+    /// Volumes in transition (attaching, detaching), by name; query-domain
+    /// shows them over what the live XML says.
+    volumes: BTreeMap<String, VolumeStatus>,
+    /// While a sync job runs: where device-removed aliases go.
+    removals: Option<Sender<String>>,
+    progress_tx: Sender<Progress>,
+    progress_rx: Receiver<Progress>,
+}
+
+impl Default for HotplugState {
+    fn default() -> HotplugState {
+        let (progress_tx, progress_rx) = unbounded();
+        HotplugState {
+            applied: None,
+            pending: None,
+            volumes: BTreeMap::new(),
+            removals: None,
+            progress_tx,
+            progress_rx,
+        }
+    }
+}
+
+impl HotplugState {
+    pub(super) fn progress(&self) -> Receiver<Progress> {
+        self.progress_rx.clone()
+    }
+}
+
+/// Everything the sync job needs to change a running domain.
+pub(super) struct LiveChange {
+    pub(super) vmi_domain: Domain,
+    hotplug_dir: PathBuf,
+    guest_memory: Option<(u64, String)>,
+    disk_paths: BTreeMap<String, String>,
+    affect: Affect,
+    /// Whether host devices are checked in sysfs (not on the test driver).
+    check_host: bool,
+    detach_timeout: Duration,
+    removals: Receiver<String>,
+    progress: Sender<Progress>,
+}
+
+/// "arguments.vmi.<path>: <message>" as an InvalidArgument.
+fn refused(e: &NotLive) -> CommandError {
+    if e.path.is_empty() {
+        CommandError::invalid_argument(format!("arguments.vmi: {}", e.message))
+    } else {
+        CommandError::invalid_argument(format!("arguments.vmi.{}: {}", e.path, e.message))
+    }
+}
+
+impl DomainManager {
+    /// Whether sync will find the domain running or paused (the launcher's
+    /// view, kept current by libvirt's events).
+    pub(super) fn domain_is_live(&self) -> bool {
+        self.domain.status.state.is_active()
+    }
+
+    /// Refuses, before anything is touched, a VMI that asks for more than
+    /// a running domain can take or changes what cannot change live.
+    pub(super) fn check_live_vmi(
+        &self,
+        vmi_json: &Value,
+        vmi: &VirtualMachineInstance,
+    ) -> Result<(), CommandError> {
+        if !self.domain_is_live() {
+            return Ok(());
+        }
+        changes::check_bounds(vmi).map_err(|e| refused(&e))?;
+        if let Some(applied) = &self.hotplug.applied {
+            changes::check(&applied.vmi, vmi_json).map_err(|e| refused(&e))?;
+        }
+        Ok(())
+    }
+
+    /// The reply for a VMI the running domain already has, when nothing
+    /// else is to do: no libvirt call at all.
+    pub(super) fn unchanged_sync(&self, domain: &Domain) -> Option<super::reply::Synced> {
+        let applied = self.hotplug.applied.as_ref()?;
+        if applied.dirty || &applied.domain != domain {
+            return None;
+        }
+        let status = self.domain.status;
+        let settled = match status.state {
+            DomainState::Running | DomainState::Blocked => true,
+            // sync resumes a domain paused by anything but the user or a
+            // migration: that needs the job.
+            DomainState::Paused => {
+                status.is_paused_by_user() || status.reason == StateReason::Migration
+            }
+            _ => false,
+        };
+        settled.then(|| super::reply::Synced {
+            domain: self.config.domain_name.clone(),
+            action: super::reply::SyncAction::None,
+            started_paused: false,
+            after: Some(status),
+            changes: Vec::new(),
+        })
+    }
+
+    /// What the sync job needs to change the running domain to `domain`;
+    /// from now until the job ends, device removals go to it.
+    pub(super) fn prepare_live_change(
+        &mut self,
+        vmi_json: &Value,
+        vmi: &VirtualMachineInstance,
+        domain: &Domain,
+    ) -> LiveChange {
+        let (removals_tx, removals) = unbounded();
+        self.hotplug.removals = Some(removals_tx);
+        self.hotplug.pending = Some((vmi_json.clone(), domain.clone()));
+        let memory = vmi.spec.domain.memory.as_ref();
+        let guest_memory = memory
+            .filter(|m| m.max_guest.is_some())
+            .and_then(|m| m.guest.as_ref())
+            .and_then(|q| q.floor().ok())
+            .and_then(|bytes| u64::try_from(bytes).ok())
+            .map(|bytes| (bytes, "spec.domain.memory.guest".to_string()));
+        let disk_paths = vmi
+            .spec
+            .domain
+            .devices
+            .disks
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (d.name.clone(), format!("spec.domain.devices.disks[{i}]")))
+            .collect();
+        let driver = self.hypervisor.info().driver;
+        LiveChange {
+            vmi_domain: domain.clone(),
+            hotplug_dir: self.config.dirs.hotplug_disks.clone(),
+            guest_memory,
+            disk_paths,
+            affect: if self.domain.defined {
+                Affect::LIVE_AND_CONFIG
+            } else {
+                Affect::LIVE
+            },
+            check_host: driver == crate::hypervisor::DriverKind::Qemu,
+            detach_timeout: self.timing.detach,
+            removals,
+            progress: self.hotplug.progress_tx.clone(),
+        }
+    }
+
+    /// A sync job ended: record what it applied, or that the domain may
+    /// have changed.
+    pub(super) fn on_sync_finished(&mut self, ok: bool) {
+        self.hotplug.removals = None;
+        let pending = self.hotplug.pending.take();
+        match (ok, pending) {
+            (true, Some((vmi, domain))) => {
+                self.hotplug.applied = Some(Applied {
+                    vmi,
+                    domain,
+                    dirty: false,
+                })
+            }
+            _ => {
+                if let Some(applied) = self.hotplug.applied.as_mut() {
+                    applied.dirty = true;
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_hotplug_progress(&mut self, progress: Progress) {
+        match progress {
+            Progress::Volume(status) => self.set_volume_status(status),
+        }
+    }
+
+    fn set_volume_status(&mut self, status: VolumeStatus) {
+        match status.phase {
+            VolumePhase::Attaching | VolumePhase::Detaching => {
+                self.hotplug
+                    .volumes
+                    .insert(status.name.clone(), status.clone());
+            }
+            VolumePhase::Ready => {
+                self.hotplug.volumes.remove(&status.name);
+            }
+            VolumePhase::Detached => {
+                // Published once: by whichever of the job and the event saw
+                // it first.
+                if self.hotplug.volumes.remove(&status.name).is_none() {
+                    return;
+                }
+            }
+        }
+        log::info!(
+            "manager: volume {} ({}) is {:?}: {}",
+            status.name,
+            status.target,
+            status.phase,
+            status.reason
+        );
+        let mut data = json!({ "domain": self.config.domain_name });
+        if let (Value::Object(map), Ok(Value::Object(fields))) =
+            (&mut data, serde_json::to_value(&status))
+        {
+            map.extend(fields);
+        }
+        self.publish(EventKind::VolumeStatusChanged, data);
+    }
+
+    /// libvirt removed a device: a running sync may be waiting for it, and
+    /// a volume whose detach timed out earlier is finally gone.
+    pub(super) fn hotplug_device_removed(&mut self, alias: &str) {
+        if let Some(tx) = &self.hotplug.removals {
+            let _ = tx.send(alias.to_string());
+        } else if let Some(applied) = self.hotplug.applied.as_mut() {
+            // Not the launcher's doing (or its late completion).
+            applied.dirty = true;
+        }
+        let name = alias.trim_start_matches("ua-");
+        if let Some(status) = self.hotplug.volumes.get(name)
+            && status.phase == VolumePhase::Detaching
+        {
+            let status = VolumeStatus {
+                phase: VolumePhase::Detached,
+                reason: "the guest released it".to_string(),
+                ..status.clone()
+            };
+            self.set_volume_status(status);
+        }
+    }
+
+    /// The kind of device a user alias names, from what the launcher
+    /// applied or is applying; `None` when it does not know it.
+    pub(super) fn applied_device_kind(&self, alias: &str) -> Option<&'static str> {
+        let domains = [
+            self.hotplug.pending.as_ref().map(|(_, d)| d),
+            self.hotplug.applied.as_ref().map(|a| &a.domain),
+        ];
+        let has = |a: &Option<crate::domxml::Alias>| a.as_ref().is_some_and(|a| a.name == alias);
+        domains.into_iter().flatten().find_map(|domain| {
+            if domain.devices.disks.iter().any(|d| has(&d.alias)) {
+                Some("disk")
+            } else if domain.devices.interfaces.iter().any(|i| has(&i.alias)) {
+                Some("interface")
+            } else if domain.devices.hostdevs.iter().any(|h| has(&h.alias)) {
+                Some("hostdev")
+            } else {
+                None
+            }
+        })
+    }
+
+    /// The volumes for query-domain: the live domain's, with the phases of
+    /// those in transition. A volume still detaching that the live domain
+    /// no longer has is gone (its event was lost): said so now.
+    pub(super) fn volume_statuses(&mut self, live: Vec<VolumeStatus>) -> Vec<VolumeStatus> {
+        let mut by_name: BTreeMap<String, VolumeStatus> =
+            live.into_iter().map(|v| (v.name.clone(), v)).collect();
+        let gone: Vec<VolumeStatus> = self
+            .hotplug
+            .volumes
+            .values()
+            .filter(|v| v.phase == VolumePhase::Detaching && !by_name.contains_key(&v.name))
+            .cloned()
+            .collect();
+        let job_running = self.hotplug.removals.is_some();
+        for status in gone {
+            // While a sync job runs, its own detach may still be waiting
+            // for the event; the job reports it.
+            if !job_running {
+                self.set_volume_status(VolumeStatus {
+                    phase: VolumePhase::Detached,
+                    reason: "no longer in the domain".to_string(),
+                    ..status
+                });
+            }
+        }
+        for (name, status) in &self.hotplug.volumes {
+            by_name.insert(name.clone(), status.clone());
+        }
+        by_name.into_values().collect()
+    }
+}
+
+/// The volumes of a live domain: every disk a VMI named (`ua-` alias).
+pub(super) fn live_volumes(domain: &Domain, hotplug_dir: &std::path::Path) -> Vec<VolumeStatus> {
+    domain
+        .devices
+        .disks
+        .iter()
+        .filter_map(|d| {
+            let alias = d.alias.as_ref()?.name.strip_prefix("ua-")?;
+            Some(VolumeStatus {
+                name: alias.to_string(),
+                target: d.target.dev.clone(),
+                phase: VolumePhase::Ready,
+                reason: String::new(),
+                hotpluggable: plan::hotplug_image(d, hotplug_dir).is_some(),
+            })
+        })
+        .collect()
+}
+
+/// The sync job's live part: read the live domain, plan, check, and run
+/// each step. Returns what was done; a failure says what was done before
+/// it, and the step that failed was not half done.
+pub(super) fn apply_live(
+    hv: &dyn Hypervisor,
+    name: &str,
+    change: &LiveChange,
+    network: Option<&crate::network::NetworkJob>,
+) -> Result<Vec<Change>, CommandError> {
+    let (xml, _uuid) = hv.domain_xml(name).map_err(|e| hypervisor_error(&e))?;
+    let live = Domain::from_xml(&xml).map_err(|e| {
+        CommandError::internal(format!("cannot parse the domain XML libvirt returned: {e}"))
+    })?;
+    let desired = Desired {
+        domain: &change.vmi_domain,
+        hotplug_dir: &change.hotplug_dir,
+        guest_memory: change.guest_memory.clone(),
+        disk_paths: change.disk_paths.clone(),
+    };
+    let steps = plan::plan(&live, &desired).map_err(|e| refused(&e))?;
+    let host = HostPaths::system();
+    ready::check(&steps, change.check_host.then_some(&host))
+        .map_err(|e| CommandError::invalid_argument(format!("sync: {}", e.message)))?;
+    let mut done: Vec<Change> = Vec::new();
+    let total = steps.len();
+    for step in &steps {
+        log::info!("manager: sync: {}", step.describe());
+        let result = match (step, network) {
+            (Step::AttachInterface { name: nic, .. }, Some(job)) => {
+                attach_pod_interface(hv, name, step, nic, change, job)
+            }
+            _ => run_step(hv, name, step, change),
+        };
+        if let Err(e) = result {
+            return Err(midway(e, step, &done, total));
+        }
+        done.push(step.change());
+    }
+    Ok(done)
+}
+
+/// Plugs in an interface on the pod network: its bridge, tap and DHCP
+/// server are set up first, as when the domain starts, and the NIC gets
+/// the MAC and MTU they decided; all of it goes again if libvirt refuses
+/// the NIC. Interfaces without a tap (slirp, passt) are plugged in as they
+/// are.
+fn attach_pod_interface(
+    hv: &dyn Hypervisor,
+    name: &str,
+    step: &Step,
+    nic: &str,
+    change: &LiveChange,
+    job: &crate::network::NetworkJob,
+) -> Result<(), CommandError> {
+    let Some(active) = job.run_one(nic) else {
+        return run_step(hv, name, step, change);
+    };
+    let active = active.map_err(|e| {
+        CommandError::new(
+            ErrorClass::Unavailable,
+            format!("cannot set up the pod network for it: {e}"),
+        )
+    })?;
+    let mut one = Domain::default();
+    one.devices.interfaces = change
+        .vmi_domain
+        .devices
+        .interfaces
+        .iter()
+        .filter(|i| {
+            i.alias
+                .as_ref()
+                .is_some_and(|a| a.name == format!("ua-{nic}"))
+        })
+        .cloned()
+        .collect();
+    crate::network::setup::patch_domain(&mut one, &active);
+    let Some(interface) = one.devices.interfaces.first() else {
+        return run_step(hv, name, step, change);
+    };
+    let xml = Domain::device_xml("interface", interface)
+        .map_err(|e| CommandError::internal(e.message))?;
+    hv.attach_device(name, &xml, change.affect)
+        .map_err(|e| hypervisor_error(&e))?;
+    job.add(active);
+    Ok(())
+}
+
+/// A step's failure, with what was done before it.
+fn midway(e: CommandError, step: &Step, done: &[Change], total: usize) -> CommandError {
+    let before = if done.is_empty() {
+        "nothing was changed before it".to_string()
+    } else {
+        let list: Vec<String> = done
+            .iter()
+            .map(|c| match &c.name {
+                Some(name) => format!("{} {name}", c.change),
+                None => c.change.to_string(),
+            })
+            .collect();
+        format!("done before it, and kept: {}", list.join(", "))
+    };
+    let after = total - done.len() - 1;
+    let rest = if after == 0 {
+        String::new()
+    } else {
+        format!("; the {after} change(s) after it were not tried")
+    };
+    CommandError {
+        class: e.class,
+        desc: format!(
+            "sync: {} (change {} of {total}) failed: {}; {before}{rest}",
+            step.describe(),
+            done.len() + 1,
+            e.desc
+        ),
+        causes: e.causes,
+    }
+}
+
+fn send(change: &LiveChange, status: VolumeStatus) {
+    let _ = change.progress.send(Progress::Volume(status));
+}
+
+fn volume(name: &str, target: &str, phase: VolumePhase, reason: impl Into<String>) -> VolumeStatus {
+    VolumeStatus {
+        name: name.to_string(),
+        target: target.to_string(),
+        phase,
+        reason: reason.into(),
+        hotpluggable: true,
+    }
+}
+
+fn run_step(
+    hv: &dyn Hypervisor,
+    name: &str,
+    step: &Step,
+    change: &LiveChange,
+) -> Result<(), CommandError> {
+    let call_failed = |e: &crate::hypervisor::HypervisorError| hypervisor_error(e);
+    match step {
+        Step::AttachDisk {
+            volume: vol,
+            target,
+            xml,
+            ..
+        } => {
+            send(
+                change,
+                volume(vol, target, VolumePhase::Attaching, "sync is attaching it"),
+            );
+            match hv.attach_device(name, xml, change.affect) {
+                Ok(()) => {
+                    send(
+                        change,
+                        volume(vol, target, VolumePhase::Ready, "attached by sync"),
+                    );
+                    Ok(())
+                }
+                Err(e) => {
+                    send(
+                        change,
+                        volume(
+                            vol,
+                            target,
+                            VolumePhase::Detached,
+                            format!("attaching failed: {e}"),
+                        ),
+                    );
+                    Err(call_failed(&e))
+                }
+            }
+        }
+        Step::DetachDisk {
+            volume: vol,
+            alias,
+            target,
+            xml,
+        } => {
+            send(
+                change,
+                volume(vol, target, VolumePhase::Detaching, "sync is detaching it"),
+            );
+            if let Err(e) = hv.detach_device(name, xml, change.affect) {
+                send(
+                    change,
+                    volume(
+                        vol,
+                        target,
+                        VolumePhase::Ready,
+                        format!("detaching failed: {e}"),
+                    ),
+                );
+                return Err(call_failed(&e));
+            }
+            match wait_removed(hv, name, alias, change) {
+                Ok(()) => {
+                    send(
+                        change,
+                        volume(vol, target, VolumePhase::Detached, "the guest released it"),
+                    );
+                    Ok(())
+                }
+                Err(waited) => {
+                    let why = format!(
+                        "the guest has not released it after {} s; it stays attached until the guest lets it go",
+                        waited.as_secs()
+                    );
+                    send(
+                        change,
+                        volume(vol, target, VolumePhase::Detaching, why.clone()),
+                    );
+                    Err(CommandError::new(ErrorClass::Timeout, why))
+                }
+            }
+        }
+        Step::AttachInterface { xml, .. } => hv
+            .attach_device(name, xml, change.affect)
+            .map_err(|e| call_failed(&e)),
+        Step::DetachInterface { alias, xml, .. } => {
+            hv.detach_device(name, xml, change.affect)
+                .map_err(|e| call_failed(&e))?;
+            wait_removed(hv, name, alias, change).map_err(|waited| {
+                CommandError::new(
+                    ErrorClass::Timeout,
+                    format!(
+                        "the guest has not released the interface after {} s; it stays plugged in until the guest lets it go",
+                        waited.as_secs()
+                    ),
+                )
+            })
+        }
+        Step::AttachHostDevice {
+            name: dev,
+            host_address,
+            xml,
+            ..
+        } => hv.attach_device(name, xml, change.affect).map_err(|e| {
+            let err = call_failed(&e);
+            CommandError {
+                desc: format!(
+                    "host device {dev:?} (host address {host_address}): {}",
+                    err.desc
+                ),
+                ..err
+            }
+        }),
+        Step::DetachHostDevice { alias, xml, .. } => {
+            hv.detach_device(name, xml, change.affect)
+                .map_err(|e| call_failed(&e))?;
+            wait_removed(hv, name, alias, change).map_err(|waited| {
+                CommandError::new(
+                    ErrorClass::Timeout,
+                    format!(
+                        "the guest has not released the host device after {} s; it stays plugged in until the guest lets it go",
+                        waited.as_secs()
+                    ),
+                )
+            })
+        }
+        Step::SetVcpus { to, .. } => match hv.set_vcpus(name, *to, change.affect) {
+            // libvirt waits 5 s for the guest to give a vCPU back, then
+            // says "timed out" and lets the unplug finish later: wait for
+            // it as for any device the guest has to release.
+            Err(e) if e.kind == HypervisorErrorKind::Timeout => {
+                wait_vcpus(hv, name, *to, change.detach_timeout).map_err(|waited| {
+                    CommandError::new(
+                        ErrorClass::Timeout,
+                        format!(
+                            "the guest has not given the vCPUs back after {} s; libvirt removes them when it does",
+                            waited.as_secs()
+                        ),
+                    )
+                    .with_cause(e.to_string())
+                })?;
+                // The live change timed out before libvirt changed the
+                // persistent definition: change it now.
+                if change.affect.config {
+                    hv.set_vcpus(name, *to, Affect::CONFIG)
+                        .map_err(|e| call_failed(&e))?;
+                }
+                Ok(())
+            }
+            other => other.map_err(|e| call_failed(&e)),
+        },
+        Step::ResizeMemory { xml, .. } => {
+            // KubeVirt changes the requested size live only; the persistent
+            // definition follows where libvirt can change it too.
+            match hv.update_device(name, xml, change.affect) {
+                Err(e) if change.affect.config && e.kind != HypervisorErrorKind::NoDomain => {
+                    log::info!(
+                        "manager: resizing virtio-mem in the persistent definition failed ({e}); changing the running guest only"
+                    );
+                    hv.update_device(name, xml, Affect::LIVE)
+                        .map_err(|e| call_failed(&e))
+                }
+                other => other.map_err(|e| call_failed(&e)),
+            }
+        }
+    }
+}
+
+/// Waits for libvirt to say the guest released `alias`; returns how long
+/// it waited when it did not within the deadline.
+fn wait_removed(
+    hv: &dyn Hypervisor,
+    name: &str,
+    alias: &str,
+    change: &LiveChange,
+) -> Result<(), Duration> {
+    let started = Instant::now();
+    let deadline = started + change.detach_timeout;
+    loop {
+        match change.removals.recv_deadline(deadline) {
+            Ok(removed) if removed == alias => return Ok(()),
+            Ok(_) => continue,
+            Err(_) => break,
+        }
+    }
+    // An event can be lost (a full queue, a reconnect): ask libvirt once
+    // before saying the guest refused.
+    if let Ok((xml, _)) = hv.domain_xml(name)
+        && let Ok(live) = Domain::from_xml(&xml)
+        && !has_alias(&live, alias)
+    {
+        return Ok(());
+    }
+    Err(started.elapsed())
+}
+
+/// Waits until the live domain has `count` vCPUs enabled; returns how long
+/// it waited when it did not within `timeout`.
+fn wait_vcpus(
+    hv: &dyn Hypervisor,
+    name: &str,
+    count: u32,
+    timeout: Duration,
+) -> Result<(), Duration> {
+    let started = Instant::now();
+    loop {
+        if let Ok((xml, _)) = hv.domain_xml(name)
+            && let Ok(live) = Domain::from_xml(&xml)
+            && live.vcpu.as_ref().map(|v| v.current.unwrap_or(v.count)) == Some(count)
+        {
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            return Err(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn has_alias(domain: &Domain, alias: &str) -> bool {
+    let is = |a: &Option<crate::domxml::Alias>| a.as_ref().is_some_and(|a| a.name == alias);
+    domain.devices.disks.iter().any(|d| is(&d.alias))
+        || domain.devices.interfaces.iter().any(|i| is(&i.alias))
+        || domain.devices.hostdevs.iter().any(|h| is(&h.alias))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,385 @@
+//! The sync job's live part against a scripted hypervisor: order of steps,
+//! waiting for device removal, Timeout, failures midway, refusals that
+//! touch nothing.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::*;
+use crate::hypervisor::{
+    ConnectionId, DomainStatus, GuestInfoKind, HvResult, HypervisorError, HypervisorInfo,
+    MigrationRequest, RebootMode, Stat,
+};
+
+const MIB: u64 = 1 << 20;
+
+/// A hypervisor whose live XML is a string and which records the device
+/// calls; attach fails for aliases listed in `refuse`.
+struct Scripted {
+    xml: Mutex<String>,
+    calls: Mutex<Vec<String>>,
+    refuse: Vec<&'static str>,
+}
+
+impl Scripted {
+    fn new(xml: String) -> Scripted {
+        Scripted {
+            xml: Mutex::new(xml),
+            calls: Mutex::new(Vec::new()),
+            refuse: Vec::new(),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn unsupported<T>(op: &'static str) -> HvResult<T> {
+        Err(HypervisorError::new(
+            HypervisorErrorKind::Unsupported,
+            op,
+            "not scripted",
+        ))
+    }
+
+    fn record(&self, call: &str, xml: &str) {
+        let alias = xml
+            .split("alias name=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or("?");
+        self.calls.lock().unwrap().push(format!("{call} {alias}"));
+    }
+}
+
+impl Hypervisor for Scripted {
+    fn info(&self) -> HypervisorInfo {
+        HypervisorInfo {
+            uri: "scripted:///".into(),
+            driver: crate::hypervisor::DriverKind::Test,
+            backend: "scripted",
+            library_version: None,
+            daemon_version: "9.0.0".into(),
+            hypervisor_version: "TEST 0.0.0".into(),
+        }
+    }
+    fn domain_status(&self, _: &str) -> HvResult<Option<DomainStatus>> {
+        Ok(Some(DomainStatus::new(
+            DomainState::Running,
+            StateReason::Booted,
+        )))
+    }
+    fn define(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("define")
+    }
+    fn undefine(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("undefine")
+    }
+    fn start(&self, _: &str, _: bool) -> HvResult<()> {
+        Self::unsupported("start")
+    }
+    fn suspend(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("suspend")
+    }
+    fn resume(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("resume")
+    }
+    fn shutdown_acpi(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("shutdown")
+    }
+    fn reboot(&self, _: &str, _: RebootMode) -> HvResult<()> {
+        Self::unsupported("reboot")
+    }
+    fn reset(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("reset")
+    }
+    fn destroy(&self, _: &str, _: bool) -> HvResult<()> {
+        Self::unsupported("destroy")
+    }
+    fn domain_xml(&self, _: &str) -> HvResult<(String, String)> {
+        Ok((self.xml.lock().unwrap().clone(), "uuid".into()))
+    }
+    fn stats(&self, _: &str) -> HvResult<Vec<Stat>> {
+        Self::unsupported("stats")
+    }
+    fn attach_device(&self, _: &str, xml: &str, _: Affect) -> HvResult<()> {
+        self.record("attach", xml);
+        if self.refuse.iter().any(|a| xml.contains(a)) {
+            return Err(HypervisorError::new(
+                HypervisorErrorKind::Other,
+                "virDomainAttachDeviceFlags",
+                "internal error: unable to execute QEMU command 'device_add': Bus 'pci.9' not found",
+            ));
+        }
+        Ok(())
+    }
+    fn detach_device(&self, _: &str, xml: &str, _: Affect) -> HvResult<()> {
+        self.record("detach", xml);
+        Ok(())
+    }
+    fn update_device(&self, _: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("update {} {:?}", !xml.is_empty(), affect));
+        Ok(())
+    }
+    fn set_vcpus(&self, _: &str, count: u32, _: Affect) -> HvResult<()> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("set-vcpus {count}"));
+        Ok(())
+    }
+    fn agent_command(&self, _: &str, _: &str, _: Duration) -> HvResult<String> {
+        Self::unsupported("agent")
+    }
+    fn guest_info(&self, _: &str, _: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+        Self::unsupported("guest info")
+    }
+    fn sync_guest_time(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("time")
+    }
+    fn migratable_xml(&self, _: &str) -> HvResult<String> {
+        Self::unsupported("migratable xml")
+    }
+    fn migrate(&self, _: &str, _: &MigrationRequest) -> HvResult<()> {
+        Self::unsupported("migrate")
+    }
+    fn job_stats(&self, _: &str, _: bool) -> HvResult<Vec<Stat>> {
+        Self::unsupported("job stats")
+    }
+    fn abort_job(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("abort")
+    }
+    fn migrate_start_post_copy(&self, _: &str) -> HvResult<()> {
+        Self::unsupported("post-copy")
+    }
+    fn migrate_set_max_downtime(&self, _: &str, _: u64) -> HvResult<()> {
+        Self::unsupported("downtime")
+    }
+    fn reconnect(&self) -> HvResult<ConnectionId> {
+        Self::unsupported("reconnect")
+    }
+}
+
+fn domain_xml(vcpus: u32, devices: &str) -> String {
+    format!(
+        r#"<domain type='test'><name>ns_vm</name><memory unit='KiB'>524288</memory>
+  <vcpu placement='static' current='{vcpus}'>2</vcpu>
+  <os><type>hvm</type></os>
+  <devices>
+    <controller type='scsi' index='0'/>
+    <memory model='virtio-mem'><target><size unit='KiB'>327680</size><node>0</node><block unit='KiB'>2048</block><requested unit='KiB'>0</requested></target><alias name='virtiomem0'/></memory>
+    {devices}
+  </devices></domain>"#
+    )
+}
+
+fn disk(name: &str, dir: &str, target: &str) -> String {
+    format!(
+        "<disk type='file' device='disk'><driver name='qemu' type='raw'/><source file='{dir}/{name}.img'/><target dev='{target}' bus='scsi'/><alias name='ua-{name}'/></disk>"
+    )
+}
+
+struct Job {
+    change: LiveChange,
+    removals: Sender<String>,
+    progress: Receiver<Progress>,
+}
+
+fn job(desired: &str, hotplug_dir: &str, guest_memory: Option<u64>, timeout: Duration) -> Job {
+    let (removals_tx, removals) = unbounded();
+    let (progress_tx, progress) = unbounded();
+    Job {
+        change: LiveChange {
+            vmi_domain: Domain::from_xml(desired).unwrap(),
+            hotplug_dir: PathBuf::from(hotplug_dir),
+            guest_memory: guest_memory.map(|g| (g, "spec.domain.memory.guest".into())),
+            disk_paths: BTreeMap::new(),
+            affect: Affect::LIVE_AND_CONFIG,
+            check_host: false,
+            detach_timeout: timeout,
+            removals,
+            progress: progress_tx,
+        },
+        removals: removals_tx,
+        progress,
+    }
+}
+
+fn phases(progress: &Receiver<Progress>) -> Vec<String> {
+    progress
+        .try_iter()
+        .map(|Progress::Volume(v)| format!("{} {:?}", v.name, v.phase))
+        .collect()
+}
+
+/// A hotplug directory with `names` as mounted images.
+fn images(tag: &str, names: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("vl-hp-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for name in names {
+        std::fs::write(dir.join(format!("{name}.img")), vec![0u8; 4096]).unwrap();
+    }
+    dir.display().to_string()
+}
+
+#[test]
+fn steps_run_in_order_and_report_what_was_done() {
+    let dir = images("order", &["hp2"]);
+    let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
+    let j = job(
+        &domain_xml(2, &disk("hp2", &dir, "sdb")),
+        &dir,
+        Some(256 * MIB),
+        Duration::from_secs(5),
+    );
+    // The guest releases hp1 as soon as it is asked.
+    j.removals.send("ua-hp1".into()).unwrap();
+    let done = apply_live(&hv, "ns_vm", &j.change, None).unwrap();
+    let names: Vec<&str> = done.iter().map(|c| c.change).collect();
+    assert_eq!(
+        names,
+        ["detach-disk", "attach-disk", "set-vcpus", "resize-memory"]
+    );
+    assert_eq!(
+        hv.calls(),
+        [
+            "detach ua-hp1",
+            "attach ua-hp2",
+            "set-vcpus 2",
+            "update true Affect { live: true, config: true }"
+        ]
+    );
+    assert_eq!(
+        phases(&j.progress),
+        [
+            "hp1 Detaching",
+            "hp1 Detached",
+            "hp2 Attaching",
+            "hp2 Ready"
+        ]
+    );
+    assert_eq!(done[3].from, Some(192 * MIB));
+    assert_eq!(done[3].to, Some(256 * MIB));
+}
+
+#[test]
+fn a_guest_that_keeps_a_disk_gets_timeout_and_the_disk_stays_detaching() {
+    let dir = images("timeout", &[]);
+    let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
+    let j = job(&domain_xml(1, ""), &dir, None, Duration::from_millis(200));
+    // Another device's removal is not this one's.
+    j.removals.send("ua-other".into()).unwrap();
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Timeout);
+    assert!(
+        err.desc.starts_with("sync: detach-disk hp1 (change 1 of 1) failed: the guest has not released it after 0 s; it stays attached"),
+        "{}",
+        err.desc
+    );
+    assert!(
+        err.desc.contains("nothing was changed before it"),
+        "{}",
+        err.desc
+    );
+    assert_eq!(phases(&j.progress), ["hp1 Detaching", "hp1 Detaching"]);
+}
+
+#[test]
+fn a_removal_whose_event_was_lost_is_seen_in_the_live_xml() {
+    let dir = images("lost", &[]);
+    let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
+    let j = job(&domain_xml(1, ""), &dir, None, Duration::from_millis(100));
+    // The guest released it, but no event came.
+    let released = domain_xml(1, "");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            *hv.xml.lock().unwrap() = released;
+        });
+        let done = apply_live(&hv, "ns_vm", &j.change, None).unwrap();
+        assert_eq!(done.len(), 1);
+    });
+    assert_eq!(phases(&j.progress), ["hp1 Detaching", "hp1 Detached"]);
+}
+
+#[test]
+fn a_failure_midway_keeps_what_was_done_and_says_so() {
+    let dir = images("midway", &["hp2", "hp3"]);
+    let mut hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
+    hv.refuse = vec!["ua-hp3"];
+    let desired = domain_xml(
+        2,
+        &format!("{}{}", disk("hp2", &dir, "sdb"), disk("hp3", &dir, "sdc")),
+    );
+    let j = job(&desired, &dir, None, Duration::from_secs(5));
+    j.removals.send("ua-hp1".into()).unwrap();
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Internal);
+    assert_eq!(
+        err.desc,
+        "sync: attach-disk hp3 (change 3 of 4) failed: libvirt call failed: internal error: unable to execute QEMU command 'device_add': Bus 'pci.9' not found; done before it, and kept: detach-disk hp1, attach-disk hp2; the 1 change(s) after it were not tried"
+    );
+    assert_eq!(
+        err.causes,
+        [
+            "virDomainAttachDeviceFlags failed: internal error: unable to execute QEMU command 'device_add': Bus 'pci.9' not found"
+        ]
+    );
+    // Nothing after the failed step was tried.
+    assert_eq!(
+        hv.calls(),
+        ["detach ua-hp1", "attach ua-hp2", "attach ua-hp3"]
+    );
+    assert_eq!(
+        phases(&j.progress),
+        [
+            "hp1 Detaching",
+            "hp1 Detached",
+            "hp2 Attaching",
+            "hp2 Ready",
+            "hp3 Attaching",
+            "hp3 Detached"
+        ]
+    );
+}
+
+#[test]
+fn refusals_and_missing_images_touch_nothing() {
+    let dir = images("refuse", &["hp2"]);
+    let hv = Scripted::new(domain_xml(1, ""));
+    // hp1's image is not mounted; hp2's is, but hp1 is checked first.
+    let desired = domain_xml(
+        2,
+        &format!("{}{}", disk("hp2", &dir, "sdb"), disk("hp1", &dir, "sda")),
+    );
+    let j = job(&desired, &dir, None, Duration::from_secs(5));
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::InvalidArgument);
+    assert!(
+        err.desc.starts_with("sync: volume \"hp1\": image "),
+        "{}",
+        err.desc
+    );
+    assert!(err.desc.contains(&format!("{dir}/hp1.img")), "{}", err.desc);
+    // Memory above the maximum: refused with its path.
+    let j = job(
+        &domain_xml(2, ""),
+        &dir,
+        Some(1024 * MIB),
+        Duration::from_secs(5),
+    );
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::InvalidArgument);
+    assert!(
+        err.desc.starts_with(
+            "arguments.vmi.spec.domain.memory.guest: 1024Mi is above the maximum of 512Mi"
+        ),
+        "{}",
+        err.desc
+    );
+    assert!(hv.calls().is_empty(), "{:?}", hv.calls());
+}

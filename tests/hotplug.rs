@@ -1,0 +1,473 @@
+//! sync on a running guest applies what changed, on the real test guest
+//! (real libvirt, real QEMU under TCG, the guest's own kernel): hotplugged
+//! disks on scsi and virtio that keep their data, vCPUs, virtio-mem, a
+//! hot-added NIC, a change that needs a restart, and a sync that changes
+//! nothing. Run under the shared lock:
+//! `flock /work/qemu-tests.lock cargo test --test hotplug`.
+
+mod common;
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use common::guest::*;
+use common::*;
+use serde_json::{Value, json};
+
+/// Polls a guest shell command until its output satisfies `pred`.
+fn guest_until(
+    client: &mut Client,
+    script: &str,
+    what: &str,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + STEP;
+    loop {
+        let (_, out) = guest_sh(client, script);
+        if pred(&out) {
+            return out;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the guest still says {out:?}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The block devices of the guest's /proc/partitions.
+fn partitions(client: &mut Client) -> Vec<String> {
+    let (_, out) = guest_sh(client, "cat /proc/partitions");
+    out.lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .map(str::to_string)
+        .collect()
+}
+
+fn sync(client: &mut Client, vmi: &Value) -> Value {
+    let reply = client.request_timeout("sync", json!({ "vmi": vmi }), STEP);
+    reply
+        .get("return")
+        .unwrap_or_else(|| panic!("sync failed: {reply}"))
+        .clone()
+}
+
+/// `vmi` with the hotpluggable PVC `name` as a disk on `bus`.
+fn with_volume(vmi: &Value, name: &str, bus: &str) -> Value {
+    let mut v = vmi.clone();
+    v["spec"]["domain"]["devices"]["disks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": name, "disk": {"bus": bus}}));
+    v["spec"]["volumes"].as_array_mut().unwrap().push(json!({
+        "name": name,
+        "persistentVolumeClaim": {"claimName": name, "hotpluggable": true}
+    }));
+    v
+}
+
+#[test]
+fn disks_plug_in_on_scsi_and_virtio_unplug_and_keep_their_data() {
+    let opts = GuestOptions::new("hpdisk");
+    let base = guest_vmi(&opts);
+    // A device plugin "assigned" a PCI device this host does not have.
+    let mut g = boot_vmi_env(
+        TempTree::new("q-hpdisk"),
+        "hpdisk",
+        base.clone(),
+        &[],
+        &["PCI_RESOURCE_VENDOR_COM_GHOST=0000:ff:1f.7"],
+    );
+    let hotplug_dir = g.launcher.tree.path("hotplug-disks");
+    fs::create_dir_all(&hotplug_dir).unwrap();
+
+    // An unchanged VMI is a no-op.
+    let same = sync(&mut g.client, &base);
+    assert_eq!(same["action"], "none");
+    assert_eq!(same["changes"], json!([]));
+
+    // A machine-type change needs a restart: refused, nothing touched.
+    let xml_before = g.client.ok("query-domain", Value::Null)["xml"].clone();
+    let mut other_machine = base.clone();
+    other_machine["spec"]["domain"]["machine"] = json!({"type": "pc-q35-7.2"});
+    let (class, desc) = g.client.err_class("sync", json!({ "vmi": other_machine }));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with(
+            "arguments.vmi.spec.domain.machine.type: changed from (not set) to \"pc-q35-7.2\""
+        ),
+        "{desc}"
+    );
+    assert_eq!(g.client.ok("query-domain", Value::Null)["xml"], xml_before);
+    assert_eq!(guest_sh(&mut g.client, "echo alive").1, "alive\n");
+
+    for (volume, bus) in [("hpscsi", "scsi"), ("hpvirtio", "virtio")] {
+        let image = hotplug_dir.join(format!("{volume}.img"));
+        fs::File::create(&image)
+            .and_then(|f| f.set_len(64 << 20))
+            .unwrap();
+        let before = partitions(&mut g.client);
+        let plugged = with_volume(&base, volume, bus);
+        let sent = Instant::now();
+        let reply = sync(&mut g.client, &plugged);
+        assert_eq!(reply["action"], "updated", "{reply}");
+        assert_eq!(reply["changes"][0]["change"], "attach-disk");
+        assert_eq!(reply["changes"][0]["bus"], bus);
+        let added = g.watcher.wait_event(STEP, "DEVICE_ADDED", |e| {
+            e["event"] == "DEVICE_ADDED" && e["data"]["alias"] == format!("ua-{volume}")
+        });
+        assert_eq!(added["data"]["kind"], "disk");
+        // The guest sees a new 64 MiB block device (65536 1 KiB blocks).
+        let out = guest_until(&mut g.client, "cat /proc/partitions", "new disk", |out| {
+            out.lines().any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() == 4 && f[2] == "65536" && !before.contains(&f[3].to_string())
+            })
+        });
+        eprintln!(
+            "{bus}: the guest saw the disk {:.2} s after sync was sent",
+            sent.elapsed().as_secs_f64()
+        );
+        let dev = out
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.len() == 4 && f[2] == "65536").then(|| f[3].to_string())
+            })
+            .find(|d| !before.contains(d))
+            .unwrap();
+        let status = g.client.ok("query-domain", Value::Null);
+        let listed = status["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == volume)
+            .cloned()
+            .unwrap_or_else(|| panic!("{volume} not in {}", status["volumes"]));
+        assert_eq!(listed["phase"], "ready");
+        assert_eq!(listed["hotpluggable"], true);
+
+        let marker = format!("marker-{bus}");
+        let (code, _) = guest_sh(
+            &mut g.client,
+            &format!("printf {marker} > /dev/{dev} && sync && echo 3 > /proc/sys/vm/drop_caches"),
+        );
+        assert_eq!(code, 0);
+
+        let reply = sync(&mut g.client, &base);
+        assert_eq!(reply["changes"][0]["change"], "detach-disk", "{reply}");
+        g.watcher.wait_event(STEP, "DEVICE_REMOVED", |e| {
+            e["event"] == "DEVICE_REMOVED" && e["data"]["alias"] == format!("ua-{volume}")
+        });
+        guest_until(&mut g.client, "cat /proc/partitions", "disk gone", |out| {
+            !out.split_whitespace().any(|w| w == dev)
+        });
+        let status = g.client.ok("query-domain", Value::Null);
+        assert!(
+            status["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|v| v["name"] != volume),
+            "{}",
+            status["volumes"]
+        );
+
+        // Plugged in again: the data is still there.
+        sync(&mut g.client, &plugged);
+        let out = guest_until(
+            &mut g.client,
+            &format!(
+                "for d in $(awk 'NR>2 && $3==65536 {{print $4}}' /proc/partitions); do head -c {} /dev/$d; echo; done",
+                marker.len()
+            ),
+            "marker back",
+            |out| out.contains(&marker),
+        );
+        assert!(out.contains(&marker), "{out}");
+        // Leave it unplugged for the next bus.
+        sync(&mut g.client, &base);
+        g.watcher.wait_event(STEP, "DEVICE_REMOVED", |e| {
+            e["event"] == "DEVICE_REMOVED" && e["data"]["alias"] == format!("ua-{volume}")
+        });
+    }
+
+    // A host device that is not on this host: named with its address.
+    let mut ghost = base.clone();
+    ghost["spec"]["domain"]["devices"]["hostDevices"] =
+        json!([{"name": "ghost", "deviceName": "vendor.com/ghost"}]);
+    let (class, desc) = g.client.err_class("sync", json!({ "vmi": ghost }));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with("sync: host device \"hostdevice-ghost\": PCI device 0000:ff:1f.7 is not on this host (/sys/bus/pci/devices/0000:ff:1f.7: "),
+        "{desc}"
+    );
+
+    // A volume whose image is not mounted is refused naming its path.
+    let (class, desc) = g.client.err_class(
+        "sync",
+        json!({ "vmi": with_volume(&base, "absent", "scsi") }),
+    );
+    assert_eq!(class, "InvalidArgument");
+    assert!(desc.contains("hotplug-disks/absent.img"), "{desc}");
+}
+
+/// The guest's MemTotal in KiB.
+fn mem_total(client: &mut Client) -> u64 {
+    let (_, out) = guest_sh(client, "grep MemTotal /proc/meminfo");
+    out.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no MemTotal in {out:?}"))
+}
+
+/// Enabled vCPUs of the live domain, as query-domain shows them.
+fn live_vcpus(client: &mut Client) -> u64 {
+    let spec = client.ok("query-domain", Value::Null)["spec"].clone();
+    spec["vcpu"]["@current"]
+        .as_u64()
+        .or_else(|| spec["vcpu"]["$text"].as_u64())
+        .unwrap_or_else(|| panic!("no vcpu in {}", spec["vcpu"]))
+}
+
+#[test]
+fn vcpus_memory_and_a_nic_change_live() {
+    let opts = GuestOptions::new("hpcpu");
+    let mut base = guest_vmi(&opts);
+    base["spec"]["domain"]["cpu"] =
+        json!({"sockets": 1, "cores": 1, "threads": 1, "maxSockets": 2});
+    base["spec"]["domain"]["memory"] = json!({"guest": "192Mi", "maxGuest": "512Mi"});
+    let mut g = boot_vmi(
+        TempTree::new("q-hpcpu"),
+        "hpcpu",
+        base.clone(),
+        &["--qemu-agent-sys-interval", "3s"],
+    );
+    assert_eq!(live_vcpus(&mut g.client), 1);
+
+    // vCPUs: 1 → 2 (back to 1 at the end).
+    let mut two = base.clone();
+    two["spec"]["domain"]["cpu"]["sockets"] = json!(2);
+    let reply = sync(&mut g.client, &two);
+    assert_eq!(
+        reply["changes"],
+        json!([{"change": "set-vcpus", "from": 1, "to": 2}])
+    );
+    guest_until(
+        &mut g.client,
+        "ls -d /sys/devices/system/cpu/cpu1 2>/dev/null || true",
+        "cpu1",
+        |out| out.contains("cpu1"),
+    );
+    assert_eq!(live_vcpus(&mut g.client), 2);
+    let mut three = base.clone();
+    three["spec"]["domain"]["cpu"]["sockets"] = json!(3);
+    let (class, desc) = g.client.err_class("sync", json!({ "vmi": three }));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with("arguments.vmi.spec.domain.cpu.sockets: 3 sockets is above"),
+        "{desc}"
+    );
+
+    // Memory: virtio-mem from 192 MiB to 320 MiB.
+    let before = mem_total(&mut g.client);
+    let mut more = two.clone();
+    more["spec"]["domain"]["memory"]["guest"] = json!("320Mi");
+    let reply = sync(&mut g.client, &more);
+    assert_eq!(
+        reply["changes"],
+        json!([{"change": "resize-memory", "from": 192u64 << 20, "to": 320u64 << 20}])
+    );
+    let xml = g.client.ok("query-domain", Value::Null)["xml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        xml.contains("<requested unit='KiB'>131072</requested>"),
+        "{xml}"
+    );
+    let deadline = Instant::now() + STEP;
+    let after = loop {
+        let now = mem_total(&mut g.client);
+        if now >= before + 100 * 1024 || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        after >= before + 100 * 1024,
+        "MemTotal {before} KiB → {after} KiB"
+    );
+
+    // A NIC plugged in shows in the agent's interfaces with its MAC, and
+    // goes again.
+    let mac = "52:54:00:7e:57:99";
+    let mut nic = more.clone();
+    nic["spec"]["domain"]["devices"]["interfaces"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "hot", "binding": {"name": "slirp"}, "macAddress": mac}));
+    nic["spec"]["networks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "hot", "pod": {}}));
+    let reply = sync(&mut g.client, &nic);
+    assert_eq!(reply["changes"][0]["change"], "attach-interface", "{reply}");
+    assert_eq!(reply["changes"][0]["mac"], mac);
+    let has_mac = |client: &mut Client| {
+        client.ok("query-interfaces", Value::Null)["interfaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["mac"] == mac)
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !has_mac(&mut g.client) {
+        assert!(Instant::now() < deadline, "{mac} never in query-interfaces");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let reply = sync(&mut g.client, &more);
+    assert_eq!(reply["changes"][0]["change"], "detach-interface", "{reply}");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while has_mac(&mut g.client) {
+        assert!(Instant::now() < deadline, "{mac} still in query-interfaces");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // vCPUs back to 1 (last: see below). The guest gives cpu1 back and
+    // QEMU removes it, but libvirt 9.0 does not always see the removal
+    // under emulation: its 5 s wait runs out and its live definition keeps
+    // the vCPU. The launcher then says Timeout (never that the vCPU is
+    // gone while libvirt says it is there).
+    let mut one = more.clone();
+    one["spec"]["domain"]["cpu"]["sockets"] = json!(1);
+    let reply = g
+        .client
+        .request_timeout("sync", json!({ "vmi": one }), STEP);
+    match reply.get("return") {
+        Some(done) => {
+            assert_eq!(
+                done["changes"],
+                json!([{"change": "set-vcpus", "from": 2, "to": 1}])
+            );
+            assert_eq!(live_vcpus(&mut g.client), 1);
+        }
+        None => {
+            assert_eq!(reply["error"]["class"], "Timeout", "{reply}");
+            let desc = reply["error"]["desc"].as_str().unwrap();
+            assert!(
+                desc.starts_with("sync: set-vcpus 2 → 1 (change 1 of 1) failed: the guest has not given the vCPUs back after 30 s"),
+                "{desc}"
+            );
+        }
+    }
+    guest_until(
+        &mut g.client,
+        "ls -d /sys/devices/system/cpu/cpu1 2>/dev/null || echo gone",
+        "cpu1 unplugged",
+        |out| out.contains("gone"),
+    );
+}
+
+/// A launcher on libvirt's test driver with `env` in its environment.
+fn test_driver_launcher(env: &[&str]) -> Launcher {
+    let wrapper: Vec<String> = std::iter::once("env")
+        .chain(env.iter().copied())
+        .map(str::to_string)
+        .collect();
+    let args: Vec<String> = [
+        "--connect",
+        "test:///default",
+        "--name",
+        "demo",
+        "--namespace",
+        "default",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut launcher =
+        Launcher::start_wrapped(TempTree::new("hostdev"), &wrapper, &args, Some("debug"));
+    launcher.wait_ready(Duration::from_secs(20));
+    launcher
+}
+
+#[test]
+fn host_devices_from_the_environment_start_with_the_domain_and_are_attached_live() {
+    let launcher = test_driver_launcher(&[
+        "PCI_RESOURCE_VENDOR_COM_NIC=0000:81:00.1,0000:81:00.2",
+        "MDEV_PCI_RESOURCE_NVIDIA_COM_T4=6fd8a4b0-7b04-4a0b-9a5d-7f3fe2a0a001",
+        "KUBEVIRT_RESOURCE_NAME_sriov1=vendor.com/vf",
+        "PCI_RESOURCE_VENDOR_COM_VF=0000:3b:02.4",
+    ]);
+    let mut client = launcher.client();
+    let mut vmi = demo_vmi();
+    vmi["spec"]["domain"]["devices"]["hostDevices"] =
+        json!([{"name": "nic1", "deviceName": "vendor.com/nic"}]);
+    vmi["spec"]["domain"]["devices"]["gpus"] =
+        json!([{"name": "gpu1", "deviceName": "nvidia.com/T4"}]);
+    vmi["spec"]["domain"]["devices"]["interfaces"] = json!([
+        {"name": "default", "binding": {"name": "slirp"}},
+        {"name": "sriov1", "sriov": {}}
+    ]);
+    vmi["spec"]["networks"] = json!([
+        {"name": "default", "pod": {}},
+        {"name": "sriov1", "multus": {"networkName": "sriov-net"}}
+    ]);
+    let reply = sync(&mut client, &vmi);
+    assert_eq!(reply["action"], "defined-and-started");
+    let domain = client.ok("query-domain", Value::Null);
+    let hostdevs = domain["spec"]["devices"]["hostdev"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let aliases: Vec<&str> = hostdevs
+        .iter()
+        .map(|h| h["alias"]["@name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        aliases,
+        ["ua-hostdevice-nic1", "ua-gpu-gpu1", "ua-sriov-sriov1"]
+    );
+    assert_eq!(hostdevs[0]["source"]["address"]["@bus"], "0x81");
+    assert_eq!(hostdevs[1]["@type"], "mdev");
+    // What libvirt holds passes libvirt's own schema.
+    let xml_path = launcher.tree.path("live.xml");
+    fs::write(&xml_path, domain["xml"].as_str().unwrap()).unwrap();
+    let validate = std::process::Command::new("virt-xml-validate")
+        .arg(&xml_path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    assert!(
+        validate.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validate.stdout),
+        String::from_utf8_lossy(&validate.stderr)
+    );
+
+    // A second device while it runs is HotplugHostDevices: the test driver
+    // cannot attach devices, which the error says, naming the device.
+    vmi["spec"]["domain"]["devices"]["hostDevices"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "nic2", "deviceName": "vendor.com/nic"}));
+    let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert_eq!(class, "Unavailable");
+    assert!(
+        desc.starts_with("sync: attach-host-device hostdevice-nic2 (change 1 of 1) failed: host device \"hostdevice-nic2\" (host address 0000:81:00.2): the libvirt driver does not support this operation"),
+        "{desc}"
+    );
+    // A device of a resource the pod was not given.
+    vmi["spec"]["domain"]["devices"]["gpus"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "gpu2", "deviceName": "nvidia.com/A100"}));
+    let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with("arguments.vmi.spec.domain.devices.gpus[1]: no device of resource \"nvidia.com/A100\" was assigned to the launcher: PCI_RESOURCE_NVIDIA_COM_A100 or MDEV_PCI_RESOURCE_NVIDIA_COM_A100 is not set"),
+        "{desc}"
+    );
+}

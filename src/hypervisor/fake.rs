@@ -144,6 +144,14 @@ impl FakeHypervisor {
         });
     }
 
+    /// The guest lets a kept device go, and libvirt's event about it is
+    /// lost (a full queue, a reconnect).
+    pub fn release_device_without_event(&self, alias: &str) {
+        if let Some(domain) = self.state().domain.as_mut() {
+            domain.xml = without_device(&domain.xml, alias);
+        }
+    }
+
     /// The domain's XML as the fake holds it (devices plugged in and out).
     pub fn xml(&self) -> String {
         self.state()

@@ -233,6 +233,27 @@ fn a_guest_that_keeps_a_disk_gets_timeout_and_the_disk_stays_attached() {
 }
 
 #[test]
+fn a_disk_released_after_a_timeout_whose_event_is_lost_is_gone_in_query_domain() {
+    let h = Harness::start();
+    h.sync();
+    mount(&h, "hp1");
+    h.ok("sync", json!({ "vmi": with_volumes(&["hp1"]) }));
+    h.fake.set_detach(DetachGuest::Keeps);
+    let err = h.err("sync", json!({ "vmi": vmi() }));
+    assert_eq!(class(&err), ErrorClass::Timeout, "{err}");
+    let _ = h.pending_events();
+    // The guest lets go, libvirt's event never arrives: query-domain reads
+    // the live domain, no longer lists the volume and says it is detached.
+    h.fake.release_device_without_event("ua-hp1");
+    assert!(volumes(&h).iter().all(|v| v["name"] != "hp1"));
+    let event = h.event("VOLUME_STATUS_CHANGED detached", |e| {
+        e["event"] == "VOLUME_STATUS_CHANGED" && e["data"]["phase"] == "detached"
+    });
+    assert_eq!(event["data"]["name"], "hp1");
+    assert_eq!(event["data"]["reason"], "no longer in the domain");
+}
+
+#[test]
 fn a_sync_that_fails_midway_keeps_what_was_done_and_says_so() {
     let h = Harness::start();
     h.sync();

@@ -211,7 +211,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "hotplug-disk-dir",
         "DIR",
         Some("/var/run/kubevirt/hotplug-disks"),
-        "Where hotplugged volumes are mounted.",
+        "Where KubeVirt's virt-handler mounts hotplugged volumes: a filesystem volume's disk image as VOLUME.img, a block volume as the device node VOLUME. sync plugs them into a running guest and unplugs them.",
         |a, v| {
             a.hotplug_disk_dir = path(v)?;
             Ok(())

@@ -4,7 +4,9 @@
 use serde_json::{Value, json};
 
 use super::AgentData;
-use super::model::{AgentVersion, GuestFilesystem, GuestLoad, GuestSystem, GuestUser};
+use super::model::{
+    AgentVersion, FreezeStatus, GuestFilesystem, GuestLoad, GuestSystem, GuestUser,
+};
 
 /// KubeVirt truncates the user and filesystem lists of GetGuestInfo.
 pub const GUEST_INFO_LIST_LIMIT: usize = 10;
@@ -13,7 +15,7 @@ pub const GUEST_INFO_LIST_LIMIT: usize = 10;
 pub struct GuestAgentCache {
     pub version: Option<AgentVersion>,
     pub filesystems: Vec<GuestFilesystem>,
-    pub fsfreeze_status: Option<String>,
+    pub fsfreeze_status: Option<FreezeStatus>,
     pub system: GuestSystem,
     pub users: Vec<GuestUser>,
     pub load: Option<GuestLoad>,
@@ -34,7 +36,7 @@ impl GuestAgentCache {
                 false
             }
             AgentData::FsFreeze(status) => {
-                let changed = self.fsfreeze_status.as_deref() != Some(status.as_str());
+                let changed = self.fsfreeze_status != Some(status);
                 self.fsfreeze_status = Some(status);
                 changed
             }
@@ -69,7 +71,7 @@ impl GuestAgentCache {
         json!({
             "os": self.system.os,
             "interfaces": self.system.interfaces,
-            "fsFreezeStatus": self.fsfreeze_status,
+            "fsFreezeStatus": self.fsfreeze_status.map(FreezeStatus::as_str),
         })
     }
 
@@ -82,7 +84,7 @@ impl GuestAgentCache {
             "hostname": self.system.hostname.clone().unwrap_or_default(),
             "os": self.system.os.clone().unwrap_or_default(),
             "timezone": self.timezone_text(),
-            "fsFreezeStatus": self.fsfreeze_status.clone().unwrap_or_default(),
+            "fsFreezeStatus": self.fsfreeze_status.map(FreezeStatus::as_str).unwrap_or_default(),
             "userList": self.users.iter().take(GUEST_INFO_LIST_LIMIT).collect::<Vec<_>>(),
             "fsInfo": { "disks": self.filesystems.iter().take(GUEST_INFO_LIST_LIMIT).collect::<Vec<_>>() },
         });
@@ -134,9 +136,9 @@ mod tests {
             ..system
         };
         assert!(cache.apply(AgentData::System(Box::new(readdressed))));
-        assert!(cache.apply(AgentData::FsFreeze("thawed".into())));
-        assert!(!cache.apply(AgentData::FsFreeze("thawed".into())));
-        assert!(cache.apply(AgentData::FsFreeze("frozen".into())));
+        assert!(cache.apply(AgentData::FsFreeze(FreezeStatus::Thawed)));
+        assert!(!cache.apply(AgentData::FsFreeze(FreezeStatus::Thawed)));
+        assert!(cache.apply(AgentData::FsFreeze(FreezeStatus::Frozen)));
         assert!(!cache.apply(AgentData::Users(vec![])));
     }
 

@@ -7,7 +7,7 @@ pub mod cache;
 pub mod model;
 pub mod poller;
 
-use model::{AgentVersion, GuestFilesystem, GuestLoad, GuestSystem, GuestUser};
+use model::{AgentVersion, FreezeStatus, GuestFilesystem, GuestLoad, GuestSystem, GuestUser};
 
 /// What the manager tells the poller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +39,7 @@ pub enum PollKind {
 pub enum AgentData {
     Version(AgentVersion),
     Filesystems(Vec<GuestFilesystem>),
-    FsFreeze(String),
+    FsFreeze(FreezeStatus),
     System(Box<GuestSystem>),
     Users(Vec<GuestUser>),
     Load(GuestLoad),

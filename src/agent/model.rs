@@ -255,12 +255,35 @@ pub fn parse_filesystems(raw: &str) -> Result<Vec<GuestFilesystem>, String> {
         .collect())
 }
 
-/// Parses a `guest-fsfreeze-status` reply: "thawed" or "frozen".
-pub fn parse_fsfreeze_status(raw: &str) -> Result<String, String> {
-    match agent_return(raw)? {
-        Value::String(s) => Ok(s),
-        other => Err(format!("unexpected fsfreeze status {other}")),
+/// The guest's filesystems, as `guest-fsfreeze-status` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreezeStatus {
+    Thawed,
+    Frozen,
+}
+
+impl FreezeStatus {
+    /// The agent's word for it, which the wire repeats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FreezeStatus::Thawed => "thawed",
+            FreezeStatus::Frozen => "frozen",
+        }
     }
+
+    /// From the `return` value of `guest-fsfreeze-status`.
+    pub fn from_agent(value: &Value) -> Result<FreezeStatus, String> {
+        match value.as_str() {
+            Some("thawed") => Ok(FreezeStatus::Thawed),
+            Some("frozen") => Ok(FreezeStatus::Frozen),
+            _ => Err(format!("unexpected fsfreeze status {value}")),
+        }
+    }
+}
+
+/// Parses a `guest-fsfreeze-status` reply.
+pub fn parse_fsfreeze_status(raw: &str) -> Result<FreezeStatus, String> {
+    FreezeStatus::from_agent(&agent_return(raw)?)
 }
 
 /// Parses a `guest-get-load` reply.
@@ -373,9 +396,14 @@ mod tests {
         assert_eq!(fs[0].disk[0].serial, "data1");
         assert_eq!(
             parse_fsfreeze_status(r#"{"return":"frozen"}"#).unwrap(),
-            "frozen"
+            FreezeStatus::Frozen
+        );
+        assert_eq!(
+            parse_fsfreeze_status(r#"{"return":"thawed"}"#).map(FreezeStatus::as_str),
+            Ok("thawed")
         );
         assert!(parse_fsfreeze_status(r#"{"error":{}}"#).is_err());
+        assert!(parse_fsfreeze_status(r#"{"return":"melting"}"#).is_err());
         assert!(parse_agent_version("not json").is_err());
     }
 }

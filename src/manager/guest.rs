@@ -14,6 +14,7 @@ use super::reply::{Executed, Frozen, JobValue, object};
 use super::timers::Timer;
 use super::{DomainManager, Phase};
 use crate::agent::cache::GuestAgentCache;
+use crate::agent::model::FreezeStatus;
 use crate::agent::poller::AGENT_TIMEOUT;
 use crate::agent::{AgentData, AgentUpdate, PollerControl};
 use crate::command::{GuestCommand, GuestExecArgs, ReplyTo};
@@ -223,8 +224,7 @@ impl DomainManager {
                 };
                 // As KubeVirt: freezing frozen filesystems is a no-op.
                 let already = match status(hv) {
-                    Ok(Value::String(s)) => s == "frozen",
-                    Ok(_) => false,
+                    Ok(value) => FreezeStatus::from_agent(&value) == Ok(FreezeStatus::Frozen),
                     Err(e) => return JobOutput::reply(Err(e)),
                 };
                 let frozen = if already {
@@ -247,7 +247,7 @@ impl DomainManager {
                         already_frozen: already,
                         unfreeze_timeout_seconds,
                     })),
-                    observed: Observation::FsFreeze("frozen".into()),
+                    observed: Observation::FsFreeze(FreezeStatus::Frozen),
                 }
             });
     }
@@ -273,7 +273,7 @@ impl DomainManager {
                     result: Ok(JobValue::Thawed {
                         thawed_filesystems: count.as_u64().unwrap_or(0),
                     }),
-                    observed: Observation::FsFreeze("thawed".into()),
+                    observed: Observation::FsFreeze(FreezeStatus::Thawed),
                 },
                 Err(e) => JobOutput::reply(Err(e)),
             }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use super::reply::JobValue;
+use crate::agent::model::FreezeStatus;
 use crate::command::ReplyTo;
 use crate::disks::PreparedDisks;
 use crate::hypervisor::{ConnectionId, DomainStatus, Hypervisor};
@@ -111,8 +112,8 @@ pub enum Observation {
     Nothing,
     /// The domain's state as libvirt reported it (`None`: not defined).
     Status(Option<DomainStatus>),
-    /// The guest's filesystems are now "frozen" or "thawed".
-    FsFreeze(String),
+    /// The guest's filesystems are now frozen or thawed.
+    FsFreeze(FreezeStatus),
     /// Files made for an incoming migration, to remove if it never comes.
     PreparedDisks(PreparedDisks),
     /// A new connection to libvirt is up.

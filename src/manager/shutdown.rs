@@ -12,6 +12,7 @@ use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::JobValue;
 use super::timers::Timer;
 use super::{DomainManager, Phase};
+use crate::agent::model::FreezeStatus;
 use crate::events::EventKind;
 use crate::exit::ExitCode;
 use crate::hypervisor::DomainState;
@@ -157,7 +158,7 @@ impl DomainManager {
             return;
         }
         let name = self.config.domain_name.clone();
-        let frozen = self.agent.cache.fsfreeze_status.as_deref() == Some("frozen");
+        let frozen = self.agent.cache.fsfreeze_status == Some(FreezeStatus::Frozen);
         let timeout = self.timing.acpi_repeat;
         self.jobs
             .spawn(Operation::AcpiShutdown, None, timeout, move |hv| {
@@ -180,7 +181,7 @@ impl DomainManager {
                             log::info!(
                                 "manager: thawed the guest's filesystems before the shutdown"
                             );
-                            observed = Observation::FsFreeze("thawed".into());
+                            observed = Observation::FsFreeze(FreezeStatus::Thawed);
                         }
                         Err(e) => log::warn!("manager: could not thaw before the shutdown: {e}"),
                     }

@@ -11,14 +11,12 @@ use super::jobs::{JobOutput, JobResult, Observation, Operation};
 use super::reply::JobValue;
 use super::timers::Timer;
 use super::{DomainManager, Phase};
+use crate::convert::GUEST_AGENT_CHANNEL;
 use crate::domxml::Domain;
 use crate::events::EventKind;
 use crate::hypervisor::{
     AgentChannelReason, AgentLifecycle, CloseReason, ConnectionId, DomainStatus, Hypervisor,
 };
-
-/// The guest agent's virtio-serial channel.
-const AGENT_CHANNEL: &str = "org.qemu.guest_agent.0";
 
 /// The manager's connection to libvirt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,7 +178,7 @@ fn agent_channel_state(hv: &dyn Hypervisor, name: &str) -> Option<bool> {
         .channels
         .iter()
         .filter_map(|c| c.target.as_ref())
-        .find(|t| t.name.as_deref() == Some(AGENT_CHANNEL))?
+        .find(|t| t.name.as_deref() == Some(GUEST_AGENT_CHANNEL))?
         .state
         .clone()?;
     Some(state == "connected")

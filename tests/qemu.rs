@@ -348,6 +348,81 @@ fn runs_on_the_hosts_libvirt_daemon_without_spawning_one() {
     wait_no_qemu(&format!("e2e_{name}"), Duration::from_secs(5));
 }
 
+/// Destroys and undefines a domain on the host's daemon when dropped, so
+/// that a failed test leaves no guest behind on the shared daemon.
+struct HostDomain(String);
+
+impl Drop for HostDomain {
+    fn drop(&mut self) {
+        for action in ["destroy", "undefine"] {
+            let _ = std::process::Command::new("virsh")
+                .args(["-c", "qemu:///system", action, &self.0])
+                .output();
+        }
+    }
+}
+
+#[test]
+fn a_new_launcher_adopts_a_guest_left_running_on_the_hosts_daemon_with_its_agent() {
+    // Without --spawn-libvirt a SIGKILLed launcher's guest keeps running on
+    // the shared daemon (README, Limits). The next launcher on the same
+    // directories replaces the stale socket and locks, adopts the running
+    // domain and reads its agent channel's state from it: guest commands
+    // work at once, without an AGENT_CONNECTED that libvirt will not send
+    // again for an agent that connected long ago.
+    let name = format!("adopt{}", std::process::id());
+    let domain = format!("e2e_{name}");
+    let _cleanup = HostDomain(domain.clone());
+    let args = [
+        "--connect",
+        "qemu:///system",
+        "--force-emulation",
+        "--name",
+        &name,
+        "--namespace",
+        "e2e",
+        "--uid",
+        "a1d0b7e5-0000-4000-8000-00000000ad07",
+    ]
+    .map(String::from);
+    let mut first = Launcher::start_in(TempTree::new("q-adopt"), &args);
+    first.wait_ready(STEP);
+    let mut watcher = first.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = first.client();
+    let synced = client.request_timeout(
+        "sync",
+        json!({"vmi": guest_vmi(&GuestOptions::new(&name))}),
+        STEP,
+    );
+    assert!(synced.get("return").is_some(), "sync failed: {synced}");
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+
+    first.signal("KILL");
+    assert_eq!(first.wait_exit(STEP), -1);
+    let qemu = qemu_pids(&domain);
+    assert_eq!(qemu.len(), 1, "the guest did not keep running: {qemu:?}");
+    // The same directories for the next launcher.
+    let tree = std::mem::replace(&mut first.tree, TempTree::new("q-adopt-gone"));
+    assert!(tree.path("share/sockets/launcher-sock").exists());
+
+    let mut second = Launcher::start_in(tree, &args);
+    second.wait_ready(STEP);
+    let mut client = second.client();
+    let status = wait_status(&mut client, STEP, "the adopted guest's agent", |s| {
+        s["domain"]["state"] == "Running" && s["agent"]["connected"] == true
+    });
+    assert_eq!(status["phase"], "Running", "{status}");
+    client.ok("guest-ping", Value::Null);
+    let (code, out) = guest_sh(&mut client, "echo adopted");
+    assert_eq!((code, out.trim()), (0, "adopted"));
+    // Its QEMU is still the one the first launcher started.
+    assert_eq!(qemu_pids(&domain), qemu);
+    client.ok("kill", Value::Null);
+    assert_eq!(second.wait_exit(STEP), 0);
+    wait_no_qemu(&domain, Duration::from_secs(5));
+}
+
 #[test]
 fn sigterm_on_a_frozen_paused_guest_still_powers_it_off_cleanly() {
     let tree = TempTree::new("q-frozen");

@@ -5,9 +5,10 @@
 //! conversion), `qemu` (the test guest on real libvirt and QEMU: sync,
 //! agent, SIGTERM, poll cost), `migration`, `reconnect` (libvirt
 //! reconnects under --spawn-libvirt), `exit` (SIGTERM -> exit on the
-//! test driver, `kill` -> exit on the real guest) and `sigkill` (a killed
-//! launcher's tree gone). Pass section names to run only those;
-//! `conversion` runs the conversion and ISO figures alone.
+//! test driver, `kill` -> exit on the real guest), `sigkill` (a killed
+//! launcher's tree gone) and `hotplug` (sync of a running guest: the
+//! unchanged re-sync, a disk plugged in). Pass section names to run only
+//! those; `conversion` runs the conversion and ISO figures alone.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -15,6 +16,8 @@ mod common;
 mod conversion;
 #[path = "sections/exit.rs"]
 mod exit;
+#[path = "sections/hotplug.rs"]
+mod hotplug;
 #[path = "sections/iso9660.rs"]
 mod iso9660;
 #[path = "sections/reconnect.rs"]
@@ -71,6 +74,9 @@ fn main() {
     }
     if run("sigkill") {
         sigkill::sigkill();
+    }
+    if run("hotplug") {
+        hotplug::hotplug();
     }
 }
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Prints the launcher's figures (no pass/fail): start-up, round trips,
 # memory, conversion time, binary size, and on real QEMU the sync, agent,
-# SIGTERM and poll figures, migration hops, reconnects, exit times and how
-# soon a SIGKILLed launcher's processes are gone. A section name runs only
-# that section: `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`,
-# `exit` or `sigkill`. The real-QEMU sections need the host set-up
+# SIGTERM and poll figures, migration hops, reconnects, exit times, how
+# soon a SIGKILLed launcher's processes are gone, and sync of a running
+# guest (re-sync, hotplugged disk). A section name runs only that section:
+# `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`, `exit`,
+# `sigkill` or `hotplug`. The real-QEMU sections need the host set-up
 # (scripts/setup-host.sh) and build the test guest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

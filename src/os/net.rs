@@ -187,8 +187,10 @@ impl Icmp6Socket {
 
     pub fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
         let tv = libc::timeval {
-            tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+            // The field types, not libc's `time_t` and `suseconds_t` names (which
+            // libc deprecates on musl): 64 bits on x86_64 with glibc and musl.
+            tv_sec: timeout.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_usec: timeout.subsec_micros().into(),
         };
         setsockopt(
             self.fd.as_raw_fd(),
@@ -223,11 +225,12 @@ impl Icmp6Socket {
     }
 }
 
-// linux/if_tun.h
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const TUNSETPERSIST: libc::c_ulong = 0x4004_54cb;
-const TUNSETOWNER: libc::c_ulong = 0x4004_54cc;
-const TUNSETGROUP: libc::c_ulong = 0x4004_54ce;
+// linux/if_tun.h (`Ioctl` is the request type of libc's ioctl: c_ulong on
+// glibc, c_int on musl).
+const TUNSETIFF: libc::Ioctl = 0x4004_54ca;
+const TUNSETPERSIST: libc::Ioctl = 0x4004_54cb;
+const TUNSETOWNER: libc::Ioctl = 0x4004_54cc;
+const TUNSETGROUP: libc::Ioctl = 0x4004_54ce;
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
 const IFF_VNET_HDR: libc::c_short = 0x4000;

@@ -29,9 +29,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 
-use super::codec::{
-    self, Decoder, HEADER_BYTES, Header, LENGTH_BYTES, MessageStatus, MessageType, RemoteError,
-};
+use super::codec::{self, Decoder, Header, LENGTH_BYTES, MessageStatus, MessageType, RemoteError};
 use super::procedures::{self, KEEPALIVE, KEEPALIVE_PING, KEEPALIVE_PONG, Procedure, limits};
 
 /// Keepalive and socket settings. `Default` is libvirt's client default.
@@ -633,9 +631,6 @@ impl Reader {
         Ok(())
     }
 }
-
-/// The smallest possible message, for tests and size checks.
-pub const MIN_MESSAGE: usize = LENGTH_BYTES + HEADER_BYTES;
 
 #[cfg(test)]
 mod tests;

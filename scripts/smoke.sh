@@ -3,12 +3,15 @@
 #
 # A quick tour of the command socket on libvirt's in-process test driver
 # (test:///default: no daemon, no guest), using only the launcher binary and
-# socat. It starts the launcher in standalone mode with examples/vmi.json in
-# a temporary directory, checks the greeting, the introspection commands,
-# pause/unpause, query-domain, query-stats, errors of several classes and
-# events, drives the same launcher with the binary's own client (ctl, probe),
-# then sends SIGTERM and checks the exit status, the socket's removal and the
-# final events a subscriber saw.
+# socat. VL_TEST_URI=test+unix:///default runs it on libvirtd's test driver
+# instead (for the static, wire-backend binary, which has no in-process
+# driver); the VMI then gets a name of its own, as that driver's state is
+# shared by every client of the daemon. It starts the launcher in standalone
+# mode with examples/vmi.json in a temporary directory, checks the greeting,
+# the introspection commands, pause/unpause, query-domain, query-stats,
+# errors of several classes and events, drives the same launcher with the
+# binary's own client (ctl, probe), then sends SIGTERM and checks the exit
+# status, the socket's removal and the final events a subscriber saw.
 #
 # PATH_TO_BINARY defaults to target/release/virt-launcher, which is built
 # with `cargo build --release` when missing. Prints one line per check that
@@ -59,7 +62,16 @@ resolve_binary "$@"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/vl-smoke.XXXXXX")
 SOCK=$TMP/share/sockets/launcher-sock
 
-"$BIN" --connect test:///default --vmi "$VMI_FILE" \
+URI=${VL_TEST_URI:-test:///default}
+NAME=demo
+if [ "$URI" != test:///default ]; then
+    NAME=smoke-$$
+    sed "s/\"name\": \"demo\",/\"name\": \"$NAME\",/" "$VMI_FILE" >"$TMP/vmi.json"
+    VMI_FILE=$TMP/vmi.json
+fi
+DOMAIN=default_$NAME
+
+"$BIN" --connect "$URI" --vmi "$VMI_FILE" \
     --kubevirt-share-dir "$TMP/share" --private-dir "$TMP/private" \
     --ephemeral-disk-dir "$TMP/ephemeral" --container-disk-dir "$TMP/container-disks" \
     --hotplug-disk-dir "$TMP/hotplug-disks" \
@@ -82,9 +94,9 @@ ok "launcher-sock ready (mode 0600, lock file present)"
 out=$(request '{"execute":"ping","id":1}')
 hello=$(printf '%s\n' "$out" | sed -n 1p)
 expect "greeting" "$hello" '{"hello":{"protocol":1,"server":"virt-launcher",' \
-    "\"pid\":$LAUNCHER_PID," '"vmi":"default/demo"' '"ready":true' \
+    "\"pid\":$LAUNCHER_PID," '"vmi":"default/'"$NAME"'"' '"ready":true' \
     '"commands":["ping",' '"max_line_bytes":1048576}}'
-ok "greeting: protocol 1, pid $LAUNCHER_PID, vmi default/demo, ready"
+ok "greeting: protocol 1, pid $LAUNCHER_PID, vmi default/$NAME, ready"
 
 [ "$(printf '%s\n' "$out" | sed -n 2p)" = '{"return":{},"id":1}' ] \
     || fail "ping: unexpected reply: $(printf '%s\n' "$out" | sed -n 2p)"
@@ -92,8 +104,11 @@ ok "ping"
 
 out=$(reply '{"execute":"query-version","id":"v"}')
 expect "query-version" "$out" '{"return":{' '"launcher":"' '"protocol":1' \
-    '"uri":"test:///default"' '"hypervisor":"TEST ' '"id":"v"}'
-ok "query-version"
+    '"uri":"'"$URI"'"' '"hypervisor":"TEST ' '"id":"v"}'
+backend=$(printf '%s\n' "$hello" | sed -n 's/.*"backend":"\([a-z]*\)".*/\1/p')
+[ -n "$backend" ] || fail "the greeting does not say which backend runs: $hello"
+expect "query-version" "$out" '"backend":"'"$backend"'"'
+ok "query-version (backend $backend)"
 
 # The standalone sync runs after the socket is ready: wait for the domain.
 for _ in $(seq 100); do
@@ -101,10 +116,10 @@ for _ in $(seq 100); do
     contains "$status" '"phase":"Running"' && break
     sleep 0.05
 done
-expect "query-status" "$status" '"phase":"Running"' '"vmi":"default/demo"' \
-    '"name":"default_demo"' '"defined":true' '"state":"Running"' '"reason":"Booted"' \
-    '"agent":{"connected":false}' '"uri":"test:///default"' '"id":3}'
-ok "query-status: phase Running, domain default_demo Running (Booted)"
+expect "query-status" "$status" '"phase":"Running"' '"vmi":"default/'"$NAME"'"' \
+    '"name":"'"$DOMAIN"'"' '"defined":true' '"state":"Running"' '"reason":"Booted"' \
+    '"agent":{"connected":false}' '"uri":"'"$URI"'"' '"id":3}'
+ok "query-status: phase Running, domain $DOMAIN Running (Booted)"
 
 commands=$(reply '{"execute":"query-commands","id":4}')
 expect "query-commands" "$commands" '{"return":{"commands":[{"name":"ping","summary":"' '"id":4}'
@@ -140,12 +155,12 @@ ok "unpause: domain Running (Unpaused), Resumed event"
 
 # --- query-domain, query-stats ------------------------------------------------------
 out=$(reply '{"execute":"query-domain","id":13}')
-expect "query-domain" "$out" '{"return":{' '"name":"default_demo"' '"uuid":"' \
+expect "query-domain" "$out" '{"return":{' '"name":"'"$DOMAIN"'"' '"uuid":"' \
     '"state":"Running"' '"spec":{' '"xml":"<domain' '"id":13}'
 ok "query-domain: name, uuid, state, spec and xml"
 
 out=$(reply '{"execute":"query-stats","id":14}')
-expect "query-stats" "$out" '{"return":{' '"domain":"default_demo"' '"stats":{' \
+expect "query-stats" "$out" '{"return":{' '"domain":"'"$DOMAIN"'"' '"stats":{' \
     '"state.state":1' '"id":14}'
 ok "query-stats"
 
@@ -184,7 +199,7 @@ out=$(ctl --raw ping) || fail "ctl --raw ping exited with status $?"
 [ "$out" = '{"return":{},"id":1}' ] || fail "ctl --raw ping: unexpected line: $out"
 ok "ctl --raw ping: the launcher's own reply line"
 out=$(ctl query-status) || fail "ctl query-status exited with status $?"
-expect "ctl query-status" "$out" '"phase":"Running"' '"name":"default_demo"'
+expect "ctl query-status" "$out" '"phase":"Running"' '"name":"'"$DOMAIN"'"'
 [ "$(printf '%s\n' "$out" | wc -l)" -eq 1 ] || fail "ctl query-status: expected one line off a terminal: $out"
 ok "ctl query-status: the return object on one line"
 suspended() { grep -c '"event":"Suspended"' "$TMP/events.log" || true; }

@@ -212,9 +212,9 @@ fn config_map_dir(dir: &Path, files: &[(&str, &[u8])]) {
     }
 }
 
-/// The demo VMI (test driver, default/demo) with `volumes` as disks.
-fn demo_with(disks: Value, volumes: Value) -> Value {
-    let mut vmi = demo_vmi();
+/// The launcher's demo VMI (test driver) with `volumes` as disks.
+fn demo_with(launcher: &Launcher, disks: Value, volumes: Value) -> Value {
+    let mut vmi = launcher.demo_vmi();
     vmi["spec"]["domain"]["devices"]["disks"] = disks;
     vmi["spec"]["volumes"] = volumes;
     vmi
@@ -235,6 +235,7 @@ fn sync_writes_no_cloud_and_config_map_isos_the_real_tools_read() {
         &[("app.properties", app_properties), ("conf/db.ini", db_ini)],
     );
     let vmi = demo_with(
+        &launcher,
         json!([
             {"name": "cloudinit", "disk": {"bus": "virtio"}},
             {"name": "app-config", "disk": {"bus": "virtio"}, "serial": "CFG1"},
@@ -253,9 +254,10 @@ fn sync_writes_no_cloud_and_config_map_isos_the_real_tools_read() {
     let no_cloud = disk_source(&domain, "cloudinit");
     assert_eq!(
         no_cloud,
-        launcher
-            .tree
-            .path("ephemeral/cloud-init-data/default/demo/noCloud.iso")
+        launcher.tree.path(&format!(
+            "ephemeral/cloud-init-data/default/{}/noCloud.iso",
+            launcher.name
+        ))
     );
     assert_eq!(iso_volume_id(&no_cloud), "cidata");
     assert_eq!(blkid_label(&no_cloud), "cidata");
@@ -271,7 +273,7 @@ fn sync_writes_no_cloud_and_config_map_isos_the_real_tools_read() {
     let meta: Value =
         serde_json::from_slice(&iso_cat(&no_cloud, "/meta-data")).expect("meta-data is JSON");
     assert_eq!(meta["instance-id"], ret["uuid"], "{meta} vs {ret}");
-    assert_eq!(meta["local-hostname"], "demo");
+    assert_eq!(meta["local-hostname"], launcher.name.as_str());
     // The ISO is the whole image, nothing staged next to it.
     assert_eq!(
         files_under(no_cloud.parent().unwrap()),
@@ -301,6 +303,7 @@ fn sync_writes_a_config_drive_iso_in_the_openstack_layout() {
     launcher.wait_ready(STEP);
     let network = "{\"links\": [], \"networks\": [], \"services\": []}";
     let vmi = demo_with(
+        &launcher,
         json!([{"name": "configdrive", "cdrom": {"bus": "sata"}}]),
         json!([{"name": "configdrive", "cloudInitConfigDrive": {
             // "#cloud-config\nhostname: cd\n"
@@ -313,9 +316,10 @@ fn sync_writes_a_config_drive_iso_in_the_openstack_layout() {
     let iso = disk_source(&domain, "configdrive");
     assert_eq!(
         iso,
-        launcher
-            .tree
-            .path("ephemeral/cloud-init-data/default/demo/configdrive.iso")
+        launcher.tree.path(&format!(
+            "ephemeral/cloud-init-data/default/{}/configdrive.iso",
+            launcher.name
+        ))
     );
     assert_eq!(iso_volume_id(&iso), "config-2");
     assert_eq!(blkid_label(&iso), "config-2");
@@ -336,8 +340,12 @@ fn sync_writes_a_config_drive_iso_in_the_openstack_layout() {
     );
     let meta: Value = serde_json::from_slice(&iso_cat(&iso, "/openstack/latest/meta_data.json"))
         .expect("meta_data.json is JSON");
-    assert_eq!(meta["instance_id"], "demo.default", "{meta}");
-    assert_eq!(meta["hostname"], "demo");
+    assert_eq!(
+        meta["instance_id"],
+        format!("{}.default", launcher.name).as_str(),
+        "{meta}"
+    );
+    assert_eq!(meta["hostname"], launcher.name.as_str());
     assert_eq!(meta["uuid"], ret["uuid"]);
 }
 
@@ -355,6 +363,7 @@ fn a_failed_sync_leaves_no_files_and_no_domain() {
     // 1. A containerDisk whose image is not there: refused before anything
     //    is written, naming the volume.
     let vmi = demo_with(
+        &launcher,
         json!([
             {"name": "rootdisk", "disk": {"bus": "virtio"}},
             {"name": "cloudinit", "disk": {"bus": "virtio"}},
@@ -382,6 +391,7 @@ fn a_failed_sync_leaves_no_files_and_no_domain() {
     fs::write(cfg_dir.join(OsStr::from_bytes(b"bad-\xff-name")), b"x").unwrap();
     let before_private = tree_under(&private);
     let vmi = demo_with(
+        &launcher,
         json!([
             {"name": "cloudinit", "disk": {"bus": "virtio"}},
             {"name": "bad-config", "disk": {"bus": "virtio"}},

@@ -19,7 +19,7 @@ fn synced(extra: &[&str]) -> (Launcher, Client) {
     let mut launcher = Launcher::start_test(extra);
     launcher.wait_ready(T);
     let mut client = launcher.client();
-    let ret = client.ok("sync", json!({ "vmi": demo_vmi() }));
+    let ret = client.ok("sync", json!({ "vmi": launcher.demo_vmi() }));
     assert_eq!(ret["state"], "Running", "{ret}");
     (launcher, client)
 }
@@ -43,7 +43,10 @@ fn readiness_greeting_socket_files_and_clean_exit() {
     assert_eq!(hello["server"], "virt-launcher");
     assert_eq!(hello["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(hello["pid"], launcher.pid());
-    assert_eq!(hello["vmi"], "default/demo");
+    assert_eq!(hello["vmi"], launcher.vmi_ref().as_str());
+    if let Some(backend) = expected_backend() {
+        assert_eq!(hello["backend"], backend.as_str());
+    }
     assert_eq!(hello["ready"], true);
     assert_eq!(hello["max_line_bytes"], 1048576);
     let commands: Vec<&str> = hello["commands"]
@@ -104,32 +107,28 @@ fn stale_socket_is_replaced_and_a_live_owner_is_refused() {
     let mut first = Launcher::start_in(
         tree,
         &[
-            "--connect",
-            "test:///default",
-            "--name",
-            "a",
-            "--namespace",
-            "b",
-        ]
-        .map(String::from),
+            "--connect".into(),
+            test_uri(),
+            "--name".into(),
+            unique_name("a"),
+            "--namespace".into(),
+            "b".into(),
+        ],
     );
     first.wait_ready(T);
     first.client().ok("ping", Value::Null);
 
     // A second launcher on the same share directory must not steal it.
     let mut args = dir_flags(&first.tree);
-    args.extend(
-        [
-            "--connect",
-            "test:///default",
-            "--name",
-            "c",
-            "--namespace",
-            "d",
-        ]
-        .map(String::from),
-    );
-    let out = Command::new(BIN).args(&args).output().unwrap();
+    args.extend([
+        "--connect".into(),
+        test_uri(),
+        "--name".into(),
+        unique_name("c"),
+        "--namespace".into(),
+        "d".into(),
+    ]);
+    let out = Command::new(launcher_bin()).args(&args).output().unwrap();
     assert_eq!(out.status.code(), Some(3));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -224,13 +223,25 @@ fn commands_without_a_domain_are_not_found() {
     assert_eq!(status["domain"]["reason"], "NonExistent");
     let version = c.ok("query-version", Value::Null);
     assert_eq!(version["launcher"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(version["backend"], c.hello["hello"]["backend"]);
+    match version["backend"].as_str() {
+        // The wire backend links no libvirt library.
+        Some("wire") => assert_eq!(version["libvirt"]["library"], Value::Null),
+        Some("virt") => assert!(
+            version["libvirt"]["library"]
+                .as_str()
+                .unwrap()
+                .starts_with(char::is_numeric)
+        ),
+        other => panic!("unknown backend {other:?}"),
+    }
     assert!(
-        version["libvirt"]["library"]
+        version["libvirt"]["daemon"]
             .as_str()
             .unwrap()
             .starts_with(char::is_numeric)
     );
-    assert_eq!(version["libvirt"]["uri"], "test:///default");
+    assert_eq!(version["libvirt"]["uri"], test_uri().as_str());
     let listed = c.ok("query-commands", Value::Null);
     assert!(
         listed["commands"]
@@ -252,7 +263,7 @@ fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
     filtered.ok("subscribe", json!({"events": ["SHUTDOWN_STARTED"]}));
     let mut c = launcher.client();
 
-    let ret = c.ok("sync", json!({ "vmi": demo_vmi() }));
+    let ret = c.ok("sync", json!({ "vmi": launcher.demo_vmi() }));
     assert_eq!(
         (ret["state"].as_str(), ret["reason"].as_str()),
         (Some("Running"), Some("Booted"))
@@ -260,13 +271,13 @@ fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
     assert_eq!(ret["action"], "defined-and-started");
     watcher.wait_event(T, "Defined", lifecycle("Defined", "Added"));
     let started = watcher.wait_event(T, "Started", lifecycle("Started", "Booted"));
-    assert_eq!(started["data"]["domain"], "default_demo");
+    assert_eq!(started["data"]["domain"], launcher.domain_name().as_str());
     assert_eq!(started["data"]["state"], "Running");
     assert!(started["timestamp"]["seconds"].as_i64().unwrap() > 1_600_000_000);
     assert!(started["timestamp"]["microseconds"].as_i64().unwrap() < 1_000_000);
 
     // Idempotent: nothing to do the second time.
-    let again = c.ok("sync", json!({ "vmi": demo_vmi() }));
+    let again = c.ok("sync", json!({ "vmi": launcher.demo_vmi() }));
     assert_eq!(again["action"], "none");
     assert_eq!(c.ok("query-status", Value::Null)["phase"], "Running");
 
@@ -280,7 +291,7 @@ fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
     assert_eq!(c.err_class("pause", Value::Null).0, "InvalidState");
     // sync must not undo a user's pause.
     assert_eq!(
-        c.ok("sync", json!({ "vmi": demo_vmi() }))["state"],
+        c.ok("sync", json!({ "vmi": launcher.demo_vmi() }))["state"],
         "Paused"
     );
     assert_eq!(
@@ -292,18 +303,18 @@ fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
     assert_eq!(c.err_class("unpause", Value::Null).0, "InvalidState");
 
     let dom = c.ok("query-domain", Value::Null);
-    assert_eq!(dom["name"], "default_demo");
+    assert_eq!(dom["name"], launcher.domain_name().as_str());
     assert_eq!(dom["state"], "Running");
     assert_eq!(dom["uuid"].as_str().unwrap().len(), 36);
     assert!(
         dom["xml"]
             .as_str()
             .unwrap()
-            .contains("<name>default_demo</name>")
+            .contains(&format!("<name>{}</name>", launcher.domain_name()))
     );
     assert!(dom["spec"].is_object());
     let stats = c.ok("query-stats", Value::Null);
-    assert_eq!(stats["domain"], "default_demo");
+    assert_eq!(stats["domain"], launcher.domain_name().as_str());
     assert_eq!(stats["stats"]["state.state"], 1);
 
     assert_eq!(c.ok("reboot", Value::Null)["mode"], "acpi");
@@ -410,15 +421,18 @@ fn bad_flags_exit_2_naming_the_flag() {
             "--vmi /nonexistent.json",
         ),
     ] {
-        let out = Command::new(BIN).args(&args).output().unwrap();
+        let out = Command::new(launcher_bin()).args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
-    let help = Command::new(BIN).arg("--help").output().unwrap();
+    let help = Command::new(launcher_bin()).arg("--help").output().unwrap();
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).contains("--grace-period-seconds"));
-    let version = Command::new(BIN).arg("--version").output().unwrap();
+    let version = Command::new(launcher_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),
         format!("virt-launcher {}", env!("CARGO_PKG_VERSION"))
@@ -432,14 +446,13 @@ fn unusable_directory_exits_3_naming_the_path() {
     let mut launcher = Launcher::start_in(
         tree,
         &[
-            "--connect",
-            "test:///default",
-            "--name",
-            "a",
-            "--namespace",
-            "b",
-        ]
-        .map(String::from),
+            "--connect".into(),
+            test_uri(),
+            "--name".into(),
+            unique_name("a"),
+            "--namespace".into(),
+            "b".into(),
+        ],
     );
     assert_eq!(launcher.wait_exit(T), 3);
     let log = launcher.log_text();
@@ -479,12 +492,13 @@ fn unreachable_libvirt_exits_4_after_retrying() {
 fn standalone_vmi_is_synced_at_start() {
     let tree = TempTree::new("standalone");
     let vmi_path = tree.path("vmi.json");
-    fs::write(&vmi_path, demo_vmi().to_string()).unwrap();
+    let name = unique_name("demo");
+    fs::write(&vmi_path, demo_vmi_named(&name, "default").to_string()).unwrap();
     let mut launcher = Launcher::start_in(
         tree,
         &[
             "--connect".into(),
-            "test:///default".into(),
+            test_uri(),
             "--vmi".into(),
             vmi_path.to_string_lossy().into_owned(),
         ],
@@ -495,7 +509,7 @@ fn standalone_vmi_is_synced_at_start() {
     loop {
         let status = c.ok("query-status", Value::Null);
         if status["domain"]["state"] == "Running" {
-            assert_eq!(status["vmi"], "default/demo");
+            assert_eq!(status["vmi"], format!("default/{name}").as_str());
             break;
         }
         assert!(Instant::now() < deadline, "{status}");
@@ -507,14 +521,14 @@ fn standalone_vmi_is_synced_at_start() {
 fn standalone_vmi_that_cannot_sync_exits_8() {
     let tree = TempTree::new("standalone-bad");
     let vmi_path = tree.path("vmi.json");
-    let mut vmi = demo_vmi();
+    let mut vmi = demo_vmi_named(&unique_name("demo"), "default");
     vmi["spec"]["domain"]["cpu"]["cores"] = json!("many");
     fs::write(&vmi_path, vmi.to_string()).unwrap();
     let mut launcher = Launcher::start_in(
         tree,
         &[
             "--connect".into(),
-            "test:///default".into(),
+            test_uri(),
             "--vmi".into(),
             vmi_path.to_string_lossy().into_owned(),
         ],
@@ -565,7 +579,7 @@ fn bad_vmi_is_invalid_argument_with_its_path_and_nothing_is_defined() {
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut c = launcher.client();
-    let mut vmi = demo_vmi();
+    let mut vmi = launcher.demo_vmi();
     vmi["spec"]["domain"]["devices"]["disks"] = json!([{"name": "d", "disk": {"bus": "foo"}}]);
     vmi["spec"]["volumes"] = json!([{"name": "d", "emptyDisk": {"capacity": "1Gi"}}]);
     let (class, desc) = c.err_class("sync", json!({"vmi": vmi}));
@@ -574,7 +588,7 @@ fn bad_vmi_is_invalid_argument_with_its_path_and_nothing_is_defined() {
         desc.contains("spec.domain.devices.disks[0].disk.bus"),
         "{desc}"
     );
-    let mut other = demo_vmi();
+    let mut other = launcher.demo_vmi();
     other["metadata"]["name"] = json!("someone-else");
     let (class, desc) = c.err_class("sync", json!({"vmi": other}));
     assert_eq!(class, "InvalidArgument");
@@ -630,7 +644,7 @@ fn lenient_vmi_shapes_are_invalid_argument_with_their_path() {
         ),
     ];
     for (pointer, value, expected) in cases {
-        let mut vmi = demo_vmi();
+        let mut vmi = launcher.demo_vmi();
         *vmi.pointer_mut(pointer)
             .unwrap_or_else(|| panic!("demo VMI has no {pointer}")) = value;
         let (class, desc) = c.err_class("sync", json!({"vmi": vmi}));
@@ -717,9 +731,9 @@ fn every_request_is_answered_even_when_it_ends_the_launcher() {
 
 #[test]
 fn the_vmis_grace_period_applies_unless_the_flag_sets_one() {
-    let mut vmi = demo_vmi();
-    vmi["spec"]["terminationGracePeriodSeconds"] = json!(12);
     let mut launcher = Launcher::start_test(&[]);
+    let mut vmi = launcher.demo_vmi();
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(12);
     launcher.wait_ready(T);
     let mut w = launcher.client();
     w.ok("subscribe", json!({"events": ["SHUTDOWN_STARTED"]}));
@@ -730,6 +744,8 @@ fn the_vmis_grace_period_applies_unless_the_flag_sets_one() {
     assert_eq!(launcher.wait_exit(T), 0);
 
     let mut launcher = Launcher::start_test(&["--grace-period-seconds", "3"]);
+    let mut vmi = launcher.demo_vmi();
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(12);
     launcher.wait_ready(T);
     let mut w = launcher.client();
     w.ok("subscribe", json!({"events": ["SHUTDOWN_STARTED"]}));
@@ -871,4 +887,39 @@ fn migrate_on_the_test_driver_is_unavailable_up_front() {
         c.ok("query-migration", Value::Null)["migration"],
         Value::Null
     );
+}
+
+#[test]
+fn test_default_runs_in_process_on_virt_and_is_refused_at_once_on_wire() {
+    let backend = expected_backend()
+        .expect("VL_LAUNCHER_BIN is set: say its backend with VL_LAUNCHER_BACKEND");
+    let mut launcher = Launcher::start_in(
+        TempTree::new("in-process"),
+        &[
+            "--connect".into(),
+            "test:///default".into(),
+            "--name".into(),
+            unique_name("a"),
+            "--namespace".into(),
+            "b".into(),
+        ],
+    );
+    match backend.as_str() {
+        // No libvirt library, so no in-process driver: exit 4 without
+        // retrying, saying what to use instead.
+        "wire" => {
+            let began = Instant::now();
+            assert_eq!(launcher.wait_exit(T), 4);
+            assert!(began.elapsed() < Duration::from_secs(5));
+            let log = launcher.log_text();
+            assert!(log.contains("use test+unix:///default"), "{log}");
+            assert!(!launcher.sockets_dir().join("launcher-sock").exists());
+        }
+        "virt" => {
+            launcher.wait_ready(T);
+            let client = launcher.client();
+            assert_eq!(client.hello["hello"]["backend"], "virt");
+        }
+        other => panic!("unknown backend {other}"),
+    }
 }

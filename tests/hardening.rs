@@ -170,7 +170,7 @@ fn vv_traces_every_request_reply_and_libvirt_call_and_rust_log_wins() {
     let mut launcher = Launcher::start_in_env(TempTree::new("trace"), &test_args(&["-vv"]), None);
     launcher.wait_ready(T);
     let mut client = launcher.client();
-    client.ok("sync", json!({ "vmi": demo_vmi() }));
+    client.ok("sync", json!({ "vmi": launcher.demo_vmi() }));
     client.ok("pause", Value::Null);
     launcher.signal("TERM");
     assert_eq!(launcher.wait_exit(T), 0);
@@ -591,27 +591,8 @@ fn mode_of(path: &std::path::Path) -> u32 {
 /// Starts a launcher under `umask 000`, as a careless service manager
 /// might run it.
 fn start_with_umask_000(tree: TempTree, args: &[String]) -> Launcher {
-    let log = tree.path("launcher.log");
-    let log_file = fs::File::create(&log).unwrap();
-    let mut full = dir_flags(&tree);
-    full.extend(args.iter().cloned());
-    let child = Command::new("sh")
-        .arg("-c")
-        .arg("umask 000; exec \"$0\" \"$@\"")
-        .arg(BIN)
-        .args(&full)
-        .env("RUST_LOG", "debug")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log_file)
-        .spawn()
-        .unwrap();
-    Launcher {
-        child,
-        tree,
-        log,
-        status: None,
-    }
+    let wrapper = ["sh", "-c", "umask 000; exec \"$0\" \"$@\""].map(String::from);
+    Launcher::start_wrapped(tree, &wrapper, args, Some("debug"))
 }
 
 #[test]

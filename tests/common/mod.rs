@@ -20,9 +20,57 @@ pub mod unprivileged;
 
 use serde_json::{Value, json};
 
+/// The binary cargo built for these tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_virt-launcher");
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The launcher binary under test: `VL_LAUNCHER_BIN` (e.g. the static
+/// musl build), else the one cargo built.
+pub fn launcher_bin() -> PathBuf {
+    match std::env::var_os("VL_LAUNCHER_BIN").filter(|v| !v.is_empty()) {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(BIN),
+    }
+}
+
+/// The backend the binary under test should report: `VL_LAUNCHER_BACKEND`,
+/// else, for cargo's own binary, the one its features select. `None` for
+/// another binary whose backend was not stated.
+pub fn expected_backend() -> Option<String> {
+    if let Ok(backend) = std::env::var("VL_LAUNCHER_BACKEND") {
+        return Some(backend);
+    }
+    if std::env::var_os("VL_LAUNCHER_BIN").is_some_and(|v| !v.is_empty()) {
+        return None;
+    }
+    let wire = cfg!(feature = "wire") || !cfg!(feature = "virt");
+    Some(if wire { "wire" } else { "virt" }.to_string())
+}
+
+/// libvirt's test driver as the tests reach it: `VL_TEST_URI`, else the
+/// in-process `test:///default`. The wire backend needs
+/// `test+unix:///default` (the test driver served by the host's libvirtd),
+/// whose state every connection to that daemon shares: hence
+/// `unique_name`.
+pub fn test_uri() -> String {
+    std::env::var("VL_TEST_URI")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| IN_PROCESS_TEST_URI.to_string())
+}
+
+/// libvirt's in-process test driver (the `virt` backend only).
+pub const IN_PROCESS_TEST_URI: &str = "test:///default";
+
+/// A VMI name no other test (of this process or another) uses.
+pub fn unique_name(stem: &str) -> String {
+    format!(
+        "{stem}-{}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
 
 /// A fresh directory tree under the system temp dir, removed on drop.
 pub struct TempTree {
@@ -73,17 +121,28 @@ pub struct Launcher {
     pub tree: TempTree,
     pub log: PathBuf,
     pub status: Option<ExitStatus>,
+    /// The VMI's name and namespace, as given with --name/--namespace.
+    pub name: String,
+    pub namespace: String,
 }
 
 impl Launcher {
-    /// Starts a launcher on test:///default for VMI default/demo with
-    /// `extra` flags.
+    /// Starts a launcher on the test driver (`test_uri()`) with `extra`
+    /// flags, for the VMI default/demo on the in-process driver (each
+    /// launcher has its own), default/demo-<unique> on a daemon's driver
+    /// (shared by every test): [`Launcher::demo_vmi`] is its VMI either way.
     pub fn start_test(extra: &[&str]) -> Launcher {
+        let uri = test_uri();
+        let name = if uri == IN_PROCESS_TEST_URI {
+            "demo".to_string()
+        } else {
+            unique_name("demo")
+        };
         let mut args: Vec<String> = vec![
             "--connect".into(),
-            "test:///default".into(),
+            uri,
             "--name".into(),
-            "demo".into(),
+            name,
             "--namespace".into(),
             "default".into(),
             "--uid".into(),
@@ -116,8 +175,22 @@ impl Launcher {
     }
 
     /// The general case: `wrapper` (or nothing), `RUST_LOG`, and the
-    /// (uid, gid) to run as (`None`: the test's own user).
+    /// (uid, gid) to run as (`None`: the test's own user), running the
+    /// binary under test ([`launcher_bin`]).
     pub fn start_with(
+        tree: TempTree,
+        wrapper: &[String],
+        args: &[String],
+        rust_log: Option<&str>,
+        user: Option<(u32, u32)>,
+    ) -> Launcher {
+        Launcher::start_binary(&launcher_bin(), tree, wrapper, args, rust_log, user)
+    }
+
+    /// Like [`Launcher::start_with`], running the binary at `bin` (the
+    /// benchmarks run two builds side by side).
+    pub fn start_binary(
+        bin: &Path,
         tree: TempTree,
         wrapper: &[String],
         args: &[String],
@@ -126,14 +199,23 @@ impl Launcher {
     ) -> Launcher {
         let log = tree.path("launcher.log");
         let log_file = fs::File::create(&log).expect("create log");
+        let flag = |name: &str| {
+            args.iter()
+                .position(|a| a == name)
+                .and_then(|i| args.get(i + 1))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (name, namespace) = (flag("--name"), flag("--namespace"));
         let mut full = dir_flags(&tree);
         full.extend(args.iter().cloned());
+        let bin = bin.to_string_lossy().into_owned();
         let (program, mut argv) = match wrapper.split_first() {
             Some((first, rest)) => (first.clone(), rest.to_vec()),
-            None => (BIN.to_string(), Vec::new()),
+            None => (bin.clone(), Vec::new()),
         };
         if !wrapper.is_empty() {
-            argv.push(BIN.to_string());
+            argv.push(bin);
         }
         argv.extend(full);
         let mut command = Command::new(program);
@@ -157,7 +239,24 @@ impl Launcher {
             tree,
             log,
             status: None,
+            name,
+            namespace,
         }
+    }
+
+    /// `namespace/name`, as the launcher reports its VMI.
+    pub fn vmi_ref(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The libvirt domain's name, `namespace_name`.
+    pub fn domain_name(&self) -> String {
+        format!("{}_{}", self.namespace, self.name)
+    }
+
+    /// The demo VMI under this launcher's name and namespace.
+    pub fn demo_vmi(&self) -> Value {
+        demo_vmi_named(&self.name, &self.namespace)
     }
 
     pub fn sockets_dir(&self) -> PathBuf {
@@ -518,13 +617,19 @@ pub fn named(name: &str) -> impl Fn(&Value) -> bool {
     move |e| e["event"] == name.as_str()
 }
 
+/// The demo VMI, default/demo, as [`Launcher::start_test`] names it on
+/// the in-process test driver.
+pub fn demo_vmi() -> Value {
+    demo_vmi_named("demo", "default")
+}
+
 /// A small VMI for the test driver: no files needed beyond what the
 /// launcher creates.
-pub fn demo_vmi() -> Value {
+pub fn demo_vmi_named(name: &str, namespace: &str) -> Value {
     json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",
-        "metadata": {"name": "demo", "namespace": "default"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "domain": {
                 "cpu": {"cores": 1},

@@ -1,0 +1,194 @@
+//! Both backends side by side on the same running guest: the `virt`
+//! backend (libvirt's C library) and the `wire` backend (libvirt's RPC
+//! protocol spoken directly) must give the launcher the same values, so
+//! that `query-stats`, `query-migration` and the guest-info commands give
+//! the same JSON whichever backend a binary was built with.
+
+mod common;
+
+use std::sync::Once;
+use std::time::Duration;
+
+use common::guest::*;
+use common::*;
+use crossbeam_channel::{Receiver, unbounded};
+use serde_json::{Value, json};
+use virt_launcher::hypervisor::libvirt::LibvirtHypervisor;
+use virt_launcher::hypervisor::wire::backend::WireHypervisor;
+use virt_launcher::hypervisor::{
+    GuestInfoKind, Hypervisor, HypervisorErrorKind, HypervisorEvent, LifecycleEvent, Stat,
+};
+
+/// libvirt's event loop, once per test process (the virt backend needs it
+/// for events and keepalive).
+fn start_libvirt_event_loop() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        virt::error::clear_error_callback();
+        virt_launcher::hypervisor::event_loop::register().expect("register the event loop");
+        let (fatal, _) = unbounded();
+        let running = virt_launcher::hypervisor::event_loop::spawn(&fatal).expect("event loop");
+        running
+            .recv_timeout(Duration::from_secs(10))
+            .expect("event loop runs");
+    });
+}
+
+/// The JSON type of a value, as a client decoding it would see it.
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_u64() => "unsigned",
+        Value::Number(n) if n.is_i64() => "signed",
+        Value::Number(_) => "float",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Same names, in the same order, with the same JSON types; values equal
+/// except for `moving` names (counters that advance between two calls).
+fn assert_same(what: &str, a: &[Stat], b: &[Stat], moving: impl Fn(&str) -> bool) {
+    let names = |s: &[Stat]| s.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(a), names(b), "{what}: names differ");
+    for ((name, va), (_, vb)) in a.iter().zip(b) {
+        assert_eq!(
+            json_type(va),
+            json_type(vb),
+            "{what}: {name} is {va} on virt, {vb} on wire"
+        );
+        if !moving(name) {
+            assert_eq!(va, vb, "{what}: {name}");
+        }
+    }
+}
+
+fn next_lifecycle(rx: &Receiver<HypervisorEvent>) -> LifecycleEvent {
+    loop {
+        match rx.recv_timeout(STEP) {
+            Ok(HypervisorEvent::Lifecycle(e)) => return e,
+            Ok(_) => continue,
+            Err(e) => panic!("no lifecycle event: {e}"),
+        }
+    }
+}
+
+#[test]
+fn both_backends_give_the_same_values_on_the_same_guest() {
+    let opts = GuestOptions::new("twins");
+    let mut booted = boot(TempTree::new("backends"), &opts, &[]);
+    let uri = booted.client.ok("query-status", Value::Null)["libvirt"]["uri"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let domain = "e2e_twins";
+
+    start_libvirt_event_loop();
+    let (virt_tx, virt_events) = unbounded();
+    let virt = LibvirtHypervisor::connect(&uri, domain, virt_tx).expect("virt backend");
+    let (wire_tx, wire_events) = unbounded();
+    let wire = WireHypervisor::connect(&uri, domain, wire_tx).expect("wire backend");
+
+    let (vi, wi) = (virt.info(), wire.info());
+    assert_eq!((vi.backend, wi.backend), ("virt", "wire"));
+    assert_eq!(vi.driver, wi.driver);
+    assert_eq!(vi.daemon_version, wi.daemon_version);
+    assert_eq!(vi.hypervisor_version, wi.hypervisor_version);
+    assert_eq!(wi.library_version, None);
+
+    assert_eq!(virt.domain_status(domain), wire.domain_status(domain));
+    assert_eq!(virt.domain_status("e2e_nobody"), Ok(None));
+    assert_eq!(wire.domain_status("e2e_nobody"), Ok(None));
+    assert_eq!(virt.domain_xml(domain), wire.domain_xml(domain));
+    assert_eq!(virt.migratable_xml(domain), wire.migratable_xml(domain));
+
+    // query-stats: the bulk statistics.
+    let moving = |name: &str| {
+        name.starts_with("cpu.")
+            || name.ends_with(".time")
+            || name.contains(".rd.")
+            || name.contains(".wr.")
+            || name.contains(".fl.")
+            || name.contains(".rx.")
+            || name.contains(".tx.")
+            || name.starts_with("balloon.")
+            || name.ends_with(".allocation")
+            || name.ends_with(".wait")
+            || name.ends_with(".delay")
+    };
+    let (a, b) = (virt.stats(domain).unwrap(), wire.stats(domain).unwrap());
+    assert!(a.len() > 10, "{a:?}");
+    assert_same("stats", &a, &b, moving);
+
+    // The guest-info commands: everything the agent reports.
+    let all = [
+        GuestInfoKind::Users,
+        GuestInfoKind::Os,
+        GuestInfoKind::Timezone,
+        GuestInfoKind::Hostname,
+        GuestInfoKind::Filesystems,
+        GuestInfoKind::Interfaces,
+    ];
+    let (a, b) = (
+        virt.guest_info(domain, &all).unwrap(),
+        wire.guest_info(domain, &all).unwrap(),
+    );
+    assert!(
+        a.iter().any(|(n, v)| n == "hostname" && v == "twins"),
+        "{a:?}"
+    );
+    assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
+    for kinds in all.map(|k| [k]) {
+        let (a, b) = (
+            virt.guest_info(domain, &kinds).unwrap(),
+            wire.guest_info(domain, &kinds).unwrap(),
+        );
+        assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
+    }
+    let command = r#"{"execute":"guest-info"}"#;
+    assert_eq!(
+        virt.agent_command(domain, command, Duration::from_secs(5)),
+        wire.agent_command(domain, command, Duration::from_secs(5))
+    );
+
+    // query-migration: job statistics, with and without a job.
+    let (a, b) = (
+        virt.job_stats(domain, false).unwrap(),
+        wire.job_stats(domain, false).unwrap(),
+    );
+    assert_eq!(a, vec![("type".to_string(), json!(0))]);
+    assert_eq!(a, b);
+    let (a, b) = (virt.job_stats(domain, true), wire.job_stats(domain, true));
+    assert_eq!(a.map_err(|e| e.kind), b.map_err(|e| e.kind));
+
+    // The same refusals, with libvirt's own words.
+    for (a, b) in [
+        (virt.abort_job(domain), wire.abort_job(domain)),
+        (
+            virt.migrate_start_post_copy(domain),
+            wire.migrate_start_post_copy(domain),
+        ),
+    ] {
+        let (a, b) = (a.unwrap_err(), b.unwrap_err());
+        assert_eq!(a.kind, HypervisorErrorKind::InvalidOperation, "{a}");
+        assert_eq!(
+            (a.kind, a.operation, &a.message),
+            (b.kind, b.operation, &b.message)
+        );
+    }
+
+    // Both hear the same events when the launcher pauses and resumes.
+    booted.client.ok("pause", Value::Null);
+    assert_eq!(next_lifecycle(&virt_events), next_lifecycle(&wire_events));
+    let (a, b) = (virt.domain_status(domain), wire.domain_status(domain));
+    assert_eq!(a, b);
+    booted.client.ok("unpause", Value::Null);
+    assert_eq!(next_lifecycle(&virt_events), next_lifecycle(&wire_events));
+    wire.sync_guest_time(domain).unwrap();
+    virt.sync_guest_time(domain).unwrap();
+
+    booted.client.ok("kill", Value::Null);
+    assert_eq!(booted.launcher.wait_exit(STEP), 0);
+}

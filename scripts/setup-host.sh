@@ -71,6 +71,7 @@ man                man-db                man --version
 gzip               gzip                  gzip --version
 dpkg-deb           dpkg                  dpkg-deb --version
 ldd                libc-bin              ldd --version
+file               file                  file --version
 TABLE
 )
 # Not in the table: passt. Nothing here needs it (pod networking uses taps,
@@ -209,3 +210,33 @@ done
 # starts from the cache.
 virsh -c qemu:///system domcapabilities --virttype qemu >/dev/null
 echo "setup-host: libvirt $(virsh -c qemu:///system version --daemon | sed -n 's/.*daemon: //p' | head -1), $(qemu-system-x86_64 --version | head -1)"
+
+# libvirtd's test driver over its socket (test+unix:///default): the static
+# (wire backend) binary runs the daemon suite and scripts/smoke.sh on it.
+virsh -c test+unix:///default version >/dev/null ||
+    { echo "setup-host: libvirtd does not serve test+unix:///default" >&2; exit 1; }
+
+# The static build (scripts/build-static.sh, run by scripts/test.sh): Rust's
+# x86_64-unknown-linux-musl target, added with rustup for the toolchain
+# cargo runs. It brings its own musl C library and start files, and no
+# dependency of the wire build compiles C, so musl-tools (musl-gcc) is not
+# needed; gcc links. Checked by building and running a static executable.
+MUSL_TARGET=x86_64-unknown-linux-musl
+if ! type -P rustup >/dev/null; then
+    echo "setup-host: rustup not found; install Rust with rustup (README) to build the static binary" >&2
+    exit 1
+fi
+if ! rustup target list --installed | grep -qx "$MUSL_TARGET"; then
+    echo "setup-host: adding the Rust target $MUSL_TARGET"
+    rustup target add "$MUSL_TARGET" >/dev/null
+fi
+printf 'fn main() { println!("static ok"); }\n' >"$SETUP_TMP/static.rs"
+if ! rustc --edition 2021 --target "$MUSL_TARGET" -C target-feature=+crt-static \
+        -C relocation-model=static -o "$SETUP_TMP/static" "$SETUP_TMP/static.rs" 2>"$SETUP_TMP/rustc.err" ||
+    [ "$("$SETUP_TMP/static")" != "static ok" ] ||
+    ! file -b "$SETUP_TMP/static" | grep -q "statically linked"; then
+    cat "$SETUP_TMP/rustc.err" >&2
+    echo "setup-host: rustc cannot build a static $MUSL_TARGET executable ($(file -b "$SETUP_TMP/static" 2>&1))" >&2
+    exit 1
+fi
+echo "setup-host: $MUSL_TARGET builds static executables; libvirtd serves test+unix:///default"

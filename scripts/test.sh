@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests, the daemon on libvirt's test driver, the
 # end-to-end tests that boot the test guest under real libvirt and QEMU,
-# and the socat smoke tours. Needs the host set-up (scripts/setup-host.sh,
-# which .ci/run runs first).
+# and the socat smoke tours; then the same real suites again with the
+# static musl binary (wire backend, scripts/build-static.sh). Needs the host
+# set-up (scripts/setup-host.sh, which .ci/run runs first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
@@ -48,4 +49,32 @@ cargo build --release --locked
 bin=${CARGO_TARGET_DIR:-target}/release/virt-launcher
 scripts/smoke.sh "$bin"
 scripts/smoke-qemu.sh "$bin"
+echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - started )) s"
+
+# The static binary (wire backend: no libvirt library). The daemon suite
+# and the smoke tour run on the test driver served by the host's libvirtd
+# (test+unix:///default); the real-QEMU scenarios below cover the wire
+# backend's calls on a real guest: spawned daemons' private sockets and the
+# host's libvirtd, events and the agent, a daemon killed and reconnected, a
+# live migration. (tests/backends.rs, in the first pass, compares both
+# backends call by call on one guest.) VL_STATIC_SUITES=all runs the whole
+# qemu, agent and migration suites with it instead of this selection.
+wire_started=$(date +%s)
+static=$(scripts/build-static.sh)
+export VL_LAUNCHER_BIN=$static VL_LAUNCHER_BACKEND=wire
+VL_TEST_URI=test+unix:///default cargo test --locked --test daemon -- --test-threads=2
+VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
+if [ "${VL_STATIC_SUITES:-}" = all ]; then
+    cargo test --locked --test qemu --test agent --test migration -- --test-threads=2
+else
+    cargo test --locked --test qemu --test agent --test migration -- --test-threads=2 --exact \
+        boots_connects_the_agent_reports_stats_and_pauses \
+        runs_on_the_hosts_libvirt_daemon_without_spawning_one \
+        a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops \
+        reports_what_the_guest_really_has_and_runs_guest_commands \
+        a_running_guest_moves_to_another_launcher_and_keeps_running
+fi
+scripts/smoke-qemu.sh "$static"
+unset VL_LAUNCHER_BIN VL_LAUNCHER_BACKEND
+echo "test.sh: the static (wire backend) binary passed in $(( $(date +%s) - wire_started )) s"
 echo "test.sh: all tests passed in $(( $(date +%s) - started )) s"

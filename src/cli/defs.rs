@@ -271,7 +271,7 @@ pub static FLAGS: &[FlagSpec] = &[
         },
         default: None,
         default_doc: Some("qemu:///system as root, qemu:///session otherwise"),
-        help: "libvirt connection URI. test:///default is libvirt's in-process test driver, which needs no daemon. Ignored with --spawn-libvirt.",
+        help: "libvirt connection URI. test:///default is libvirt's in-process test driver, which needs no daemon; the static (wire) build reaches the test driver of a running libvirtd as test+unix:///default instead. Ignored with --spawn-libvirt.",
     },
     value_flag!(
         "qemu-timeout",

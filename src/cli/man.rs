@@ -219,6 +219,23 @@ command.
 With \fB\-\-connect test:///default\fR the launcher uses libvirt's
 in\-process test driver, which needs no daemon and runs no guest: useful for
 trying the protocol.
+.SS Backends
+Two builds of the launcher talk to libvirt in two ways; the command socket's
+greeting and \fBquery\-version\fR say which one runs (\fBbackend\fR). The
+default build (\fBvirt\fR) links libvirt's client library. The static build
+(\fBwire\fR: one x86_64 musl executable without shared libraries, made by
+\fIscripts/build\-static.sh\fR) speaks libvirt's RPC protocol itself over the
+daemon's unix socket. It reaches \fBqemu:///system\fR
+(\fI/run/libvirt/virtqemud\-sock\fR, else \fIlibvirt\-sock\fR),
+\fBqemu:///session\fR (the same names under
+\fI$XDG_RUNTIME_DIR/libvirt\fR), the daemons of \fB\-\-spawn\-libvirt\fR,
+any of these with \fB?socket=\fR\fIPATH\fR, and \fBtest+unix:///default\fR,
+libvirt's test driver served by a running libvirtd. It cannot run the
+in\-process \fBtest:///default\fR and exits with status 4 saying to use
+\fBtest+unix:///default\fR. It probes the daemon with a keepalive after 5 s
+of silence and declares the connection lost after 5 unanswered probes, as
+libvirt's client does; the launcher then reconnects, leaving the guest
+running.
 "#;
 
 const OPTIONS_TEXT: &str = r#"A flag's value follows it as the next argument (\fB\-\-name vm1\fR) or
@@ -409,8 +426,14 @@ ignored: a level (\fBwarn\fR, \fBdebug\fR) or comma\-separated
 env_logger crate reads them.
 .TP
 \fBLIBVIRT_LOG_FILTERS\fR, \fBLIBVIRT_LOG_OUTPUTS\fR
-Read by the libvirt client library; \fB\-\-libvirt\-log\-filters\fR sets the
-first.
+Read by the libvirt client library of the \fBvirt\fR build;
+\fB\-\-libvirt\-log\-filters\fR sets the first. The \fBwire\fR build has no
+client library; the flag still configures the daemons of
+\fB\-\-spawn\-libvirt\fR.
+.TP
+\fBXDG_RUNTIME_DIR\fR, \fBHOME\fR
+Where the \fBwire\fR build looks for a session daemon's socket
+(\fB$XDG_RUNTIME_DIR/libvirt\fR, else \fB$HOME/.cache/libvirt\fR).
 "#;
 
 const EXAMPLES_TEXT: &str = r#".SH EXAMPLES

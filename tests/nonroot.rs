@@ -549,3 +549,34 @@ fn a_tap_the_user_may_not_open_is_refused_at_sync() {
     launcher.signal("TERM");
     assert_eq!(launcher.wait_exit(STEP), 0);
 }
+
+#[test]
+fn without_spawn_libvirt_a_nonroot_launcher_uses_the_users_session_daemon() {
+    let user = TestUser::create("u");
+    let tree = TempTree::new("nr-session");
+    user.give(&tree.root);
+    // The user has no session daemon, and libvirt is told not to start
+    // one: the launcher tries qemu:///session, then says so (exit 4).
+    let wrapper: Vec<String> = [
+        "env",
+        "LIBVIRT_AUTOSTART=0",
+        "HOME=/nonexistent",
+        "XDG_RUNTIME_DIR=/nonexistent",
+    ]
+    .map(String::from)
+    .to_vec();
+    let args = ["--name", "nrsession", "--namespace", "e2e"].map(String::from);
+    let mut launcher = Launcher::start_with(
+        tree,
+        &wrapper,
+        &args,
+        Some("info"),
+        Some((user.uid, user.gid)),
+    );
+    assert_eq!(launcher.wait_exit(Duration::from_secs(60)), 4);
+    let log = launcher.log_text();
+    assert!(
+        log.contains("cannot connect to libvirt at qemu:///session after"),
+        "{log}"
+    );
+}

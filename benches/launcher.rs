@@ -6,8 +6,10 @@
 //! agent, SIGTERM, poll cost), `migration`, `reconnect` (libvirt
 //! reconnects under --spawn-libvirt), `exit` (SIGTERM -> exit on the
 //! test driver, `kill` -> exit on the real guest), `sigkill` (a killed
-//! launcher's tree gone) and `hotplug` (sync of a running guest: the
-//! unchanged re-sync, a disk plugged in). Pass section names to run only
+//! launcher's tree gone), `hotplug` (sync of a running guest: the
+//! unchanged re-sync, a disk plugged in) and `nonroot` (start -> ready of
+//! --spawn-libvirt as an unprivileged user beside root, and
+//! `virt-launcher probe` exec -> exit). Pass section names to run only
 //! those; `conversion` runs the conversion and ISO figures alone.
 
 #[path = "../tests/common/mod.rs"]
@@ -20,6 +22,8 @@ mod exit;
 mod hotplug;
 #[path = "sections/iso9660.rs"]
 mod iso9660;
+#[path = "sections/nonroot.rs"]
+mod nonroot;
 #[path = "sections/reconnect.rs"]
 mod reconnect;
 #[path = "sections/sigkill.rs"]
@@ -68,6 +72,9 @@ fn main() {
     }
     if run("reconnect") {
         reconnect::reconnect();
+    }
+    if run("nonroot") {
+        nonroot::nonroot();
     }
     if run("exit") {
         exit::exit_figures();

@@ -2,10 +2,10 @@
 # Prints the launcher's figures (no pass/fail): start-up, round trips,
 # memory, conversion time, binary size, and on real QEMU the sync, agent,
 # SIGTERM and poll figures, migration hops, reconnects, exit times, how
-# soon a SIGKILLed launcher's processes are gone, and sync of a running
-# guest (re-sync, hotplugged disk). A section name runs only that section:
-# `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`, `exit`,
-# `sigkill` or `hotplug`. The real-QEMU sections need the host set-up
+# soon a SIGKILLed launcher's processes are gone, sync of a running guest
+# (re-sync, hotplugged disk) and non-root mode. A section name runs only
+# that section: `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`,
+# `exit`, `sigkill`, `hotplug` or `nonroot`. The real-QEMU sections need the host set-up
 # (scripts/setup-host.sh) and build the test guest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,0 +1,126 @@
+//! Non-root mode and the probe subcommand (issue 15): start -> ready of a
+//! launcher with its own daemons, as root and as an unprivileged user made
+//! for the bench; and `virt-launcher probe` from exec to exit against a
+//! booted guest whose agent is connected, run as that user, beside the
+//! binary's bare exec (`--version`), which is the floor.
+
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::common::guest::{GuestOptions, boot_as};
+use super::common::unprivileged::TestUser;
+use super::common::{BIN, Launcher, TempTree};
+
+const RUNS: usize = 10;
+const EXECS: usize = 50;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// p50 and max of `samples`, in ms.
+fn summary(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    (
+        ms(samples[samples.len() / 2]),
+        ms(samples[samples.len() - 1]),
+    )
+}
+
+/// exec -> launcher-sock accepts, for a launcher with --spawn-libvirt.
+fn start_to_ready(user: Option<&TestUser>) -> Vec<Duration> {
+    (0..RUNS)
+        .map(|_| {
+            let tree = TempTree::new("bench-nr-start");
+            let args: Vec<String> = ["--spawn-libvirt", "--name", "b", "--namespace", "bench"]
+                .map(String::from)
+                .to_vec();
+            let started = Instant::now();
+            let mut launcher = match user {
+                Some(user) => Launcher::start_as(user, tree, &args),
+                None => Launcher::start_in(tree, &args),
+            };
+            let socket = launcher.ready_socket();
+            while UnixStream::connect(&socket).is_err() {
+                if let Ok(Some(status)) = launcher.child.try_wait() {
+                    panic!("launcher exited ({status}): {}", launcher.log_text());
+                }
+                assert!(started.elapsed() < Duration::from_secs(60));
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            let took = started.elapsed();
+            launcher.signal("TERM");
+            launcher.wait_exit(Duration::from_secs(30));
+            took
+        })
+        .collect()
+}
+
+/// exec -> exit of `binary ARGS`, run as `user`, `EXECS` times; every run
+/// must exit 0.
+fn exec_times(binary: &Path, args: &[&str], user: &TestUser) -> Vec<Duration> {
+    (0..EXECS)
+        .map(|_| {
+            let started = Instant::now();
+            let status = Command::new(binary)
+                .args(args)
+                .uid(user.uid)
+                .gid(user.gid)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .status()
+                .expect("run the binary");
+            let took = started.elapsed();
+            assert!(status.success(), "{} {args:?}: {status}", binary.display());
+            took
+        })
+        .collect()
+}
+
+pub fn nonroot() {
+    println!("non-root mode (--spawn-libvirt as an unprivileged user) and the probe subcommand:");
+    let user = TestUser::create("bench");
+    let (root_p50, root_max) = summary(start_to_ready(None));
+    let (user_p50, user_max) = summary(start_to_ready(Some(&user)));
+    println!(
+        "  start -> ready with --spawn-libvirt ({RUNS} runs): root p50 {root_p50:.0} ms (max {root_max:.0}); non-root p50 {user_p50:.0} ms (max {user_max:.0})"
+    );
+
+    let mut g = boot_as(
+        Some(&user),
+        TempTree::new("bench-nr-probe"),
+        &GuestOptions::new("benchprobe"),
+        &[],
+    );
+    let socket = g.launcher.ready_socket();
+    let s = socket.to_str().unwrap_or_default().to_string();
+    let probe = ["probe", "--socket", s.as_str(), "--timeout", "5s"];
+    exec_times(Path::new(BIN), &probe, &user); // warm the page cache
+    let (p50, max) = summary(exec_times(Path::new(BIN), &probe, &user));
+    let (floor, _) = summary(exec_times(Path::new(BIN), &["--version"], &user));
+    println!(
+        "  virt-launcher probe, exec -> exit with a connected agent ({EXECS} runs, as the user): p50 {p50:.1} ms, max {max:.1} ms; \
+         bare exec of the same binary (--version) p50 {floor:.1} ms   [target <= 5 ms]"
+    );
+    // The static build (no libvirt library to load), when it was built.
+    let static_bin = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/x86_64-unknown-linux-musl/static/virt-launcher");
+    if static_bin.exists() {
+        user.assert_can_read(&static_bin);
+        exec_times(&static_bin, &probe, &user);
+        let (p50, max) = summary(exec_times(&static_bin, &probe, &user));
+        println!(
+            "  the same with the static build ({}): p50 {p50:.1} ms, max {max:.1} ms",
+            static_bin.display()
+        );
+    } else {
+        println!("  (the static build, scripts/build-static.sh, is not built: no figure for it)");
+    }
+    g.client.ok("kill", Value::Null);
+    g.launcher.wait_exit(Duration::from_secs(60));
+}

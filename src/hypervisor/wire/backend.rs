@@ -601,7 +601,8 @@ impl Hypervisor for WireHypervisor {
         let op = proc::DOMAIN_DEFINE_XML_FLAGS.api;
         let client = self.connection(op)?;
         call(&client, &proc::DOMAIN_DEFINE_XML_FLAGS, |e| {
-            e.string(xml).u32(flags::DOMAIN_DEFINE_VALIDATE);
+            // No VALIDATE flag: see `Hypervisor::define`.
+            e.string(xml).u32(0);
         })
         .map_err(|e| self.error(op, e))
         .and_then(|reply| decode_reply(op, &reply, decode_domain))

@@ -175,7 +175,6 @@ pub mod event_ids {
 
 /// Flags of the calls, under libvirt's names.
 pub mod flags {
-    pub const DOMAIN_DEFINE_VALIDATE: u32 = 1;
     pub const DOMAIN_UNDEFINE_KEEP_NVRAM: u32 = 8;
     pub const DOMAIN_START_PAUSED: u32 = 1;
     pub const DOMAIN_SHUTDOWN_ACPI_POWER_BTN: u32 = 1;

@@ -484,6 +484,7 @@ fn serve(
     };
     // Answer every request already read, and let subscribers receive the
     // final events, before the socket goes.
+    let draining = Instant::now();
     if !shared.in_flight.wait_idle(DRAIN_TIMEOUT) {
         log::warn!("some requests were still unanswered after 2 s");
     }
@@ -491,5 +492,9 @@ fn serve(
         log::warn!("a subscriber did not take its last events within 2 s");
     }
     server::flush_warnings();
+    log::debug!(
+        "replies and events drained in {:.1} ms",
+        draining.elapsed().as_secs_f64() * 1e3
+    );
     Ok(code)
 }

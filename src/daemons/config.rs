@@ -92,32 +92,6 @@ pub fn write_all(
     Ok(())
 }
 
-/// A fresh daemon probes the QEMU binary for seconds before it accepts a
-/// domain; libvirt caches the result. Copying the host's cache (when the
-/// host's daemon has one) saves each launcher that probe; libvirt checks
-/// the cache against the binaries and re-probes if it is stale.
-pub fn seed_capabilities_cache(cache: &Path) {
-    let host = Path::new("/var/cache/libvirt/qemu/capabilities");
-    let Ok(entries) = fs::read_dir(host) else {
-        return;
-    };
-    let target = cache.join("qemu/capabilities");
-    if fs::create_dir_all(&target).is_err() {
-        return;
-    }
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|e| e == "xml")
-            && let Some(name) = path.file_name()
-        {
-            let dest = target.join(name);
-            if !dest.exists() {
-                let _ = fs::copy(&path, dest);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,6 +25,7 @@
 //!   daemons' sockets keep short paths (a Unix socket path has at most
 //!   107 bytes) whatever the launcher's directories are called.
 
+mod capabilities;
 mod config;
 pub mod init;
 mod namespace;
@@ -157,9 +158,23 @@ impl LibvirtDaemons {
             log_filters,
             mode,
         )?;
-        config::seed_capabilities_cache(&runtime_dir.join("cache"));
+        let seeded = capabilities::seed(&runtime_dir.join("cache"));
+        match &seeded.cold {
+            None => log::debug!(
+                "daemons: QEMU capabilities seeded from the host's cache (start on CPU {:?})",
+                seeded.start_cpu
+            ),
+            Some(why) => log::info!(
+                "daemons: {why}; the libvirt daemon probes QEMU before it answers (a few seconds)"
+            ),
+        }
 
-        let mounts = mount_points(&runtime_dir, mode)?;
+        let mut mounts = mount_points(&runtime_dir, mode)?;
+        // The daemons see only the emulator the launcher runs (see
+        // `capabilities`).
+        for emulator in capabilities::hidden_emulators() {
+            mounts.push((PathBuf::from("/dev/null"), emulator));
+        }
         let namespaces = Arc::new(DaemonNamespaces::create(
             &mounts,
             mode == DaemonMode::Session,
@@ -174,8 +189,10 @@ impl LibvirtDaemons {
                 .collect(),
         };
 
+        // Both start at once; the libvirt daemon needs virtlogd only when
+        // it starts a domain.
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
-        let virtlogd = Supervisor::start(
+        let virtlogd = Supervisor::spawn(
             DaemonSpec {
                 name: "virtlogd",
                 binary: virtlogd_bin,
@@ -187,13 +204,13 @@ impl LibvirtDaemons {
                 ],
                 env: env.clone(),
                 notify_socket: notify("virtlogd"),
+                start_cpu: None,
             },
             namespaces.clone(),
-            READY_TIMEOUT,
             fatal,
         )
         .inspect_err(|_| namespaces.end(INIT_TIMEOUT))?;
-        let libvirtd = Supervisor::start(
+        let libvirtd = Supervisor::spawn(
             DaemonSpec {
                 name: daemon.name,
                 binary: daemon.binary.clone(),
@@ -205,12 +222,28 @@ impl LibvirtDaemons {
                 ],
                 env,
                 notify_socket: notify(daemon.name),
+                start_cpu: seeded.start_cpu,
             },
             namespaces.clone(),
-            READY_TIMEOUT,
             fatal,
-        )
-        .inspect_err(|_| {
+        );
+        let libvirtd = match libvirtd {
+            Ok(starting) => starting,
+            Err(e) => {
+                virtlogd.abandon();
+                namespaces.end(INIT_TIMEOUT);
+                return Err(e);
+            }
+        };
+        let virtlogd = match virtlogd.wait_ready(READY_TIMEOUT) {
+            Ok(ready) => ready,
+            Err(e) => {
+                libvirtd.abandon();
+                namespaces.end(INIT_TIMEOUT);
+                return Err(e);
+            }
+        };
+        let libvirtd = libvirtd.wait_ready(READY_TIMEOUT).inspect_err(|_| {
             virtlogd.stop(STOP_GRACE);
             namespaces.end(INIT_TIMEOUT);
         })?;
@@ -228,17 +261,32 @@ impl LibvirtDaemons {
         })
     }
 
-    /// Stops the daemons, the libvirt daemon first (it uses virtlogd).
-    /// A QEMU of theirs still running (its domain's stop went unobserved, or
+    /// Stops the daemons, side by side (QEMU, virtlogd's only writer, is
+    /// gone by then). A QEMU of theirs still running (its domain's stop went unobserved, or
     /// the launcher is giving up) is ended first, with SIGTERM so that it
     /// can flush its disks, as KubeVirt's virt-launcher-monitor does. Last,
     /// the namespace ends, taking anything else left in it (a helper) with
     /// it: nothing the launcher started outlives it.
     pub fn stop(&self) {
-        self.end_leftover_qemu();
-        self.libvirtd.stop(STOP_GRACE);
-        self.virtlogd.stop(STOP_GRACE);
-        self.namespaces.end(INIT_TIMEOUT);
+        let mut steps = Vec::new();
+        let mut time = |name: &'static str, step: &dyn Fn()| {
+            let started = std::time::Instant::now();
+            step();
+            steps.push(format!(
+                "{name} {:.1} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            ));
+        };
+        time("leftover QEMU", &|| self.end_leftover_qemu());
+        // Side by side: virtlogd has nothing left to log once QEMU is gone.
+        time("daemons", &|| {
+            self.libvirtd.ask_to_stop();
+            self.virtlogd.ask_to_stop();
+            self.libvirtd.wait_stopped(STOP_GRACE);
+            self.virtlogd.wait_stopped(STOP_GRACE);
+        });
+        time("namespace", &|| self.namespaces.end(INIT_TIMEOUT));
+        log::debug!("daemons: stopped ({})", steps.join(", "));
     }
 
     /// QEMU processes listed in the daemon's pid files, still alive, by

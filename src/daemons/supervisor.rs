@@ -36,6 +36,9 @@ pub struct DaemonSpec {
     pub env: Vec<(String, String)>,
     /// Where the daemon reports READY=1 (sd_notify protocol).
     pub notify_socket: PathBuf,
+    /// The CPU its first start runs on until it is ready (see
+    /// `capabilities`); then it gets the launcher's CPUs.
+    pub start_cpu: Option<usize>,
 }
 
 impl DaemonSpec {
@@ -59,6 +62,9 @@ impl DaemonSpec {
             .stderr(Stdio::piped());
         if report_ready {
             command.env("NOTIFY_SOCKET", &self.notify_socket);
+            if let Some(cpus) = self.start_cpu.and_then(os::CpuSet::single) {
+                os::before_exec(&mut command, vec![os::BeforeExec::CpuAffinity(cpus)]);
+            }
         }
         let mut child = namespaces.spawn(command)?;
         if let Some(stderr) = child.stderr.take() {
@@ -101,15 +107,23 @@ pub struct Supervisor {
     done_rx: Receiver<()>,
 }
 
+/// A daemon started and not yet ready.
+pub struct Starting {
+    supervisor: Supervisor,
+    notify: UnixDatagram,
+    notify_socket: PathBuf,
+    start_cpu: Option<usize>,
+}
+
 impl Supervisor {
-    /// Starts the daemon in `namespaces`, waits until it reports ready,
-    /// then supervises it.
-    pub fn start(
+    /// Starts the daemon in `namespaces` and supervises it; `wait_ready`
+    /// then waits until it reports ready (so that two daemons start side
+    /// by side).
+    pub fn spawn(
         spec: DaemonSpec,
         namespaces: Arc<DaemonNamespaces>,
-        ready_timeout: Duration,
         fatal: &FatalSender,
-    ) -> Result<Supervisor, String> {
+    ) -> Result<Starting, String> {
         let notify = bind_notify(&spec.notify_socket)?;
         let last_error = Arc::new(Mutex::new(None));
         let child = spec
@@ -135,17 +149,34 @@ impl Supervisor {
             watcher.watch(child)
         })
         .map_err(|e| format!("cannot start the {} supervisor: {e}", spec.name))?;
-        let supervisor = Supervisor {
-            name: spec.name,
-            pid,
-            last_error,
-            restarts,
-            stopping,
-            stop_tx,
-            done_rx,
-        };
-        let ready = wait_ready(&notify, spec.name, ready_timeout);
-        let _ = std::fs::remove_file(&spec.notify_socket);
+        Ok(Starting {
+            supervisor: Supervisor {
+                name: spec.name,
+                pid,
+                last_error,
+                restarts,
+                stopping,
+                stop_tx,
+                done_rx,
+            },
+            notify,
+            notify_socket: spec.notify_socket,
+            start_cpu: spec.start_cpu,
+        })
+    }
+}
+
+impl Starting {
+    /// Waits until the daemon reports ready; stops it if it does not.
+    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, String> {
+        let Starting {
+            supervisor,
+            notify,
+            notify_socket,
+            start_cpu,
+        } = self;
+        let ready = wait_ready(&notify, supervisor.name, timeout);
+        let _ = std::fs::remove_file(&notify_socket);
         if let Err(e) = ready {
             let detail = supervisor
                 .last_error()
@@ -154,9 +185,47 @@ impl Supervisor {
             supervisor.stop(Duration::from_secs(5));
             return Err(format!("{e}{detail}"));
         }
+        if start_cpu.is_some()
+            && let Some(pid) = supervisor.pid()
+        {
+            release_cpu(supervisor.name, pid);
+        }
         Ok(supervisor)
     }
 
+    /// Stops a daemon that will not be waited for (another failed).
+    pub fn abandon(self) {
+        let _ = std::fs::remove_file(&self.notify_socket);
+        self.supervisor.stop(Duration::from_secs(5));
+    }
+}
+
+/// Gives every thread of daemon `pid` the launcher's CPUs back, after a
+/// start pinned to one (twice: a thread created during the first pass
+/// may have inherited the old set).
+fn release_cpu(name: &str, pid: u32) {
+    let cpus = match os::cpu_affinity(0) {
+        Ok(cpus) => cpus,
+        Err(e) => {
+            log::warn!("daemons: cannot read the launcher's CPUs to give {name}: {e}");
+            return;
+        }
+    };
+    for _ in 0..2 {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return;
+        };
+        for task in tasks.flatten() {
+            if let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok())
+                && let Err(e) = os::set_cpu_affinity(tid, &cpus)
+            {
+                log::debug!("daemons: cannot widen the CPUs of {name} thread {tid}: {e}");
+            }
+        }
+    }
+}
+
+impl Supervisor {
     pub fn pid(&self) -> Option<u32> {
         self.pid.lock().ok().and_then(|p| *p)
     }
@@ -172,11 +241,22 @@ impl Supervisor {
 
     /// Stops the daemon: SIGTERM, then SIGKILL after `grace`.
     pub fn stop(&self, grace: Duration) {
+        self.ask_to_stop();
+        self.wait_stopped(grace);
+    }
+
+    /// Sends the daemon SIGTERM (and stops restarting it) without waiting,
+    /// so that daemons stop side by side; `wait_stopped` waits.
+    pub fn ask_to_stop(&self) {
         self.stopping.store(true, Ordering::Release);
         let _ = self.stop_tx.try_send(());
         if let Some(pid) = self.pid() {
             let _ = os::send_signal(pid, libc::SIGTERM);
         }
+    }
+
+    /// Waits up to `grace` for the daemon asked to stop, then kills it.
+    pub fn wait_stopped(&self, grace: Duration) {
         if self.done_rx.recv_timeout(grace).is_ok() {
             return;
         }

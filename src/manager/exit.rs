@@ -109,9 +109,9 @@ impl DomainManager {
 
     /// Decides that the launcher is done. The decision goes to the main
     /// thread once clients still waiting for a reply have it, and once a
-    /// stopped domain's definition is removed (its launcher is its owner;
-    /// on a shared daemon a stale definition would otherwise outlive it),
-    /// or after `Timing::exit_cleanup` at most.
+    /// stopped domain's definition is removed from a shared daemon (its
+    /// launcher is its owner; a stale definition would otherwise outlive
+    /// it), or after `Timing::exit_cleanup` at most.
     pub(super) fn finish(&mut self, code: ExitCode, reason: String) {
         if self.phase == Phase::Exiting {
             return;
@@ -141,7 +141,11 @@ impl DomainManager {
         }
         self.exit.cleanup_started = true;
         let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();
-        if stopped_and_defined && self.link.is_up() {
+        // The launcher's own daemons (--spawn-libvirt) end with it, and
+        // their definitions with them: nothing to remove, nothing to wait
+        // for.
+        let shared_daemon = self.daemons.is_none();
+        if stopped_and_defined && shared_daemon && self.link.is_up() {
             let name = self.config.domain_name.clone();
             self.jobs.spawn(
                 Operation::UndefineOnExit,

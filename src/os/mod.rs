@@ -438,6 +438,63 @@ pub fn wait_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         .collect())
 }
 
+/// A set of CPUs, as sched_setaffinity(2) takes it.
+#[derive(Clone, Copy)]
+pub struct CpuSet(libc::cpu_set_t);
+
+impl CpuSet {
+    /// The set holding only `cpu`; `None` when `cpu` is beyond what the
+    /// set can hold.
+    pub fn single(cpu: usize) -> Option<CpuSet> {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        // SAFETY: cpu_set_t is a plain bit array; all zeros is the empty
+        // set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU_SET writes one bit inside the set (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        Some(CpuSet(set))
+    }
+
+    pub fn contains(&self, cpu: usize) -> bool {
+        // SAFETY: CPU_ISSET reads one bit of the set, in bounds below.
+        cpu < libc::CPU_SETSIZE as usize && unsafe { libc::CPU_ISSET(cpu, &self.0) }
+    }
+}
+
+impl std::fmt::Debug for CpuSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| self.contains(c))
+            .collect();
+        write!(f, "CpuSet({cpus:?})")
+    }
+}
+
+/// The CPUs thread `tid` (0: the calling thread) may run on.
+pub fn cpu_affinity(tid: u32) -> io::Result<CpuSet> {
+    let tid = libc::pid_t::try_from(tid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad thread id"))?;
+    // SAFETY: all zeros is a valid (empty) set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most the size given into the set.
+    check(unsafe {
+        libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set)
+    })?;
+    Ok(CpuSet(set))
+}
+
+/// Lets thread `tid` (0: the calling thread) run only on `cpus`.
+/// Async-signal-safe.
+pub fn set_cpu_affinity(tid: u32, cpus: &CpuSet) -> io::Result<()> {
+    let tid = libc::pid_t::try_from(tid)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "bad thread id"))?;
+    // SAFETY: the kernel reads the set, whose size is given.
+    check(unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &cpus.0) })
+        .map(drop)
+}
+
 /// One step a child takes between fork and exec. The menu is fixed so that
 /// every step is async-signal-safe by construction.
 pub enum BeforeExec {
@@ -449,6 +506,8 @@ pub enum BeforeExec {
     /// Keep this capability across the exec (see
     /// [`keep_capability_across_exec`]).
     KeepCapability(u32),
+    /// Run only on these CPUs (see [`set_cpu_affinity`]).
+    CpuAffinity(CpuSet),
 }
 
 /// Makes `command`'s child take `steps`, in order, just before exec; the
@@ -460,6 +519,7 @@ pub fn before_exec(command: &mut Command, steps: Vec<BeforeExec>) {
                 BeforeExec::JoinNamespace(file, ns) => setns(file.as_fd(), *ns)?,
                 BeforeExec::ParentDeathSignal(signal) => set_parent_death_signal(*signal)?,
                 BeforeExec::KeepCapability(cap) => keep_capability_across_exec(*cap)?,
+                BeforeExec::CpuAffinity(cpus) => set_cpu_affinity(0, cpus)?,
             }
         }
         Ok(())
@@ -486,6 +546,28 @@ mod tests {
         }
         // Signal 0 checks that the process exists: this one does.
         send_signal(std::process::id(), 0).unwrap();
+    }
+
+    #[test]
+    fn cpu_affinity_round_trips() {
+        let own = cpu_affinity(0).unwrap();
+        let cpu = (0..libc::CPU_SETSIZE as usize)
+            .find(|&c| own.contains(c))
+            .unwrap();
+        let one = CpuSet::single(cpu).unwrap();
+        assert!(one.contains(cpu) && !one.contains(cpu + 1));
+        assert!(CpuSet::single(1 << 20).is_none());
+        // On a thread of its own, so no other test is pinned.
+        std::thread::spawn(move || {
+            set_cpu_affinity(0, &one).unwrap();
+            assert_eq!(
+                format!("{:?}", cpu_affinity(0).unwrap()),
+                format!("CpuSet([{cpu}])")
+            );
+            set_cpu_affinity(0, &own).unwrap();
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

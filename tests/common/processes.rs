@@ -57,6 +57,16 @@ impl Process {
         })
     }
 
+    /// Runs a QEMU system emulator: the program, not only an argument,
+    /// names one (the daemons' init has the emulators it hides in its
+    /// arguments).
+    pub fn runs_qemu(&self) -> bool {
+        self.cmdline
+            .split(' ')
+            .next()
+            .is_some_and(|program| program.contains("qemu-system"))
+    }
+
     /// Exited, waiting to be reaped: it runs nothing and holds no memory.
     pub fn is_zombie(&self) -> bool {
         self.state == 'Z' || self.state == 'X'
@@ -99,11 +109,7 @@ pub fn launcher_qemu_pids(launcher: &Launcher, domain: &str) -> Vec<u32> {
     let needle = format!("guest={domain},");
     all_processes()
         .into_iter()
-        .filter(|p| {
-            p.pid_ns == init.pid_ns
-                && p.cmdline.contains("qemu-system")
-                && p.cmdline.contains(&needle)
-        })
+        .filter(|p| p.pid_ns == init.pid_ns && p.runs_qemu() && p.cmdline.contains(&needle))
         .map(|p| p.pid)
         .collect()
 }
@@ -146,7 +152,7 @@ impl ProcessTree {
             .collect();
         tree.qemu = members
             .iter()
-            .filter(|p| p.cmdline.contains("qemu-system"))
+            .filter(|p| p.runs_qemu())
             .map(|p| p.pid)
             .collect();
         tree.known = members.iter().map(|p| (p.pid, p.start_time)).collect();

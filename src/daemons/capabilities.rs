@@ -1,0 +1,415 @@
+//! libvirt's QEMU capabilities cache, for the launcher's own daemon.
+//!
+//! A fresh daemon knows nothing about QEMU: before it answers
+//! `virConnectGetVersion` or defines a domain it probes every QEMU binary
+//! it finds (seconds each) unless its cache holds a valid entry for it.
+//! Copying the host daemon's cache (`/var/cache/libvirt/qemu/capabilities`,
+//! warmed by scripts/setup-host.sh) saves that, but three things made a
+//! copied cache cost a full probe anyway, each seen on the test machines:
+//!
+//! 1. **Another emulator's stale entry.** libvirt validates the entry of
+//!    every emulator it finds (`qemu-system-<arch>` on its `PATH`) when it
+//!    builds its capabilities, so a stale `qemu-system-i386` entry (the
+//!    host daemon never looked at it again after QEMU's module directory
+//!    changed) costs a probe of a binary the launcher never runs. The
+//!    daemons see only the emulator the launcher runs
+//!    (`qemu-system-x86_64`, as a KubeVirt launcher image holds only its
+//!    own QEMU): the others are covered with /dev/null in their mount
+//!    namespace (`hidden_emulators`), which libvirt skips as not
+//!    executable.
+//! 2. **The core the entry was made on.** libvirt 9.0 records the host's
+//!    CPUID in every entry and finds an entry stale when the CPUID it
+//!    reads at start differs; leaf 0x1f carries the x2APIC id of the core
+//!    that executed it. A daemon starting on another core than the host
+//!    daemon did re-probes everything (one start in two on a 2-core
+//!    host). So the daemon starts on the core the entry was made on
+//!    (`Seeded::start_cpu`) and gets the launcher's CPUs back once ready.
+//! 3. **A stale entry of the emulator itself.** What libvirt checks first
+//!    (`virQEMUCapsIsValid`): the binary's ctime (`qemuctime`), the module
+//!    directory's mtime (`qemumoddirmtime`) and the kernel
+//!    (`kernelVersion`); an entry that fails them is not copied and the
+//!    start is logged as cold. Checks this module cannot make (libvirt's
+//!    own version and ctime, the microcode) are left to libvirt, which
+//!    re-probes if they fail.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// The host daemon's cache.
+const HOST_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
+/// The emulator the launcher's domains run (x86_64 guests only, see
+/// `vmi::types`).
+pub const EMULATOR: &str = "qemu-system-x86_64";
+/// Where QEMU's modules live, by distribution (libvirt's QEMU_MODDIR is
+/// fixed at its build).
+const MODULE_DIRS: [&str; 3] = [
+    "/usr/lib/x86_64-linux-gnu/qemu",
+    "/usr/lib64/qemu",
+    "/usr/lib/qemu",
+];
+
+/// What seeding the daemon's cache found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Seeded {
+    /// The emulator's entry was copied.
+    pub copied: bool,
+    /// Why the start will be cold (no entry, or a stale one).
+    pub cold: Option<String>,
+    /// The CPU the entry was made on, to start the daemon on.
+    pub start_cpu: Option<usize>,
+}
+
+/// Copies the host's entry for the launcher's emulator into `cache` (the
+/// daemon's /var/cache/libvirt), if it is valid.
+pub fn seed(cache: &Path) -> Seeded {
+    let Some(emulator) = find_in_path(EMULATOR) else {
+        return Seeded {
+            cold: Some(format!("{EMULATOR} is not on PATH")),
+            ..Seeded::default()
+        };
+    };
+    seed_from(Path::new(HOST_CACHE), &emulator, cache, &Host::read())
+}
+
+/// Facts about the host that an entry must match.
+#[derive(Debug, Clone, Default)]
+pub struct Host {
+    /// `uname -r` and `uname -v`, as libvirt joins them.
+    pub kernel: String,
+    /// (logical CPU, APIC id) pairs from /proc/cpuinfo.
+    pub apic_ids: Vec<(usize, u32)>,
+}
+
+impl Host {
+    pub fn read() -> Host {
+        let read = |p: &str| {
+            fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        Host {
+            kernel: format!(
+                "{} {}",
+                read("/proc/sys/kernel/osrelease"),
+                read("/proc/sys/kernel/version")
+            ),
+            apic_ids: apic_ids(&fs::read_to_string("/proc/cpuinfo").unwrap_or_default()),
+        }
+    }
+}
+
+/// `seed` with the host cache, the emulator's path and the host's facts
+/// given (for tests).
+pub fn seed_from(host_cache: &Path, emulator: &Path, cache: &Path, host: &Host) -> Seeded {
+    let Some((file, xml)) = entry_for(host_cache, emulator) else {
+        return Seeded {
+            cold: Some(format!(
+                "the host's cache ({}) has no entry for {}",
+                host_cache.display(),
+                emulator.display()
+            )),
+            ..Seeded::default()
+        };
+    };
+    if let Some(stale) = staleness(&xml, emulator, host) {
+        return Seeded {
+            cold: Some(format!(
+                "the host's entry for {} is stale ({stale})",
+                emulator.display()
+            )),
+            ..Seeded::default()
+        };
+    }
+    let target = cache.join("qemu/capabilities");
+    let copied = fs::create_dir_all(&target)
+        .and_then(|()| fs::write(target.join(&file), &xml))
+        .map_err(|e| log::warn!("daemons: cannot seed the capabilities cache: {e}"))
+        .is_ok();
+    let start_cpu = probe_apic_id(&xml).and_then(|apic| {
+        host.apic_ids
+            .iter()
+            .find(|(_, id)| *id == apic)
+            .map(|(cpu, _)| *cpu)
+    });
+    Seeded {
+        copied,
+        cold: (!copied).then(|| "the entry could not be copied".to_string()),
+        start_cpu,
+    }
+}
+
+/// The entry (file name and XML) whose `<emulator>` is `emulator`.
+fn entry_for(host_cache: &Path, emulator: &Path) -> Option<(std::ffi::OsString, String)> {
+    let wanted = emulator.to_string_lossy();
+    fs::read_dir(host_cache).ok()?.flatten().find_map(|entry| {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "xml") {
+            return None;
+        }
+        let xml = fs::read_to_string(&path).ok()?;
+        (element(&xml, "emulator")? == wanted).then(|| (entry.file_name(), xml))
+    })
+}
+
+/// Why libvirt would find the entry stale, as far as the launcher can
+/// tell; `None` if it looks valid.
+fn staleness(xml: &str, emulator: &Path, host: &Host) -> Option<String> {
+    let number = |name: &str| element(xml, name).and_then(|v| v.trim().parse::<i64>().ok());
+    match (number("qemuctime"), fs::metadata(emulator)) {
+        (Some(recorded), Ok(meta)) if recorded != meta.ctime() => {
+            return Some(format!(
+                "{} changed since it was probed",
+                emulator.display()
+            ));
+        }
+        (None, _) => return Some("the entry records no qemuctime".into()),
+        _ => {}
+    }
+    if let Some(recorded) = number("qemumoddirmtime")
+        && let Some(meta) = MODULE_DIRS.iter().find_map(|d| fs::metadata(d).ok())
+        && recorded != meta.mtime()
+    {
+        return Some("QEMU's module directory changed since it was probed".into());
+    }
+    if let Some(kernel) = element(xml, "kernelVersion")
+        && !host.kernel.trim().is_empty()
+        && kernel != host.kernel
+    {
+        return Some(format!(
+            "probed on kernel {kernel:?}, running {:?}",
+            host.kernel
+        ));
+    }
+    None
+}
+
+/// The APIC id of the core whose CPUID the entry recorded: EDX of leaf
+/// 0x1f (else 0xb), subleaf 0. libvirt leaves out all-zero leaves, so a
+/// missing leaf means id 0 (on CPUs that have it; elsewhere any core
+/// reads the same).
+fn probe_apic_id(xml: &str) -> Option<u32> {
+    xml.contains("<cpudata").then(|| {
+        ["0x0000001f", "0x0000000b"]
+            .iter()
+            .find_map(|leaf| cpuid_edx(xml, leaf))
+            .unwrap_or(0)
+    })
+}
+
+fn cpuid_edx(xml: &str, leaf: &str) -> Option<u32> {
+    xml.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("<cpuid "))
+        .find(|l| {
+            attribute(l, "eax_in") == Some(leaf) && attribute(l, "ecx_in") == Some("0x00000000")
+        })
+        .and_then(|l| attribute(l, "edx"))
+        .and_then(|v| u32::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+}
+
+fn attribute<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let start = tag.find(&format!(" {name}='"))? + name.len() + 3;
+    let end = tag[start..].find('\'')? + start;
+    Some(&tag[start..end])
+}
+
+fn element<'a>(xml: &'a str, name: &str) -> Option<&'a str> {
+    let open = format!("<{name}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&format!("</{name}>"))? + start;
+    Some(&xml[start..end])
+}
+
+/// (logical CPU, APIC id) for each processor in /proc/cpuinfo.
+fn apic_ids(cpuinfo: &str) -> Vec<(usize, u32)> {
+    let mut out = Vec::new();
+    let mut cpu = None;
+    for line in cpuinfo.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match key.trim() {
+            "processor" => cpu = value.trim().parse().ok(),
+            "apicid" => {
+                if let (Some(c), Ok(id)) = (cpu, value.trim().parse()) {
+                    out.push((c, id));
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `name` in the directories of PATH, as libvirt finds binaries.
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    path_dirs()
+        .into_iter()
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn path_dirs() -> Vec<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/bin:/usr/bin".to_string());
+    std::env::split_paths(&path).collect()
+}
+
+fn is_executable(path: &Path) -> bool {
+    fs::metadata(path).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+}
+
+/// Every other `qemu-system-*` binary the daemon would find on PATH (by
+/// its real path, once each): what to hide from it.
+pub fn hidden_emulators() -> Vec<PathBuf> {
+    let keep = find_in_path(EMULATOR).and_then(|p| fs::canonicalize(p).ok());
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for dir in path_dirs() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let path = entry.path();
+            if !name.to_string_lossy().starts_with("qemu-system-") || !is_executable(&path) {
+                continue;
+            }
+            let Ok(real) = fs::canonicalize(&path) else {
+                continue;
+            };
+            if Some(&real) != keep.as_ref() && !hidden.contains(&real) {
+                hidden.push(real);
+            }
+        }
+    }
+    hidden.sort();
+    hidden
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CPUINFO: &str = "processor\t: 0\napicid\t\t: 0\ninitial apicid\t: 0\n\nprocessor\t: 1\napicid\t\t: 1\ninitial apicid\t: 1\n";
+
+    fn entry(emulator: &Path, ctime: i64, kernel: &str, edx_1f: Option<u32>) -> String {
+        let leaf = edx_1f.map_or(String::new(), |edx| {
+            format!(
+                "    <cpuid eax_in='0x0000001f' ecx_in='0x00000000' eax='0x00000000' ebx='0x00000000' ecx='0x00000000' edx='0x{edx:08x}'/>\n"
+            )
+        });
+        format!(
+            "<qemuCaps>\n  <emulator>{}</emulator>\n  <qemuctime>{ctime}</qemuctime>\n  <selfctime>1</selfctime>\n  <kernelVersion>{kernel}</kernelVersion>\n  <cpudata arch='x86'>\n    <cpuid eax_in='0x00000001' ecx_in='0x00000000' eax='0x000a0671' ebx='0x00020800' ecx='0x81202000' edx='0x0f8bfbff'/>\n{leaf}  </cpudata>\n</qemuCaps>\n",
+            emulator.display()
+        )
+    }
+
+    struct Dirs(PathBuf);
+    impl Dirs {
+        fn new() -> Dirs {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let root = std::env::temp_dir().join(format!(
+                "vl-caps-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(root.join("host")).unwrap();
+            Dirs(root)
+        }
+    }
+    impl Drop for Dirs {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn host() -> Host {
+        Host {
+            kernel: "6.1.0 #1 SMP".into(),
+            apic_ids: apic_ids(CPUINFO),
+        }
+    }
+
+    #[test]
+    fn cpuinfo_gives_each_cores_apic_id() {
+        assert_eq!(apic_ids(CPUINFO), vec![(0, 0), (1, 1)]);
+    }
+
+    #[test]
+    fn a_valid_entry_is_copied_with_the_core_it_was_made_on() {
+        let dirs = Dirs::new();
+        // Any executable file stands for QEMU; its ctime is what counts.
+        let emulator = dirs.0.join("qemu-system-x86_64");
+        fs::write(&emulator, "").unwrap();
+        let ctime = fs::metadata(&emulator).unwrap().ctime();
+        let xml = entry(&emulator, ctime, "6.1.0 #1 SMP", Some(1));
+        fs::write(dirs.0.join("host/abc.xml"), &xml).unwrap();
+        fs::write(
+            dirs.0.join("host/other.xml"),
+            entry(Path::new("/usr/bin/qemu-system-i386"), 5, "x", None),
+        )
+        .unwrap();
+        let seeded = seed_from(
+            &dirs.0.join("host"),
+            &emulator,
+            &dirs.0.join("cache"),
+            &host(),
+        );
+        assert_eq!(
+            seeded,
+            Seeded {
+                copied: true,
+                cold: None,
+                start_cpu: Some(1)
+            }
+        );
+        let copied: Vec<_> = fs::read_dir(dirs.0.join("cache/qemu/capabilities"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(copied, ["abc.xml"], "only the emulator's entry");
+        // Made on the core with APIC id 0: libvirt wrote no 0x1f leaf.
+        let xml0 = entry(&emulator, ctime, "6.1.0 #1 SMP", None);
+        assert_eq!(probe_apic_id(&xml0), Some(0));
+    }
+
+    #[test]
+    fn stale_or_missing_entries_make_a_cold_start_and_say_why() {
+        let dirs = Dirs::new();
+        let emulator = dirs.0.join("qemu-system-x86_64");
+        fs::write(&emulator, "").unwrap();
+        let ctime = fs::metadata(&emulator).unwrap().ctime();
+        let cache = dirs.0.join("cache");
+        let missing = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
+        assert!(!missing.copied);
+        assert!(missing.cold.unwrap().contains("has no entry"));
+        fs::write(
+            dirs.0.join("host/a.xml"),
+            entry(&emulator, ctime - 5, "6.1.0 #1 SMP", None),
+        )
+        .unwrap();
+        let changed = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
+        assert!(
+            changed
+                .cold
+                .unwrap()
+                .contains("changed since it was probed")
+        );
+        fs::write(
+            dirs.0.join("host/a.xml"),
+            entry(&emulator, ctime, "5.10.0 #1 SMP", None),
+        )
+        .unwrap();
+        let kernel = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
+        assert!(
+            kernel
+                .cold
+                .unwrap()
+                .contains("probed on kernel \"5.10.0 #1 SMP\"")
+        );
+        assert!(!cache.join("qemu/capabilities/a.xml").exists());
+    }
+}

@@ -59,7 +59,10 @@ pub fn write_all(
          unix_sock_rw_perms = \"0700\"\n\
          auth_unix_rw = \"none\"\n\
          auth_unix_ro = \"none\"\n\
-         log_outputs = \"3:stderr\"\n",
+         log_outputs = \"3:stderr\"\n\
+         # The launcher is the only client and probes the daemon itself\n\
+         # (every 30 s of silence); the daemon probes it only after a minute.\n\
+         keepalive_interval = 60\n",
     );
     // A daemon per launcher, each with its own identity: two launchers on
     // one host must not look like the same host to a migration.

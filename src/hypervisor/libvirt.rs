@@ -24,10 +24,14 @@ use super::{
     MigrationRequest, RebootMode, Stat,
 };
 
-/// Seconds between keepalive probes, and how many may go unanswered before
-/// libvirt closes the connection: a hung daemon is noticed within ~20 s and
-/// every pending call on it fails instead of hanging.
-const KEEPALIVE_INTERVAL_SECONDS: i32 = 5;
+/// Seconds of silence after which libvirt probes the daemon, and how many
+/// probes may go unanswered before it closes the connection: a hung
+/// daemon is noticed within about two minutes and every pending call on it
+/// then fails instead of hanging (clients get `Timeout` from the job's own
+/// deadline long before). libvirt's timer fires every interval, so the
+/// interval is what an idle launcher pays in wake-ups: libvirt's default of
+/// 5 s would be 12 a minute for nobody.
+const KEEPALIVE_INTERVAL_SECONDS: i32 = 30;
 const KEEPALIVE_COUNT: u32 = 3;
 
 pub struct LibvirtHypervisor {

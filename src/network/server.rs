@@ -1,12 +1,14 @@
 //! The threads that answer the guest: a DHCPv4 server per interface that
 //! needs one, and for IPv6 masquerade a DHCPv6 server and a router
-//! advertiser. Each owns its socket, checks a stop flag at least every
-//! 200 ms, and never talks to the domain manager: what it has handed out
-//! is published in [`LeaseStatus`], which queries read.
+//! advertiser. Each owns its socket and sleeps in poll(2) on it and on a
+//! stop pipe, so an idle server never wakes (the advertiser wakes for its
+//! periodic advertisements only). None talks to the domain manager: what
+//! it has handed out is published in [`LeaseStatus`], which queries read.
 
-use std::io;
+use std::io::{self, PipeReader, PipeWriter, Read};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -15,9 +17,12 @@ use super::dhcp::wire::MessageType;
 use super::dhcp::{Answerer, Ignored, Outcome, ReplyTarget};
 use super::dhcpv6::{self, V6Lease};
 use super::ra::{self, Advertisement};
+use crate::os;
 use crate::os::net as os_net;
 
-const POLL: Duration = Duration::from_millis(200);
+/// How long a server pauses after its socket failed, before it tries
+/// again.
+const ERROR_PAUSE: Duration = Duration::from_millis(200);
 /// At most one line about dropped packets per interface this often.
 const NOISE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 pub const DHCP_CLIENT_PORT: u16 = 68;
@@ -94,23 +99,69 @@ impl NoiseLog {
 /// or drop.
 pub struct ServerThread {
     name: String,
-    stop: Arc<AtomicBool>,
+    /// Closing it ends the thread's stop pipe.
+    stop: Option<PipeWriter>,
     handle: Option<JoinHandle<()>>,
+}
+
+/// What woke a server thread.
+#[derive(Debug, PartialEq, Eq)]
+enum Woken {
+    Stop,
+    Readable,
+    Timeout,
+}
+
+/// The server thread's end of its stop pipe: at end of file once the
+/// thread must stop.
+struct StopSignal(PipeReader);
+
+impl StopSignal {
+    /// Waits until `socket` is readable, the thread must stop, or
+    /// `timeout` passes.
+    fn wait(&self, socket: BorrowedFd<'_>, timeout: Option<Duration>) -> Woken {
+        match os::wait_readable(&[self.0.as_fd(), socket], timeout) {
+            Ok(ready) if ready[0] && self.stopped() => Woken::Stop,
+            Ok(ready) if ready[1] => Woken::Readable,
+            Ok(_) => Woken::Timeout,
+            Err(e) => {
+                log::warn!("network: waiting on a server socket failed: {e}");
+                if self.sleep(ERROR_PAUSE) {
+                    Woken::Stop
+                } else {
+                    Woken::Timeout
+                }
+            }
+        }
+    }
+
+    /// Pauses for `pause`; true if the thread must stop.
+    fn sleep(&self, pause: Duration) -> bool {
+        match os::wait_readable(&[self.0.as_fd()], Some(pause)) {
+            Ok(ready) => ready[0] && self.stopped(),
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the pipe is at its end (nothing is ever written to it).
+    fn stopped(&self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!((&self.0).read(&mut byte), Ok(0) | Err(_))
+    }
 }
 
 impl ServerThread {
     fn spawn(
         name: String,
-        body: impl FnOnce(Arc<AtomicBool>) + Send + 'static,
+        body: impl FnOnce(StopSignal) + Send + 'static,
     ) -> io::Result<ServerThread> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        let (reader, writer) = io::pipe()?;
         let handle = std::thread::Builder::new()
             .name(name.clone())
-            .spawn(move || body(flag))?;
+            .spawn(move || body(StopSignal(reader)))?;
         Ok(ServerThread {
             name,
-            stop,
+            stop: Some(writer),
             handle: Some(handle),
         })
     }
@@ -120,7 +171,7 @@ impl ServerThread {
     }
 
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        drop(self.stop.take());
         if let Some(handle) = self.handle.take()
             && handle.join().is_err()
         {
@@ -153,18 +204,27 @@ pub fn spawn_dhcp4(
     route: ReplyRoute,
     status: Arc<LeaseStatus>,
 ) -> io::Result<ServerThread> {
-    socket.set_read_timeout(Some(POLL))?;
+    // poll(2) says when a datagram is there; the timeout only guards a
+    // receive that would block anyway.
+    socket.set_read_timeout(Some(ERROR_PAUSE))?;
     let device = device.to_string();
     ServerThread::spawn(format!("dhcp-{device}"), move |stop| {
         let mut noise = NoiseLog::new(&device);
         let mut buf = vec![0u8; 4096];
-        while !stop.load(Ordering::Acquire) {
+        loop {
+            match stop.wait(socket.as_fd(), None) {
+                Woken::Stop => break,
+                Woken::Timeout => continue,
+                Woken::Readable => {}
+            }
             let (n, from) = match socket.recv_from(&mut buf) {
                 Ok(got) => got,
                 Err(e) if is_timeout(&e) => continue,
                 Err(e) => {
                     log::warn!("network {device}: DHCP receive failed: {e}");
-                    std::thread::sleep(POLL);
+                    if stop.sleep(ERROR_PAUSE) {
+                        break;
+                    }
                     continue;
                 }
             };
@@ -229,18 +289,25 @@ pub fn spawn_dhcp6(
     let ifindex = os_net::interface_index(device)?;
     let socket = os_net::udp_on_device(true, DHCPV6_SERVER_PORT, device)?;
     socket.join_multicast_v6(&ALL_DHCP_AGENTS, ifindex)?;
-    socket.set_read_timeout(Some(POLL))?;
+    socket.set_read_timeout(Some(ERROR_PAUSE))?;
     let device = device.to_string();
     ServerThread::spawn(format!("dhcp6-{device}"), move |stop| {
         let mut noise = NoiseLog::new(&device);
         let mut buf = vec![0u8; 4096];
-        while !stop.load(Ordering::Acquire) {
+        loop {
+            match stop.wait(socket.as_fd(), None) {
+                Woken::Stop => break,
+                Woken::Timeout => continue,
+                Woken::Readable => {}
+            }
             let (n, from) = match socket.recv_from(&mut buf) {
                 Ok(got) => got,
                 Err(e) if is_timeout(&e) => continue,
                 Err(e) => {
                     log::warn!("network {device}: DHCPv6 receive failed: {e}");
-                    std::thread::sleep(POLL);
+                    if stop.sleep(ERROR_PAUSE) {
+                        break;
+                    }
                     continue;
                 }
             };
@@ -283,7 +350,7 @@ pub fn spawn_router_advertiser(
 ) -> io::Result<ServerThread> {
     let ifindex = os_net::interface_index(device)?;
     let socket = os_net::Icmp6Socket::open(device, ifindex, ALL_ROUTERS)?;
-    socket.set_read_timeout(POLL)?;
+    socket.set_read_timeout(ERROR_PAUSE)?;
     let message = advertisement.encode();
     let device = device.to_string();
     ServerThread::spawn(format!("ra-{device}"), move |stop| {
@@ -292,15 +359,23 @@ pub fn spawn_router_advertiser(
         let mut next = Instant::now();
         let mut buf = vec![0u8; 1500];
         let mut warned = false;
-        while !stop.load(Ordering::Acquire) {
-            let solicited = match socket.recv(&mut buf) {
-                Ok(n) => ra::is_solicitation(&buf[..n]),
-                Err(e) if is_timeout(&e) => false,
-                Err(e) => {
-                    log::debug!("network {device}: ICMPv6 receive failed: {e}");
-                    std::thread::sleep(POLL);
-                    false
-                }
+        loop {
+            // Awake for a solicitation or the next periodic advertisement.
+            let until_next = next.saturating_duration_since(Instant::now());
+            let solicited = match stop.wait(socket.as_fd(), Some(until_next)) {
+                Woken::Stop => break,
+                Woken::Timeout => false,
+                Woken::Readable => match socket.recv(&mut buf) {
+                    Ok(n) => ra::is_solicitation(&buf[..n]),
+                    Err(e) if is_timeout(&e) => false,
+                    Err(e) => {
+                        log::debug!("network {device}: ICMPv6 receive failed: {e}");
+                        if stop.sleep(ERROR_PAUSE) {
+                            break;
+                        }
+                        false
+                    }
+                },
             };
             if solicited || Instant::now() >= next {
                 match socket.send_to(&message, &all_nodes) {

@@ -207,6 +207,12 @@ impl Icmp6Socket {
         usize::try_from(n).map_err(|_| io::Error::last_os_error())
     }
 
+    /// The socket, to wait on (poll).
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.fd.as_fd()
+    }
+
     pub fn send_to(&self, message: &[u8], to: &SocketAddrV6) -> io::Result<usize> {
         let addr = sockaddr_in6(&SocketAddrV6::new(*to.ip(), 0, 0, to.scope_id()));
         // SAFETY: message and addr are valid for the lengths passed.

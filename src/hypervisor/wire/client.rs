@@ -32,7 +32,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 use super::codec::{self, Decoder, Header, LENGTH_BYTES, MessageStatus, MessageType, RemoteError};
 use super::procedures::{self, KEEPALIVE, KEEPALIVE_PING, KEEPALIVE_PONG, Procedure, limits};
 
-/// Keepalive and socket settings. `Default` is libvirt's client default.
+/// Keepalive and socket settings. `Default` is what the `virt` backend
+/// asks of libvirt (`hypervisor::libvirt`): a probe after 30 s of silence,
+/// the connection dead after 3 unanswered ones.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientOptions {
     /// Silence from the daemon after which a PING is sent.
@@ -46,8 +48,8 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> ClientOptions {
         ClientOptions {
-            keepalive_interval: Duration::from_secs(5),
-            keepalive_count: 5,
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_count: 3,
             write_timeout: Duration::from_secs(30),
         }
     }
@@ -218,8 +220,6 @@ impl Client {
         listener: Box<dyn Listener>,
     ) -> io::Result<Client> {
         stream.set_write_timeout(Some(options.write_timeout))?;
-        // The reader wakes at least this often to run the keepalive timer.
-        stream.set_read_timeout(Some(tick(options.keepalive_interval)))?;
         let reader_stream = stream.try_clone()?;
         let shared = Arc::new(Shared {
             writer: Mutex::new(stream),
@@ -332,8 +332,8 @@ impl Client {
             "the connection was closed by the launcher",
         );
         if let Some(reader) = lock(&self.reader).take() {
-            // The reader never blocks longer than one keepalive tick after
-            // the shutdown; do not join from the reader thread itself.
+            // The shutdown ends the reader's blocking read at once; do not
+            // join from the reader thread itself.
             if reader.thread().id() != thread::current().id() {
                 let _ = reader.join();
             }
@@ -347,10 +347,9 @@ impl Drop for Client {
     }
 }
 
-/// How often the reader wakes to look at the keepalive timer.
-fn tick(interval: Duration) -> Duration {
-    interval.clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
+/// The shortest read timeout the reader sets: a keepalive due in less
+/// is handled now.
+const MIN_WAIT: Duration = Duration::from_millis(10);
 
 /// The reader thread. It notifies the listener of every close this side
 /// did not ask for, including one a failed send caused on a caller's
@@ -365,6 +364,7 @@ fn run_reader(stream: UnixStream, shared: Arc<Shared>, listener: Box<dyn Listene
         last_received: Instant::now(),
         last_ping: None,
         unanswered: 0,
+        read_timeout: None,
     };
     match panic::catch_unwind(AssertUnwindSafe(|| reader.run())) {
         Ok((reason, why)) => shared.close(reason, &why),
@@ -394,6 +394,8 @@ struct Reader {
     last_received: Instant,
     last_ping: Option<Instant>,
     unanswered: u32,
+    /// The read timeout set on the socket (`None`: none yet).
+    read_timeout: Option<Duration>,
 }
 
 /// Reads above this are kept only while needed: a one-off large reply
@@ -407,6 +409,18 @@ impl Reader {
         loop {
             if let Some(closed) = self.shared.closed() {
                 return closed;
+            }
+            // Wake for the keepalive timer only: an idle connection costs
+            // one wake-up per keepalive interval, not one per tick.
+            let wait = self.until_keepalive_due();
+            if self.read_timeout != Some(wait) {
+                if let Err(e) = self.stream.set_read_timeout(Some(wait)) {
+                    return (
+                        CloseReason::Error,
+                        format!("cannot set the socket's read timeout: {e}"),
+                    );
+                }
+                self.read_timeout = Some(wait);
             }
             match self.stream.read(&mut chunk) {
                 Ok(0) => {
@@ -450,6 +464,20 @@ impl Reader {
                 return closed;
             }
         }
+    }
+
+    /// How long until the keepalive timer has something to do: `interval`
+    /// after the last message heard or the last PING sent (whichever is
+    /// later). Before keepalive is enabled the same interval applies, so
+    /// that enabling it takes effect within one.
+    fn until_keepalive_due(&self) -> Duration {
+        let interval = self.shared.options.keepalive_interval;
+        let since = self
+            .last_ping
+            .map_or(self.last_received, |ping| ping.max(self.last_received));
+        (since + interval)
+            .saturating_duration_since(Instant::now())
+            .max(MIN_WAIT)
     }
 
     /// libvirt's keepalive timer: after `interval` of silence send a PING;

@@ -326,7 +326,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "pod-network",
         "MODE",
         Some("auto"),
-        "How masquerade and bridge interfaces get their taps. setup: create the bridge, tap, addresses and nftables rules in the launcher's network namespace, as KubeVirt does in the pod (needs CAP_NET_ADMIN), and remove them on exit. existing: use taps that already exist with KubeVirt's names (tap0, tap<hash>); the DHCP server still runs on an existing masquerade bridge. auto: setup when the launcher has CAP_NET_ADMIN, runs with --spawn-libvirt and is in a network namespace other than PID 1's (so never on a host's own network; when PID 1's namespace cannot be read, existing), else existing.",
+        "How masquerade and bridge interfaces get their taps. setup: create the bridge, tap, addresses and nftables rules in the launcher's network namespace, as KubeVirt does in the pod (needs CAP_NET_ADMIN: refused before anything is touched without it), and remove them on exit. existing: use taps that already exist with KubeVirt's names (tap0, tap<hash>); the DHCP server still runs on an existing masquerade bridge. auto: setup when the launcher has CAP_NET_ADMIN, runs with --spawn-libvirt and is in a network namespace other than PID 1's (so never on a host's own network; when PID 1's namespace cannot be read, existing), else existing.",
         |a, v| {
             a.pod_network = match v {
                 "auto" => PodNetworkMode::Auto,

@@ -282,6 +282,16 @@ fn port_forwards(interface: &Interface) -> Vec<PortForward> {
                 start: port.port,
                 end: None,
             })
+            .chain(
+                interface
+                    .port_ranges
+                    .iter()
+                    .filter(|r| r.protocol == protocol)
+                    .map(|r| PortRange {
+                        start: r.start,
+                        end: Some(r.end),
+                    }),
+            )
             .collect();
         if !range.is_empty() {
             forwards.push(PortForward {
@@ -396,7 +406,8 @@ mod tests {
             json!({"binding": {"name": "passt"}}),
         ] {
             let mut iface = json!({"name": "default",
-                "ports": [{"port": 22}, {"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}]});
+                "ports": [{"port": 22}, {"port": 53, "protocol": "UDP"}, {"port": 80, "protocol": "TCP"}],
+                "portRanges": [{"protocol": "TCP", "start": 8000, "end": 8010}]});
             for (k, v) in binding.as_object().into_iter().flatten() {
                 iface[k] = v.clone();
             }
@@ -413,16 +424,25 @@ mod tests {
                 nic.backend.and_then(|b| b.backend_type).as_deref(),
                 Some("passt")
             );
-            let forwards: Vec<(String, Vec<u16>)> = nic
+            type Ranges = Vec<(u16, Option<u16>)>;
+            let forwards: Vec<(String, Ranges)> = nic
                 .port_forward
                 .into_iter()
-                .map(|f| (f.proto, f.range.into_iter().map(|r| r.start).collect()))
+                .map(|f| {
+                    (
+                        f.proto,
+                        f.range.into_iter().map(|r| (r.start, r.end)).collect(),
+                    )
+                })
                 .collect();
             assert_eq!(
                 forwards,
                 [
-                    ("tcp".to_string(), vec![22, 80]),
-                    ("udp".to_string(), vec![53])
+                    (
+                        "tcp".to_string(),
+                        vec![(22, None), (80, None), (8000, Some(8010))]
+                    ),
+                    ("udp".to_string(), vec![(53, None)])
                 ]
             );
         }

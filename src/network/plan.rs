@@ -240,7 +240,7 @@ pub fn plan(
             queues: queues(&interface.name),
             v4_cidr: (v4, v4_cidr.1),
             v6_cidr: (v6, v6_cidr.1),
-            forwards: forwards(interface),
+            forwards: forwards(interface, &path)?,
             dhcp: dhcp_options(interface, &path)?,
         });
     }
@@ -302,19 +302,44 @@ fn parse_vm_cidr(cidr: &str, ipv6: bool, path: &str) -> Result<(IpAddr, u8), Pla
     }
 }
 
-fn forwards(interface: &Interface) -> Vec<Forward> {
-    interface
-        .ports
-        .iter()
-        .map(|port| Forward {
-            protocol: match port.protocol.unwrap_or(PortProtocol::Tcp) {
-                PortProtocol::Tcp => Protocol::Tcp,
-                PortProtocol::Udp => Protocol::Udp,
-            },
+/// The DNAT entries of a masquerade interface: each `ports` entry, then
+/// each `portRanges` entry (an empty list forwards every port).
+fn forwards(interface: &Interface, path: &str) -> Result<Vec<Forward>, PlanError> {
+    let protocol = |p: PortProtocol| match p {
+        PortProtocol::Tcp => Protocol::Tcp,
+        PortProtocol::Udp => Protocol::Udp,
+    };
+    let mut out = Vec::new();
+    for (i, port) in interface.ports.iter().enumerate() {
+        if port.port == 0 {
+            return Err(PlanError {
+                path: format!("{path}.ports[{i}].port"),
+                message: "0 is not a port (1-65535)".into(),
+            });
+        }
+        out.push(Forward {
+            protocol: protocol(port.protocol.unwrap_or(PortProtocol::Tcp)),
             start: port.port,
             end: port.port,
-        })
-        .collect()
+        });
+    }
+    for (i, range) in interface.port_ranges.iter().enumerate() {
+        if range.start == 0 || range.start > range.end {
+            return Err(PlanError {
+                path: format!("{path}.portRanges[{i}]"),
+                message: format!(
+                    "{}-{} is not a port range (start 1-65535, start <= end)",
+                    range.start, range.end
+                ),
+            });
+        }
+        out.push(Forward {
+            protocol: protocol(range.protocol),
+            start: range.start,
+            end: range.end,
+        });
+    }
+    Ok(out)
 }
 
 fn dhcp_options(interface: &Interface, path: &str) -> Result<ExtraOptions, PlanError> {
@@ -449,6 +474,44 @@ mod tests {
             plugin.path,
             "spec.domain.devices.interfaces[0].binding.name"
         );
+    }
+
+    #[test]
+    fn port_ranges_are_forwarded_and_checked() {
+        let plan = plan_of(
+            json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {},
+                "ports": [{"port": 22}],
+                "portRanges": [{"protocol": "UDP", "start": 5000, "end": 5010}]}]}},
+            "networks": [{"name": "default", "pod": {}}]}),
+        )
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert_eq!(
+            plan.taps[0].forwards,
+            vec![
+                Forward {
+                    protocol: Protocol::Tcp,
+                    start: 22,
+                    end: 22
+                },
+                Forward {
+                    protocol: Protocol::Udp,
+                    start: 5000,
+                    end: 5010
+                }
+            ]
+        );
+        let backwards = plan_of(
+            json!({"domain": {"devices": {"interfaces": [{"name": "default", "masquerade": {},
+                "portRanges": [{"protocol": "TCP", "start": 90, "end": 80}]}]}},
+            "networks": [{"name": "default", "pod": {}}]}),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("accepted"));
+        assert_eq!(
+            backwards.path,
+            "spec.domain.devices.interfaces[0].portRanges[0]"
+        );
+        assert!(backwards.message.contains("90-80"), "{}", backwards.message);
     }
 
     #[test]

@@ -7,10 +7,12 @@
 //! reconnects under --spawn-libvirt), `exit` (SIGTERM -> exit on the
 //! test driver, `kill` -> exit on the real guest), `sigkill` (a killed
 //! launcher's tree gone), `hotplug` (sync of a running guest: the
-//! unchanged re-sync, a disk plugged in) and `nonroot` (start -> ready of
+//! unchanged re-sync, a disk plugged in), `nonroot` (start -> ready of
 //! --spawn-libvirt as an unprivileged user beside root, and
-//! `virt-launcher probe` exec -> exit). Pass section names to run only
-//! those; `conversion` runs the conversion and ISO figures alone.
+//! `virt-launcher probe` exec -> exit) and `network` (pod networking:
+//! set-up time, DHCP answer time, TCP throughput per binding). Pass
+//! section names to run only those; `conversion` runs the conversion and
+//! ISO figures alone.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -22,6 +24,8 @@ mod exit;
 mod hotplug;
 #[path = "sections/iso9660.rs"]
 mod iso9660;
+#[path = "sections/network.rs"]
+mod network;
 #[path = "sections/nonroot.rs"]
 mod nonroot;
 #[path = "sections/reconnect.rs"]
@@ -84,6 +88,9 @@ fn main() {
     }
     if run("hotplug") {
         hotplug::hotplug();
+    }
+    if run("network") {
+        network::network();
     }
 }
 

@@ -3,10 +3,12 @@
 # memory, conversion time, binary size, and on real QEMU the sync, agent,
 # SIGTERM and poll figures, migration hops, reconnects, exit times, how
 # soon a SIGKILLed launcher's processes are gone, sync of a running guest
-# (re-sync, hotplugged disk) and non-root mode. A section name runs only
-# that section: `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`,
-# `exit`, `sigkill`, `hotplug` or `nonroot`. The real-QEMU sections need the host set-up
-# (scripts/setup-host.sh) and build the test guest.
+# (re-sync, hotplugged disk), non-root mode and pod networking (set-up
+# time, DHCP answer time, TCP throughput per binding). A section name runs
+# only that section: `scripts/bench.sh test`, `qemu`, `migration`,
+# `reconnect`, `exit`, `sigkill`, `hotplug`, `nonroot` or `network`. The
+# real-QEMU sections need the host set-up (scripts/setup-host.sh) and
+# build the test guest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; then

@@ -6,6 +6,8 @@
 #   - linux-image-cloud-amd64 (-> linux-image-6.1.*-cloud-amd64), fetched with
 #     `apt-get download` and unpacked with `dpkg-deb -x` (never installed),
 #   - busybox-static (same way; it is also the cpio/depmod used on the host),
+#   - dhcpcd-base (same way): the guest's IPv6 client (router advertisements
+#     and DHCPv6; busybox has no udhcpc6 here),
 #   - qemu-guest-agent, taken from the host's /usr/sbin/qemu-ga plus the
 #     shared libraries ldd lists.
 #
@@ -13,7 +15,7 @@
 #   vmlinuz     the Debian cloud kernel (bzImage)
 #   initrd.img  gzip'ed newc cpio: busybox userland, qemu-ga, virtio modules
 #   cmdline     the default kernel command line
-#   versions    key=value lines (kernel, busybox, qemu-ga versions)
+#   versions    key=value lines (kernel, busybox, dhcpcd, qemu-ga versions)
 #   cache/      unpacked packages, reused while the apt candidates are the same
 #   .stamp      hash of this script and all inputs; when it matches, nothing
 #               is rebuilt
@@ -23,6 +25,9 @@
 #   tg.net=dhcp|none|A.B.C.D/NN[,GW]
 #                                 first NIC: udhcpc in the background (default),
 #                                 leave it down, or a static address/gateway
+#   tg.net6=dhcp|none             with tg.net=dhcp, also dhcpcd -6 on the first
+#                                 NIC (router advertisements and DHCPv6; default
+#                                 none: the kernel's own IPv6 only)
 #   tg.mount=DEV:DIR[,DEV:DIR...] mount DEV (any fs type) on DIR at boot
 #   tg.acpi=ignore                ignore the ACPI power button (no acpid)
 #   tg.getty=0                    no autologin root getty on ttyS0
@@ -57,6 +62,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 KERNEL_META=linux-image-cloud-amd64
 BUSYBOX_PKG=busybox-static
+DHCPCD_PKG=dhcpcd-base
 QGA=/usr/sbin/qemu-ga
 
 # Modules wanted in the guest; the ones in OPTIONAL_MODULES are taken only if
@@ -80,7 +86,7 @@ candidate() { # PKG -> candidate version or empty
 
 # One apt-cache call for both candidates: "Package: / Version: / Depends:".
 apt_info() {
-    apt-cache show --no-all-versions "$KERNEL_META" "$BUSYBOX_PKG" 2>/dev/null |
+    apt-cache show --no-all-versions "$KERNEL_META" "$BUSYBOX_PKG" "$DHCPCD_PKG" 2>/dev/null |
         awk '/^Package: / { p = $2 } /^Version: / { v[p] = $2 }
              /^Depends: / { d[p] = substr($0, 10) }
              END { for (k in v) printf "%s\t%s\t%s\n", k, v[k], d[k] }' || true
@@ -101,6 +107,8 @@ KMETA_VER=$(awk -F'\t' -v p="$KERNEL_META" '$1 == p { print $2 }' <<<"$APT_INFO"
 [ -n "$KMETA_VER" ] || die "no candidate for $KERNEL_META"
 BB_VER=$(awk -F'\t' -v p="$BUSYBOX_PKG" '$1 == p { print $2 }' <<<"$APT_INFO")
 [ -n "$BB_VER" ] || die "no candidate for $BUSYBOX_PKG"
+DHCPCD_VER=$(awk -F'\t' -v p="$DHCPCD_PKG" '$1 == p { print $2 }' <<<"$APT_INFO")
+[ -n "$DHCPCD_VER" ] || die "no candidate for $DHCPCD_PKG"
 # The meta package depends on the real linux-image-6.1.*-cloud-amd64,
 # normally with an exact version: "linux-image-6.1.0-57-cloud-amd64 (= 6.1.192-3)".
 KDEP=$(awk -F'\t' -v p="$KERNEL_META" '$1 == p { print $3 }' <<<"$APT_INFO" | sed 's/[,|]/\n/g' |
@@ -135,6 +143,7 @@ INPUT_HASH=$( {
     sha256sum "$SELF" | cut -d' ' -f1
     echo "kernel=$KPKG $KPKG_VER meta=$KMETA_VER"
     echo "busybox=$BB_VER"
+    echo "dhcpcd=$DHCPCD_VER"
     echo "qga=$QGA_PKG_VER"
     # shellcheck disable=SC2086
     sha256sum "$QGA" $QGA_LIBS
@@ -185,10 +194,12 @@ KDIR=$CACHE/kernel-$(safe "$KPKG_VER")
 BBDIR=$CACHE/busybox-$(safe "$BB_VER")
 fetch_unpack "$KPKG" "$KPKG_VER" "$KDIR"
 fetch_unpack "$BUSYBOX_PKG" "$BB_VER" "$BBDIR"
+DHDIR=$CACHE/dhcpcd-$(safe "$DHCPCD_VER")
+fetch_unpack "$DHCPCD_PKG" "$DHCPCD_VER" "$DHDIR"
 # Drop unpacked trees of other versions.
-for d in "$CACHE"/kernel-* "$CACHE"/busybox-* "$CACHE"/.dl.*; do
+for d in "$CACHE"/kernel-* "$CACHE"/busybox-* "$CACHE"/dhcpcd-* "$CACHE"/.dl.*; do
     [ -e "$d" ] || continue
-    case $d in "$KDIR" | "$BBDIR") ;; *) log "removing stale $d"; rm -rf "$d" ;; esac
+    case $d in "$KDIR" | "$BBDIR" | "$DHDIR") ;; *) log "removing stale $d"; rm -rf "$d" ;; esac
 done
 
 BB=$BBDIR/bin/busybox
@@ -297,6 +308,18 @@ for lib in $QGA_LIBS; do
     mkdir -p "$STAGE$(dirname "$lib")"
     cp -L "$lib" "$STAGE$lib"
 done
+
+# dhcpcd (IPv6 only; hooks off: udhcpc owns resolv.conf) and the libraries
+# ldd lists for it (libc: already there for qemu-ga).
+DHCPCD=$DHDIR/usr/sbin/dhcpcd
+[ -x "$DHCPCD" ] || die "no dhcpcd binary in $DHDIR"
+install -m 0755 "$DHCPCD" "$STAGE/usr/sbin/dhcpcd"
+for lib in $(ldd "$DHCPCD" | awk '$2 == "=>" && $3 ~ /^\// { print $3; next } $1 ~ /^\// { print $1 }'); do
+    [ -e "$STAGE$lib" ] && continue
+    mkdir -p "$STAGE$(dirname "$lib")"
+    cp -L "$lib" "$STAGE$lib"
+done
+mkdir -p "$STAGE/var/lib/dhcpcd"
 
 # kernel modules
 mkdir -p "$STAGE/lib/modules/$KREL"
@@ -516,6 +539,14 @@ else
         udhcpc -f -i "$nic" -s /usr/share/udhcpc/default.script \
             -p "/run/udhcpc.$nic.pid" -x "hostname:$h" \
             </dev/null >>/run/udhcpc.log 2>&1 &
+        # IPv6 when asked: router advertisements (route) and DHCPv6
+        # (address); no hooks, so resolv.conf stays udhcpc's. A job of its
+        # own, so the boot never waits for it.
+        if [ "$(tg_arg tg.net6 none)" = dhcp ]; then
+            mkdir -p /run/dhcpcd
+            dhcpcd -6 -B -q -c /bin/true -j /run/dhcpcd.log "$nic" \
+                </dev/null >/dev/null 2>&1 &
+        fi
         ;;
     */*)
         addr=${net%%,*}
@@ -724,6 +755,8 @@ EOF
 if [ "$(id -u)" = 0 ]; then
     chroot "$STAGE" /usr/sbin/qemu-ga --version >/dev/null ||
         die "qemu-ga does not run inside the initramfs tree"
+    chroot "$STAGE" /usr/sbin/dhcpcd --version >/dev/null ||
+        die "dhcpcd does not run inside the initramfs tree"
     chroot "$STAGE" /bin/sh -n /init
 fi
 
@@ -745,6 +778,7 @@ kernel=$KREL
 kernel_package=$KPKG $KPKG_VER
 busybox=$BB_RELEASE
 busybox_package=$BUSYBOX_PKG $BB_VER
+dhcpcd_package=$DHCPCD_PKG $DHCPCD_VER
 qemu_ga=$QGA_VER
 qemu_ga_package=qemu-guest-agent $QGA_PKG_VER
 modules=$(printf '%s\n' "${!PICKED[@]}" | sort | tr '\n' ' ' | sed 's/ $//')

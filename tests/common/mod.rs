@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub mod daemon;
 pub mod examples;
 pub mod guest;
+pub mod podnet;
 pub mod processes;
 pub mod unprivileged;
 

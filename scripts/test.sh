@@ -10,7 +10,22 @@ started=$(date +%s)
 # The non-root tests (tests/nonroot.rs, and the daemon suite below) run the
 # launcher and the test guest as unprivileged users: they must be able to
 # reach this checkout (and its target/).
-if ! setpriv --reuid=65534 --regid=65534 --clear-groups -- test -r "$PWD/Cargo.toml"; then
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
+if ! as_nobody test -r "$PWD/Cargo.toml"; then
+    # A checkout under a private directory (a CI runner's, /root): let other
+    # users pass through its parents (search only, nothing listed or read),
+    # and read the checkout itself, which holds nothing secret.
+    dir=$PWD
+    while [ "$dir" != / ]; do
+        dir=$(dirname "$dir")
+        if ! as_nobody test -x "$dir"; then
+            echo "test.sh: letting other users pass through $dir (chmod o+x) for the non-root tests" >&2
+            chmod o+x "$dir"
+        fi
+    done
+    as_nobody test -r "$PWD/Cargo.toml" || chmod -R o+rX "$PWD"
+fi
+if ! as_nobody test -r "$PWD/Cargo.toml"; then
     echo "test.sh: $PWD is not readable by other users, and the non-root tests run the launcher" \
         "as unprivileged users: make its parent directories searchable (chmod o+x) or check out elsewhere" >&2
     exit 1

@@ -8,6 +8,8 @@
 //! guest-agent and migration commands go to the domain manager as a
 //! `ManagerRequest`, each with its own reply channel.
 
+use std::time::Duration;
+
 use crossbeam_channel::{Receiver, Sender, bounded};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -89,13 +91,22 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "query-domain",
-        summary: "The live domain: name, uuid, state, reason and the parsed domain XML.",
-        parse: |a| a.none(DomainCommand::QueryDomain),
+        summary: "The live domain: name, uuid, state, reason, the domain XML and its parsed form, served from a cache that every event changing the domain invalidates (age_ms says how old); arguments.fields picks parts, arguments.max_age_ms bounds the age.",
+        parse: |a| {
+            let args: DomainQueryArgs = a.typed()?;
+            Ok(DomainCommand::QueryDomain(args.into_query()?).into())
+        },
     },
     CommandSpec {
         name: "query-stats",
-        summary: "libvirt bulk statistics of the domain (cpu, balloon, vcpu, block, interface), named as virsh domstats names them.",
-        parse: |a| a.none(DomainCommand::QueryStats),
+        summary: "libvirt bulk statistics of the domain (cpu, balloon, vcpu, block, interface), named as virsh domstats names them, from a sample a background job refreshes while clients ask (age_ms says how old); arguments.max_age_ms bounds the age (0: a fresh sample).",
+        parse: |a| {
+            let args: StatsQueryArgs = a.typed()?;
+            Ok(DomainCommand::QueryStats {
+                max_age: args.max_age_ms.map(Duration::from_millis),
+            }
+            .into())
+        },
     },
     CommandSpec {
         name: "guest-ping",
@@ -248,7 +259,9 @@ pub enum DomainCommand {
     Ping,
     QueryVersion,
     QueryStatus,
-    Sync { vmi: Value },
+    Sync {
+        vmi: Value,
+    },
     Pause,
     Unpause,
     Shutdown,
@@ -256,8 +269,61 @@ pub enum DomainCommand {
     Reset,
     Kill,
     Delete,
-    QueryDomain,
-    QueryStats,
+    QueryDomain(DomainQuery),
+    QueryStats {
+        /// Serve a cached sample only if it is at most this old; `None`:
+        /// the launcher's default.
+        max_age: Option<Duration>,
+    },
+}
+
+/// What `query-domain` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DomainQuery {
+    /// Serve a cached read only if it is at most this old; `None`: the
+    /// launcher's default.
+    pub max_age: Option<Duration>,
+    pub fields: DomainFields,
+}
+
+impl DomainQuery {
+    /// Every field, with the default age: what a query without arguments
+    /// asks for.
+    pub const ALL: DomainQuery = DomainQuery {
+        max_age: None,
+        fields: DomainFields::ALL,
+    };
+}
+
+/// The optional parts of `query-domain`'s reply (`name` is always there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DomainFields {
+    pub uuid: bool,
+    /// `state` and `reason`.
+    pub state: bool,
+    pub xml: bool,
+    pub spec: bool,
+    pub network: bool,
+    /// The VMI's volumes and their phases (`volumes`).
+    pub volumes: bool,
+}
+
+impl DomainFields {
+    pub const ALL: DomainFields = DomainFields {
+        uuid: true,
+        state: true,
+        xml: true,
+        spec: true,
+        network: true,
+        volumes: true,
+    };
+    pub const NAMES: [&'static str; 6] = ["uuid", "state", "xml", "spec", "network", "volumes"];
+
+    /// Whether the fields need the domain's XML (else the launcher's own
+    /// view answers).
+    pub fn need_xml(self) -> bool {
+        self.uuid || self.xml || self.spec || self.volumes
+    }
 }
 
 /// The guest-agent commands: none reaches the agent unless it is
@@ -342,8 +408,8 @@ impl DomainCommand {
             DomainCommand::Reset => "reset",
             DomainCommand::Kill => "kill",
             DomainCommand::Delete => "delete",
-            DomainCommand::QueryDomain => "query-domain",
-            DomainCommand::QueryStats => "query-stats",
+            DomainCommand::QueryDomain(_) => "query-domain",
+            DomainCommand::QueryStats { .. } => "query-stats",
         }
     }
 }
@@ -486,6 +552,59 @@ struct VmiArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct StatsQueryArgs {
+    max_age_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DomainQueryArgs {
+    max_age_ms: Option<u64>,
+    fields: Option<Vec<String>>,
+}
+
+impl DomainQueryArgs {
+    fn into_query(self) -> Result<DomainQuery, CommandError> {
+        let fields = match self.fields {
+            None => DomainFields::ALL,
+            Some(names) => {
+                let mut fields = DomainFields {
+                    uuid: false,
+                    state: false,
+                    xml: false,
+                    spec: false,
+                    network: false,
+                    volumes: false,
+                };
+                for name in &names {
+                    let flag = match name.as_str() {
+                        "uuid" => &mut fields.uuid,
+                        "state" => &mut fields.state,
+                        "xml" => &mut fields.xml,
+                        "spec" => &mut fields.spec,
+                        "network" => &mut fields.network,
+                        "volumes" => &mut fields.volumes,
+                        other => {
+                            return Err(CommandError::invalid_argument(format!(
+                                "arguments.fields: unknown field \"{other}\"; known fields: {} (name is always returned)",
+                                DomainFields::NAMES.join(", ")
+                            )));
+                        }
+                    };
+                    *flag = true;
+                }
+                fields
+            }
+        };
+        Ok(DomainQuery {
+            max_age: self.max_age_ms.map(Duration::from_millis),
+            fields,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GuestPingArgs {
     #[serde(default = "default_ping_timeout")]
     timeout_seconds: u64,
@@ -585,8 +704,8 @@ mod tests {
             DomainCommand::Reset.into(),
             DomainCommand::Kill.into(),
             DomainCommand::Delete.into(),
-            DomainCommand::QueryDomain.into(),
-            DomainCommand::QueryStats.into(),
+            DomainCommand::QueryDomain(DomainQuery::ALL).into(),
+            DomainCommand::QueryStats { max_age: None }.into(),
             GuestCommand::Ping { timeout_seconds: 5 }.into(),
             GuestCommand::QueryGuestInfo.into(),
             GuestCommand::QueryUsers.into(),
@@ -635,8 +754,8 @@ mod tests {
                         | DomainCommand::Reset
                         | DomainCommand::Kill
                         | DomainCommand::Delete
-                        | DomainCommand::QueryDomain
-                        | DomainCommand::QueryStats,
+                        | DomainCommand::QueryDomain(_)
+                        | DomainCommand::QueryStats { .. },
                     )
                     | ManagerCommand::Guest(
                         GuestCommand::Ping { .. }
@@ -763,6 +882,60 @@ mod tests {
             }
             .into()
         );
+    }
+
+    #[test]
+    fn query_arguments() {
+        assert_eq!(
+            Command::parse("query-stats", Map::new()).unwrap(),
+            DomainCommand::QueryStats { max_age: None }.into()
+        );
+        assert_eq!(
+            Command::parse("query-stats", args(json!({"max_age_ms": 0}))).unwrap(),
+            DomainCommand::QueryStats {
+                max_age: Some(Duration::ZERO)
+            }
+            .into()
+        );
+        assert_eq!(
+            Command::parse("query-domain", Map::new()).unwrap(),
+            DomainCommand::QueryDomain(DomainQuery::ALL).into()
+        );
+        let parsed = Command::parse(
+            "query-domain",
+            args(json!({"fields": ["state", "xml", "state"], "max_age_ms": 250})),
+        )
+        .unwrap();
+        assert_eq!(
+            parsed,
+            DomainCommand::QueryDomain(DomainQuery {
+                max_age: Some(Duration::from_millis(250)),
+                fields: DomainFields {
+                    uuid: false,
+                    state: true,
+                    xml: true,
+                    spec: false,
+                    network: false,
+                    volumes: false,
+                },
+            })
+            .into()
+        );
+        let err = Command::parse("query-domain", args(json!({"fields": ["nope"]}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert_eq!(
+            err.desc,
+            "arguments.fields: unknown field \"nope\"; known fields: uuid, state, xml, spec, network, volumes (name is always returned)"
+        );
+        for bad in [
+            ("query-stats", json!({"max_age_ms": -1})),
+            ("query-stats", json!({"max_age": 1})),
+            ("query-domain", json!({"fields": "xml"})),
+            ("query-domain", json!({"max_age_ms": "1"})),
+        ] {
+            let err = Command::parse(bad.0, args(bad.1.clone())).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument, "{bad:?}");
+        }
     }
 
     #[test]

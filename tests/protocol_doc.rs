@@ -278,6 +278,9 @@ const VOLATILE: &[&str] = &[
     "elapsed_seconds",
     "timestamp",
     "loginTime",
+    // How old a cached answer is, and how long each step of a sync took.
+    "age_ms",
+    "steps_ms",
 ];
 
 fn type_name(value: &Value) -> &'static str {

@@ -252,6 +252,24 @@ impl FakeHypervisor {
         self.send(HypervisorEvent::Reboot);
     }
 
+    /// A device appears in the running domain without the launcher asking
+    /// (someone's `virsh attach-device`): its element joins the domain's
+    /// XML and libvirt's device-added event names `alias`.
+    pub fn device_appears(&self, alias: &str, element: &str) {
+        if let Some(domain) = self.state().domain.as_mut() {
+            domain.xml = match domain.xml.rfind("</devices>") {
+                Some(at) => format!("{}{element}{}", &domain.xml[..at], &domain.xml[at..]),
+                None => domain.xml.replace(
+                    "</domain>",
+                    &format!("<devices>{element}</devices></domain>"),
+                ),
+            };
+        }
+        self.send(HypervisorEvent::DeviceAdded {
+            alias: alias.to_string(),
+        });
+    }
+
     /// The daemon goes away: the connection closes (libvirt's close
     /// callback) and calls fail until a reconnect.
     pub fn lose_connection(&self) {

@@ -5,14 +5,15 @@ use serde_json::{Map, Value, json};
 
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::{Described, JobValue, Operated, OperationDetail, object};
+use super::reply::{JobValue, Operated, OperationDetail, object};
 use super::shutdown::StopIntent;
 use super::{DomainManager, Phase};
 use crate::command::{DomainCommand, ReplyTo};
-use crate::hypervisor::{DomainState, DomainStatus, Hypervisor, HypervisorError, RebootMode};
+use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, RebootMode};
 use crate::protocol::{CommandError, ErrorClass};
 
-/// The libvirt operations on the domain that client commands ask for.
+/// The libvirt operations on the domain that client commands ask for
+/// (the read-only queries are answered by `domain_cache` and `stats`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DomainOperation {
     Pause,
@@ -22,8 +23,6 @@ enum DomainOperation {
     Reset,
     Kill,
     Delete,
-    QueryDomain,
-    QueryStats,
 }
 
 impl DomainOperation {
@@ -36,21 +35,11 @@ impl DomainOperation {
             DomainOperation::Reset => Operation::Reset,
             DomainOperation::Kill => Operation::Kill,
             DomainOperation::Delete => Operation::Delete,
-            DomainOperation::QueryDomain => Operation::QueryDomain,
-            DomainOperation::QueryStats => Operation::QueryStats,
         }
     }
 
     fn name(self) -> &'static str {
         self.operation().name()
-    }
-
-    /// Reads libvirt and changes nothing.
-    fn is_read_only(self) -> bool {
-        matches!(
-            self,
-            DomainOperation::QueryDomain | DomainOperation::QueryStats
-        )
     }
 }
 
@@ -150,10 +139,20 @@ impl DomainManager {
             DomainCommand::Reset => DomainOperation::Reset,
             DomainCommand::Kill => DomainOperation::Kill,
             DomainCommand::Delete => DomainOperation::Delete,
-            DomainCommand::QueryDomain => DomainOperation::QueryDomain,
-            DomainCommand::QueryStats => DomainOperation::QueryStats,
+            DomainCommand::QueryDomain(query) => {
+                return match self.check_allowed("query-domain", None) {
+                    Ok(()) => self.query_domain(query, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::QueryStats { max_age } => {
+                return match self.check_allowed("query-stats", None) {
+                    Ok(()) => self.query_stats(max_age, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
         };
-        match self.check_allowed(operation) {
+        match self.check_allowed(operation.name(), Some(operation)) {
             Ok(()) => self.start_domain_job(operation, reply),
             Err(e) => reply.send(Err(e)),
         }
@@ -208,10 +207,14 @@ impl DomainManager {
     }
 
     /// Refuses commands that make no sense now, before any side effect.
-    fn check_allowed(&self, operation: DomainOperation) -> Result<(), CommandError> {
-        let name = operation.name();
-        let read_only = operation.is_read_only();
-        let kill = operation == DomainOperation::Kill;
+    /// `operation` is `None` for the read-only queries.
+    fn check_allowed(
+        &self,
+        name: &str,
+        operation: Option<DomainOperation>,
+    ) -> Result<(), CommandError> {
+        let read_only = operation.is_none();
+        let kill = operation == Some(DomainOperation::Kill);
         if !read_only && !kill && self.migration_running_as_source() {
             return Err(CommandError::invalid_state(format!(
                 "{name}: a migration is running; wait for it or migrate-cancel it (kill still works)"
@@ -225,7 +228,7 @@ impl DomainManager {
             }
             let allowed_while_stopping = matches!(
                 operation,
-                DomainOperation::Kill | DomainOperation::Shutdown | DomainOperation::Delete
+                Some(DomainOperation::Kill | DomainOperation::Shutdown | DomainOperation::Delete)
             );
             if self.phase == Phase::ShuttingDown && !allowed_while_stopping {
                 return Err(CommandError::invalid_state(format!(
@@ -250,7 +253,7 @@ impl DomainManager {
         // A transient domain has no definition to remove. libvirt's QEMU
         // driver refuses, but its test driver "removes" it again and sends
         // a second Undefined event, so it is not asked.
-        if operation == DomainOperation::Delete && !self.domain.defined {
+        if operation == Some(DomainOperation::Delete) && !self.domain.defined {
             return Err(CommandError::invalid_state(format!(
                 "delete: the domain {} is not defined; it keeps running as a transient domain until it stops",
                 self.config.domain_name
@@ -274,8 +277,6 @@ impl DomainManager {
             _ => {}
         }
         let command = operation.name();
-        let network = self.network.clone();
-        let hotplug_dir = self.config.dirs.hotplug_disks.clone();
         let work = move |hv: &dyn Hypervisor| -> JobOutput {
             let run = |needs, op: &dyn Fn(&dyn Hypervisor) -> Result<OperationDetail, HypervisorError>| {
                 op_then_status(hv, &name, command, needs, op)
@@ -311,10 +312,6 @@ impl DomainManager {
                 DomainOperation::Delete => run(Needs::Exists, &|hv| {
                     hv.undefine(&name).map(|()| OperationDetail::Undefined)
                 }),
-                DomainOperation::QueryDomain => {
-                    query_domain(hv, &name, crate::network::report(&network), &hotplug_dir)
-                }
-                DomainOperation::QueryStats => query_stats(hv, &name),
             }
         };
         self.jobs.spawn(
@@ -323,53 +320,5 @@ impl DomainManager {
             self.timing.command,
             work,
         );
-    }
-}
-
-fn query_domain(
-    hv: &dyn Hypervisor,
-    name: &str,
-    network: serde_json::Value,
-    hotplug_dir: &std::path::Path,
-) -> JobOutput {
-    let (xml, uuid) = match hv.domain_xml(name) {
-        Ok(x) => x,
-        Err(e) => return JobOutput::reply(Err(hypervisor_error(&e))),
-    };
-    let status = match hv.domain_status(name) {
-        Ok(s) => s,
-        Err(e) => return JobOutput::reply(Err(hypervisor_error(&e))),
-    };
-    let domain = match crate::domxml::Domain::from_xml(&xml) {
-        Ok(domain) => Box::new(domain),
-        Err(e) => {
-            return JobOutput::reply(Err(CommandError::internal(format!(
-                "cannot parse the domain XML libvirt returned: {e}"
-            ))));
-        }
-    };
-    // The manager adds the phases of volumes in transition.
-    let volumes = super::hotplug::live_volumes(&domain, hotplug_dir);
-    JobOutput {
-        result: Ok(JobValue::Described(Described {
-            name: name.to_string(),
-            uuid,
-            status: status.unwrap_or(DomainStatus::NON_EXISTENT),
-            domain,
-            xml,
-            network,
-            volumes,
-        })),
-        observed: Observation::Status(status),
-    }
-}
-
-fn query_stats(hv: &dyn Hypervisor, name: &str) -> JobOutput {
-    match hv.stats(name) {
-        Ok(stats) => JobOutput::reply(Ok(JobValue::Stats {
-            domain: name.to_string(),
-            stats,
-        })),
-        Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
     }
 }

@@ -181,6 +181,7 @@ impl DomainManager {
             started_paused: false,
             after: Some(status),
             changes: Vec::new(),
+            steps: super::reply::Steps::default(),
         })
     }
 

@@ -43,6 +43,8 @@ pub enum Operation {
     // Work the launcher does by itself, with no client waiting.
     /// Re-reads the domain's state (at start and after a reconnect).
     StatusRefresh,
+    /// Takes a new sample of the domain's statistics for the cache.
+    StatsRefresh,
     /// Opens a new libvirt connection.
     Reconnect,
     /// Removes a stopped domain's definition before exiting.
@@ -78,6 +80,7 @@ impl Operation {
             Operation::Unfreeze => "unfreeze",
             Operation::PrepareMigrationTarget => "prepare-migration-target",
             Operation::StatusRefresh => "status-refresh",
+            Operation::StatsRefresh => "stats-refresh",
             Operation::Reconnect => "reconnect",
             Operation::UndefineOnExit => "undefine-on-exit",
             Operation::AcpiShutdown => "acpi-shutdown",
@@ -86,6 +89,21 @@ impl Operation {
             Operation::AutoThaw => "auto-thaw",
             Operation::DestroyIncoming => "destroy-incoming",
         }
+    }
+
+    /// Only reads: the domain is the same after it as before (so the
+    /// launcher's caches of it stay). A reconnect is not: the daemon at
+    /// the other end may hold a different domain now.
+    pub fn is_read_only(self) -> bool {
+        matches!(
+            self,
+            Operation::QueryDomain
+                | Operation::QueryStats
+                | Operation::StatsRefresh
+                | Operation::StatusRefresh
+                | Operation::GuestPing
+                | Operation::GuestExec
+        )
     }
 
     /// Exclusive operations change the domain: one at a time, and a client
@@ -123,6 +141,12 @@ pub enum Observation {
     Refreshed {
         status: Option<DomainStatus>,
         agent: Option<bool>,
+    },
+    /// A sample of the domain's statistics, taken by a job that started at
+    /// the stats cache's `generation`.
+    StatsSample {
+        sample: super::stats::StatsSample,
+        generation: u64,
     },
 }
 

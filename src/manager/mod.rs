@@ -15,6 +15,7 @@
 mod connection;
 mod devices;
 mod domain;
+mod domain_cache;
 mod errors;
 mod exit;
 mod guest;
@@ -24,6 +25,7 @@ mod lifecycle;
 mod migration;
 mod reply;
 mod shutdown;
+mod stats;
 mod sync;
 mod timers;
 
@@ -143,6 +145,15 @@ struct Timing {
     /// before it answers Timeout (the device stays until the guest lets
     /// it go).
     detach: Duration,
+    /// The statistics cache (`stats`): how often it is refreshed while
+    /// clients ask, how old a sample a plain `query-stats` accepts, and
+    /// how long after the last `query-stats` the refresh stops.
+    stats_refresh: Duration,
+    stats_max_age: Duration,
+    stats_idle_stop: Duration,
+    /// How old a cached read a plain `query-domain` accepts
+    /// (`domain_cache`).
+    domain_max_age: Duration,
 }
 
 impl Default for Timing {
@@ -155,6 +166,10 @@ impl Default for Timing {
             acpi_repeat: Duration::from_secs(5),
             destroy_retry: Duration::from_secs(1),
             detach: Duration::from_secs(30),
+            stats_refresh: stats::REFRESH,
+            stats_max_age: stats::DEFAULT_MAX_AGE,
+            stats_idle_stop: stats::IDLE_STOP,
+            domain_max_age: domain_cache::DEFAULT_MAX_AGE,
         }
     }
 }
@@ -177,6 +192,10 @@ pub struct DomainManager {
     stop: GracefulStop,
     migration: MigrationState,
     hotplug: hotplug::HotplugState,
+    /// The live domain as `query-domain` last read it.
+    described: domain_cache::DomainCache,
+    /// The domain's statistics as `query-stats` last sampled them.
+    stats: stats::StatsCache,
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
@@ -213,6 +232,8 @@ impl DomainManager {
             agent: AgentState::new(poller),
             migration: MigrationState::default(),
             hotplug: hotplug::HotplugState::default(),
+            described: domain_cache::DomainCache::default(),
+            stats: stats::StatsCache::default(),
             exit: ExitState::new(exit),
             network,
             fatal,
@@ -267,6 +288,8 @@ impl DomainManager {
                 },
                 recv(migration_updates) -> msg => {
                     if let Ok(update) = msg {
+                        // A migrating domain changes under the caches.
+                        self.domain_changed();
                         self.handle_migration_update(update);
                     }
                 },
@@ -315,6 +338,7 @@ impl DomainManager {
                 Timer::FinalEvent => self.on_final_event_overdue(),
                 Timer::AutoThaw => self.on_auto_thaw(),
                 Timer::ExitNow => self.exit_now(),
+                Timer::StatsRefresh => self.on_stats_refresh_due(),
             }
         }
     }
@@ -349,6 +373,8 @@ impl DomainManager {
     }
 
     fn handle_hypervisor_event(&mut self, event: HypervisorEvent) {
+        // Every event is news about the domain (or the connection to it).
+        self.domain_changed();
         match event {
             HypervisorEvent::Lifecycle(lifecycle) => self.on_lifecycle(lifecycle),
             HypervisorEvent::AgentLifecycle(agent) => self.on_agent_lifecycle(agent),
@@ -378,6 +404,9 @@ impl DomainManager {
             operation.name(),
             elapsed.as_secs_f64() * 1000.0
         );
+        if !operation.is_read_only() {
+            self.domain_changed();
+        }
         match operation {
             Operation::Reconnect => self.on_reconnect_done(&output.result),
             Operation::UndefineOnExit
@@ -401,11 +430,11 @@ impl DomainManager {
             }
             Operation::Sync => self.on_sync_finished(output.result.is_ok()),
             Operation::QueryDomain => {
-                if let Ok(JobValue::Described(described)) = &mut output.result {
-                    described.volumes =
-                        self.volume_statuses(std::mem::take(&mut described.volumes));
+                if let Ok(JobValue::Described(read)) = output.result {
+                    output.result = Ok(JobValue::Reply(self.on_domain_read(*read)));
                 }
             }
+            Operation::StatsRefresh => self.after_stats_refresh(),
             Operation::Pause
             | Operation::Unpause
             | Operation::Shutdown
@@ -435,6 +464,9 @@ impl DomainManager {
             Observation::PreparedDisks(prepared) => self.on_target_prepared(prepared),
             Observation::Connected(connection) => self.on_reconnected(connection),
             Observation::Refreshed { status, agent } => self.on_refreshed(status, agent, overtaken),
+            Observation::StatsSample { sample, generation } => {
+                self.on_stats_sampled(sample, generation)
+            }
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {

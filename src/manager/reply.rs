@@ -2,13 +2,14 @@
 //! sync that started paused, a freeze's thaw timeout); they become JSON only
 //! when they are written into a client's reply (`into_reply`).
 
+use std::time::{Duration, Instant};
+
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use super::hotplug::VolumeStatus;
-use crate::domxml::Domain;
+use super::domain_cache::DomainRead;
 use crate::hotplug::plan::Change;
-use crate::hypervisor::{DomainStatus, RebootMode, Stat};
+use crate::hypervisor::{DomainStatus, RebootMode};
 use crate::migration::TargetAddress;
 
 /// A job's successful result.
@@ -20,13 +21,11 @@ pub enum JobValue {
     /// reported after it.
     Operated(Operated),
     Synced(Synced),
-    /// `query-domain`.
-    Described(Described),
-    /// `query-stats`.
-    Stats {
-        domain: String,
-        stats: Vec<Stat>,
-    },
+    /// `query-domain`'s read, which the manager keeps and answers from.
+    Described(Box<DomainRead>),
+    /// A reply built already (`query-stats`, and `query-domain` once the
+    /// manager kept its read).
+    Reply(Map<String, Value>),
     /// `guest-exec`.
     Executed(Executed),
     /// `freeze`.
@@ -104,19 +103,41 @@ pub struct Synced {
     pub after: Option<DomainStatus>,
     /// What was changed in the running domain, in order.
     pub changes: Vec<Change>,
+    /// How long each step took, in order.
+    pub steps: Steps,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Described {
-    pub name: String,
-    pub uuid: String,
-    pub status: DomainStatus,
-    pub domain: Box<Domain>,
-    pub xml: String,
-    /// The pod networking the launcher set up (crate::network).
-    pub network: Value,
-    /// The volumes the VMI named, with the phase of those in transition.
-    pub volumes: Vec<VolumeStatus>,
+/// How long the steps of an operation took, in the order they ran.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Steps(pub Vec<(&'static str, Duration)>);
+
+impl Steps {
+    /// Runs `step` and records how long it took under `name`.
+    pub fn time<T>(&mut self, name: &'static str, step: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let out = step();
+        self.0.push((name, started.elapsed()));
+        out
+    }
+
+    /// `{"name": milliseconds, ...}`, with microsecond resolution.
+    pub fn to_json(&self) -> Value {
+        let mut map = Map::new();
+        for (name, took) in &self.0 {
+            let ms = (took.as_secs_f64() * 1e6).round() / 1e3;
+            map.insert((*name).to_string(), json!(ms));
+        }
+        Value::Object(map)
+    }
+
+    /// "plan 0.05 ms, define 12.1 ms, ..." for the log.
+    pub fn describe(&self) -> String {
+        self.0
+            .iter()
+            .map(|(name, took)| format!("{name} {:.2} ms", took.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -188,26 +209,19 @@ impl JobValue {
                     "action": synced.action.as_str(),
                     "started_paused": synced.started_paused,
                     "changes": synced.changes,
+                    "steps_ms": synced.steps.to_json(),
                 }));
                 if let Some(status) = synced.after {
                     reply.extend(status_fields(status));
                 }
                 reply
             }
-            JobValue::Described(d) => object(json!({
-                "name": d.name,
-                "uuid": d.uuid,
-                "state": d.status.state.as_str(),
-                "reason": d.status.reason.as_str(),
-                "spec": serde_json::to_value(&d.domain).unwrap_or(Value::Null),
-                "xml": d.xml,
-                "network": d.network,
-                "volumes": d.volumes,
-            })),
-            JobValue::Stats { domain, stats } => {
-                let stats: Map<String, Value> = stats.into_iter().collect();
-                object(json!({ "domain": domain, "stats": stats }))
+            // The manager answers these itself (`on_domain_read`); a read
+            // that reaches here has only its state to say.
+            JobValue::Described(read) => {
+                status_fields(read.status.unwrap_or(DomainStatus::NON_EXISTENT))
             }
+            JobValue::Reply(reply) => reply,
             JobValue::Executed(executed) => serialized(&executed),
             JobValue::Frozen(frozen) => serialized(&frozen),
             JobValue::Thawed { thawed_filesystems } => {
@@ -264,19 +278,26 @@ mod tests {
             started_paused: true,
             after: Some(DomainStatus::new(DomainState::Paused, StateReason::User)),
             changes: Vec::new(),
+            steps: Steps(vec![
+                ("define", Duration::from_micros(12_345)),
+                ("start", Duration::from_millis(250)),
+            ]),
         };
         assert_eq!(
             Value::Object(JobValue::Synced(synced.clone()).into_reply()),
             json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true,
-                   "changes": [], "state": "Paused", "reason": "User"})
+                   "changes": [], "state": "Paused", "reason": "User",
+                   "steps_ms": {"define": 12.345, "start": 250.0}})
         );
         let unread = Synced {
             after: None,
+            steps: Steps::default(),
             ..synced
         };
         assert_eq!(
             Value::Object(JobValue::Synced(unread).into_reply()),
-            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true, "changes": []})
+            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true, "changes": [],
+                   "steps_ms": {}})
         );
     }
 

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::errors::hypervisor_error;
 use super::hotplug::{LiveChange, apply_live};
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::{JobValue, SyncAction, Synced};
+use super::reply::{JobValue, Steps, SyncAction, Synced};
 use super::{DomainManager, Phase};
 use crate::command::ReplyTo;
 use crate::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
@@ -132,6 +132,8 @@ pub(super) struct SyncPlan {
     vmi_json: Value,
     /// What to change if the domain runs already.
     live: Option<LiveChange>,
+    /// How long the steps so far took (the conversion).
+    steps: Steps,
 }
 
 impl DomainManager {
@@ -139,10 +141,12 @@ impl DomainManager {
     /// launcher is refused as such whatever the launcher is doing; only a
     /// valid one meets the state checks.
     pub(super) fn start_sync(&mut self, vmi: Value, reply: ReplyTo) {
-        let plan = match self.plan_sync(&vmi) {
+        let mut steps = Steps::default();
+        let mut plan = match steps.time("convert", || self.plan_sync(&vmi)) {
             Ok(plan) => plan,
             Err(e) => return reply.send(Err(e)),
         };
+        plan.steps = steps;
         if self.migration_running_as_source() {
             return reply.send(Err(CommandError::invalid_state(
                 "sync: a migration is running; wait for it or migrate-cancel it",
@@ -255,6 +259,7 @@ impl DomainManager {
             vmi,
             vmi_json: vmi_json.clone(),
             live: None,
+            steps: Steps::default(),
         })
     }
 
@@ -347,8 +352,9 @@ impl DomainManager {
     }
 }
 
-fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
-    let action = match sync_domain(hv, &plan) {
+fn run_sync(hv: &dyn Hypervisor, mut plan: SyncPlan) -> JobOutput {
+    let mut steps = std::mem::take(&mut plan.steps);
+    let action = match sync_domain(hv, &plan, &mut steps) {
         Ok(action) => action,
         Err(e) => return JobOutput::reply(Err(e)),
     };
@@ -357,7 +363,9 @@ fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
     if !action.started()
         && let Some(live) = &plan.live
     {
-        changes = match apply_live(hv, &plan.domain_name, live, plan.network.as_ref()) {
+        changes = match steps.time("live_changes", || {
+            apply_live(hv, &plan.domain_name, live, plan.network.as_ref())
+        }) {
             Ok(changes) => changes,
             Err(e) => return JobOutput::reply(Err(e)),
         };
@@ -366,14 +374,29 @@ fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
         SyncAction::None if !changes.is_empty() => SyncAction::Updated,
         other => other,
     };
+    let status = steps.time("read_state_after", || hv.domain_status(&plan.domain_name));
+    // A re-sync that changed nothing is routine (virt-handler repeats
+    // them); one that did something is worth a line.
+    let level = if action == SyncAction::None {
+        log::Level::Debug
+    } else {
+        log::Level::Info
+    };
+    log::log!(
+        level,
+        "manager: sync {} ({})",
+        action.as_str(),
+        steps.describe()
+    );
     let mut synced = Synced {
         domain: plan.domain_name.clone(),
         action,
         started_paused: plan.start_paused && action.started(),
         after: None,
         changes,
+        steps,
     };
-    match hv.domain_status(&plan.domain_name) {
+    match status {
         Ok(status) => {
             synced.after = status;
             JobOutput {
@@ -388,20 +411,28 @@ fn run_sync(hv: &dyn Hypervisor, plan: SyncPlan) -> JobOutput {
 
 /// Define if missing, start if down, resume if paused by something other
 /// than the user.
-fn sync_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<SyncAction, CommandError> {
+fn sync_domain(
+    hv: &dyn Hypervisor,
+    plan: &SyncPlan,
+    steps: &mut Steps,
+) -> Result<SyncAction, CommandError> {
     let name = &plan.domain_name;
-    let existing = hv.domain_status(name).map_err(|e| hypervisor_error(&e))?;
+    let existing = steps
+        .time("read_state", || hv.domain_status(name))
+        .map_err(|e| hypervisor_error(&e))?;
     let action = match existing {
         None => {
-            create_domain(hv, plan)?;
+            create_domain(hv, plan, steps)?;
             SyncAction::DefinedAndStarted
         }
         Some(status) if !status.state.is_active() => {
             // A stopped domain's definition may be stale (left by an
             // earlier launcher on a shared daemon): replace it with this
             // VMI's rather than start an old spec.
-            hv.undefine(name).map_err(|e| hypervisor_error(&e))?;
-            create_domain(hv, plan)?;
+            steps
+                .time("undefine", || hv.undefine(name))
+                .map_err(|e| hypervisor_error(&e))?;
+            create_domain(hv, plan, steps)?;
             SyncAction::RedefinedAndStarted
         }
         // Paused by the user (pause, or started paused) or by a migration
@@ -411,7 +442,9 @@ fn sync_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<SyncAction, Comma
                 && !status.is_paused_by_user()
                 && status.reason != StateReason::Migration =>
         {
-            hv.resume(name).map_err(|e| hypervisor_error(&e))?;
+            steps
+                .time("resume", || hv.resume(name))
+                .map_err(|e| hypervisor_error(&e))?;
             SyncAction::Resumed
         }
         Some(_) => SyncAction::None,
@@ -419,7 +452,11 @@ fn sync_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<SyncAction, Comma
     Ok(action)
 }
 
-fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandError> {
+fn create_domain(
+    hv: &dyn Hypervisor,
+    plan: &SyncPlan,
+    steps: &mut Steps,
+) -> Result<(), CommandError> {
     // A host device that is not there is named now rather than by QEMU's
     // failure to start (the test driver uses no host device).
     if hv.info().driver == DriverKind::Qemu {
@@ -432,7 +469,7 @@ fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandErro
     let mut domain = plan.domain.clone();
     let active = match &plan.network {
         Some(job) => {
-            let active = job.run().map_err(|e| {
+            let active = steps.time("network", || job.run()).map_err(|e| {
                 CommandError::new(
                     ErrorClass::Unavailable,
                     format!("cannot set up the pod network: {e}"),
@@ -443,30 +480,32 @@ fn create_domain(hv: &dyn Hypervisor, plan: &SyncPlan) -> Result<(), CommandErro
         }
         None => None,
     };
-    let xml = domain
-        .to_xml()
+    let xml = steps
+        .time("write_xml", || domain.to_xml())
         .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
     log::debug!("manager: domain XML for {}:\n{xml}", plan.domain_name);
-    let prepared = disks::prepare(&plan.disk_plan).map_err(|e| {
-        // A missing or unusable image is the VMI's problem; a failed write
-        // or qemu-img run is the host's.
-        let class = match e.kind {
-            DiskErrorKind::Missing | DiskErrorKind::Invalid => ErrorClass::InvalidArgument,
-            DiskErrorKind::Io | DiskErrorKind::Command => ErrorClass::Internal,
-        };
-        CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
-    })?;
+    let prepared = steps
+        .time("disks", || disks::prepare(&plan.disk_plan))
+        .map_err(|e| {
+            // A missing or unusable image is the VMI's problem; a failed write
+            // or qemu-img run is the host's.
+            let class = match e.kind {
+                DiskErrorKind::Missing | DiskErrorKind::Invalid => ErrorClass::InvalidArgument,
+                DiskErrorKind::Io | DiskErrorKind::Command => ErrorClass::Internal,
+            };
+            CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
+        })?;
     if plan.unprivileged
         && let Err(e) = crate::unprivileged::check_disks(&domain)
     {
         prepared.rollback();
         return Err(CommandError::new(ErrorClass::Unavailable, e));
     }
-    if let Err(e) = hv.define(&xml) {
+    if let Err(e) = steps.time("define", || hv.define(&xml)) {
         prepared.rollback();
         return Err(hypervisor_error(&e));
     }
-    if let Err(e) = hv.start(&plan.domain_name, plan.start_paused) {
+    if let Err(e) = steps.time("start", || hv.start(&plan.domain_name, plan.start_paused)) {
         let lost = e.kind == HypervisorErrorKind::ConnectionLost;
         let error = undo_failed_start(hv, plan, prepared, &e);
         // A QEMU that may have started uses the pod network too; otherwise

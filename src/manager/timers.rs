@@ -20,6 +20,8 @@ pub enum Timer {
     AutoThaw,
     /// Clean-up before exit took too long; exit anyway.
     ExitNow,
+    /// Take a new sample of the domain's statistics (while clients ask).
+    StatsRefresh,
 }
 
 #[derive(Default)]

@@ -3,6 +3,7 @@
 //! the signal thread drive it, watched through its events and its exit
 //! decision. No libvirt, no files beyond a temporary directory tree.
 
+mod caches;
 mod commands;
 mod connection;
 mod consistency;
@@ -43,6 +44,10 @@ fn quick_timing() -> Timing {
         acpi_repeat: Duration::from_millis(100),
         destroy_retry: Duration::from_millis(100),
         detach: Duration::from_millis(300),
+        stats_refresh: Duration::from_millis(100),
+        stats_max_age: Duration::from_secs(5),
+        stats_idle_stop: Duration::from_millis(500),
+        domain_max_age: Duration::from_secs(5),
     }
 }
 
@@ -107,6 +112,12 @@ impl Setup {
 
     fn command_timeout(mut self, timeout: Duration) -> Setup {
         self.timing.command = timeout;
+        self
+    }
+
+    /// Changes the manager's waits (the caches' intervals, say).
+    fn timing(mut self, change: impl FnOnce(&mut Timing)) -> Setup {
+        change(&mut self.timing);
         self
     }
 

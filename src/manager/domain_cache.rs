@@ -1,0 +1,340 @@
+//! `query-domain` from a cache: the live domain XML libvirt last returned,
+//! its parsed form and that form as JSON, kept until something changes the
+//! domain. Reading the XML, parsing it and turning it into JSON costs far
+//! more than the answer itself; the domain changes only when an event says
+//! so or when the launcher changes it.
+//!
+//! What drops the cache: every event libvirt sends about the domain
+//! (lifecycle, device added or removed, guest agent channel, reboot, job
+//! completed), every job that may have changed the domain (sync and its
+//! live changes, pause, kill, ...; every job but the read-only ones), each
+//! report of a migration, and a lost or regained libvirt connection. A read
+//! that such a change overtook is answered to its client but not kept. So a
+//! reply never predates a change the launcher was told of. A change libvirt
+//! makes without an event the launcher listens to (a balloon resize asked
+//! from outside, say) is seen once the cache is older than
+//! `DEFAULT_MAX_AGE`; a client that needs more says `max_age_ms`.
+//!
+//! The state and reason in a reply come from the launcher's own view (kept
+//! by the same events), so a cached reply shows the current state; a fresh
+//! read shows the state libvirt reported with the XML.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use super::DomainManager;
+use super::errors::hypervisor_error;
+use super::jobs::{JobOutput, Observation, Operation};
+use super::reply::JobValue;
+use crate::command::{DomainFields, DomainQuery, ReplyTo};
+use crate::domxml::Domain;
+use crate::hypervisor::{DomainStatus, Hypervisor};
+use crate::protocol::CommandError;
+
+/// How old a cached read a query without `max_age_ms` accepts.
+pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
+
+/// One read of the live domain.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct LiveDomain {
+    pub(super) uuid: String,
+    pub(super) xml: String,
+    /// The parsed XML.
+    pub(super) domain: Arc<Domain>,
+    /// `domain` as JSON, as replies carry it (`spec`).
+    pub(super) spec: Value,
+    pub(super) read: Instant,
+}
+
+/// A fresh read, as a job returns it.
+#[derive(Debug, PartialEq)]
+pub(super) struct DomainRead {
+    pub(super) live: LiveDomain,
+    /// The state read with it (`None`: the domain no longer exists).
+    pub(super) status: Option<DomainStatus>,
+    /// The cache's generation when the read started.
+    pub(super) generation: u64,
+    pub(super) fields: DomainFields,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct DomainCache {
+    live: Option<Arc<LiveDomain>>,
+    /// Counts the changes that dropped the cache; a read that started
+    /// before one is not kept.
+    generation: u64,
+}
+
+impl DomainCache {
+    /// Something changed (or may have changed) the domain.
+    pub(super) fn invalidate(&mut self) {
+        self.live = None;
+        self.generation += 1;
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Keeps a read that started at `generation`, unless a change came in
+    /// between.
+    pub(super) fn store(&mut self, live: Arc<LiveDomain>, generation: u64) {
+        if generation == self.generation {
+            self.live = Some(live);
+        }
+    }
+
+    /// The cached read, if it is at most `max_age` old at `now`.
+    pub(super) fn fresh(&self, max_age: Duration, now: Instant) -> Option<&Arc<LiveDomain>> {
+        self.live
+            .as_ref()
+            .filter(|l| now.saturating_duration_since(l.read) <= max_age)
+    }
+}
+
+/// The reply's fields from a read (when the fields need one), the state
+/// the pod network's report and the volumes (from the read, when asked).
+pub(super) fn domain_reply(
+    name: &str,
+    live: Option<&LiveDomain>,
+    status: DomainStatus,
+    fields: DomainFields,
+    network: impl FnOnce() -> Value,
+    volumes: Option<Value>,
+    now: Instant,
+) -> Map<String, Value> {
+    let mut reply = Map::new();
+    reply.insert("name".into(), Value::String(name.to_string()));
+    if fields.state {
+        reply.insert("state".into(), status.state.as_str().into());
+        reply.insert("reason".into(), status.reason.as_str().into());
+    }
+    if let Some(live) = live {
+        if fields.uuid {
+            reply.insert("uuid".into(), Value::String(live.uuid.clone()));
+        }
+        if fields.spec {
+            reply.insert("spec".into(), live.spec.clone());
+        }
+        if fields.xml {
+            reply.insert("xml".into(), Value::String(live.xml.clone()));
+        }
+        let age = now.saturating_duration_since(live.read);
+        reply.insert(
+            "age_ms".into(),
+            json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
+        );
+    }
+    if fields.network {
+        reply.insert("network".into(), network());
+    }
+    if let Some(volumes) = volumes {
+        reply.insert("volumes".into(), volumes);
+    }
+    reply
+}
+
+/// Reads the live domain: XML, UUID and state, and parses the XML.
+fn read_domain(
+    hv: &dyn Hypervisor,
+    name: &str,
+) -> Result<(LiveDomain, Option<DomainStatus>), CommandError> {
+    let (xml, uuid) = hv.domain_xml(name).map_err(|e| hypervisor_error(&e))?;
+    let status = hv.domain_status(name).map_err(|e| hypervisor_error(&e))?;
+    let domain = Domain::from_xml(&xml).map_err(|e| {
+        CommandError::internal(format!("cannot parse the domain XML libvirt returned: {e}"))
+    })?;
+    let spec = serde_json::to_value(&domain).unwrap_or(Value::Null);
+    let live = LiveDomain {
+        uuid,
+        xml,
+        domain: Arc::new(domain),
+        spec,
+        read: Instant::now(),
+    };
+    Ok((live, status))
+}
+
+impl DomainManager {
+    /// `query-domain`, once the command's state checks passed.
+    pub(super) fn query_domain(&mut self, query: DomainQuery, reply: ReplyTo) {
+        let now = Instant::now();
+        let max_age = query.max_age.unwrap_or(self.timing.domain_max_age);
+        if !query.fields.need_xml() {
+            return reply.send(Ok(self.domain_reply(
+                None,
+                self.domain.status,
+                query.fields,
+                now,
+            )));
+        }
+        if let Some(live) = self.described.fresh(max_age, now).cloned() {
+            let status = self.domain.status;
+            return reply.send(Ok(self.domain_reply(
+                Some(&live),
+                status,
+                query.fields,
+                now,
+            )));
+        }
+        let name = self.config.domain_name.clone();
+        let generation = self.described.generation();
+        let fields = query.fields;
+        self.jobs.spawn(
+            Operation::QueryDomain,
+            Some(reply),
+            self.timing.command,
+            move |hv| match read_domain(hv, &name) {
+                Ok((live, status)) => JobOutput {
+                    result: Ok(JobValue::Described(Box::new(DomainRead {
+                        live,
+                        status,
+                        generation,
+                        fields,
+                    }))),
+                    observed: Observation::Status(status),
+                },
+                Err(e) => JobOutput::reply(Err(e)),
+            },
+        );
+    }
+
+    /// The reply to a query-domain job: its read is kept (unless a change
+    /// overtook it) and answered with the state read with it.
+    pub(super) fn on_domain_read(&mut self, read: DomainRead) -> Map<String, Value> {
+        let live = Arc::new(read.live);
+        self.described.store(live.clone(), read.generation);
+        let status = read.status.unwrap_or(DomainStatus::NON_EXISTENT);
+        self.domain_reply(Some(&live), status, read.fields, Instant::now())
+    }
+
+    fn domain_reply(
+        &mut self,
+        live: Option<&LiveDomain>,
+        status: DomainStatus,
+        fields: DomainFields,
+        now: Instant,
+    ) -> Map<String, Value> {
+        // The volumes of the read, with the phases of those in transition
+        // (which the manager keeps: current even when the read is cached).
+        let volumes = match live {
+            Some(live) if fields.volumes => {
+                let listed =
+                    super::hotplug::live_volumes(&live.domain, &self.config.dirs.hotplug_disks);
+                Some(serde_json::to_value(self.volume_statuses(listed)).unwrap_or(Value::Null))
+            }
+            _ => None,
+        };
+        let network = &self.network;
+        domain_reply(
+            &self.config.domain_name,
+            live,
+            status,
+            fields,
+            || crate::network::report(network),
+            volumes,
+            now,
+        )
+    }
+
+    /// Drops what the caches hold about the domain: it changed, or may
+    /// have.
+    pub(super) fn domain_changed(&mut self) {
+        self.described.invalidate();
+        self.stats.invalidate();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hypervisor::{DomainState, StateReason};
+
+    fn live(at: Instant) -> Arc<LiveDomain> {
+        let xml = "<domain type='test'><name>ns_vm</name></domain>".to_string();
+        let domain = Domain::from_xml(&xml).unwrap();
+        Arc::new(LiveDomain {
+            uuid: "u".into(),
+            spec: serde_json::to_value(&domain).unwrap(),
+            domain: Arc::new(domain),
+            xml,
+            read: at,
+        })
+    }
+
+    #[test]
+    fn a_read_is_kept_until_a_change_and_not_across_one() {
+        let t0 = Instant::now();
+        let mut cache = DomainCache::default();
+        let before = cache.generation();
+        cache.store(live(t0), before);
+        assert!(cache.fresh(DEFAULT_MAX_AGE, t0).is_some());
+        assert!(
+            cache
+                .fresh(Duration::ZERO, t0 + Duration::from_millis(1))
+                .is_none()
+        );
+        assert!(
+            cache
+                .fresh(
+                    DEFAULT_MAX_AGE,
+                    t0 + DEFAULT_MAX_AGE + Duration::from_millis(1)
+                )
+                .is_none()
+        );
+        cache.invalidate();
+        assert!(cache.fresh(DEFAULT_MAX_AGE, t0).is_none());
+        // Started before the change, finished after it: not kept.
+        cache.store(live(t0), before);
+        assert!(cache.fresh(DEFAULT_MAX_AGE, t0).is_none());
+    }
+
+    #[test]
+    fn replies_carry_what_was_asked() {
+        let t0 = Instant::now();
+        let running = DomainStatus::new(DomainState::Running, StateReason::Booted);
+        let read = live(t0);
+        let all = domain_reply(
+            "ns_vm",
+            Some(&read),
+            running,
+            DomainFields::ALL,
+            || json!([]),
+            None,
+            t0 + Duration::from_millis(7),
+        );
+        let mut keys: Vec<&str> = all.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "age_ms", "name", "network", "reason", "spec", "state", "uuid", "xml"
+            ]
+        );
+        assert_eq!(all["age_ms"], 7);
+        assert_eq!(all["state"], "Running");
+        let state_only = DomainFields {
+            uuid: false,
+            state: true,
+            xml: false,
+            spec: false,
+            network: false,
+            volumes: false,
+        };
+        let reply = domain_reply(
+            "ns_vm",
+            None,
+            running,
+            state_only,
+            || panic!("not asked"),
+            None,
+            t0,
+        );
+        assert_eq!(
+            Value::Object(reply),
+            json!({"name": "ns_vm", "state": "Running", "reason": "Booted"})
+        );
+    }
+}

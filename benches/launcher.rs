@@ -10,7 +10,8 @@
 //! unchanged re-sync, a disk plugged in), `nonroot` (start -> ready of
 //! --spawn-libvirt as an unprivileged user beside root, and
 //! `virt-launcher probe` exec -> exit) and `network` (pod networking:
-//! set-up time, DHCP answer time, TCP throughput per binding). Pass
+//! set-up time, DHCP answer time, TCP throughput per binding) and
+//! `vs-go` (issue 16's rows beside KubeVirt's Go launcher). Pass
 //! section names to run only those; `conversion` runs the conversion and
 //! ISO figures alone.
 
@@ -32,6 +33,8 @@ mod nonroot;
 mod reconnect;
 #[path = "sections/sigkill.rs"]
 mod sigkill;
+#[path = "sections/vs_go.rs"]
+mod vs_go;
 
 use std::fs;
 use std::path::Path;
@@ -91,6 +94,9 @@ fn main() {
     }
     if run("network") {
         network::network();
+    }
+    if run("vs-go") {
+        vs_go::vs_go();
     }
 }
 

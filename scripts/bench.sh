@@ -6,7 +6,8 @@
 # (re-sync, hotplugged disk), non-root mode and pod networking (set-up
 # time, DHCP answer time, TCP throughput per binding). A section name runs
 # only that section: `scripts/bench.sh test`, `qemu`, `migration`,
-# `reconnect`, `exit`, `sigkill`, `hotplug`, `nonroot` or `network`. The
+# `reconnect`, `exit`, `sigkill`, `hotplug`, `nonroot`, `network` or `vs-go`
+# (issue 16's rows beside KubeVirt's Go launcher, each with its target). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail

@@ -58,7 +58,9 @@ fn launcher_args(name: &str, extra: &[&str]) -> Vec<String> {
         "--name",
         name,
         "--namespace",
-        "gobench",
+        // The test guest's VMI lives in this namespace (tests/common/guest.rs):
+        // a launcher refuses a VMI of another.
+        "e2e",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -369,10 +371,10 @@ fn sync_and_kill() {
         let t = Instant::now();
         let synced = client.request_timeout("sync", json!({ "vmi": vmi }), STEP);
         replies.push(ms(t.elapsed()));
-        watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
-        running.push(ms(t.elapsed()));
         let reply = &synced["return"];
         assert!(reply.is_object(), "sync failed: {synced}");
+        watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+        running.push(ms(t.elapsed()));
         if let Some(map) = reply["steps_ms"].as_object() {
             for (step, value) in map {
                 if !step_order.contains(step) {
@@ -388,7 +390,7 @@ fn sync_and_kill() {
         let status = client.ok("query-status", Value::Null);
         let own_uri = status["libvirt"]["uri"].as_str().unwrap().to_string();
         let own = virt::connect::Connect::open(Some(&own_uri)).unwrap();
-        let domain_name = format!("gobench_{name}");
+        let domain_name = format!("e2e_{name}");
         let xml = own
             .lookup_domain_by_name(&domain_name)
             .unwrap()
@@ -397,7 +399,7 @@ fn sync_and_kill() {
         drop(own);
         let bare_xml = xml.replace(
             &format!("<name>{domain_name}</name>"),
-            &format!("<name>gobench_bare{round}</name>"),
+            &format!("<name>e2e_bare{round}</name>"),
         );
         let bare_xml = strip_uuid(&bare_xml);
         let t = Instant::now();

@@ -28,7 +28,7 @@ fn wait_until(what: &str, pred: impl Fn() -> bool) {
 /// Syncs once the launcher's start-up refresh has read the domain's state
 /// (no domain then, so it reads no XML): the reads the tests count are the
 /// queries' alone, however late a loaded machine runs that refresh.
-fn sync_after_start_up(h: &Harness) {
+pub(super) fn sync_after_start_up(h: &Harness) {
     wait_until("the start-up state refresh", || {
         h.fake.calls("domain_status") >= 1
     });

@@ -195,15 +195,22 @@ security_driver = "none"
 CONF
 fi
 
-# The host's daemons (used by launchers without --spawn-libvirt).
-if ! pgrep -x virtlogd >/dev/null; then
+# The host's daemons (used by launchers without --spawn-libvirt). Alive is
+# told by the host daemon's own pid file, not by a process name: a launcher
+# started with --spawn-libvirt runs daemons of the same names in its private
+# namespace, and a host daemon that died leaves its socket file behind.
+host_daemon_alive() {
+    local pid
+    pid=$(cat "/run/libvirt/$1.pid" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+}
+if ! host_daemon_alive virtlogd; then
     virtlogd -d
 fi
-if ! pgrep -x libvirtd >/dev/null; then
+if ! host_daemon_alive libvirtd; then
     libvirtd -d
 fi
 for _ in $(seq 1 100); do
-    [ -S /var/run/libvirt/libvirt-sock ] && break
+    virsh -c qemu:///system uri >/dev/null 2>&1 && break
     sleep 0.1
 done
 # Probe QEMU once now (seconds, cold) so that every daemon after this one

@@ -54,12 +54,17 @@ pub fn write_all(
         let path = etc.join(name);
         fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))
     };
-    let mut daemon_conf = String::from(
+    // With filters, the output takes every level so that the filters
+    // decide what is logged (a "3:stderr" output would drop the debug and
+    // info messages they ask for); what no filter names stays at warnings.
+    let output_level = if log_filters.is_some() { 1 } else { 3 };
+    let mut daemon_conf = format!(
         "# Written by virt-launcher for its own daemon; not used by anything else.\n\
          unix_sock_rw_perms = \"0700\"\n\
          auth_unix_rw = \"none\"\n\
          auth_unix_ro = \"none\"\n\
-         log_outputs = \"3:stderr\"\n\
+         log_outputs = \"{output_level}:stderr\"\n\
+         log_level = 3\n\
          # The launcher is the only client and probes the daemon itself\n\
          # (every 30 s of silence); the daemon probes it only after a minute.\n\
          keepalive_interval = 60\n",
@@ -120,6 +125,8 @@ mod tests {
         let conf = fs::read_to_string(dir.join("libvirtd.conf")).unwrap();
         assert!(conf.contains("host_uuid = \"u-u-i-d\"\n"));
         assert!(conf.contains("log_filters = \"1:qemu \\\"x\\\"\"\n"));
+        // The filters' debug messages reach the output.
+        assert!(conf.contains("log_outputs = \"1:stderr\"\n"));
         assert!(
             fs::read_to_string(dir.join("qemu.conf"))
                 .unwrap()
@@ -128,6 +135,9 @@ mod tests {
         assert!(dir.join("virtlogd.conf").exists());
         // Session mode: no user to switch QEMU to.
         write_all(&dir, &daemon, "u", None, super::super::DaemonMode::Session).unwrap();
+        // Without filters: warnings and errors only.
+        let conf = fs::read_to_string(dir.join("libvirtd.conf")).unwrap();
+        assert!(conf.contains("log_outputs = \"3:stderr\"\n") && !conf.contains("log_filters"));
         let qemu = fs::read_to_string(dir.join("qemu.conf")).unwrap();
         assert!(!qemu.contains("user =") && qemu.contains("security_driver = \"none\""));
         fs::remove_dir_all(&dir).unwrap();

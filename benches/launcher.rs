@@ -306,9 +306,11 @@ fn qemu() {
                 GuestInfoKind::Timezone,
                 GuestInfoKind::Interfaces,
             ],
+            Duration::from_secs(5),
         )
         .unwrap();
-        hv.guest_info("e2e_bench", &[GuestInfoKind::Users]).unwrap();
+        hv.guest_info("e2e_bench", &[GuestInfoKind::Users], Duration::from_secs(5))
+            .unwrap();
         t.elapsed()
     };
     let rounds: Vec<Duration> = (0..20).map(|_| round()).collect();

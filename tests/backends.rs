@@ -19,6 +19,9 @@ use virt_launcher::hypervisor::{
     GuestInfoKind, Hypervisor, HypervisorErrorKind, HypervisorEvent, LifecycleEvent, Stat,
 };
 
+/// How long libvirt waits for the guest agent in these calls.
+const AGENT: Duration = Duration::from_secs(5);
+
 /// libvirt's event loop, once per test process (the virt backend needs it
 /// for events and keepalive).
 fn start_libvirt_event_loop() {
@@ -132,8 +135,8 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
         GuestInfoKind::Interfaces,
     ];
     let (a, b) = (
-        virt.guest_info(domain, &all).unwrap(),
-        wire.guest_info(domain, &all).unwrap(),
+        virt.guest_info(domain, &all, AGENT).unwrap(),
+        wire.guest_info(domain, &all, AGENT).unwrap(),
     );
     assert!(
         a.iter().any(|(n, v)| n == "hostname" && v == "twins"),
@@ -142,8 +145,8 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
     assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
     for kinds in all.map(|k| [k]) {
         let (a, b) = (
-            virt.guest_info(domain, &kinds).unwrap(),
-            wire.guest_info(domain, &kinds).unwrap(),
+            virt.guest_info(domain, &kinds, AGENT).unwrap(),
+            wire.guest_info(domain, &kinds, AGENT).unwrap(),
         );
         assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
     }

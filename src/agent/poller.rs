@@ -190,7 +190,7 @@ impl Poller {
                 .map_err(|e| e.to_string())
         };
         let info = |kinds: &[GuestInfoKind]| {
-            hv.guest_info(&self.domain, kinds)
+            hv.guest_info(&self.domain, kinds, AGENT_TIMEOUT)
                 .map_err(|e| e.to_string())
         };
         match kind {

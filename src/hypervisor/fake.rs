@@ -708,7 +708,12 @@ impl Hypervisor for FakeHypervisor {
             .unwrap_or_else(|| r#"{"return":{}}"#.to_string()))
     }
 
-    fn guest_info(&self, name: &str, _kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+    fn guest_info(
+        &self,
+        name: &str,
+        _kinds: &[GuestInfoKind],
+        _timeout: Duration,
+    ) -> HvResult<Vec<Stat>> {
         self.with_domain("guest_info", name, |_| Ok(Vec::new()))
     }
 

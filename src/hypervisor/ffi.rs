@@ -479,6 +479,17 @@ pub fn domain_state(dom: &Domain) -> Result<(c_int, c_int), Error> {
     Ok((state, reason))
 }
 
+/// `virDomainAgentSetResponseTimeout`: how long libvirt waits for the
+/// guest agent on calls that take no timeout of their own (seconds > 0).
+pub fn agent_set_response_timeout(dom: &Domain, seconds: c_int) -> Result<(), Error> {
+    // SAFETY: valid domain; plain integer arguments.
+    let rc = unsafe { sys::virDomainAgentSetResponseTimeout(dom.as_ptr(), seconds, 0) };
+    if rc < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
 /// `virDomainGetGuestInfo`: what the guest agent reports, as typed
 /// parameters (`os.id`, `hostname`, `if.0.name`, `user.0.login-time`, ...).
 pub fn guest_info(dom: &Domain, types: c_uint) -> Result<Vec<Stat>, Error> {

@@ -418,7 +418,12 @@ impl Hypervisor for LibvirtHypervisor {
         })
     }
 
-    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+    fn guest_info(
+        &self,
+        name: &str,
+        kinds: &[GuestInfoKind],
+        timeout: Duration,
+    ) -> HvResult<Vec<Stat>> {
         let types = kinds.iter().fold(0, |acc, kind| {
             acc | match kind {
                 GuestInfoKind::Users => sys::VIR_DOMAIN_GUEST_INFO_USERS,
@@ -429,7 +434,15 @@ impl Hypervisor for LibvirtHypervisor {
                 GuestInfoKind::Interfaces => sys::VIR_DOMAIN_GUEST_INFO_INTERFACES,
             }
         });
-        self.with_domain(name, "virDomainGetGuestInfo", |d| ffi::guest_info(d, types))
+        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
+        let dom = self.domain(name, "virDomainGetGuestInfo")?;
+        match ffi::agent_set_response_timeout(&dom, seconds) {
+            Ok(()) => {}
+            // The test driver has no agent timeout (nor an agent to wait for).
+            Err(e) if e.code().to_raw() == sys::VIR_ERR_NO_SUPPORT => {}
+            Err(e) => return Err(self.error("virDomainAgentSetResponseTimeout", e)),
+        }
+        ffi::guest_info(&dom, types).map_err(|e| self.error("virDomainGetGuestInfo", e))
     }
 
     fn sync_guest_time(&self, name: &str) -> HvResult<()> {

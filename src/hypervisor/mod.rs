@@ -325,7 +325,17 @@ pub trait Hypervisor: Send + Sync {
     /// returns the raw reply. libvirt gives up after `timeout`.
     fn agent_command(&self, name: &str, command: &str, timeout: Duration) -> HvResult<String>;
     /// `virDomainGetGuestInfo` for the given kinds, as typed parameters.
-    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>>;
+    /// libvirt gives up after `timeout`: the call has no timeout of its
+    /// own, so the domain's agent response timeout is set first (by
+    /// default libvirt waits for the agent forever, and an agent that
+    /// stops answering, e.g. because the guest was paused mid-call, would
+    /// hold the domain's agent job until the guest runs again).
+    fn guest_info(
+        &self,
+        name: &str,
+        kinds: &[GuestInfoKind],
+        timeout: Duration,
+    ) -> HvResult<Vec<Stat>>;
     /// Sets the guest's clock (through the agent) to the host's time now.
     fn sync_guest_time(&self, name: &str) -> HvResult<()>;
 

@@ -188,11 +188,16 @@ impl Hypervisor for Traced {
         )
     }
 
-    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+    fn guest_info(
+        &self,
+        name: &str,
+        kinds: &[GuestInfoKind],
+        timeout: Duration,
+    ) -> HvResult<Vec<Stat>> {
         traced(
             "virDomainGetGuestInfo",
-            format!("{name}, {kinds:?}"),
-            || self.inner.guest_info(name, kinds),
+            format!("{name}, {kinds:?}, {timeout:?}"),
+            || self.inner.guest_info(name, kinds, timeout),
         )
     }
 

@@ -773,7 +773,27 @@ impl Hypervisor for WireHypervisor {
         })
     }
 
-    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+    fn guest_info(
+        &self,
+        name: &str,
+        kinds: &[GuestInfoKind],
+        timeout: Duration,
+    ) -> HvResult<Vec<Stat>> {
+        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
+        let set = self.domain_call(
+            name,
+            &proc::DOMAIN_AGENT_SET_RESPONSE_TIMEOUT,
+            |e| {
+                e.i32(seconds).u32(0);
+            },
+            |_, d| d.i32().map(drop),
+        );
+        match set {
+            Ok(()) => {}
+            // The test driver has no agent timeout (nor an agent to wait for).
+            Err(e) if e.kind == HypervisorErrorKind::Unsupported => {}
+            Err(e) => return Err(e),
+        }
         let types = guest_info_types(kinds);
         self.domain_call(
             name,

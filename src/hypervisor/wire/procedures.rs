@@ -106,6 +106,8 @@ pub const CONNECT_GET_ALL_DOMAIN_STATS: Procedure = remote(344, "virDomainListGe
 pub const DOMAIN_DEFINE_XML_FLAGS: Procedure = remote(350, "virDomainDefineXMLFlags");
 pub const DOMAIN_MIGRATE_START_POST_COPY: Procedure = remote(364, "virDomainMigrateStartPostCopy");
 pub const DOMAIN_GET_GUEST_INFO: Procedure = remote(418, "virDomainGetGuestInfo");
+pub const DOMAIN_AGENT_SET_RESPONSE_TIMEOUT: Procedure =
+    remote(420, "virDomainAgentSetResponseTimeout");
 
 // Events.
 pub const CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY: Procedure =

@@ -134,7 +134,7 @@ impl Hypervisor for Scripted {
     fn agent_command(&self, _: &str, _: &str, _: Duration) -> HvResult<String> {
         Self::unsupported("agent")
     }
-    fn guest_info(&self, _: &str, _: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
+    fn guest_info(&self, _: &str, _: &[GuestInfoKind], _: Duration) -> HvResult<Vec<Stat>> {
         Self::unsupported("guest info")
     }
     fn sync_guest_time(&self, _: &str) -> HvResult<()> {

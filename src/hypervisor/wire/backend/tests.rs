@@ -419,6 +419,9 @@ fn replies_decode_into_the_launchers_values() {
                 418 => enc(|e| {
                     e.typed_params(&[TypedParam::string("hostname", "guest")]);
                 }),
+                420 => enc(|e| {
+                    e.i32(0);
+                }),
                 // Everything else is void.
                 _ => Vec::new(),
             };
@@ -447,10 +450,20 @@ fn replies_decode_into_the_launchers_values() {
         ]
     );
     assert_eq!(
-        hv.guest_info(OUR_DOMAIN, &[GuestInfoKind::Hostname])
-            .unwrap(),
+        hv.guest_info(
+            OUR_DOMAIN,
+            &[GuestInfoKind::Hostname],
+            Duration::from_secs(5)
+        )
+        .unwrap(),
         vec![("hostname".to_string(), json!("guest"))]
     );
+    // The agent response timeout is set before the guest info is asked.
+    let payload = fake.payload_of(420);
+    let mut d = Decoder::new(&payload);
+    assert_eq!(decode_domain(&mut d).unwrap(), dom(OUR_DOMAIN));
+    assert_eq!((d.i32().unwrap(), d.u32().unwrap()), (5, 0));
+    d.finish().unwrap();
     for (result, procedure) in [
         (hv.suspend(OUR_DOMAIN), 34),
         (hv.resume(OUR_DOMAIN), 28),
@@ -525,6 +538,12 @@ fn daemon_errors_keep_libvirts_kind_and_message() {
                     "Requested operation is not valid: domain is not running",
                 ),
                 350 => (errors::INVALID_ARG, "invalid argument: bad XML"),
+                // As libvirt's test driver answers (the guest info call
+                // goes on without a response timeout).
+                420 => (
+                    errors::NO_SUPPORT,
+                    "this function is not supported by the connection driver: virDomainAgentSetResponseTimeout",
+                ),
                 418 => (
                     errors::AGENT_UNRESPONSIVE,
                     "Guest agent is not responding: QEMU guest agent is not connected",
@@ -548,7 +567,9 @@ fn daemon_errors_keep_libvirts_kind_and_message() {
     );
     let err = hv.define("<domain/>").unwrap_err();
     assert_eq!(err.kind, HypervisorErrorKind::InvalidDefinition);
-    let err = hv.guest_info(OUR_DOMAIN, &[GuestInfoKind::Os]).unwrap_err();
+    let err = hv
+        .guest_info(OUR_DOMAIN, &[GuestInfoKind::Os], Duration::from_secs(5))
+        .unwrap_err();
     assert_eq!(err.kind, HypervisorErrorKind::AgentUnavailable);
     let err = hv.suspend("missing").unwrap_err();
     assert_eq!(err.kind, HypervisorErrorKind::NoDomain);

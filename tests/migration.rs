@@ -212,9 +212,16 @@ fn migrate_cancel_keeps_the_guest_on_the_source() {
 #[test]
 fn a_stalled_migration_fails_on_its_progress_timeout() {
     let mut p = pair("m-stall", "stalled");
+    // A completion budget far beyond the test's length: only the progress
+    // timeout can end this migration.
     p.a.client.ok(
         "migrate",
-        json!({"target": p.target, "bandwidth_mib_per_s": 2, "progress_timeout": 3}),
+        json!({
+            "target": p.target,
+            "bandwidth_mib_per_s": 2,
+            "progress_timeout": 3,
+            "completion_timeout_per_gib": 3000
+        }),
     );
     p.a.watcher
         .wait_event(STEP, "MIGRATION_PROGRESS", named("MIGRATION_PROGRESS"));
@@ -232,9 +239,21 @@ fn a_stalled_migration_fails_on_its_progress_timeout() {
             .unwrap()
             .success()
     );
-    // Long enough for the 3 s progress timeout to fire, then the network
-    // heals (libvirt's peer-to-peer finish waits for the target).
-    std::thread::sleep(Duration::from_secs(8));
+    // Stalled until the launcher gives up on it, then the network heals
+    // (libvirt's peer-to-peer finish waits for the target). How long that
+    // takes varies: a mostly empty guest's pages are tiny on the wire, so
+    // the socket buffers towards the stopped QEMU absorb a lot of "progress"
+    // before the stream really stands still (slower still on a loaded host).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !p
+        .a
+        .launcher
+        .log_text()
+        .contains("(progress_timeout 3 s); aborting")
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let _ = std::process::Command::new("kill")
         .args(["-CONT", &target_qemu])
         .status();

@@ -189,8 +189,8 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
     assert_eq!(a, b);
     booted.client.ok("unpause", Value::Null);
     assert_eq!(next_lifecycle(&virt_events), next_lifecycle(&wire_events));
-    wire.sync_guest_time(domain).unwrap();
-    virt.sync_guest_time(domain).unwrap();
+    wire.sync_guest_time(domain, AGENT).unwrap();
+    virt.sync_guest_time(domain, AGENT).unwrap();
 
     booted.client.ok("kill", Value::Null);
     assert_eq!(booted.launcher.wait_exit(STEP), 0);

@@ -717,7 +717,7 @@ impl Hypervisor for FakeHypervisor {
         self.with_domain("guest_info", name, |_| Ok(Vec::new()))
     }
 
-    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
+    fn sync_guest_time(&self, name: &str, _timeout: Duration) -> HvResult<()> {
         self.with_domain("sync_guest_time", name, |_| Ok(()))
     }
 

@@ -164,6 +164,18 @@ impl LibvirtHypervisor {
         sink.report(CloseReason::CallFailed);
     }
 
+    /// Sets how long libvirt waits for the domain's guest agent on calls
+    /// that take no timeout of their own (by default: forever). The test
+    /// driver does not implement it, and has no agent to wait for.
+    fn set_agent_timeout(&self, dom: &Domain, timeout: Duration) -> HvResult<()> {
+        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
+        match ffi::agent_set_response_timeout(dom, seconds) {
+            Ok(()) => Ok(()),
+            Err(e) if e.code().to_raw() == sys::VIR_ERR_NO_SUPPORT => Ok(()),
+            Err(e) => Err(self.error("virDomainAgentSetResponseTimeout", e)),
+        }
+    }
+
     fn with_domain<T>(
         &self,
         name: &str,
@@ -434,27 +446,23 @@ impl Hypervisor for LibvirtHypervisor {
                 GuestInfoKind::Interfaces => sys::VIR_DOMAIN_GUEST_INFO_INTERFACES,
             }
         });
-        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
         let dom = self.domain(name, "virDomainGetGuestInfo")?;
-        match ffi::agent_set_response_timeout(&dom, seconds) {
-            Ok(()) => {}
-            // The test driver has no agent timeout (nor an agent to wait for).
-            Err(e) if e.code().to_raw() == sys::VIR_ERR_NO_SUPPORT => {}
-            Err(e) => return Err(self.error("virDomainAgentSetResponseTimeout", e)),
-        }
+        self.set_agent_timeout(&dom, timeout)?;
         ffi::guest_info(&dom, types).map_err(|e| self.error("virDomainGetGuestInfo", e))
     }
 
-    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
+    fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        let dom = self.domain(name, "virDomainSetTime")?;
+        self.set_agent_timeout(&dom, timeout)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        self.with_domain(name, "virDomainSetTime", |d| {
-            // Below 10^9, so it fits.
-            let nanos = i32::try_from(now.subsec_nanos()).unwrap_or(0);
-            d.set_time(seconds, nanos, 0)
-        })
+        // Below 10^9, so it fits.
+        let nanos = i32::try_from(now.subsec_nanos()).unwrap_or(0);
+        dom.set_time(seconds, nanos, 0)
+            .map(drop)
+            .map_err(|e| self.error("virDomainSetTime", e))
     }
 
     fn migratable_xml(&self, name: &str) -> HvResult<String> {
@@ -487,7 +495,25 @@ impl Hypervisor for LibvirtHypervisor {
             migrate_disks: &request.block_disks,
             flags,
         };
-        self.with_domain(name, "virDomainMigrateToURI3", |d| ffi::migrate(d, &args))
+        let op = "virDomainMigrateToURI3";
+        let info = self.info();
+        if info.driver == DriverKind::Test {
+            // A second test:///default connection is another, empty, test
+            // driver: ask on ours (which refuses migration anyway).
+            return self.with_domain(name, op, |d| ffi::migrate(d, &args));
+        }
+        // The call blocks for the whole migration, so it gets a connection
+        // of its own. On the shared one, libvirt's client sends other
+        // threads' calls through the thread that is waiting for a reply,
+        // and libvirt 9.0 was seen leaving a queued call unsent until its
+        // next keepalive tick (30 s): the migration monitor's job-stats,
+        // abort and post-copy calls must not wait for that.
+        // (Dropping the handles at the end closes that connection.)
+        let conn = Connect::open(Some(&info.uri)).map_err(|e| convert_error(op, &e))?;
+        let dom = conn
+            .lookup_domain_by_name(name)
+            .map_err(|e| self.error(op, e))?;
+        ffi::migrate(&dom, &args).map_err(|e| self.error(op, e))
     }
 
     fn job_stats(&self, name: &str, completed: bool) -> HvResult<Vec<Stat>> {

@@ -336,8 +336,9 @@ pub trait Hypervisor: Send + Sync {
         kinds: &[GuestInfoKind],
         timeout: Duration,
     ) -> HvResult<Vec<Stat>>;
-    /// Sets the guest's clock (through the agent) to the host's time now.
-    fn sync_guest_time(&self, name: &str) -> HvResult<()>;
+    /// Sets the guest's clock (through the agent) to the host's time now;
+    /// libvirt gives up after `timeout` (set as for `guest_info`).
+    fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()>;
 
     /// The domain's XML as a migration carries it.
     fn migratable_xml(&self, name: &str) -> HvResult<String>;

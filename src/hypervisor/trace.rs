@@ -201,9 +201,9 @@ impl Hypervisor for Traced {
         )
     }
 
-    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
-        traced("virDomainSetTime", name.to_string(), || {
-            self.inner.sync_guest_time(name)
+    fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        traced("virDomainSetTime", format!("{name}, {timeout:?}"), || {
+            self.inner.sync_guest_time(name, timeout)
         })
     }
 

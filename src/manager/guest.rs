@@ -316,7 +316,7 @@ impl DomainManager {
             move |hv| {
                 let mut last = None;
                 for attempt in 0..TIME_SYNC_ATTEMPTS {
-                    match hv.sync_guest_time(&name) {
+                    match hv.sync_guest_time(&name, AGENT_TIMEOUT) {
                         Ok(()) => {
                             log::info!("manager: guest clock set from the host after unpause");
                             return JobOutput::reply(Ok(JobValue::Empty));

@@ -191,6 +191,25 @@ impl WireHypervisor {
     }
 
     /// A domain call whose reply is empty.
+    /// Sets how long libvirt waits for the domain's guest agent on calls
+    /// that take no timeout of their own (by default: forever). The test
+    /// driver does not implement it, and has no agent to wait for.
+    fn set_agent_timeout(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
+        let set = self.domain_call(
+            name,
+            &proc::DOMAIN_AGENT_SET_RESPONSE_TIMEOUT,
+            |e| {
+                e.i32(seconds).u32(0);
+            },
+            |_, d| d.i32().map(drop),
+        );
+        match set {
+            Err(e) if e.kind == HypervisorErrorKind::Unsupported => Ok(()),
+            other => other,
+        }
+    }
+
     fn domain_action(
         &self,
         name: &str,
@@ -779,21 +798,7 @@ impl Hypervisor for WireHypervisor {
         kinds: &[GuestInfoKind],
         timeout: Duration,
     ) -> HvResult<Vec<Stat>> {
-        let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
-        let set = self.domain_call(
-            name,
-            &proc::DOMAIN_AGENT_SET_RESPONSE_TIMEOUT,
-            |e| {
-                e.i32(seconds).u32(0);
-            },
-            |_, d| d.i32().map(drop),
-        );
-        match set {
-            Ok(()) => {}
-            // The test driver has no agent timeout (nor an agent to wait for).
-            Err(e) if e.kind == HypervisorErrorKind::Unsupported => {}
-            Err(e) => return Err(e),
-        }
+        self.set_agent_timeout(name, timeout)?;
         let types = guest_info_types(kinds);
         self.domain_call(
             name,
@@ -805,7 +810,8 @@ impl Hypervisor for WireHypervisor {
         )
     }
 
-    fn sync_guest_time(&self, name: &str) -> HvResult<()> {
+    fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        self.set_agent_timeout(name, timeout)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

@@ -137,7 +137,7 @@ impl Hypervisor for Scripted {
     fn guest_info(&self, _: &str, _: &[GuestInfoKind], _: Duration) -> HvResult<Vec<Stat>> {
         Self::unsupported("guest info")
     }
-    fn sync_guest_time(&self, _: &str) -> HvResult<()> {
+    fn sync_guest_time(&self, _: &str, _: Duration) -> HvResult<()> {
         Self::unsupported("time")
     }
     fn migratable_xml(&self, _: &str) -> HvResult<String> {

@@ -282,6 +282,9 @@ fn calls_send_what_libvirts_client_sends() {
                         dom(OUR_DOMAIN).encode(e);
                         e.typed_params(&[TypedParam::ullong("cpu.time", 5)]);
                     }),
+                    420 => enc(|e| {
+                        e.i32(0);
+                    }),
                     _ => Vec::new(),
                 };
                 s.daemon.reply(&call.header, &reply);
@@ -338,7 +341,13 @@ fn calls_send_what_libvirts_client_sends() {
     assert_eq!(d.u32().unwrap(), 63);
     assert_eq!(d.u32().unwrap(), 1 << 29);
 
-    hv.sync_guest_time(OUR_DOMAIN).unwrap();
+    hv.sync_guest_time(OUR_DOMAIN, Duration::from_secs(7))
+        .unwrap();
+    // The agent response timeout first, then the time.
+    let payload = fake.payload_of(420);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    assert_eq!((d.i32().unwrap(), d.u32().unwrap()), (7, 0));
     let payload = fake.payload_of(338);
     let mut d = Decoder::new(&payload);
     decode_domain(&mut d).unwrap();

@@ -298,7 +298,7 @@ while IFS= read -r applet; do
 done < <("$BB" --list-full)
 BB_APPLETS=" $("$BB" --list | tr '\n' ' ') "
 for a in sh mount umount modprobe depmod insmod ip udhcpc acpid getty login \
-         poweroff halt reboot init setsid hostname sync sleep cat; do
+         poweroff halt reboot init setsid hostname sync sleep cat uevent; do
     [[ $BB_APPLETS == *" $a "* ]] || die "busybox lacks the $a applet"
 done
 
@@ -431,6 +431,7 @@ chmod 664 /run/utmp
 {
     echo "::sysinit:/etc/init.d/rcS"
     echo "::respawn:/sbin/tg-qga-wrapper"
+    echo "::respawn:/sbin/uevent /sbin/tg-uevent"
     if [ "$(tg_arg tg.acpi on)" != ignore ]; then
         echo "::respawn:/sbin/acpid -f"
     fi
@@ -450,7 +451,8 @@ w /etc/init.d/rcS 0755 <<'EOF'
 
 # 1. kernel modules. Memory that virtio-mem plugs in later goes online at
 #    once (the cloud kernel leaves hotplugged memory offline and there is
-#    no udev to online it); hotplugged vCPUs, disks and NICs need nothing.
+#    no udev to online it); hotplugged vCPUs go online by /sbin/tg-uevent
+#    (respawned from inittab); disks and NICs need nothing.
 [ -w /sys/devices/system/memory/auto_online_blocks ] &&
     echo online > /sys/devices/system/memory/auto_online_blocks
 for m in $(cat /etc/tg/modules); do
@@ -615,6 +617,17 @@ for p in /sys/class/virtio-ports/vport*; do
     [ -e "/dev/${p##*/}" ] || continue
     ln -sfn "../${p##*/}" "/dev/virtio-ports/$n"
 done
+exit 0
+EOF
+
+w /sbin/tg-uevent 0755 <<'EOF'
+#!/bin/sh
+# Run by busybox uevent (respawned from inittab) for each kernel uevent: a
+# vCPU plugged in goes online, as udev's rule for the cpu subsystem does
+# (the kernel leaves a hotplugged x86 CPU offline).
+[ "$ACTION" = add ] && [ "$SUBSYSTEM" = cpu ] || exit 0
+f=/sys$DEVPATH/online
+[ -w "$f" ] && [ "$(cat "$f")" = 0 ] && echo 1 > "$f"
 exit 0
 EOF
 

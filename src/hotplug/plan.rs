@@ -616,11 +616,22 @@ fn plan_vcpus(live: &Domain, desired: &Domain) -> Result<Option<Step>, NotLive> 
             ),
         });
     }
+    if want < now && live.domain_type == EMULATED {
+        return Err(NotLive {
+            path: "spec.domain.cpu.sockets".to_string(),
+            message: format!(
+                "going from {now} to {want} vCPUs needs a restart of the VMI: the domain is emulated (TCG), and there QEMU takes a vCPU from the guest without ever telling libvirt it is gone (no DEVICE_DELETED event for the vCPU), so libvirt would keep counting it and refuse every later vCPU change; adding vCPUs works live"
+            ),
+        });
+    }
     Ok((want != now).then_some(Step::SetVcpus {
         from: now,
         to: want,
     }))
 }
+
+/// libvirt's domain type when QEMU emulates the CPU (TCG), not KVM.
+const EMULATED: &str = "qemu";
 
 fn plan_memory(live: &Domain, desired: &Desired) -> Result<Option<Step>, NotLive> {
     let Some((guest, path)) = &desired.guest_memory else {

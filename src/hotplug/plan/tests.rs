@@ -324,6 +324,28 @@ fn vcpus_change_within_the_maximum() {
 }
 
 #[test]
+fn vcpus_go_down_live_under_kvm_only() {
+    // 2 enabled of 2: under KVM libvirt unplugs the second one.
+    let two = live_xml("").replace(
+        "<vcpu id='1' enabled='no' hotpluggable='yes'/>",
+        "<vcpu id='1' enabled='yes' hotpluggable='yes'/>",
+    );
+    let kvm = two.replace("<domain type='qemu'", "<domain type='kvm'");
+    let steps = plan_of(&kvm, &desired_xml(1, ""), None).unwrap();
+    assert_eq!(steps, [Step::SetVcpus { from: 2, to: 1 }]);
+    // Emulated, QEMU never says the vCPU is gone: refused, nothing planned.
+    let err = plan_of(&two, &desired_xml(1, ""), None).unwrap_err();
+    assert_eq!(err.path, "spec.domain.cpu.sockets");
+    assert!(
+        err.message.starts_with(
+            "going from 2 to 1 vCPUs needs a restart of the VMI: the domain is emulated (TCG)"
+        ),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
 fn virtio_mem_requests_the_difference_from_boot_memory() {
     let steps = plan_of(&live_xml(""), &desired_xml(1, ""), Some(320 * MIB)).unwrap();
     let [Step::ResizeMemory { from, to, xml }] = &steps[..] else {

@@ -316,4 +316,18 @@ fn a_bridge_interface_on_a_secondary_network_is_plugged_in_and_out_live() {
         assert!(Instant::now() < deadline, "{mac} still in query-interfaces");
         std::thread::sleep(Duration::from_millis(500));
     }
+    // Unplugged, its bridge, tap and DHCP server are gone (not kept until
+    // the launcher exits), and the primary NIC's are still there.
+    let links = net.in_pod(&["ip", "-o", "link", "show"]);
+    let bridge = virt_launcher::network::names::bridge_name(&pod_if);
+    assert!(!links.contains(&tap), "{links}");
+    assert!(!links.contains(&format!(" {bridge}:")), "{links}");
+    let report = client.ok("query-domain", Value::Null)["network"].clone();
+    let names: Vec<&str> = report
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|i| i["name"].as_str())
+        .collect();
+    assert_eq!(names, ["default"], "{report}");
 }

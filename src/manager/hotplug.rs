@@ -416,6 +416,13 @@ pub(super) fn apply_live(
             (Step::AttachInterface { name: nic, .. }, Some(job)) => {
                 attach_pod_interface(hv, name, step, nic, change, job)
             }
+            // Once the guest let the NIC go, its bridge, tap and DHCP
+            // server go too.
+            (Step::DetachInterface { name: nic, .. }, Some(job)) => {
+                run_step(hv, name, step, change).map(|()| {
+                    job.release(nic);
+                })
+            }
             _ => run_step(hv, name, step, change),
         };
         if let Err(e) = result {

@@ -98,6 +98,19 @@ impl NetworkJob {
         }
     }
 
+    /// Releases what was set up for interface `name`, unplugged from the
+    /// running guest (its bridge, tap and DHCP server); false when it had
+    /// nothing (slirp, passt).
+    pub fn release(&self, name: &str) -> bool {
+        match self.slot.lock() {
+            Ok(mut slot) => slot.as_mut().is_some_and(|a| a.release(name)),
+            Err(poisoned) => poisoned
+                .into_inner()
+                .as_mut()
+                .is_some_and(|a| a.release(name)),
+        }
+    }
+
     pub fn keep(&self, active: ActiveNetwork) {
         if let Ok(mut slot) = self.slot.lock() {
             *slot = Some(active);

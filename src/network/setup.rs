@@ -131,11 +131,15 @@ impl ActiveInterface {
 }
 
 /// The pod networking of a running VMI; undone on teardown or drop.
+/// Each interface is set up as a part of its own (its links, rules and
+/// servers), so that an interface unplugged from the running guest can be
+/// released alone.
 #[derive(Debug, Default)]
 pub struct ActiveNetwork {
     pub interfaces: Vec<ActiveInterface>,
     undo: Vec<Undo>,
     servers: Vec<ServerThreadHandle>,
+    parts: Vec<ActiveNetwork>,
 }
 
 /// A `ServerThread` that is Debug.
@@ -151,6 +155,9 @@ impl ActiveNetwork {
     /// Stops the servers and removes everything created, newest first.
     /// Failures are logged, and the rest is still removed.
     pub fn teardown(&mut self) {
+        while let Some(mut part) = self.parts.pop() {
+            part.teardown();
+        }
         for mut server in self.servers.drain(..) {
             server.0.stop();
         }
@@ -173,24 +180,44 @@ impl ActiveNetwork {
     }
 
     pub fn report(&self) -> Value {
-        Value::Array(
-            self.interfaces
-                .iter()
-                .map(ActiveInterface::report)
-                .collect(),
-        )
+        Value::Array(self.all_interfaces().map(ActiveInterface::report).collect())
     }
 
     pub fn interface(&self, name: &str) -> Option<&ActiveInterface> {
-        self.interfaces.iter().find(|i| i.name == name)
+        self.all_interfaces().find(|i| i.name == name)
+    }
+
+    fn all_interfaces(&self) -> Box<dyn Iterator<Item = &ActiveInterface> + '_> {
+        Box::new(
+            self.interfaces
+                .iter()
+                .chain(self.parts.iter().flat_map(|p| p.all_interfaces())),
+        )
     }
 
     /// Takes over what `other` set up (an interface plugged into the
-    /// running guest): removed with the rest.
-    pub fn absorb(&mut self, mut other: ActiveNetwork) {
-        self.interfaces.append(&mut other.interfaces);
-        self.undo.append(&mut other.undo);
-        self.servers.append(&mut other.servers);
+    /// running guest): removed with the rest, or alone by [`release`].
+    ///
+    /// [`release`]: ActiveNetwork::release
+    pub fn absorb(&mut self, other: ActiveNetwork) {
+        self.parts.push(other);
+    }
+
+    /// Stops the servers and removes the links and rules of interface
+    /// `name` (unplugged from the guest); false when nothing was set up
+    /// for it.
+    pub fn release(&mut self, name: &str) -> bool {
+        let Some(index) = self
+            .parts
+            .iter()
+            .position(|p| p.all_interfaces().any(|i| i.name == name))
+        else {
+            return false;
+        };
+        let mut part = self.parts.remove(index);
+        part.teardown();
+        log::info!("network: released the bridge, tap and servers of interface {name:?}");
+        true
     }
 }
 
@@ -335,17 +362,20 @@ pub fn setup(plan: &NetworkPlan, options: &SetupOptions) -> Result<ActiveNetwork
     let mut nl = Netlink::open().map_err(|e| general(format!("cannot open netlink: {e}")))?;
     let dns = pod_dns(&options.resolv_conf);
     for tap in &plan.taps {
+        let mut part = ActiveNetwork::default();
         let result = match options.mode {
-            Mode::Create => create_interface(&mut nl, &mut active, tap, plan, &dns, options),
-            Mode::Existing => adopt_interface(&mut nl, &mut active, tap, plan, &dns, options),
+            Mode::Create => create_interface(&mut nl, &mut part, tap, plan, &dns, options),
+            Mode::Existing => adopt_interface(&mut nl, &mut part, tap, plan, &dns, options),
         };
         if let Err(message) = result {
-            // `active` drops here: servers stop, links and rules go.
+            // `part` and `active` drop here: servers stop, links and rules
+            // go, this interface's first.
             return Err(NetworkError {
                 interface: tap.name.clone(),
                 message,
             });
         }
+        active.absorb(part);
     }
     // The figure `scripts/bench.sh network` reports for a real start.
     log::info!(

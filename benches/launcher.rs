@@ -9,12 +9,14 @@
 //! launcher's tree gone), `hotplug` (sync of a running guest: the
 //! unchanged re-sync, a disk plugged in), `nonroot` (start -> ready of
 //! --spawn-libvirt as an unprivileged user beside root, and
-//! `virt-launcher probe` exec -> exit) and `network` (pod networking:
-//! set-up time, DHCP answer time, TCP throughput per binding) and
-//! `vs-go` (issue 16's rows beside KubeVirt's Go launcher). Pass
-//! section names to run only those; `conversion` runs the conversion and
-//! ISO figures alone.
+//! `virt-launcher probe` exec -> exit), `network` (pod networking:
+//! set-up time, DHCP answer time, TCP throughput per binding), `vs-go`
+//! (issue 16's rows beside KubeVirt's Go launcher) and `backends` (the
+//! default and the static build side by side). Pass section names to run
+//! only those; `conversion` runs the conversion and ISO figures alone.
 
+#[path = "sections/backends.rs"]
+mod backends;
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "sections/conversion.rs"]
@@ -97,6 +99,9 @@ fn main() {
     }
     if run("vs-go") {
         vs_go::vs_go();
+    }
+    if run("backends") {
+        backends::backends();
     }
 }
 

@@ -3,11 +3,13 @@
 # memory, conversion time, binary size, and on real QEMU the sync, agent,
 # SIGTERM and poll figures, migration hops, reconnects, exit times, how
 # soon a SIGKILLed launcher's processes are gone, sync of a running guest
-# (re-sync, hotplugged disk), non-root mode and pod networking (set-up
-# time, DHCP answer time, TCP throughput per binding). A section name runs
-# only that section: `scripts/bench.sh test`, `qemu`, `migration`,
-# `reconnect`, `exit`, `sigkill`, `hotplug`, `nonroot`, `network` or `vs-go`
-# (issue 16's rows beside KubeVirt's Go launcher, each with its target). The
+# (re-sync, hotplugged disk), non-root mode, pod networking (set-up
+# time, DHCP answer time, TCP throughput per binding) and the default and
+# static builds side by side (`backends`; VL_BENCH_SOAK_MINUTES=10 makes its
+# agent-polling soak long). A section name runs only that section:
+# `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`, `exit`,
+# `sigkill`, `hotplug`, `nonroot`, `network`, `vs-go` (issue 16's rows beside
+# KubeVirt's Go launcher, each with its target) or `backends`. The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail
@@ -15,5 +17,10 @@ cd "$(dirname "$0")/.."
 if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; then
     cat target/test-guest.log >&2
     exit 1
+fi
+# The static (wire backend) binary, for the backends section.
+if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]]; then
+    VL_STATIC_BIN=$(scripts/build-static.sh)
+    export VL_STATIC_BIN
 fi
 cargo bench --bench launcher --locked -- "$@"

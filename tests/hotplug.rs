@@ -35,6 +35,14 @@ fn guest_until(
     }
 }
 
+/// The launcher speaks to libvirt with the backend the run asks for
+/// (`VL_LAUNCHER_BACKEND=wire` with the static binary in scripts/test.sh).
+fn assert_backend(client: &Client) {
+    if let Some(backend) = expected_backend() {
+        assert_eq!(client.hello["hello"]["backend"], backend.as_str());
+    }
+}
+
 /// The block devices of the guest's /proc/partitions.
 fn partitions(client: &mut Client) -> Vec<String> {
     let (_, out) = guest_sh(client, "cat /proc/partitions");
@@ -79,6 +87,7 @@ fn disks_plug_in_on_scsi_and_virtio_unplug_and_keep_their_data() {
         &[],
         &["PCI_RESOURCE_VENDOR_COM_GHOST=0000:ff:1f.7"],
     );
+    assert_backend(&g.client);
     let hotplug_dir = g.launcher.tree.path("hotplug-disks");
     fs::create_dir_all(&hotplug_dir).unwrap();
 
@@ -244,6 +253,7 @@ fn vcpus_memory_and_a_nic_change_live() {
         base.clone(),
         &["--qemu-agent-sys-interval", "3s"],
     );
+    assert_backend(&g.client);
     assert_eq!(live_vcpus(&mut g.client), 1);
 
     // vCPUs: 1 → 2 (back to 1 at the end).

@@ -331,3 +331,139 @@ fn a_bridge_interface_on_a_secondary_network_is_plugged_in_and_out_live() {
         .collect();
     assert_eq!(names, ["default"], "{report}");
 }
+
+/// KubeVirt keeps a migrated guest's MAC and address: the target pod's
+/// launcher sets up its own bridge, tap and DHCP server (from its own pod
+/// interface, whose MAC differs), then adopts the MAC the guest arrives
+/// with, so the guest's DHCP renewals are answered and its traffic leaves
+/// through the target pod's NAT.
+#[test]
+fn a_migrated_masquerade_guest_keeps_its_mac_and_address_in_the_target_pod() {
+    let mut source = PodNet::new();
+    let mut target_net = PodNet::new();
+    source.serve_outside(OUTSIDE_IP, 8080);
+    target_net.serve_outside(OUTSIDE_IP, 8080);
+    let mut opts = GuestOptions::new("netmove");
+    // No macAddress: the guest takes the source pod interface's MAC.
+    opts.mac = String::new();
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let mut g = boot_in(&source, &opts);
+    guest_until(&mut g.client, "ip -4 addr show dev eth0", "10.0.2.2/24");
+    let guest_mac = guest_sh(&mut g.client, "cat /sys/class/net/eth0/address")
+        .1
+        .trim()
+        .to_string();
+    let pod_mac = |net: &PodNet| {
+        net.in_pod(&["cat", "/sys/class/net/eth0/address"])
+            .trim()
+            .to_string()
+    };
+    assert_eq!(guest_mac, pod_mac(&source));
+    assert_eq!(network_report(&mut g.client)["mac"], guest_mac.as_str());
+    assert_ne!(pod_mac(&target_net), guest_mac, "two veths with one MAC");
+
+    // The target launcher in its own pod namespace, prepared from the VMI:
+    // its plan has its own pod interface's MAC until the guest arrives.
+    let mut b = target_net.launcher(&opts.name, &[]);
+    let mut b_watch = b.client();
+    b_watch.ok("subscribe", Value::Null);
+    let mut b_client = b.client();
+    let prepared = b_client.request_timeout(
+        "prepare-migration-target",
+        json!({"vmi": guest_vmi(&opts)}),
+        STEP,
+    );
+    let target = prepared["return"]["target"].clone();
+    assert!(target.is_object(), "{prepared}");
+    // (No domain to query yet: the set-up's log line says it.)
+    let planned = format!("tap tap0, MAC {}", pod_mac(&target_net));
+    assert!(b.log_text().contains(&planned), "no {planned:?} in the log");
+
+    g.client.ok("migrate", json!({"target": target}));
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    assert_eq!(source.leftovers(), Vec::<String>::new());
+    wait_status(&mut b_client, STEP, "agent on the target", |s| {
+        s["agent"]["connected"] == true
+    });
+
+    // The target serves the guest's own MAC now.
+    let report = network_report(&mut b_client);
+    assert_eq!(report["mac"], guest_mac.as_str());
+    assert!(b.log_text().contains("the migrated guest has MAC"));
+    assert_eq!(
+        guest_sh(&mut b_client, "cat /sys/class/net/eth0/address")
+            .1
+            .trim(),
+        guest_mac
+    );
+    // A DHCP exchange from the guest (one-shot, leaves the address as
+    // it is) is answered by the target's server with the same address.
+    let renewed = guest_until(
+        &mut b_client,
+        "udhcpc -i eth0 -n -q -t 3 -T 2 -s /bin/true 2>&1",
+        "obtained",
+    );
+    assert!(renewed.contains("10.0.2.2"), "{renewed}");
+    let report = network_report(&mut b_client);
+    assert_eq!(report["dhcp"]["leased"], "10.0.2.2", "{report}");
+    // Out through the target pod's NAT (the source's is gone).
+    let out = guest_until(
+        &mut b_client,
+        &format!("nc -w 5 {OUTSIDE_IP} 8080 </dev/null"),
+        "peer=",
+    );
+    assert!(out.contains(&format!("peer={POD_IP}")), "{out}");
+
+    b.signal("TERM");
+    assert_eq!(b.wait_exit(STEP), 0);
+    assert_eq!(target_net.leftovers(), Vec::<String>::new());
+}
+
+/// `--pod-network existing`: KubeVirt's handler made the masquerade bridge
+/// (with both gateways) and the tap; the launcher creates nothing but runs
+/// the DHCP, DHCPv6 and router-advertisement servers on that bridge, and
+/// leaves the devices in place when it exits.
+#[test]
+fn existing_masquerade_bridge_gets_dhcp_dhcpv6_and_router_advertisements() {
+    let net = PodNet::new();
+    for args in [
+        vec!["link", "add", "k6t-eth0", "type", "bridge"],
+        vec!["addr", "add", "10.0.2.1/24", "dev", "k6t-eth0"],
+        vec!["addr", "add", "fd10:0:2::1/120", "dev", "k6t-eth0", "nodad"],
+        vec!["tuntap", "add", "dev", "tap0", "mode", "tap"],
+        vec!["link", "set", "tap0", "master", "k6t-eth0", "up"],
+        vec!["link", "set", "k6t-eth0", "up"],
+    ] {
+        let mut full = vec!["ip", "-n", &net.pod];
+        full.extend(args);
+        run(&full);
+    }
+    let mut opts = GuestOptions::new("existing6");
+    opts.extra_cmdline = "tg.net6=dhcp".into();
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let mut g = boot_in_mode(&net, &opts, "existing");
+
+    let addr = guest_until(&mut g.client, "ip -4 addr show dev eth0", "10.0.2.2/24");
+    assert!(addr.contains("inet 10.0.2.2/24"), "{addr}");
+    let addr6 = guest_until(&mut g.client, "ip -6 addr show dev eth0", "fd10:0:2::2");
+    assert!(addr6.contains("inet6 fd10:0:2::2/"), "{addr6}");
+    guest_until(&mut g.client, "ip -6 route", "default via fe80::");
+    let report = network_report(&mut g.client);
+    assert_eq!(report["created"], false, "{report}");
+    assert_eq!(report["dhcp"]["offered"], "10.0.2.2/24", "{report}");
+    assert_eq!(report["dhcp"]["leasedIPv6"], "fd10:0:2::2", "{report}");
+
+    // What the launcher did not create stays.
+    g.client.ok("kill", Value::Null);
+    g.launcher.wait_exit(STEP);
+    let links = net.in_pod(&["ip", "-o", "link", "show"]);
+    assert!(
+        links.contains("k6t-eth0") && links.contains("tap0"),
+        "{links}"
+    );
+}

@@ -59,6 +59,9 @@ pub enum Operation {
     AutoThaw,
     /// Destroys a domain still arriving by migration.
     DestroyIncoming,
+    /// A migration target reads the arriving domain's NICs, so that its
+    /// pod network (DHCP) serves the MACs the guest came with.
+    AdoptGuestNics,
 }
 
 impl Operation {
@@ -88,6 +91,7 @@ impl Operation {
             Operation::GuestTimeSync => "guest-time-sync",
             Operation::AutoThaw => "auto-thaw",
             Operation::DestroyIncoming => "destroy-incoming",
+            Operation::AdoptGuestNics => "adopt-guest-nics",
         }
     }
 
@@ -103,6 +107,7 @@ impl Operation {
                 | Operation::StatusRefresh
                 | Operation::GuestPing
                 | Operation::GuestExec
+                | Operation::AdoptGuestNics
         )
     }
 

@@ -452,6 +452,7 @@ impl DomainManager {
             record.phase = MigrationPhase::Running;
             // The domain is here: --qemu-timeout no longer applies.
             self.timers.cancel(Timer::QemuTimeout);
+            self.adopt_guest_nics();
             self.publish(
                 EventKind::MigrationStarted,
                 json!({ "domain": domain, "role": Role::Target }),
@@ -473,6 +474,59 @@ impl DomainManager {
         }
         // Let the usual reaction (started, poller) follow.
         false
+    }
+
+    /// The arriving domain's NICs keep the MACs the source gave them (from
+    /// the source's pod interface when the VMI names none; the target
+    /// planned its own pod interface's). Its pod network takes them over
+    /// before the guest runs here, so the DHCP server answers the guest's
+    /// renewals, as KubeVirt's target keeps the guest's MAC and address.
+    fn adopt_guest_nics(&mut self) {
+        let has_taps = self
+            .network
+            .lock()
+            .ok()
+            .is_some_and(|n| n.as_ref().is_some_and(|n| !n.is_empty()));
+        if !has_taps {
+            return;
+        }
+        let name = self.config.domain_name.clone();
+        let slot = self.network.clone();
+        self.jobs.spawn(
+            Operation::AdoptGuestNics,
+            None,
+            self.timing.command,
+            move |hv| {
+                let result = hv
+                    .domain_xml(&name)
+                    .map_err(|e| hypervisor_error(&e))
+                    .and_then(|(xml, _)| {
+                        crate::domxml::Domain::from_xml(&xml).map_err(|e| {
+                            CommandError::internal(format!(
+                                "cannot read the arriving domain's XML: {e}"
+                            ))
+                        })
+                    })
+                    .map(|domain| {
+                        let changed = match slot.lock() {
+                            Ok(mut active) => active
+                                .as_mut()
+                                .map(|a| a.adopt_guest_macs(&domain))
+                                .unwrap_or_default(),
+                            Err(_) => Vec::new(),
+                        };
+                        for (iface, old, new) in changed {
+                            log::info!(
+                                "network {iface}: the migrated guest has MAC {}; its DHCP server answers it (instead of {})",
+                                crate::network::dhcp::format_mac(&new),
+                                crate::network::dhcp::format_mac(&old)
+                            );
+                        }
+                        JobValue::Empty
+                    });
+                JobOutput::reply(result)
+            },
+        );
     }
 
     /// Destroys a domain still arriving by migration.

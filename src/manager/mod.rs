@@ -414,6 +414,7 @@ impl DomainManager {
             | Operation::ForceOff
             | Operation::GuestTimeSync
             | Operation::AutoThaw
+            | Operation::AdoptGuestNics
             | Operation::DestroyIncoming => {
                 if let Err(e) = &output.result {
                     log::warn!("manager: {} failed: {e}", operation.name());

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::dhcp::wire::ClasslessRoute;
-use super::dhcp::{Answerer, LeaseConfig, format_mac};
+use super::dhcp::{Answerer, ClientMac, LeaseConfig, format_mac, parse_mac};
 use super::dhcpv6::V6Lease;
 use super::netlink::{self, Address, LinkChange, Netlink, Route};
 use super::nft;
@@ -104,6 +104,8 @@ pub struct ActiveInterface {
     pub offered_v4: Option<(Ipv4Addr, u8)>,
     pub offered_v6: Option<Ipv6Addr>,
     pub status: Arc<LeaseStatus>,
+    /// The MAC the DHCPv4 server answers, when one runs.
+    pub client: Option<Arc<ClientMac>>,
 }
 
 impl ActiveInterface {
@@ -193,6 +195,51 @@ impl ActiveNetwork {
                 .iter()
                 .chain(self.parts.iter().flat_map(|p| p.all_interfaces())),
         )
+    }
+
+    /// A migration target: the guest that arrived keeps the MAC the source
+    /// gave it (from the source's pod interface when the VMI names none),
+    /// so each interface takes the MAC of the domain's NIC on its tap, and
+    /// its DHCP server answers that MAC. Returns (interface, old, new) for
+    /// each interface that changed.
+    pub fn adopt_guest_macs(
+        &mut self,
+        domain: &crate::domxml::Domain,
+    ) -> Vec<(String, [u8; 6], [u8; 6])> {
+        let mut changed = Vec::new();
+        self.adopt_into(domain, &mut changed);
+        changed
+    }
+
+    fn adopt_into(
+        &mut self,
+        domain: &crate::domxml::Domain,
+        changed: &mut Vec<(String, [u8; 6], [u8; 6])>,
+    ) {
+        for iface in &mut self.interfaces {
+            let arrived = domain.devices.interfaces.iter().find_map(|nic| {
+                let on_tap = nic.target.as_ref().is_some_and(|t| t.dev == iface.tap);
+                on_tap
+                    .then(|| nic.mac.as_ref().and_then(|m| parse_mac(&m.address)))
+                    .flatten()
+            });
+            let Some(mac) = arrived.filter(|mac| *mac != iface.mac) else {
+                continue;
+            };
+            if let Some(client) = &iface.client {
+                client.set(mac);
+            }
+            changed.push((iface.name.clone(), iface.mac, mac));
+            iface.mac = mac;
+        }
+        for part in &mut self.parts {
+            part.adopt_into(domain, changed);
+        }
+    }
+
+    /// True when no interface was set up.
+    pub fn is_empty(&self) -> bool {
+        self.all_interfaces().next().is_none()
     }
 
     /// Takes over what `other` set up (an interface plugged into the
@@ -500,6 +547,7 @@ fn create_interface(
     let status = Arc::new(LeaseStatus::default());
     let mut offered_v4 = None;
     let mut offered_v6 = None;
+    let mut client = None;
     match tap.binding {
         Binding::Masquerade => {
             if !has_v4 && !has_v6 {
@@ -576,30 +624,11 @@ fn create_interface(
                     mtu: u16::try_from(mtu).unwrap_or(u16::MAX),
                     extra: tap.dhcp.clone(),
                 };
-                start_dhcp4(active, &tap.bridge, lease, status.clone())?;
+                client = Some(start_dhcp4(active, &tap.bridge, lease, status.clone())?);
                 offered_v4 = Some((guest4, tap.v4_cidr.1));
             }
             if has_v6 {
-                let lease = V6Lease {
-                    address: guest6,
-                    server_mac: MASQUERADE_BRIDGE_MAC,
-                    dns_servers: dns.ipv6.clone(),
-                    search_domains: dns.search.clone(),
-                };
-                let server = server::spawn_dhcp6(&tap.bridge, lease, status.clone())
-                    .map_err(io_err("cannot start the DHCPv6 server"))?;
-                active.servers.push(ServerThreadHandle(server));
-                let advertisement = Advertisement {
-                    router_mac: MASQUERADE_BRIDGE_MAC,
-                    mtu,
-                    prefix: tap.v6_cidr.0,
-                    prefix_len: tap.v6_cidr.1,
-                };
-                let ra =
-                    server::spawn_router_advertiser(&tap.bridge, advertisement, status.clone())
-                        .map_err(io_err("cannot start the router advertiser"))?;
-                active.servers.push(ServerThreadHandle(ra));
-                offered_v6 = Some(guest6);
+                offered_v6 = Some(start_v6(active, tap, dns, mtu, &status)?);
             }
         }
         Binding::Bridge => {
@@ -718,7 +747,7 @@ fn create_interface(
                 let lease = bridge_lease(
                     mac, address, prefix, server_ip, &routes, dns, plan, mtu, tap,
                 );
-                start_dhcp4(active, &tap.bridge, lease, status.clone())?;
+                client = Some(start_dhcp4(active, &tap.bridge, lease, status.clone())?);
                 offered_v4 = Some((address, prefix));
             } else {
                 log::info!(
@@ -750,6 +779,7 @@ fn create_interface(
         offered_v4,
         offered_v6,
         status,
+        client,
     });
     Ok(())
 }
@@ -809,24 +839,52 @@ fn bridge_lease(
     }
 }
 
+/// Starts the DHCPv4 server; returns the MAC it answers, to change later.
 fn start_dhcp4(
     active: &mut ActiveNetwork,
     device: &str,
     lease: LeaseConfig,
     status: Arc<LeaseStatus>,
-) -> Result<(), String> {
+) -> Result<Arc<ClientMac>, String> {
     let socket = os_net::udp_on_device(false, server::DHCP_SERVER_PORT, device)
         .map_err(io_err("cannot open the DHCP server's socket (port 67)"))?;
-    let thread = server::spawn_dhcp4(
-        device,
-        socket,
-        Answerer::new(lease),
-        ReplyRoute::Standard,
-        status,
-    )
-    .map_err(io_err("cannot start the DHCP server"))?;
+    let answerer = Answerer::new(lease);
+    let client = answerer.client();
+    let thread = server::spawn_dhcp4(device, socket, answerer, ReplyRoute::Standard, status)
+        .map_err(io_err("cannot start the DHCP server"))?;
     active.servers.push(ServerThreadHandle(thread));
-    Ok(())
+    Ok(client)
+}
+
+/// Starts the DHCPv6 server and the router advertiser of a masquerade
+/// bridge that holds the IPv6 gateway.
+fn start_v6(
+    active: &mut ActiveNetwork,
+    tap: &TapInterface,
+    dns: &PodDns,
+    mtu: u32,
+    status: &Arc<LeaseStatus>,
+) -> Result<Ipv6Addr, String> {
+    let (_, guest6) = tap.masquerade_v6();
+    let lease = V6Lease {
+        address: guest6,
+        server_mac: MASQUERADE_BRIDGE_MAC,
+        dns_servers: dns.ipv6.clone(),
+        search_domains: dns.search.clone(),
+    };
+    let server = server::spawn_dhcp6(&tap.bridge, lease, status.clone())
+        .map_err(io_err("cannot start the DHCPv6 server"))?;
+    active.servers.push(ServerThreadHandle(server));
+    let advertisement = Advertisement {
+        router_mac: MASQUERADE_BRIDGE_MAC,
+        mtu,
+        prefix: tap.v6_cidr.0,
+        prefix_len: tap.v6_cidr.1,
+    };
+    let ra = server::spawn_router_advertiser(&tap.bridge, advertisement, status.clone())
+        .map_err(io_err("cannot start the router advertiser"))?;
+    active.servers.push(ServerThreadHandle(ra));
+    Ok(guest6)
 }
 
 /// Without CAP_NET_ADMIN: the tap must exist (created for the launcher,
@@ -860,15 +918,23 @@ fn adopt_interface(
     let mtu = pod.as_ref().map(|p| p.mtu).unwrap_or(tap_link.mtu);
     let status = Arc::new(LeaseStatus::default());
     let mut offered_v4 = None;
+    let mut offered_v6 = None;
+    let mut client = None;
     if tap.binding == Binding::Masquerade
         && let Some(bridge) = nl.link(&tap.bridge).map_err(io_err("cannot read links"))?
     {
         let (gw4, guest4) = tap.masquerade_v4();
-        let has_gateway = nl
+        let (gw6, _) = tap.masquerade_v6();
+        let bridge_addresses = nl
             .addresses(bridge.index)
-            .map_err(io_err("cannot read addresses"))?
-            .iter()
-            .any(|a| a.ip == IpAddr::V4(gw4));
+            .map_err(io_err("cannot read addresses"))?;
+        let has_gateway = bridge_addresses.iter().any(|a| a.ip == IpAddr::V4(gw4));
+        // KubeVirt's handler gives the bridge fd10:0:2::1 when the pod has
+        // IPv6; the launcher then answers DHCPv6 and router solicitations.
+        let has_gateway6 = bridge_addresses.iter().any(|a| a.ip == IpAddr::V6(gw6));
+        if has_gateway6 {
+            offered_v6 = Some(start_v6(active, tap, dns, mtu, &status)?);
+        }
         if has_gateway {
             let lease = LeaseConfig {
                 client_mac: mac,
@@ -883,7 +949,7 @@ fn adopt_interface(
                 mtu: u16::try_from(mtu).unwrap_or(u16::MAX),
                 extra: tap.dhcp.clone(),
             };
-            start_dhcp4(active, &tap.bridge, lease, status.clone())?;
+            client = Some(start_dhcp4(active, &tap.bridge, lease, status.clone())?);
             offered_v4 = Some((guest4, tap.v4_cidr.1));
         }
     }
@@ -892,10 +958,11 @@ fn adopt_interface(
         tap.name,
         tap.tap,
         format_mac(&mac),
-        if offered_v4.is_some() {
-            ", DHCP server on the bridge"
-        } else {
-            ""
+        match (offered_v4.is_some(), offered_v6.is_some()) {
+            (true, true) => ", DHCP, DHCPv6 and router advertisements on the bridge",
+            (true, false) => ", DHCP server on the bridge",
+            (false, true) => ", DHCPv6 and router advertisements on the bridge",
+            (false, false) => "",
         }
     );
     active.interfaces.push(ActiveInterface {
@@ -908,8 +975,9 @@ fn adopt_interface(
         mtu,
         created: false,
         offered_v4,
-        offered_v6: None,
+        offered_v6,
         status,
+        client,
     });
     Ok(())
 }
@@ -930,5 +998,93 @@ pub fn patch_domain(domain: &mut crate::domxml::Domain, active: &ActiveNetwork) 
             });
             nic.mtu = Some(crate::domxml::Mtu { size: iface.mtu });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::network::dhcp::tests_support::lease;
+
+    fn interface(
+        name: &str,
+        tap: &str,
+        mac: [u8; 6],
+        client: Option<Arc<ClientMac>>,
+    ) -> ActiveInterface {
+        ActiveInterface {
+            name: name.into(),
+            binding: Binding::Masquerade,
+            pod_interface: "eth0".into(),
+            bridge: "k6t-eth0".into(),
+            tap: tap.into(),
+            mac,
+            mtu: 1500,
+            created: true,
+            offered_v4: Some((Ipv4Addr::new(10, 0, 2, 2), 24)),
+            offered_v6: None,
+            status: Arc::new(LeaseStatus::default()),
+            client,
+        }
+    }
+
+    /// A migration target set up from its own pod interface's MAC; the
+    /// domain that arrives carries the source's: the target adopts it,
+    /// and its DHCP server answers the guest's renewals.
+    #[test]
+    fn a_migration_target_answers_the_mac_the_guest_arrived_with() {
+        let target_pod_mac = [0x0a, 0x58, 0x0a, 0xf4, 0, 9];
+        let source_mac = [0x0a, 0x58, 0x0a, 0xf4, 0, 7];
+        let answerer = Answerer::new(LeaseConfig {
+            client_mac: target_pod_mac,
+            ..lease()
+        });
+        // Each interface is a part of its own, as set-up makes them.
+        let mut active = ActiveNetwork::default();
+        let mut part = ActiveNetwork::default();
+        part.interfaces.push(interface(
+            "default",
+            "tap0",
+            target_pod_mac,
+            Some(answerer.client()),
+        ));
+        active.absorb(part);
+        let mut part = ActiveNetwork::default();
+        part.interfaces.push(interface(
+            "blue",
+            "tap7c2f1d0a0b1",
+            [2, 0, 0, 0, 0, 0x0b],
+            None,
+        ));
+        active.absorb(part);
+        let domain = crate::domxml::Domain::from_xml(
+            "<domain type='kvm'><name>e2e_vm</name><devices>\
+             <interface type='ethernet'><mac address='0a:58:0a:f4:00:07'/>\
+             <target dev='tap0' managed='no'/><alias name='ua-default'/></interface>\
+             <interface type='ethernet'><mac address='02:00:00:00:00:0b'/>\
+             <target dev='tap7c2f1d0a0b1' managed='no'/></interface>\
+             <interface type='user'><mac address='52:54:00:00:00:01'/></interface>\
+             </devices></domain>",
+        )
+        .unwrap();
+        let changed = active.adopt_guest_macs(&domain);
+        assert_eq!(
+            changed,
+            vec![("default".to_string(), target_pod_mac, source_mac)]
+        );
+        assert_eq!(active.interface("default").map(|i| i.mac), Some(source_mac));
+        assert_eq!(active.report()[0]["mac"], "0a:58:0a:f4:00:07");
+        let renew = crate::network::dhcp::wire::client_message(
+            crate::network::dhcp::wire::MessageType::Discover,
+            source_mac,
+            1,
+            &[],
+        );
+        assert!(matches!(
+            answerer.answer(&renew),
+            crate::network::dhcp::Outcome::Reply { .. }
+        ));
+        // Nothing changes a second time.
+        assert!(active.adopt_guest_macs(&domain).is_empty());
     }
 }

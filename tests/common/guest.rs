@@ -101,7 +101,10 @@ pub fn guest_vmi(opts: &GuestOptions) -> Value {
         cmdline.push_str(&opts.extra_cmdline);
     }
     let mut interface = opts.interface.clone();
-    interface["macAddress"] = json!(opts.mac);
+    // An empty `mac`: the VMI names none (the launcher picks one).
+    if !opts.mac.is_empty() {
+        interface["macAddress"] = json!(opts.mac);
+    }
     let mut vmi = json!({
         "apiVersion": "kubevirt.io/v1",
         "kind": "VirtualMachineInstance",

@@ -191,13 +191,18 @@ impl PodNet {
     }
 
     pub fn launcher(&self, name: &str, extra: &[&str]) -> Launcher {
+        // auto would do the same where PID 1's namespace is readable.
+        self.launcher_in_mode(name, "setup", extra)
+    }
+
+    /// A launcher with `--pod-network mode`.
+    pub fn launcher_in_mode(&self, name: &str, mode: &str, extra: &[&str]) -> Launcher {
         images();
         let mut args: Vec<String> = [
             "--spawn-libvirt",
             "--force-emulation",
-            // auto would do the same where PID 1's namespace is readable.
             "--pod-network",
-            "setup",
+            mode,
             "--resolv-conf",
             &self.resolv_conf(),
             "--name",
@@ -239,7 +244,12 @@ impl Drop for PodNet {
 
 /// Boots the test guest in `net`'s pod namespace with `opts`.
 pub fn boot_in(net: &PodNet, opts: &GuestOptions) -> Booted {
-    let launcher = net.launcher(&opts.name, &[]);
+    boot_in_mode(net, opts, "setup")
+}
+
+/// `boot_in` with `--pod-network mode`.
+pub fn boot_in_mode(net: &PodNet, opts: &GuestOptions, mode: &str) -> Booted {
+    let launcher = net.launcher_in_mode(&opts.name, mode, &[]);
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();

@@ -9,6 +9,8 @@ pub mod wire;
 
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use wire::{ClasslessRoute, MessageType, Reply, WireError, code};
 
@@ -18,7 +20,7 @@ pub const LEASE_SECONDS: u32 = 999 * 24 * 3600;
 /// What the guest is told, fixed when the interface is set up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseConfig {
-    /// The only client answered.
+    /// The only client answered (until [`ClientMac::set`] changes it).
     pub client_mac: [u8; 6],
     pub address: Ipv4Addr,
     pub prefix: u8,
@@ -96,21 +98,65 @@ pub enum Outcome {
     Ignored(Ignored),
 }
 
+/// The one MAC a server answers, shared with the launcher: a migration
+/// target learns the guest's MAC only when the domain arrives (the source
+/// chose it from its own pod interface), and the server must answer that
+/// guest, not the MAC the target's pod interface would have given it.
+#[derive(Debug)]
+pub struct ClientMac(AtomicU64);
+
+impl ClientMac {
+    pub fn new(mac: [u8; 6]) -> ClientMac {
+        ClientMac(AtomicU64::new(mac_to_u64(&mac)))
+    }
+
+    pub fn get(&self) -> [u8; 6] {
+        let bytes = self.0.load(Ordering::Relaxed).to_be_bytes();
+        [bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7]]
+    }
+
+    /// Answers `mac` from now on; returns the MAC answered before.
+    pub fn set(&self, mac: [u8; 6]) -> [u8; 6] {
+        let old = self
+            .0
+            .swap(mac_to_u64(&mac), Ordering::Relaxed)
+            .to_be_bytes();
+        [old[2], old[3], old[4], old[5], old[6], old[7]]
+    }
+}
+
+fn mac_to_u64(mac: &[u8; 6]) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes[2..].copy_from_slice(mac);
+    u64::from_be_bytes(bytes)
+}
+
 /// Answers DHCP messages for one lease. The options are encoded once.
 #[derive(Debug, Clone)]
 pub struct Answerer {
     config: LeaseConfig,
     options: Vec<(u8, Vec<u8>)>,
+    client: Arc<ClientMac>,
 }
 
 impl Answerer {
     pub fn new(config: LeaseConfig) -> Answerer {
         let options = lease_options(&config);
-        Answerer { config, options }
+        let client = Arc::new(ClientMac::new(config.client_mac));
+        Answerer {
+            config,
+            options,
+            client,
+        }
     }
 
     pub fn config(&self) -> &LeaseConfig {
         &self.config
+    }
+
+    /// The MAC this answerer serves, to change while it runs.
+    pub fn client(&self) -> Arc<ClientMac> {
+        self.client.clone()
     }
 
     pub fn answer(&self, datagram: &[u8]) -> Outcome {
@@ -118,7 +164,7 @@ impl Answerer {
             Ok(r) => r,
             Err(e) => return Outcome::Ignored(Ignored::Malformed(e)),
         };
-        if request.mac != self.config.client_mac {
+        if request.mac != self.client.get() {
             return Outcome::Ignored(Ignored::ForeignClient(request.mac));
         }
         let to = if request.ciaddr.is_unspecified() || request.wants_broadcast() {
@@ -443,6 +489,25 @@ mod tests {
             answerer.answer(b"hello"),
             Outcome::Ignored(Ignored::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_new_client_mac_is_answered_and_the_old_one_no_longer() {
+        let answerer = Answerer::new(masquerade_lease());
+        let migrated = [0x0a, 0x58, 0x0a, 0xf4, 0, 7];
+        let handle = answerer.client();
+        assert_eq!(handle.set(migrated), MAC);
+        assert_eq!(handle.get(), migrated);
+        let (kind, yiaddr, _, _) =
+            reply_of(answerer.answer(&client_message(MessageType::Discover, migrated, 1, &[])));
+        assert_eq!(
+            (kind, yiaddr),
+            (MessageType::Offer, Ipv4Addr::new(10, 0, 2, 2))
+        );
+        assert_eq!(
+            answerer.answer(&client_message(MessageType::Discover, MAC, 2, &[])),
+            Outcome::Ignored(Ignored::ForeignClient(MAC))
+        );
     }
 
     #[test]

@@ -467,3 +467,51 @@ fn existing_masquerade_bridge_gets_dhcp_dhcpv6_and_router_advertisements() {
         "{links}"
     );
 }
+
+/// A masquerade interface without `ports` forwards every port (KubeVirt);
+/// with `networkInterfaceMultiqueue` and two vCPUs the tap is
+/// multi-queue and the guest's NIC has two queue pairs.
+#[test]
+fn masquerade_without_ports_forwards_every_port_and_multiqueue_reaches_the_guest() {
+    let net = PodNet::new();
+    let mut opts = GuestOptions::new("allports");
+    opts.interface = json!({"name": "default", "masquerade": {}});
+    let mut vmi = guest_vmi(&opts);
+    vmi["spec"]["domain"]["cpu"]["cores"] = json!(2);
+    vmi["spec"]["domain"]["devices"]["networkInterfaceMultiqueue"] = json!(true);
+    let mut launcher = net.launcher(&opts.name, &[]);
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let synced = client.request_timeout("sync", json!({"vmi": vmi}), STEP);
+    assert!(synced.get("return").is_some(), "sync failed: {synced}");
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+
+    let tap = net.in_pod(&["ip", "-d", "link", "show", "tap0"]);
+    assert!(tap.contains("multi_queue"), "{tap}");
+    let queues = guest_until(&mut client, "ls /sys/class/net/eth0/queues", "rx-1");
+    assert!(queues.contains("tx-1"), "{queues}");
+
+    guest_until(&mut client, "ip -4 addr show dev eth0", "10.0.2.2/24");
+    guest_sh(
+        &mut client,
+        "for p in 2222 31337; do setsid sh -c \"while true; do nc -l -p $p -e echo guest-$p; done\" </dev/null >/dev/null 2>&1 & done; sleep 1",
+    );
+    for port in [2222, 31337] {
+        let deadline = Instant::now() + STEP;
+        let reply = loop {
+            if let Some(r) = net.connect_from_outside(POD_IP, port) {
+                break r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "port {port} never reached the guest"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        assert!(reply.contains(&format!("guest-{port}")), "{reply}");
+    }
+    client.ok("kill", Value::Null);
+    launcher.wait_exit(STEP);
+    assert_eq!(net.leftovers(), Vec::<String>::new());
+}

@@ -476,6 +476,66 @@ fn what_needs_root_is_refused_at_sync_before_anything_happens() {
 }
 
 #[test]
+fn a_host_device_is_refused_at_sync_before_anything_happens() {
+    // A device plugin assigned one of the host's PCI devices to the pod.
+    // Whatever this host has (no IOMMU here; else a root-owned group node
+    // in /dev/vfio), QEMU running as the user cannot use it through VFIO:
+    // the sync says what is needed before anything is defined.
+    let address = fs::read_dir("/sys/bus/pci/devices")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .min()
+        .expect("a PCI device on this host");
+    let user = TestUser::create("h");
+    let tree = TempTree::new("nr-hostdev");
+    user.give(&tree.root);
+    let args: Vec<String> = [
+        "--spawn-libvirt",
+        "--force-emulation",
+        "--name",
+        "nrhostdev",
+        "--namespace",
+        "e2e",
+    ]
+    .map(String::from)
+    .to_vec();
+    let wrapper = [
+        "env".to_string(),
+        format!("PCI_RESOURCE_EXAMPLE_COM_NIC={address}"),
+    ];
+    let rust_log = std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into());
+    let mut launcher = Launcher::start_with(
+        tree,
+        &wrapper,
+        &args,
+        Some(&rust_log),
+        Some((user.uid, user.gid)),
+    );
+    launcher.wait_ready(STEP);
+    let mut client = launcher.client();
+    let mut vmi = guest_vmi(&GuestOptions::new("nrhostdev"));
+    vmi["spec"]["domain"]["devices"]["hostDevices"] =
+        json!([{"name": "nic1", "deviceName": "example.com/nic"}]);
+    let reply = client.request_timeout("sync", json!({ "vmi": vmi }), STEP);
+    assert_eq!(reply["error"]["class"], "Unavailable", "{reply}");
+    let desc = reply["error"]["desc"].as_str().unwrap();
+    assert!(
+        desc.starts_with(&format!(
+            "host device \"hostdevice-nic1\" (PCI device {address}): QEMU runs as the launcher's unprivileged user (uid {}) and needs ",
+            user.uid
+        )),
+        "{desc}"
+    );
+    assert!(desc.ends_with(", or run the launcher as root"), "{desc}");
+    let status = client.ok("query-status", Value::Null);
+    assert_eq!(status["domain"]["defined"], false, "{status}");
+    assert!(qemu_pids("e2e_nrhostdev").is_empty());
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+}
+
+#[test]
 fn a_tap_the_user_may_not_open_is_refused_at_sync() {
     let user = TestUser::create("n");
     // A pod network namespace with KubeVirt's tap for the pod network,

@@ -33,6 +33,7 @@ use crate::hotplug::plan::{self, Change, Desired, Step};
 use crate::hotplug::ready::{self, HostPaths};
 use crate::hypervisor::{Affect, DomainState, Hypervisor, HypervisorErrorKind, StateReason};
 use crate::protocol::{CommandError, ErrorClass};
+use crate::unprivileged::{self, Identity, VfioHost};
 use crate::vmi::VirtualMachineInstance;
 
 /// What the last successful sync applied to the running domain.
@@ -120,6 +121,10 @@ pub(super) struct LiveChange {
     affect: Affect,
     /// Whether host devices are checked in sysfs (not on the test driver).
     check_host: bool,
+    /// QEMU runs as the launcher's unprivileged user (non-root mode): what
+    /// it could not do is refused before the first step
+    /// (`crate::unprivileged::check_live_steps`).
+    unprivileged: Option<(VfioHost, Identity)>,
     detach_timeout: Duration,
     removals: Receiver<String>,
     progress: Sender<Progress>,
@@ -224,6 +229,9 @@ impl DomainManager {
                 Affect::LIVE
             },
             check_host: driver == crate::hypervisor::DriverKind::Qemu,
+            unprivileged: (self.config.qemu_unprivileged()
+                && driver == crate::hypervisor::DriverKind::Qemu)
+                .then(|| (VfioHost::system(), Identity::current())),
             detach_timeout: self.timing.detach,
             removals,
             progress: self.hotplug.progress_tx.clone(),
@@ -408,6 +416,10 @@ pub(super) fn apply_live(
     let host = HostPaths::system();
     ready::check(&steps, change.check_host.then_some(&host))
         .map_err(|e| CommandError::invalid_argument(format!("sync: {}", e.message)))?;
+    if let Some((vfio, who)) = &change.unprivileged {
+        unprivileged::check_live_steps(&steps, &live, &change.vmi_domain, vfio, who)
+            .map_err(|e| CommandError::new(ErrorClass::Unavailable, format!("sync: {e}")))?;
+    }
     let mut done: Vec<Change> = Vec::new();
     let total = steps.len();
     for step in &steps {

@@ -245,6 +245,13 @@ impl DomainManager {
         let unprivileged = self.config.qemu_unprivileged() && info.driver == DriverKind::Qemu;
         if unprivileged {
             crate::unprivileged::check_domain(&conversion.domain)
+                .and_then(|()| {
+                    crate::unprivileged::check_domain_host_devices(
+                        &conversion.domain,
+                        &crate::unprivileged::VfioHost::system(),
+                        &crate::unprivileged::Identity::current(),
+                    )
+                })
                 .map_err(|e| CommandError::new(ErrorClass::Unavailable, e))?;
         }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;

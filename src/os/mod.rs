@@ -110,6 +110,23 @@ pub fn effective_ids() -> (u32, u32) {
     unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
+/// The hard limit on locked memory (RLIMIT_MEMLOCK) in bytes, which the
+/// daemons and QEMU inherit; `None` when unlimited. Only a process with
+/// CAP_SYS_RESOURCE (in the initial user namespace) may raise it.
+pub fn memlock_hard_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes one rlimit into `limit`, which lives
+    // across the call.
+    let ret = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
+    if ret != 0 || limit.rlim_max == libc::RLIM_INFINITY {
+        return None;
+    }
+    Some(limit.rlim_max)
+}
+
 /// Moves the calling process into a new user namespace in which its user
 /// and group ids are the same as outside (`uid uid 1`), with every
 /// capability there, over namespaces it then creates, and none over

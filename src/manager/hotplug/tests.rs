@@ -199,6 +199,7 @@ fn job(desired: &str, hotplug_dir: &str, guest_memory: Option<u64>, timeout: Dur
             disk_paths: BTreeMap::new(),
             affect: Affect::LIVE_AND_CONFIG,
             check_host: false,
+            unprivileged: None,
             detach_timeout: timeout,
             removals,
             progress: progress_tx,
@@ -382,4 +383,92 @@ fn refusals_and_missing_images_touch_nothing() {
         err.desc
     );
     assert!(hv.calls().is_empty(), "{:?}", hv.calls());
+}
+
+/// A host with PCI device 0000:81:00.1 in IOMMU group 42, whose node in
+/// /dev/vfio has `mode` (owned by whoever runs the test).
+fn vfio_host(tag: &str, mode: u32, memlock: Option<u64>) -> VfioHost {
+    use std::os::unix::fs::PermissionsExt;
+    let root = std::env::temp_dir().join(format!("vl-hp-vfio-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let groups = root.join("kernel/iommu_groups/42");
+    let device = root.join("pci/0000:81:00.1");
+    std::fs::create_dir_all(&groups).unwrap();
+    std::fs::create_dir_all(&device).unwrap();
+    std::fs::create_dir_all(root.join("dev")).unwrap();
+    std::os::unix::fs::symlink(&groups, device.join("iommu_group")).unwrap();
+    for node in ["vfio", "42"] {
+        let path = root.join("dev").join(node);
+        std::fs::write(&path, b"").unwrap();
+        let m = if node == "vfio" { 0o666 } else { mode };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+    VfioHost {
+        pci: root.join("pci"),
+        mdev: root.join("mdev"),
+        dev: root.join("dev"),
+        memlock,
+    }
+}
+
+const GPU: &str = r#"<hostdev mode="subsystem" type="pci" managed="no"><source><address domain="0x0000" bus="0x81" slot="0x00" function="0x1"/></source><alias name="ua-gpu-gpu1"/></hostdev>"#;
+
+#[test]
+fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
+    let dir = images("nonroot", &[]);
+    // Someone other than the node's owner, in none of its groups.
+    let (uid, _) = crate::os::effective_ids();
+    let other = Identity {
+        uid: uid + 1,
+        groups: vec![uid + 1],
+    };
+    let live = domain_xml(1, &disk("hp1", &dir, "sda"));
+    // The VMI drops hp1 and adds a GPU: the detach comes first, so a
+    // refusal found only at the attach would leave hp1 gone.
+    let desired = domain_xml(1, GPU);
+    let run = |host: VfioHost| {
+        let hv = Scripted::new(live.clone());
+        let mut j = job(&desired, &dir, None, Duration::from_secs(5));
+        j.change.unprivileged = Some((host, other.clone()));
+        j.removals.send("ua-hp1".into()).unwrap();
+        let result = apply_live(&hv, "ns_vm", &j.change, None);
+        (result, hv.calls())
+    };
+
+    let host = vfio_host("mode", 0o600, None);
+    let group = host.dev.join("42");
+    let (result, calls) = run(host);
+    let err = result.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Unavailable);
+    assert_eq!(
+        err.desc,
+        format!(
+            "sync: host device \"gpu-gpu1\" (PCI device 0000:81:00.1): QEMU runs as the launcher's unprivileged user (uid {}) and needs {} readable and writable (it is owned by uid {uid}, group {}, mode 0600); give the node to this user, as KubeVirt's device plugins do, or run the launcher as root",
+            uid + 1,
+            group.display(),
+            crate::os::effective_ids().1
+        )
+    );
+    assert!(calls.is_empty(), "{calls:?}");
+
+    // The node is usable, but the guest's 512 MiB (plus 1 GiB) cannot be
+    // locked under a 64 MiB hard limit.
+    let (result, calls) = run(vfio_host("memlock", 0o666, Some(64 * MIB)));
+    let err = result.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Unavailable);
+    assert!(
+        err.desc.contains(
+            "needs a locked-memory limit (RLIMIT_MEMLOCK) of at least 1536 MiB, because VFIO pins the guest's memory (its 512 MiB plus 1 GiB, as libvirt sets it), and the launcher's hard limit is 64 MiB"
+        ),
+        "{}",
+        err.desc
+    );
+    assert!(err.desc.ends_with("raise the hard limit for the launcher (prlimit --memlock, or the container's ulimit), or run the launcher as root"), "{}", err.desc);
+    assert!(calls.is_empty(), "{calls:?}");
+
+    // What the user can use is plugged in as for root.
+    let (result, calls) = run(vfio_host("ok", 0o666, Some(2048 * MIB)));
+    let done: Vec<&str> = result.unwrap().iter().map(|c| c.change).collect();
+    assert_eq!(done, ["detach-disk", "attach-host-device"]);
+    assert_eq!(calls, ["detach ua-hp1", "attach ua-gpu-gpu1"]);
 }

@@ -247,6 +247,9 @@ fn run_with_libvirt(
         info.hypervisor_version,
         info.backend
     );
+    if let Some(daemons) = &daemons {
+        daemons.keep_capabilities();
+    }
     let loop_running = hypervisor::backend::start_events(&fatal_tx)
         .map_err(|e| Failure::new(ExitCode::Internal, e))?;
 

@@ -32,17 +32,34 @@ fn summary(mut samples: Vec<Duration>) -> (f64, f64) {
     )
 }
 
-/// exec -> launcher-sock accepts, for a launcher with --spawn-libvirt.
-fn start_to_ready(user: Option<&TestUser>) -> Vec<Duration> {
-    (0..RUNS)
+/// exec -> launcher-sock accepts, for a launcher with --spawn-libvirt, `runs`
+/// times. As `user`, with `home` as its HOME: where the launcher keeps the
+/// QEMU capabilities its session daemon probed (`None`: a fresh, empty
+/// home for each run, so each start is cold).
+fn start_to_ready(user: Option<(&TestUser, Option<&Path>)>, runs: usize) -> Vec<Duration> {
+    (0..runs)
         .map(|_| {
             let tree = TempTree::new("bench-nr-start");
             let args: Vec<String> = ["--spawn-libvirt", "--name", "b", "--namespace", "bench"]
                 .map(String::from)
                 .to_vec();
+            let fresh = tree.path("home");
             let started = Instant::now();
             let mut launcher = match user {
-                Some(user) => Launcher::start_as(user, tree, &args),
+                Some((user, home)) => {
+                    let home = home.unwrap_or(&fresh);
+                    std::fs::create_dir_all(home).expect("create the home");
+                    user.give(home);
+                    user.give(&tree.root);
+                    let wrapper = ["env".to_string(), format!("HOME={}", home.display())];
+                    Launcher::start_with(
+                        tree,
+                        &wrapper,
+                        &args,
+                        Some("info"),
+                        Some((user.uid, user.gid)),
+                    )
+                }
                 None => Launcher::start_in(tree, &args),
             };
             let socket = launcher.ready_socket();
@@ -85,10 +102,21 @@ fn exec_times(binary: &Path, args: &[&str], user: &TestUser) -> Vec<Duration> {
 pub fn nonroot() {
     println!("non-root mode (--spawn-libvirt as an unprivileged user) and the probe subcommand:");
     let user = TestUser::create("bench");
-    let (root_p50, root_max) = summary(start_to_ready(None));
-    let (user_p50, user_max) = summary(start_to_ready(Some(&user)));
+    let (root_p50, root_max) = summary(start_to_ready(None, RUNS));
+    let (cold_p50, cold_max) = summary(start_to_ready(Some((&user, None)), RUNS));
+    // One home for all runs: the first start probes QEMU and keeps the
+    // entry there, the others start from it.
+    let home = TempTree::new("bench-nr-home");
+    user.give(&home.root);
+    start_to_ready(Some((&user, Some(&home.path("home")))), 1);
+    let (warm_p50, warm_max) = summary(start_to_ready(
+        Some((&user, Some(&home.path("home")))),
+        RUNS,
+    ));
     println!(
-        "  start -> ready with --spawn-libvirt ({RUNS} runs): root p50 {root_p50:.0} ms (max {root_max:.0}); non-root p50 {user_p50:.0} ms (max {user_max:.0})"
+        "  start -> ready with --spawn-libvirt ({RUNS} runs each): root p50 {root_p50:.0} ms (max {root_max:.0}); \
+         non-root, the user's session cache warm p50 {warm_p50:.0} ms (max {warm_max:.0}), \
+         cold (empty HOME, the daemon probes QEMU) p50 {cold_p50:.0} ms (max {cold_max:.0})"
     );
 
     let mut g = boot_as(

@@ -38,6 +38,12 @@ use std::path::{Path, PathBuf};
 
 /// The host daemon's cache.
 const HOST_CACHE: &str = "/var/cache/libvirt/qemu/capabilities";
+/// Where a daemon keeps its entries under its `/var/cache/libvirt`: the
+/// system daemon's `/var/cache/libvirt/qemu/capabilities`, or in session
+/// mode `$XDG_CACHE_HOME/libvirt/qemu/cache/capabilities` with
+/// `XDG_CACHE_HOME=/var/cache`.
+const SYSTEM_DIR: &str = "qemu/capabilities";
+const SESSION_DIR: &str = "qemu/cache/capabilities";
 /// The emulator the launcher's domains run (x86_64 guests only, see
 /// `vmi::types`).
 pub const EMULATOR: &str = "qemu-system-x86_64";
@@ -54,22 +60,100 @@ const MODULE_DIRS: [&str; 3] = [
 pub struct Seeded {
     /// The emulator's entry was copied.
     pub copied: bool,
+    /// From which cache directory.
+    pub from: Option<PathBuf>,
     /// Why the start will be cold (no entry, or a stale one).
     pub cold: Option<String>,
     /// The CPU the entry was made on, to start the daemon on.
     pub start_cpu: Option<usize>,
 }
 
-/// Copies the host's entry for the launcher's emulator into `cache` (the
-/// daemon's /var/cache/libvirt), if it is valid.
-pub fn seed(cache: &Path) -> Seeded {
+/// Copies a valid entry for the launcher's emulator into `cache` (the
+/// daemon's /var/cache/libvirt): the host daemon's; in session mode first
+/// the user's own session cache ([`user_session_cache`]), since the host's
+/// entry was probed as root, with KVM, and libvirt finds it stale for a
+/// user who may not open /dev/kvm (nor may that user read it: it is 0600).
+pub fn seed(cache: &Path, session: bool) -> Seeded {
     let Some(emulator) = find_in_path(EMULATOR) else {
         return Seeded {
             cold: Some(format!("{EMULATOR} is not on PATH")),
             ..Seeded::default()
         };
     };
-    seed_from(Path::new(HOST_CACHE), &emulator, cache, &Host::read())
+    let host = Host::read();
+    if !session {
+        return seed_from(
+            Path::new(HOST_CACHE),
+            &emulator,
+            &cache.join(SYSTEM_DIR),
+            &host,
+        );
+    }
+    let target = cache.join(SESSION_DIR);
+    let mut why = Vec::new();
+    for source in user_session_cache()
+        .into_iter()
+        .chain(std::iter::once(PathBuf::from(HOST_CACHE)))
+    {
+        let seeded = seed_from(&source, &emulator, &target, &host);
+        match seeded.cold {
+            None => return seeded,
+            Some(cold) => why.push(cold),
+        }
+    }
+    Seeded {
+        cold: Some(why.join("; ")),
+        ..Seeded::default()
+    }
+}
+
+/// The QEMU capabilities cache of this user's own libvirt session daemon
+/// (`qemu:///session`): `$XDG_CACHE_HOME`, else `$HOME/.cache`, then
+/// `libvirt/qemu/cache/capabilities`, as libvirt finds it.
+pub fn user_session_cache() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("libvirt").join(SESSION_DIR))
+}
+
+/// After a cold start in session mode: copies the entry the daemon just
+/// probed (in its `cache`, the daemon's /var/cache/libvirt) into the
+/// user's session cache, where this user's next launcher (or session
+/// daemon) finds it. Returns where it went.
+pub fn keep_for_user(cache: &Path) -> Result<PathBuf, String> {
+    let dir = user_session_cache().ok_or("neither XDG_CACHE_HOME nor HOME is set")?;
+    let emulator = find_in_path(EMULATOR).ok_or_else(|| format!("{EMULATOR} is not on PATH"))?;
+    keep_in(&cache.join(SESSION_DIR), &emulator, &dir)
+}
+
+fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let (file, xml) = entry_for(probed, emulator)
+        .0
+        .ok_or_else(|| format!("the daemon's cache {} has no entry", probed.display()))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // Written aside and renamed: a session daemon reading the directory
+    // never sees half an entry.
+    let temp = dir.join(format!(".{}.virt-launcher", file.to_string_lossy()));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, xml.as_bytes()))
+        .and_then(|()| fs::rename(&temp, dir.join(&file)));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&temp);
+        return Err(format!("cannot write into {}: {e}", dir.display()));
+    }
+    Ok(dir.to_path_buf())
 }
 
 /// Facts about the host that an entry must match.
@@ -99,15 +183,24 @@ impl Host {
     }
 }
 
-/// `seed` with the host cache, the emulator's path and the host's facts
-/// given (for tests).
-pub fn seed_from(host_cache: &Path, emulator: &Path, cache: &Path, host: &Host) -> Seeded {
-    let Some((file, xml)) = entry_for(host_cache, emulator) else {
+/// `seed` from one cache directory into the daemon's `target` directory,
+/// with the emulator's path and the host's facts given (for tests).
+pub fn seed_from(source: &Path, emulator: &Path, target: &Path, host: &Host) -> Seeded {
+    let (found, unreadable) = entry_for(source, emulator);
+    let Some((file, xml)) = found else {
         return Seeded {
             cold: Some(format!(
-                "the host's cache ({}) has no entry for {}",
-                host_cache.display(),
-                emulator.display()
+                "the cache {} has no entry for {}{}",
+                source.display(),
+                emulator.display(),
+                if unreadable > 0 {
+                    format!(
+                        " that this user may read ({unreadable} entries are not readable by uid {})",
+                        crate::os::effective_ids().0
+                    )
+                } else {
+                    String::new()
+                }
             )),
             ..Seeded::default()
         };
@@ -115,13 +208,14 @@ pub fn seed_from(host_cache: &Path, emulator: &Path, cache: &Path, host: &Host) 
     if let Some(stale) = staleness(&xml, emulator, host) {
         return Seeded {
             cold: Some(format!(
-                "the host's entry for {} is stale ({stale})",
-                emulator.display()
+                "the entry for {} in {} is stale ({stale})",
+                emulator.display(),
+                source.display()
             )),
             ..Seeded::default()
         };
     }
-    let target = cache.join("qemu/capabilities");
+    let target = target.to_path_buf();
     let copied = fs::create_dir_all(&target)
         .and_then(|()| fs::write(target.join(&file), &xml))
         .map_err(|e| log::warn!("daemons: cannot seed the capabilities cache: {e}"))
@@ -134,22 +228,33 @@ pub fn seed_from(host_cache: &Path, emulator: &Path, cache: &Path, host: &Host) 
     });
     Seeded {
         copied,
+        from: Some(source.to_path_buf()),
         cold: (!copied).then(|| "the entry could not be copied".to_string()),
         start_cpu,
     }
 }
 
-/// The entry (file name and XML) whose `<emulator>` is `emulator`.
-fn entry_for(host_cache: &Path, emulator: &Path) -> Option<(std::ffi::OsString, String)> {
+/// The entry (file name and XML) whose `<emulator>` is `emulator`, and how
+/// many entries could not be read.
+type Entry = (std::ffi::OsString, String);
+fn entry_for(cache: &Path, emulator: &Path) -> (Option<Entry>, usize) {
     let wanted = emulator.to_string_lossy();
-    fs::read_dir(host_cache).ok()?.flatten().find_map(|entry| {
+    let Ok(entries) = fs::read_dir(cache) else {
+        return (None, 0);
+    };
+    let mut unreadable = 0;
+    let found = entries.flatten().find_map(|entry| {
         let path = entry.path();
         if path.extension().is_none_or(|e| e != "xml") {
             return None;
         }
-        let xml = fs::read_to_string(&path).ok()?;
+        let Ok(xml) = fs::read_to_string(&path) else {
+            unreadable += 1;
+            return None;
+        };
         (element(&xml, "emulator")? == wanted).then(|| (entry.file_name(), xml))
-    })
+    });
+    (found, unreadable)
 }
 
 /// Why libvirt would find the entry stale, as far as the launcher can
@@ -354,13 +459,14 @@ mod tests {
         let seeded = seed_from(
             &dirs.0.join("host"),
             &emulator,
-            &dirs.0.join("cache"),
+            &dirs.0.join("cache/qemu/capabilities"),
             &host(),
         );
         assert_eq!(
             seeded,
             Seeded {
                 copied: true,
+                from: Some(dirs.0.join("host")),
                 cold: None,
                 start_cpu: Some(1)
             }
@@ -377,12 +483,44 @@ mod tests {
     }
 
     #[test]
+    fn a_probed_session_entry_is_kept_for_the_users_next_start() {
+        let dirs = Dirs::new();
+        let emulator = dirs.0.join("qemu-system-x86_64");
+        fs::write(&emulator, "").unwrap();
+        let ctime = fs::metadata(&emulator).unwrap().ctime();
+        // What the session daemon wrote after probing (no KVM: no cpudata).
+        let probed = dirs.0.join("daemon/qemu/cache/capabilities");
+        fs::create_dir_all(&probed).unwrap();
+        let xml = entry(&emulator, ctime, "6.1.0 #1 SMP", None)
+            .replace("<cpudata arch='x86'>", "<cpudata-not-here>");
+        fs::write(probed.join("abc.xml"), &xml).unwrap();
+        let user = dirs.0.join("home/.cache/libvirt/qemu/cache/capabilities");
+        assert_eq!(keep_in(&probed, &emulator, &user), Ok(user.clone()));
+        let meta = fs::metadata(user.join("abc.xml")).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&user).unwrap().mode() & 0o777,
+            0o700,
+            "the user's cache is private"
+        );
+        // The next start copies it into its daemon's session directory.
+        let next = dirs.0.join("next/qemu/cache/capabilities");
+        let seeded = seed_from(&user, &emulator, &next, &host());
+        assert_eq!(seeded.cold, None);
+        assert_eq!(seeded.from, Some(user.clone()));
+        assert_eq!(fs::read_to_string(next.join("abc.xml")).unwrap(), xml);
+        // Nothing to keep when the daemon has no entry.
+        let err = keep_in(&dirs.0.join("none"), &emulator, &user).unwrap_err();
+        assert!(err.contains("has no entry"), "{err}");
+    }
+
+    #[test]
     fn stale_or_missing_entries_make_a_cold_start_and_say_why() {
         let dirs = Dirs::new();
         let emulator = dirs.0.join("qemu-system-x86_64");
         fs::write(&emulator, "").unwrap();
         let ctime = fs::metadata(&emulator).unwrap().ctime();
-        let cache = dirs.0.join("cache");
+        let cache = dirs.0.join("cache/qemu/capabilities");
         let missing = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
         assert!(!missing.copied);
         assert!(missing.cold.unwrap().contains("has no entry"));
@@ -410,6 +548,6 @@ mod tests {
                 .unwrap()
                 .contains("probed on kernel \"5.10.0 #1 SMP\"")
         );
-        assert!(!cache.join("qemu/capabilities/a.xml").exists());
+        assert!(!cache.join("a.xml").exists());
     }
 }

@@ -127,6 +127,9 @@ pub struct LibvirtDaemons {
     libvirtd: Supervisor,
     virtlogd: Supervisor,
     namespaces: Arc<DaemonNamespaces>,
+    /// The daemon started without a valid capabilities entry and probes
+    /// QEMU itself.
+    cold_start: bool,
 }
 
 impl LibvirtDaemons {
@@ -158,10 +161,14 @@ impl LibvirtDaemons {
             log_filters,
             mode,
         )?;
-        let seeded = capabilities::seed(&runtime_dir.join("cache"));
+        let seeded = capabilities::seed(&runtime_dir.join("cache"), mode == DaemonMode::Session);
         match &seeded.cold {
             None => log::debug!(
-                "daemons: QEMU capabilities seeded from the host's cache (start on CPU {:?})",
+                "daemons: QEMU capabilities seeded from {} (start on CPU {:?})",
+                seeded
+                    .from
+                    .as_deref()
+                    .map_or_else(|| "?".into(), |p| p.display().to_string()),
                 seeded.start_cpu
             ),
             Some(why) => log::info!(
@@ -258,7 +265,26 @@ impl LibvirtDaemons {
             libvirtd,
             virtlogd,
             namespaces,
+            cold_start: seeded.cold.is_some(),
         })
+    }
+
+    /// Once the daemon answered (it probed QEMU by then): after a cold
+    /// start in session mode, keeps the entry it made in the user's own
+    /// session cache, so that this user's next launcher starts warm. The
+    /// host's entry cannot serve an unprivileged user (see
+    /// `capabilities::seed`).
+    pub fn keep_capabilities(&self) {
+        if self.mode != DaemonMode::Session || !self.cold_start {
+            return;
+        }
+        match capabilities::keep_for_user(&self.runtime_dir.join("cache")) {
+            Ok(dir) => log::info!(
+                "daemons: kept the QEMU capabilities the daemon probed in {}, for this user's next start",
+                dir.display()
+            ),
+            Err(e) => log::debug!("daemons: the probed QEMU capabilities are not kept: {e}"),
+        }
     }
 
     /// Stops the daemons, side by side (QEMU, virtlogd's only writer, is

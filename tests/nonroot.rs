@@ -118,6 +118,11 @@ fn boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands() {
     assert_ne!(restarted, libvirtd);
     assert_eq!(process_uid(restarted), Some(user.uid));
     assert_eq!(qemu_pids("e2e_nrboot"), qemu);
+    // The agent's channel comes back with the new daemon (its state is
+    // read again after the reconnect): the probe below needs it.
+    wait_status(&mut g.client, STEP, "agent connected again", |s| {
+        s["agent"]["connected"] == true
+    });
 
     // The subcommands, run as the same user.
     let s = socket.to_str().unwrap();

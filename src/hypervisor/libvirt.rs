@@ -8,7 +8,7 @@
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::Sender;
@@ -58,6 +58,14 @@ struct Registered {
     conn: Connect,
     event_callbacks: Vec<c_int>,
     close_callback: bool,
+    /// The handle of the domain looked up last on this connection. A
+    /// handle is a name and a UUID, and the daemon finds the domain by
+    /// its UUID on every call, so it stays good across stops, starts and
+    /// redefinitions with the same UUID: a call then costs one round trip
+    /// instead of two (lookup, call). For the agent poller that halves
+    /// the wake-ups each poll costs. A handle whose domain is gone is
+    /// dropped and looked up again (see `with_domain`).
+    domain: Mutex<Option<(String, Domain)>>,
 }
 
 impl Registered {
@@ -117,10 +125,51 @@ impl LibvirtHypervisor {
         }
     }
 
-    fn domain(&self, name: &str, operation: &'static str) -> HvResult<Domain> {
-        let conn = self.connection(operation)?;
-        conn.lookup_domain_by_name(name)
-            .map_err(|e| self.error(operation, e))
+    /// A handle on domain `name`, and whether it came from the cache
+    /// (`Registered::domain`) rather than from a lookup just now.
+    fn domain(&self, name: &str, operation: &'static str) -> HvResult<(Domain, bool)> {
+        if self.live.load(Ordering::Acquire) == 0 {
+            return Err(HypervisorError::not_connected(operation));
+        }
+        let guard = self.conn.read().map_err(|_| {
+            HypervisorError::new(
+                HypervisorErrorKind::Other,
+                operation,
+                "connection lock poisoned by a panicked thread",
+            )
+        })?;
+        let registered = guard
+            .as_ref()
+            .ok_or_else(|| HypervisorError::not_connected(operation))?;
+        if let Ok(cached) = registered.domain.lock()
+            && let Some((_, dom)) = cached.as_ref().filter(|(n, _)| n == name)
+        {
+            return Ok((dom.clone(), true));
+        }
+        let (id, conn) = (registered.id, registered.conn.clone());
+        // Not under the lock during the round trip.
+        drop(guard);
+        let dom = conn
+            .lookup_domain_by_name(name)
+            .map_err(|e| self.error(operation, e))?;
+        if let Ok(guard) = self.conn.read()
+            && let Some(registered) = guard.as_ref().filter(|r| r.id == id)
+            && let Ok(mut cached) = registered.domain.lock()
+        {
+            *cached = Some((name.to_string(), dom.clone()));
+        }
+        Ok((dom, false))
+    }
+
+    /// Drops the cached handle of domain `name` (its domain is gone).
+    fn forget_domain(&self, name: &str) {
+        if let Ok(guard) = self.conn.read()
+            && let Some(registered) = guard.as_ref()
+            && let Ok(mut cached) = registered.domain.lock()
+            && cached.as_ref().is_some_and(|(n, _)| n == name)
+        {
+            *cached = None;
+        }
     }
 
     /// Converts a libvirt error, reporting a dead connection so that the
@@ -180,10 +229,33 @@ impl LibvirtHypervisor {
         &self,
         name: &str,
         operation: &'static str,
-        call: impl FnOnce(&Domain) -> Result<T, virt::error::Error>,
+        call: impl Fn(&Domain) -> Result<T, virt::error::Error>,
     ) -> HvResult<T> {
-        let dom = self.domain(name, operation)?;
-        call(&dom).map_err(|e| self.error(operation, e))
+        self.with_domain_hv(name, operation, |d| {
+            call(d).map_err(|e| self.error(operation, e))
+        })
+    }
+
+    /// `with_domain` for calls that make several libvirt calls and
+    /// convert their errors themselves.
+    fn with_domain_hv<T>(
+        &self,
+        name: &str,
+        operation: &'static str,
+        call: impl Fn(&Domain) -> HvResult<T>,
+    ) -> HvResult<T> {
+        let (dom, cached) = self.domain(name, operation)?;
+        match call(&dom) {
+            // The cached handle's domain is gone; one of that name may
+            // have been defined since with another UUID. The call did
+            // nothing, so it is made again on a fresh lookup.
+            Err(e) if cached && e.kind == HypervisorErrorKind::NoDomain => {
+                self.forget_domain(name);
+                let (dom, _) = self.domain(name, operation)?;
+                call(&dom)
+            }
+            result => result,
+        }
     }
 }
 
@@ -203,6 +275,7 @@ fn open(
         conn,
         event_callbacks: Vec::new(),
         close_callback: false,
+        domain: Mutex::new(None),
     };
     if info.driver == DriverKind::Qemu {
         // Remote drivers only; the in-process test driver has no keepalive.
@@ -290,16 +363,11 @@ impl Hypervisor for LibvirtHypervisor {
 
     fn domain_status(&self, name: &str) -> HvResult<Option<DomainStatus>> {
         let op = "virDomainGetState";
-        let dom = match self.domain(name, op) {
-            Ok(dom) => dom,
-            Err(e) if e.kind == HypervisorErrorKind::NoDomain => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        match ffi::domain_state(&dom) {
+        match self.with_domain(name, op, ffi::domain_state) {
             Ok((state, reason)) => Ok(Some(DomainStatus::from_libvirt(state, reason))),
-            // Undefined between the lookup and the query.
-            Err(e) if e.code().to_raw() == sys::VIR_ERR_NO_DOMAIN => Ok(None),
-            Err(e) => Err(self.error(op, e)),
+            // Not defined, or undefined between the lookup and the query.
+            Err(e) if e.kind == HypervisorErrorKind::NoDomain => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -446,23 +514,25 @@ impl Hypervisor for LibvirtHypervisor {
                 GuestInfoKind::Interfaces => sys::VIR_DOMAIN_GUEST_INFO_INTERFACES,
             }
         });
-        let dom = self.domain(name, "virDomainGetGuestInfo")?;
-        self.set_agent_timeout(&dom, timeout)?;
-        ffi::guest_info(&dom, types).map_err(|e| self.error("virDomainGetGuestInfo", e))
+        self.with_domain_hv(name, "virDomainGetGuestInfo", |dom| {
+            self.set_agent_timeout(dom, timeout)?;
+            ffi::guest_info(dom, types).map_err(|e| self.error("virDomainGetGuestInfo", e))
+        })
     }
 
     fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()> {
-        let dom = self.domain(name, "virDomainSetTime")?;
-        self.set_agent_timeout(&dom, timeout)?;
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        // Below 10^9, so it fits.
-        let nanos = i32::try_from(now.subsec_nanos()).unwrap_or(0);
-        dom.set_time(seconds, nanos, 0)
-            .map(drop)
-            .map_err(|e| self.error("virDomainSetTime", e))
+        self.with_domain_hv(name, "virDomainSetTime", |dom| {
+            self.set_agent_timeout(dom, timeout)?;
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default();
+            let seconds = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+            // Below 10^9, so it fits.
+            let nanos = i32::try_from(now.subsec_nanos()).unwrap_or(0);
+            dom.set_time(seconds, nanos, 0)
+                .map(drop)
+                .map_err(|e| self.error("virDomainSetTime", e))
+        })
     }
 
     fn migratable_xml(&self, name: &str) -> HvResult<String> {
@@ -576,5 +646,78 @@ impl Hypervisor for LibvirtHypervisor {
         }
         *self.conn.write().map_err(|_| poisoned())? = Some(registered);
         Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hypervisor::DomainState;
+
+    fn domain_xml(name: &str, uuid: &str) -> String {
+        format!(
+            "<domain type='test'><name>{name}</name><uuid>{uuid}</uuid><memory>65536</memory>\
+             <os><type>hvm</type></os></domain>"
+        )
+    }
+
+    /// The cached handle names the domain by UUID: a domain of the same
+    /// name defined again with another UUID is still found, and one that
+    /// is gone is reported gone.
+    #[test]
+    fn a_domain_redefined_with_another_uuid_is_found_through_the_cached_handle() {
+        // The test driver in this process queues events on libvirt's
+        // event loop, which must be registered before a connection opens.
+        static EVENT_LOOP: std::sync::Once = std::sync::Once::new();
+        EVENT_LOOP.call_once(|| {
+            virt::error::clear_error_callback();
+            crate::hypervisor::event_loop::register().expect("register the event loop");
+            let (fatal, _) = crossbeam_channel::unbounded();
+            let running = crate::hypervisor::event_loop::spawn(&fatal).expect("event loop");
+            running
+                .recv_timeout(Duration::from_secs(10))
+                .expect("event loop runs");
+        });
+        let name = "handle-cache";
+        let (events, _rx) = crossbeam_channel::unbounded();
+        let hv = LibvirtHypervisor::connect("test:///default", name, events).expect("connect");
+        assert!(hv.domain_status(name).unwrap().is_none());
+
+        hv.define(&domain_xml(name, "0b0c5a2e-8d1c-4d51-9a5e-5f1b7d3c0001"))
+            .unwrap();
+        hv.start(name, false).unwrap();
+        assert_eq!(
+            hv.domain_status(name).unwrap().unwrap().state,
+            DomainState::Running
+        );
+        let (first, _) = hv.domain_xml(name).unwrap();
+
+        hv.destroy(name, false).unwrap();
+        hv.undefine(name).unwrap();
+        assert!(hv.domain_status(name).unwrap().is_none());
+        hv.define(&domain_xml(name, "0b0c5a2e-8d1c-4d51-9a5e-5f1b7d3c0002"))
+            .unwrap();
+        hv.start(name, false).unwrap();
+        assert_eq!(
+            hv.domain_status(name).unwrap().unwrap().state,
+            DomainState::Running
+        );
+        let (xml, _) = hv.domain_xml(name).unwrap();
+        assert!(
+            xml.contains("0b0c5a2e-8d1c-4d51-9a5e-5f1b7d3c0002"),
+            "{xml}"
+        );
+        assert!(
+            first.contains("0b0c5a2e-8d1c-4d51-9a5e-5f1b7d3c0001"),
+            "{first}"
+        );
+
+        hv.destroy(name, false).unwrap();
+        hv.undefine(name).unwrap();
+        assert!(hv.domain_status(name).unwrap().is_none());
+        assert_eq!(
+            hv.suspend(name).unwrap_err().kind,
+            HypervisorErrorKind::NoDomain
+        );
     }
 }

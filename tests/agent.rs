@@ -315,7 +315,7 @@ fn unpause_sets_the_guest_clock_from_the_host() {
 
 /// Runs `virt-launcher ARGS`; returns its status and standard output.
 fn subcommand(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    let out = Command::new(launcher_bin())
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()

@@ -364,7 +364,7 @@ fn what_needs_root_is_refused_at_start() {
         ]
         .map(String::from),
     );
-    let out = user.command(BIN).args(&argv).output().unwrap();
+    let out = user.command(launcher_bin()).args(&argv).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -379,8 +379,10 @@ fn what_needs_root_is_refused_at_start() {
     let tree = TempTree::new("nr-mounts");
     user.give(&tree.root);
     let mut script = format!(
-        "mount -t tmpfs vl-empty-run /run && exec setpriv --reuid={} --regid={} --clear-groups -- {BIN}",
-        user.uid, user.gid
+        "mount -t tmpfs vl-empty-run /run && exec setpriv --reuid={} --regid={} --clear-groups -- {}",
+        user.uid,
+        user.gid,
+        launcher_bin().display()
     );
     for arg in dir_flags(&tree)
         .into_iter()

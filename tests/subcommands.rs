@@ -30,7 +30,7 @@ struct Run {
 /// Runs `virt-launcher ARGS`, killing it (and failing) after `limit`.
 fn run_within(args: &[&str], limit: Duration) -> Run {
     let started = Instant::now();
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(launcher_bin())
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -88,7 +88,7 @@ fn synced() -> (Launcher, Client) {
     launcher.wait_ready(T);
     let mut client = launcher.client();
     assert_eq!(
-        client.ok("sync", json!({"vmi": demo_vmi()}))["state"],
+        client.ok("sync", json!({"vmi": launcher.demo_vmi()}))["state"],
         "Running"
     );
     (launcher, client)
@@ -108,7 +108,7 @@ fn ctl_sends_one_command_and_prints_its_reply() {
     assert_eq!(r.stdout.lines().count(), 1, "{}", r.stdout);
     let status: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(status["phase"], "Running");
-    assert_eq!(status["domain"]["name"], "default_demo");
+    assert_eq!(status["domain"]["name"], launcher.domain_name().as_str());
     // --raw: the launcher's own line.
     let r = run(&["ctl", "--socket", &s, "--raw", "ping"]);
     assert_eq!(
@@ -157,7 +157,11 @@ fn ctl_sends_one_command_and_prints_its_reply() {
 fn ctl_indents_its_output_on_a_terminal() {
     let (launcher, _client) = synced();
     // script(1) runs the command on a pseudo-terminal.
-    let command = format!("{BIN} ctl --socket {} query-status", sock(&launcher));
+    let command = format!(
+        "{} ctl --socket {} query-status",
+        launcher_bin().display(),
+        sock(&launcher)
+    );
     let out = Command::new("script")
         .args(["-qec", &command, "/dev/null"])
         .stdin(Stdio::null())
@@ -245,7 +249,7 @@ struct Follower {
 
 impl Follower {
     fn start(args: &[&str]) -> Follower {
-        let mut child = Command::new(BIN)
+        let mut child = Command::new(launcher_bin())
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{BIN, Launcher, TempTree};
+use super::{Launcher, TempTree, launcher_bin};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -126,7 +126,7 @@ impl TestUser {
     /// stderr.
     pub fn virt_launcher(&self, args: &[&str]) -> (i32, String, String) {
         let out = self
-            .command(BIN)
+            .command(launcher_bin())
             .args(args)
             .stdin(std::process::Stdio::null())
             .output()

@@ -418,6 +418,19 @@ fn a_new_launcher_adopts_a_guest_left_running_on_the_hosts_daemon_with_its_agent
     assert_eq!((code, out.trim()), (0, "adopted"));
     // Its QEMU is still the one the first launcher started.
     assert_eq!(qemu_pids(&domain), qemu);
+    // What the first launcher applied is known from its private directory:
+    // a change that needs a restart is refused, the same VMI changes nothing.
+    let vmi = guest_vmi(&GuestOptions::new(&name));
+    let mut other_machine = vmi.clone();
+    other_machine["spec"]["domain"]["machine"] = json!({"type": "pc-q35-7.1"});
+    let (class, desc) = client.err_class("sync", json!({ "vmi": other_machine }));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with("arguments.vmi.spec.domain.machine.type: changed from"),
+        "{desc}"
+    );
+    let same = client.request_timeout("sync", json!({ "vmi": vmi }), STEP);
+    assert_eq!(same["return"]["changes"], json!([]), "{same}");
     client.ok("kill", Value::Null);
     assert_eq!(second.wait_exit(STEP), 0);
     wait_no_qemu(&domain, Duration::from_secs(5));

@@ -77,6 +77,9 @@ pub(super) enum Progress {
     Volume(VolumeStatus),
 }
 
+/// The file in the private directory that holds the VMI last applied.
+const APPLIED_RECORD: &str = "applied-vmi.json";
+
 /// The manager's share of live changes.
 pub(super) struct HotplugState {
     pub(super) applied: Option<Applied>,
@@ -159,8 +162,69 @@ impl DomainManager {
         changes::check_bounds(vmi).map_err(|e| refused(&e))?;
         if let Some(applied) = &self.hotplug.applied {
             changes::check(&applied.vmi, vmi_json).map_err(|e| refused(&e))?;
+        } else if let Some(recorded) = self.recorded_vmi() {
+            // A launcher restarted next to a running domain: what an
+            // earlier launcher applied is on disk.
+            changes::check(&recorded, vmi_json).map_err(|e| refused(&e))?;
         }
         Ok(())
+    }
+
+    /// Where the VMI last applied is kept, so that a restarted launcher
+    /// still knows it (the launcher's private directory).
+    fn applied_record(&self) -> PathBuf {
+        self.config.dirs.private.join(APPLIED_RECORD)
+    }
+
+    /// The VMI an earlier launcher recorded; `None` when there is none or
+    /// it cannot be read (then only the live domain is compared).
+    fn recorded_vmi(&self) -> Option<Value> {
+        let path = self.applied_record();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                log::warn!("manager: cannot read {}: {e}", path.display());
+                return None;
+            }
+        };
+        match serde_json::from_str(&text) {
+            Ok(vmi) => Some(vmi),
+            Err(e) => {
+                log::warn!("manager: {} is not a VMI: {e}; ignoring it", path.display());
+                None
+            }
+        }
+    }
+
+    /// Writes the VMI applied to [`applied_record`] (a whole new file
+    /// renamed over the old one, so a crash leaves one or the other).
+    ///
+    /// [`applied_record`]: DomainManager::applied_record
+    fn record_applied(&self, vmi: &Value) {
+        let path = self.applied_record();
+        let temp = path.with_extension("json.new");
+        // Owner only: a VMI can carry cloud-init user data with secrets.
+        let written = serde_json::to_vec(vmi)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                use std::io::Write;
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .open(&temp)?
+                    .write_all(&bytes)
+            })
+            .and_then(|()| std::fs::rename(&temp, &path));
+        if let Err(e) = written {
+            log::warn!(
+                "manager: cannot record the applied VMI in {}: {e}; a restarted launcher will compare only the live domain",
+                path.display()
+            );
+        }
     }
 
     /// The reply for a VMI the running domain already has, when nothing
@@ -245,6 +309,7 @@ impl DomainManager {
         let pending = self.hotplug.pending.take();
         match (ok, pending) {
             (true, Some((vmi, domain))) => {
+                self.record_applied(&vmi);
                 self.hotplug.applied = Some(Applied {
                     vmi,
                     domain,

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Harness, WAIT, class, vmi};
+use super::{DOMAIN, Harness, Setup, WAIT, class, vmi};
 use crate::hypervisor::HypervisorErrorKind;
 use crate::hypervisor::fake::DetachGuest;
+use crate::hypervisor::{DomainState, DomainStatus, StateReason};
 use crate::protocol::ErrorClass;
 
 /// The test VMI with hotpluggable PVCs `names` on the scsi bus.
@@ -387,4 +388,52 @@ fn guest_memory_follows_memory_guest_up_to_max_guest() {
         "arguments.vmi.spec.domain.memory.guest: guest memory must be a multiple of 2Mi with memory hotplug"
     );
     assert_eq!(h.fake.calls("update_device"), 1);
+}
+
+#[test]
+fn a_restarted_launcher_refuses_what_needs_a_restart_from_the_recorded_vmi() {
+    // The first launcher records what it applied in its private directory.
+    let first = Harness::start();
+    std::fs::create_dir_all(first.path("private")).unwrap();
+    first.sync();
+    let recorded = std::fs::read_to_string(first.path("private/applied-vmi.json")).unwrap();
+    let recorded: Value = serde_json::from_str(&recorded).unwrap();
+    assert_eq!(recorded, vmi());
+    let mode = std::fs::metadata(first.path("private/applied-vmi.json"))
+        .unwrap()
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+
+    // The next one adopts the running domain and finds the record.
+    let second = Harness::with(Setup::default().before_start(|fake| {
+        fake.preexisting(
+            DOMAIN,
+            DomainStatus::new(DomainState::Running, StateReason::Booted),
+            false,
+        );
+    }));
+    second.wait_status("the adopted domain runs", |s| {
+        s["domain"]["state"] == "Running"
+    });
+    let mut changed = vmi();
+    changed["spec"]["domain"]["machine"] = json!({"type": "pc-q35-7.2"});
+    std::fs::create_dir_all(second.path("private")).unwrap();
+    std::fs::write(
+        second.path("private/applied-vmi.json"),
+        serde_json::to_vec(&recorded).unwrap(),
+    )
+    .unwrap();
+    let err = second.err("sync", json!({ "vmi": changed }));
+    assert_eq!(class(&err), ErrorClass::InvalidArgument);
+    assert!(
+        err.desc.starts_with(
+            "arguments.vmi.spec.domain.machine.type: changed from (not set) to \"pc-q35-7.2\""
+        ),
+        "{}",
+        err.desc
+    );
+    assert_eq!(second.fake.calls("attach_device"), 0);
 }

@@ -93,6 +93,14 @@ else
         disks_plug_in_on_scsi_and_virtio_unplug_and_keep_their_data \
         vcpus_memory_and_a_nic_change_live
 fi
+# Non-root mode on the wire backend: a guest booted as an unprivileged
+# user (its session daemon's socket), a migration between two such
+# launchers, and the user's own qemu:///session found as libvirt's client
+# finds it (the whole of tests/nonroot.rs passed this way; ~50 s).
+cargo test --locked --test nonroot -- --test-threads=2 --exact \
+    boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands \
+    a_guest_migrates_between_two_nonroot_launchers \
+    without_spawn_libvirt_a_nonroot_launcher_uses_the_users_session_daemon
 scripts/smoke-qemu.sh "$static"
 unset VL_LAUNCHER_BIN VL_LAUNCHER_BACKEND
 echo "test.sh: the static (wire backend) binary passed in $(( $(date +%s) - wire_started )) s"

@@ -646,4 +646,64 @@ fn without_spawn_libvirt_a_nonroot_launcher_uses_the_users_session_daemon() {
         log.contains("cannot connect to libvirt at qemu:///session after"),
         "{log}"
     );
+
+    // With the user's own session daemon running, the launcher finds its
+    // socket under XDG_RUNTIME_DIR as libvirt's client does (both
+    // backends: the wire backend resolves the path itself).
+    let dirs = TempTree::new("nr-sess");
+    let (run, home) = (dirs.path("run"), dirs.path("home"));
+    for dir in [&run, &home] {
+        fs::create_dir_all(dir).unwrap();
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    user.give(&dirs.root);
+    let env = [
+        format!("HOME={}", home.display()),
+        format!("XDG_RUNTIME_DIR={}", run.display()),
+    ];
+    let mut daemon = {
+        use std::os::unix::process::CommandExt;
+        Command::new("/usr/sbin/libvirtd")
+            .args(["--timeout", "120"])
+            .env("HOME", &home)
+            .env("XDG_RUNTIME_DIR", &run)
+            .uid(user.uid)
+            .gid(user.gid)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the user's session libvirtd")
+    };
+    let socket = run.join("libvirt/libvirt-sock");
+    let deadline = Instant::now() + STEP;
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no session daemon socket at {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let tree = TempTree::new("nr-session2");
+    user.give(&tree.root);
+    let wrapper: Vec<String> = ["env".to_string(), "LIBVIRT_AUTOSTART=0".to_string()]
+        .into_iter()
+        .chain(env)
+        .collect();
+    let mut launcher = Launcher::start_with(
+        tree,
+        &wrapper,
+        &args,
+        Some("info"),
+        Some((user.uid, user.gid)),
+    );
+    // A fresh session daemon probes QEMU on the first connection.
+    launcher.wait_ready(Duration::from_secs(120));
+    let status = launcher.client().ok("query-status", Value::Null);
+    assert_eq!(status["libvirt"]["uri"], "qemu:///session", "{status}");
+    assert_eq!(status["libvirt"]["connected"], true, "{status}");
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
 }

@@ -8,7 +8,7 @@
 //! above it cannot tell which backend it runs on, except by asking.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crossbeam_channel::{Sender, TrySendError};
@@ -45,6 +45,14 @@ pub struct WireHypervisor {
     live: Arc<AtomicU64>,
     /// The id of the newest connection, and the id the next one gets.
     current: AtomicU64,
+    /// The domain looked up last. A domain reference is a name and a
+    /// UUID, and the daemon finds the domain by its UUID on every call, so
+    /// it stays good across stops, starts and redefinitions with the same
+    /// UUID: a call then costs one round trip instead of two (lookup,
+    /// call), as in the `virt` backend. A reference whose domain is gone
+    /// is dropped and looked up again (see `call_on_domain`); a reconnect
+    /// drops it too.
+    domain: Mutex<Option<DomainRef>>,
 }
 
 impl WireHypervisor {
@@ -96,6 +104,7 @@ impl WireHypervisor {
             info: RwLock::new(info),
             live,
             current: AtomicU64::new(id.0),
+            domain: Mutex::new(None),
         })
     }
 
@@ -158,8 +167,70 @@ impl WireHypervisor {
         decode_reply(operation, &reply, decode_domain)
     }
 
-    /// Looks the domain up by name, then calls `procedure` with the domain
-    /// and what `args` encodes after it; `ret` decodes the reply.
+    /// A reference to domain `name`, and whether it came from the cache
+    /// (`WireHypervisor::domain`) rather than from a lookup just now.
+    fn domain_ref(
+        &self,
+        client: &Client,
+        name: &str,
+        operation: &'static str,
+    ) -> HvResult<(DomainRef, bool)> {
+        if let Ok(cached) = self.domain.lock()
+            && let Some(dom) = cached.as_ref().filter(|d| d.name == name)
+        {
+            return Ok((dom.clone(), true));
+        }
+        let dom = self.lookup(client, name, operation)?;
+        if let Ok(mut cached) = self.domain.lock() {
+            *cached = Some(dom.clone());
+        }
+        Ok((dom, false))
+    }
+
+    /// Drops the cached reference to domain `name` (its domain is gone).
+    fn forget_domain(&self, name: &str) {
+        if let Ok(mut cached) = self.domain.lock()
+            && cached.as_ref().is_some_and(|d| d.name == name)
+        {
+            *cached = None;
+        }
+    }
+
+    /// Calls `procedure` with the arguments `encode` writes for a
+    /// reference to domain `name`; returns the reply and the reference.
+    /// A call through a cached reference that the daemon answers with "no
+    /// domain" did nothing: the domain may have been defined again with
+    /// another UUID, so it is made once more on a fresh lookup.
+    fn call_on_domain(
+        &self,
+        client: &Client,
+        name: &str,
+        procedure: &Procedure,
+        deadline: Duration,
+        encode: impl Fn(&DomainRef, &mut Encoder),
+    ) -> HvResult<(Vec<u8>, DomainRef)> {
+        let op = procedure.api;
+        let attempt = |dom: &DomainRef| {
+            let mut e = Encoder::new();
+            encode(dom, &mut e);
+            client
+                .call(procedure, &e.into_bytes(), deadline)
+                .map_err(|e| self.error(op, e))
+        };
+        let (dom, cached) = self.domain_ref(client, name, op)?;
+        match attempt(&dom) {
+            Ok(reply) => Ok((reply, dom)),
+            Err(e) if cached && e.kind == HypervisorErrorKind::NoDomain => {
+                self.forget_domain(name);
+                let (dom, _) = self.domain_ref(client, name, op)?;
+                attempt(&dom).map(|reply| (reply, dom))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Calls `procedure` on domain `name` with what `args` encodes after
+    /// the domain; `ret` decodes the reply.
     fn domain_call<T>(
         &self,
         name: &str,
@@ -180,13 +251,15 @@ impl WireHypervisor {
     ) -> HvResult<T> {
         let op = procedure.api;
         let client = self.connection(op)?;
-        let dom = self.lookup(&client, name, op)?;
         let mut e = Encoder::new();
-        dom.encode(&mut e);
         args(&mut e);
-        let reply = client
-            .call(procedure, &e.into_bytes(), deadline)
-            .map_err(|e| self.error(op, e))?;
+        // XDR items are whole 4-byte units: the arguments follow the
+        // domain as they are.
+        let args = e.into_bytes();
+        let (reply, dom) = self.call_on_domain(&client, name, procedure, deadline, |dom, e| {
+            dom.encode(e);
+            e.fixed_opaque(&args);
+        })?;
         decode_reply(op, &reply, |d| ret(&dom, d))
     }
 
@@ -721,20 +794,20 @@ impl Hypervisor for WireHypervisor {
             | flags::DOMAIN_STATS_BLOCK;
         let op = proc::CONNECT_GET_ALL_DOMAIN_STATS.api;
         let client = self.connection(op)?;
-        let dom = self.lookup(&client, name, op)?;
-        let mut e = Encoder::new();
-        // doms<>: a list of one.
-        e.u32(1);
-        dom.encode(&mut e);
-        // NOWAIT: what is available rather than queue behind a running job.
-        e.u32(wanted).u32(flags::GET_ALL_DOMAINS_STATS_NOWAIT);
-        let reply = client
-            .call(
-                &proc::CONNECT_GET_ALL_DOMAIN_STATS,
-                &e.into_bytes(),
-                proc::CONNECT_GET_ALL_DOMAIN_STATS.deadline,
-            )
-            .map_err(|e| self.error(op, e))?;
+        let (reply, _) = self.call_on_domain(
+            &client,
+            name,
+            &proc::CONNECT_GET_ALL_DOMAIN_STATS,
+            proc::CONNECT_GET_ALL_DOMAIN_STATS.deadline,
+            |dom, e| {
+                // doms<>: a list of one.
+                e.u32(1);
+                dom.encode(e);
+                // NOWAIT: what is available rather than queue behind a
+                // running job.
+                e.u32(wanted).u32(flags::GET_ALL_DOMAINS_STATS_NOWAIT);
+            },
+        )?;
         decode_reply(op, &reply, |d| {
             // A record is at least a domain (name, UUID, id) and a count.
             let records = d.array_len(limits::DOMAIN_LIST_MAX, 28)?;
@@ -900,6 +973,10 @@ impl Hypervisor for WireHypervisor {
         let old = self.conn.write().map_err(|_| poisoned())?.take();
         if let Some(old) = old {
             old.close();
+        }
+        // The daemon may have restarted with the domain defined anew.
+        if let Ok(mut cached) = self.domain.lock() {
+            *cached = None;
         }
         let id = ConnectionId(self.current.load(Ordering::Acquire)).next();
         self.current.store(id.0, Ordering::Release);

@@ -406,6 +406,75 @@ fn device_and_vcpu_calls_send_the_xml_count_and_affect_flags() {
 }
 
 #[test]
+fn the_domain_is_looked_up_once_and_again_when_redefined_with_another_uuid() {
+    // The daemon's domain has UUID byte `uuid`; a call naming another
+    // UUID finds no domain, as libvirt's drivers look domains up by UUID.
+    let uuid = Arc::new(std::sync::atomic::AtomicU8::new(1));
+    let current = uuid.clone();
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(move |s, call| {
+            let h = &call.header;
+            let ours = current.load(Ordering::SeqCst);
+            match h.procedure {
+                23 => {
+                    let mut d = Decoder::new(&call.payload);
+                    let name = d.string().unwrap();
+                    if name == OUR_DOMAIN {
+                        let dom = DomainRef {
+                            name,
+                            uuid: [ours; UUID_BYTES],
+                            id: -1,
+                        };
+                        s.daemon.reply(h, &enc(|e| dom.encode(e)));
+                        return Flow::Continue;
+                    }
+                }
+                212 => {
+                    let mut d = Decoder::new(&call.payload);
+                    let dom = decode_domain(&mut d).unwrap();
+                    if dom.uuid == [ours; UUID_BYTES] {
+                        s.daemon.reply(
+                            h,
+                            &enc(|e| {
+                                e.i32(5).i32(0);
+                            }),
+                        );
+                    } else {
+                        s.daemon.reply_error(
+                            h,
+                            errors::NO_DOMAIN,
+                            "Domain not found: no domain with matching uuid",
+                        );
+                    }
+                    return Flow::Continue;
+                }
+                _ => {}
+            }
+            if !standard(s, call) {
+                s.daemon.reply(h, &[]);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let lookups = || fake.procedures(0).iter().filter(|p| **p == 23).count();
+    let shut_off = Some(DomainStatus::from_libvirt(5, 0));
+    assert_eq!(hv.domain_status(OUR_DOMAIN).unwrap(), shut_off);
+    assert_eq!(hv.domain_status(OUR_DOMAIN).unwrap(), shut_off);
+    assert_eq!(lookups(), 1, "{:?}", fake.procedures(0));
+    // Undefined and defined again with another UUID: the cached reference
+    // finds nothing, and the call is made again on a fresh lookup.
+    uuid.store(2, Ordering::SeqCst);
+    assert_eq!(hv.domain_status(OUR_DOMAIN).unwrap(), shut_off);
+    assert_eq!(lookups(), 2, "{:?}", fake.procedures(0));
+    assert_eq!(hv.domain_status(OUR_DOMAIN).unwrap(), shut_off);
+    assert_eq!(lookups(), 2);
+    // Another name is looked up, and a domain that is not there is none.
+    assert_eq!(hv.domain_status("someone_else").unwrap(), None);
+}
+
+#[test]
 fn replies_decode_into_the_launchers_values() {
     let fake = FakeLibvirtd::start(
         true,

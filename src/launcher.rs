@@ -248,6 +248,7 @@ fn run_with_libvirt(
         info.backend
     );
     if let Some(daemons) = &daemons {
+        daemons.release_start_cpu();
         daemons.keep_capabilities();
     }
     let loop_running = hypervisor::backend::start_events(&fatal_tx)

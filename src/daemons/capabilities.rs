@@ -23,7 +23,9 @@
 //!    that executed it. A daemon starting on another core than the host
 //!    daemon did re-probes everything (one start in two on a 2-core
 //!    host). So the daemon starts on the core the entry was made on
-//!    (`Seeded::start_cpu`) and gets the launcher's CPUs back once ready.
+//!    (`Seeded::start_cpu`) and gets the launcher's CPUs back once it has
+//!    answered the launcher's first call (libvirt checks the entry then,
+//!    after it reported ready).
 //! 3. **A stale entry of the emulator itself.** What libvirt checks first
 //!    (`virQEMUCapsIsValid`): the binary's ctime (`qemuctime`), the module
 //!    directory's mtime (`qemumoddirmtime`) and the kernel

@@ -269,6 +269,14 @@ impl LibvirtDaemons {
         })
     }
 
+    /// Once the daemon answered (it validated its capabilities entry on
+    /// the CPU it started on, see `capabilities`): gives it the launcher's
+    /// CPUs back.
+    pub fn release_start_cpu(&self) {
+        self.libvirtd.release_start_cpu();
+        self.virtlogd.release_start_cpu();
+    }
+
     /// Once the daemon answered (it probed QEMU by then): after a cold
     /// start in session mode, keeps the entry it made in the user's own
     /// session cache, so that this user's next launcher starts warm. The

@@ -105,6 +105,8 @@ pub struct Supervisor {
     stopping: Arc<AtomicBool>,
     stop_tx: Sender<()>,
     done_rx: Receiver<()>,
+    /// Still on the one CPU it started on (see `release_start_cpu`).
+    pinned: AtomicBool,
 }
 
 /// A daemon started and not yet ready.
@@ -158,6 +160,7 @@ impl Supervisor {
                 stopping,
                 stop_tx,
                 done_rx,
+                pinned: AtomicBool::new(false),
             },
             notify,
             notify_socket: spec.notify_socket,
@@ -185,11 +188,13 @@ impl Starting {
             supervisor.stop(Duration::from_secs(5));
             return Err(format!("{e}{detail}"));
         }
-        if start_cpu.is_some()
-            && let Some(pid) = supervisor.pid()
-        {
-            release_cpu(supervisor.name, pid);
-        }
+        // The daemon stays on its start CPU until its first client's
+        // connection is served (`Supervisor::release_start_cpu`): libvirt
+        // validates its capabilities entry, CPUID included, on that first
+        // call, not before it reports ready.
+        supervisor
+            .pinned
+            .store(start_cpu.is_some(), Ordering::Release);
         Ok(supervisor)
     }
 
@@ -226,6 +231,16 @@ fn release_cpu(name: &str, pid: u32) {
 }
 
 impl Supervisor {
+    /// Gives a daemon started pinned to one CPU the launcher's CPUs back
+    /// (once; nothing for a daemon that was not pinned).
+    pub fn release_start_cpu(&self) {
+        if self.pinned.swap(false, Ordering::AcqRel)
+            && let Some(pid) = self.pid()
+        {
+            release_cpu(self.name, pid);
+        }
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.pid.lock().ok().and_then(|p| *p)
     }

@@ -201,7 +201,7 @@ fi
 # namespace, and a host daemon that died leaves its socket file behind.
 host_daemon_alive() {
     local pid
-    pid=$(cat "/run/libvirt/$1.pid" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
+    pid=$(cat "/run/$1.pid" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null
 }
 if ! host_daemon_alive virtlogd; then
     virtlogd -d

@@ -269,17 +269,8 @@ pub fn check_host_devices(
     who: &Identity,
 ) -> Result<(), String> {
     for dev in hostdevs {
-        let name = dev
-            .alias
-            .as_ref()
-            .map(|a| a.name.trim_start_matches("ua-").to_string())
-            .unwrap_or_default();
-        let address = dev
-            .source
-            .address
-            .as_ref()
-            .map(|a| a.describe())
-            .unwrap_or_default();
+        let name = dev.vmi_name();
+        let address = dev.host_address();
         let (sysfs, what) = match dev.hostdev_type.as_str() {
             "mdev" => (host.mdev.join(&address), "mediated device"),
             _ => (host.pci.join(&address), "PCI device"),

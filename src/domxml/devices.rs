@@ -718,6 +718,27 @@ pub struct HostDev {
     pub address: Option<Address>,
 }
 
+impl HostDev {
+    /// The VMI's name for the device: its alias without KubeVirt's "ua-"
+    /// prefix ("" when it has no alias).
+    pub fn vmi_name(&self) -> String {
+        self.alias
+            .as_ref()
+            .map(|a| a.name.trim_start_matches("ua-").to_string())
+            .unwrap_or_default()
+    }
+
+    /// The host address as messages name it: the PCI address or the
+    /// mediated device's UUID ("" when there is none).
+    pub fn host_address(&self) -> String {
+        self.source
+            .address
+            .as_ref()
+            .map(|a| a.describe())
+            .unwrap_or_default()
+    }
+}
+
 /// `<source><address domain='0x0000' bus='0x81' slot='0x00' function='0x1'/></source>`,
 /// or `<address uuid='…'/>` for a mediated device.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -72,17 +72,8 @@ pub fn host_devices_present(
     host: &HostPaths,
 ) -> Result<(), NotReady> {
     for dev in hostdevs {
-        let name = dev
-            .alias
-            .as_ref()
-            .map(|a| a.name.trim_start_matches("ua-").to_string())
-            .unwrap_or_default();
-        let address = dev
-            .source
-            .address
-            .as_ref()
-            .map(|a| a.describe())
-            .unwrap_or_default();
+        let name = dev.vmi_name();
+        let address = dev.host_address();
         host_device_present(&name, &address, &dev.hostdev_type, host)?;
     }
     Ok(())

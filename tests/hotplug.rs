@@ -363,6 +363,33 @@ fn vcpus_memory_and_a_nic_change_live() {
     assert_eq!(cpus.trim(), "0-1");
     // The VMI that matches the guest is still a no-op.
     assert_eq!(sync(&mut g.client, &more)["changes"], json!([]));
+
+    // Memory back to 192 MiB: virtio-mem asks for nothing, and the guest
+    // gives the plugged memory back.
+    let grown = mem_total(&mut g.client);
+    let reply = sync(&mut g.client, &two);
+    assert_eq!(
+        reply["changes"],
+        json!([{"change": "resize-memory", "from": 320u64 << 20, "to": 192u64 << 20}])
+    );
+    let xml = g.client.ok("query-domain", Value::Null)["xml"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(xml.contains("<requested unit='KiB'>0</requested>"), "{xml}");
+    let deadline = Instant::now() + STEP;
+    let shrunk = loop {
+        let now = mem_total(&mut g.client);
+        if now + 100 * 1024 <= grown || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        shrunk + 100 * 1024 <= grown,
+        "MemTotal {grown} KiB → {shrunk} KiB"
+    );
+    assert_eq!(sync(&mut g.client, &two)["changes"], json!([]));
 }
 
 /// A launcher on libvirt's test driver with `env` in its environment.

@@ -134,9 +134,12 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
         GuestInfoKind::Filesystems,
         GuestInfoKind::Interfaces,
     ];
+    // The domain's agent response timeout, set once (as the poller does).
+    assert_eq!(virt.set_agent_timeout(domain, AGENT), Ok(()));
+    assert_eq!(wire.set_agent_timeout(domain, AGENT), Ok(()));
     let (a, b) = (
-        virt.guest_info(domain, &all, AGENT).unwrap(),
-        wire.guest_info(domain, &all, AGENT).unwrap(),
+        virt.guest_info(domain, &all).unwrap(),
+        wire.guest_info(domain, &all).unwrap(),
     );
     assert!(
         a.iter().any(|(n, v)| n == "hostname" && v == "twins"),
@@ -145,8 +148,8 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
     assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
     for kinds in all.map(|k| [k]) {
         let (a, b) = (
-            virt.guest_info(domain, &kinds, AGENT).unwrap(),
-            wire.guest_info(domain, &kinds, AGENT).unwrap(),
+            virt.guest_info(domain, &kinds).unwrap(),
+            wire.guest_info(domain, &kinds).unwrap(),
         );
         assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
     }

@@ -6,7 +6,12 @@
 //! interval (fresh IPs soon after boot without permanent fast polling).
 //! It runs only while the manager says the agent is there and the domain
 //! runs. Every call goes through libvirt with a timeout, and on this
-//! thread, so a hung agent never delays the manager.
+//! thread, so a hung agent never delays the manager. The calls that take
+//! no timeout of their own (`virDomainGetGuestInfo`) wait as long as the
+//! domain's agent response timeout, which libvirt keeps per domain across
+//! agent reconnects and restarts: the poller sets it once each time it
+//! starts polling, not before every call (each setting is an extra round
+//! trip and a rewrite of the domain's status file in the daemon).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -115,6 +120,7 @@ pub fn spawn(
             schedule: Schedule::new(&intervals, Instant::now()),
             updates,
             last_warning: Vec::new(),
+            timeout_set: false,
         }
         .run(control_rx)
     })?;
@@ -128,6 +134,9 @@ struct Poller {
     updates: Sender<AgentUpdate>,
     /// When each kind last logged a warning, and how many it held back.
     last_warning: Vec<(PollKind, Instant, u32)>,
+    /// Whether the domain's agent response timeout was set since polling
+    /// last started (until it is, a guest-info poll sets it first).
+    timeout_set: bool,
 }
 
 impl Poller {
@@ -144,6 +153,7 @@ impl Poller {
                         if !active {
                             log::debug!("agent: poller started");
                             self.schedule.restart(Instant::now());
+                            self.timeout_set = false;
                         }
                         active = true;
                     }
@@ -183,15 +193,21 @@ impl Poller {
         }
     }
 
-    fn poll(&self, kind: PollKind) -> Result<AgentData, String> {
+    fn poll(&mut self, kind: PollKind) -> Result<AgentData, String> {
         let hv = self.hypervisor.as_ref();
         let raw = |command: &str| {
             hv.agent_command(&self.domain, command, AGENT_TIMEOUT)
                 .map_err(|e| e.to_string())
         };
-        let info = |kinds: &[GuestInfoKind]| {
-            hv.guest_info(&self.domain, kinds, AGENT_TIMEOUT)
-                .map_err(|e| e.to_string())
+        let timeout_set = &mut self.timeout_set;
+        let domain = self.domain.as_str();
+        let mut info = |kinds: &[GuestInfoKind]| {
+            if !*timeout_set {
+                hv.set_agent_timeout(domain, AGENT_TIMEOUT)
+                    .map_err(|e| e.to_string())?;
+                *timeout_set = true;
+            }
+            hv.guest_info(domain, kinds).map_err(|e| e.to_string())
         };
         match kind {
             PollKind::Version => model::parse_agent_version(&raw(r#"{"execute":"guest-info"}"#)?)

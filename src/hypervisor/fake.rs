@@ -708,12 +708,11 @@ impl Hypervisor for FakeHypervisor {
             .unwrap_or_else(|| r#"{"return":{}}"#.to_string()))
     }
 
-    fn guest_info(
-        &self,
-        name: &str,
-        _kinds: &[GuestInfoKind],
-        _timeout: Duration,
-    ) -> HvResult<Vec<Stat>> {
+    fn set_agent_timeout(&self, name: &str, _timeout: Duration) -> HvResult<()> {
+        self.with_domain("set_agent_timeout", name, |_| Ok(()))
+    }
+
+    fn guest_info(&self, name: &str, _kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
         self.with_domain("guest_info", name, |_| Ok(Vec::new()))
     }
 

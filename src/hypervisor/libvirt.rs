@@ -216,7 +216,7 @@ impl LibvirtHypervisor {
     /// Sets how long libvirt waits for the domain's guest agent on calls
     /// that take no timeout of their own (by default: forever). The test
     /// driver does not implement it, and has no agent to wait for.
-    fn set_agent_timeout(&self, dom: &Domain, timeout: Duration) -> HvResult<()> {
+    fn set_agent_timeout_on(&self, dom: &Domain, timeout: Duration) -> HvResult<()> {
         let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
         match ffi::agent_set_response_timeout(dom, seconds) {
             Ok(()) => Ok(()),
@@ -498,12 +498,13 @@ impl Hypervisor for LibvirtHypervisor {
         })
     }
 
-    fn guest_info(
-        &self,
-        name: &str,
-        kinds: &[GuestInfoKind],
-        timeout: Duration,
-    ) -> HvResult<Vec<Stat>> {
+    fn set_agent_timeout(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        self.with_domain_hv(name, "virDomainAgentSetResponseTimeout", |dom| {
+            self.set_agent_timeout_on(dom, timeout)
+        })
+    }
+
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
         let types = kinds.iter().fold(0, |acc, kind| {
             acc | match kind {
                 GuestInfoKind::Users => sys::VIR_DOMAIN_GUEST_INFO_USERS,
@@ -515,14 +516,13 @@ impl Hypervisor for LibvirtHypervisor {
             }
         });
         self.with_domain_hv(name, "virDomainGetGuestInfo", |dom| {
-            self.set_agent_timeout(dom, timeout)?;
             ffi::guest_info(dom, types).map_err(|e| self.error("virDomainGetGuestInfo", e))
         })
     }
 
     fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()> {
         self.with_domain_hv(name, "virDomainSetTime", |dom| {
-            self.set_agent_timeout(dom, timeout)?;
+            self.set_agent_timeout_on(dom, timeout)?;
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default();

@@ -324,20 +324,25 @@ pub trait Hypervisor: Send + Sync {
     /// Sends one raw guest-agent command (QMP JSON) through libvirt and
     /// returns the raw reply. libvirt gives up after `timeout`.
     fn agent_command(&self, name: &str, command: &str, timeout: Duration) -> HvResult<String>;
+    /// Sets how long libvirt waits for the domain's guest agent on calls
+    /// that take no timeout of their own, such as `guest_info`
+    /// (`virDomainAgentSetResponseTimeout`; by default libvirt waits
+    /// forever, and an agent that stops answering, e.g. because the guest
+    /// was paused mid-call, would hold the domain's agent job until the
+    /// guest runs again). libvirt keeps the setting in the domain object's
+    /// private data (and its status XML, so a daemon restart keeps it),
+    /// across agent reconnects, stops and starts; only a new domain object
+    /// (defined again after an undefine) starts with the default. Setting
+    /// it also rewrites the status XML, so callers set it once (the agent
+    /// poller: each time it starts polling), not before every call.
+    fn set_agent_timeout(&self, name: &str, timeout: Duration) -> HvResult<()>;
     /// `virDomainGetGuestInfo` for the given kinds, as typed parameters.
-    /// libvirt gives up after `timeout`: the call has no timeout of its
-    /// own, so the domain's agent response timeout is set first (by
-    /// default libvirt waits for the agent forever, and an agent that
-    /// stops answering, e.g. because the guest was paused mid-call, would
-    /// hold the domain's agent job until the guest runs again).
-    fn guest_info(
-        &self,
-        name: &str,
-        kinds: &[GuestInfoKind],
-        timeout: Duration,
-    ) -> HvResult<Vec<Stat>>;
+    /// libvirt gives up after the domain's agent response timeout
+    /// (`set_agent_timeout`).
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>>;
     /// Sets the guest's clock (through the agent) to the host's time now;
-    /// libvirt gives up after `timeout` (set as for `guest_info`).
+    /// libvirt gives up after `timeout`, which this call sets as the
+    /// domain's agent response timeout first (it is rare).
     fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()>;
 
     /// The domain's XML as a migration carries it.

@@ -188,16 +188,19 @@ impl Hypervisor for Traced {
         )
     }
 
-    fn guest_info(
-        &self,
-        name: &str,
-        kinds: &[GuestInfoKind],
-        timeout: Duration,
-    ) -> HvResult<Vec<Stat>> {
+    fn set_agent_timeout(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        traced(
+            "virDomainAgentSetResponseTimeout",
+            format!("{name}, {timeout:?}"),
+            || self.inner.set_agent_timeout(name, timeout),
+        )
+    }
+
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
         traced(
             "virDomainGetGuestInfo",
-            format!("{name}, {kinds:?}, {timeout:?}"),
-            || self.inner.guest_info(name, kinds, timeout),
+            format!("{name}, {kinds:?}"),
+            || self.inner.guest_info(name, kinds),
         )
     }
 

@@ -263,11 +263,10 @@ impl WireHypervisor {
         decode_reply(op, &reply, |d| ret(&dom, d))
     }
 
-    /// A domain call whose reply is empty.
     /// Sets how long libvirt waits for the domain's guest agent on calls
     /// that take no timeout of their own (by default: forever). The test
     /// driver does not implement it, and has no agent to wait for.
-    fn set_agent_timeout(&self, name: &str, timeout: Duration) -> HvResult<()> {
+    fn set_agent_timeout_of(&self, name: &str, timeout: Duration) -> HvResult<()> {
         let seconds = i32::try_from(timeout.as_secs().max(1)).unwrap_or(i32::MAX);
         let set = self.domain_call(
             name,
@@ -865,13 +864,11 @@ impl Hypervisor for WireHypervisor {
         })
     }
 
-    fn guest_info(
-        &self,
-        name: &str,
-        kinds: &[GuestInfoKind],
-        timeout: Duration,
-    ) -> HvResult<Vec<Stat>> {
-        self.set_agent_timeout(name, timeout)?;
+    fn set_agent_timeout(&self, name: &str, timeout: Duration) -> HvResult<()> {
+        self.set_agent_timeout_of(name, timeout)
+    }
+
+    fn guest_info(&self, name: &str, kinds: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
         let types = guest_info_types(kinds);
         self.domain_call(
             name,
@@ -884,7 +881,7 @@ impl Hypervisor for WireHypervisor {
     }
 
     fn sync_guest_time(&self, name: &str, timeout: Duration) -> HvResult<()> {
-        self.set_agent_timeout(name, timeout)?;
+        self.set_agent_timeout_of(name, timeout)?;
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();

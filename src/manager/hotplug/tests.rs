@@ -134,7 +134,10 @@ impl Hypervisor for Scripted {
     fn agent_command(&self, _: &str, _: &str, _: Duration) -> HvResult<String> {
         Self::unsupported("agent")
     }
-    fn guest_info(&self, _: &str, _: &[GuestInfoKind], _: Duration) -> HvResult<Vec<Stat>> {
+    fn set_agent_timeout(&self, _: &str, _: Duration) -> HvResult<()> {
+        Self::unsupported("agent timeout")
+    }
+    fn guest_info(&self, _: &str, _: &[GuestInfoKind]) -> HvResult<Vec<Stat>> {
         Self::unsupported("guest info")
     }
     fn sync_guest_time(&self, _: &str, _: Duration) -> HvResult<()> {

@@ -528,15 +528,14 @@ fn replies_decode_into_the_launchers_values() {
         ]
     );
     assert_eq!(
-        hv.guest_info(
-            OUR_DOMAIN,
-            &[GuestInfoKind::Hostname],
-            Duration::from_secs(5)
-        )
-        .unwrap(),
+        hv.guest_info(OUR_DOMAIN, &[GuestInfoKind::Hostname])
+            .unwrap(),
         vec![("hostname".to_string(), json!("guest"))]
     );
-    // The agent response timeout is set before the guest info is asked.
+    // The guest info call alone does not set the agent response timeout.
+    assert!(!fake.procedures(0).contains(&420));
+    hv.set_agent_timeout(OUR_DOMAIN, Duration::from_secs(5))
+        .unwrap();
     let payload = fake.payload_of(420);
     let mut d = Decoder::new(&payload);
     assert_eq!(decode_domain(&mut d).unwrap(), dom(OUR_DOMAIN));
@@ -616,8 +615,8 @@ fn daemon_errors_keep_libvirts_kind_and_message() {
                     "Requested operation is not valid: domain is not running",
                 ),
                 350 => (errors::INVALID_ARG, "invalid argument: bad XML"),
-                // As libvirt's test driver answers (the guest info call
-                // goes on without a response timeout).
+                // As libvirt's test driver answers (it has no agent to
+                // wait for: setting the timeout is a no-op).
                 420 => (
                     errors::NO_SUPPORT,
                     "this function is not supported by the connection driver: virDomainAgentSetResponseTimeout",
@@ -645,10 +644,12 @@ fn daemon_errors_keep_libvirts_kind_and_message() {
     );
     let err = hv.define("<domain/>").unwrap_err();
     assert_eq!(err.kind, HypervisorErrorKind::InvalidDefinition);
-    let err = hv
-        .guest_info(OUR_DOMAIN, &[GuestInfoKind::Os], Duration::from_secs(5))
-        .unwrap_err();
+    let err = hv.guest_info(OUR_DOMAIN, &[GuestInfoKind::Os]).unwrap_err();
     assert_eq!(err.kind, HypervisorErrorKind::AgentUnavailable);
+    assert_eq!(
+        hv.set_agent_timeout(OUR_DOMAIN, Duration::from_secs(5)),
+        Ok(())
+    );
     let err = hv.suspend("missing").unwrap_err();
     assert_eq!(err.kind, HypervisorErrorKind::NoDomain);
     assert_eq!(err.operation, "virDomainSuspend");

@@ -18,8 +18,8 @@ if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; 
     cat target/test-guest.log >&2
     exit 1
 fi
-# The static (wire backend) binary, for the backends section.
-if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]]; then
+# The static (wire backend) binary, for the backends and vs-go sections.
+if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]] || [[ " $* " == *" vs-go "* ]]; then
     VL_STATIC_BIN=$(scripts/build-static.sh)
     export VL_STATIC_BIN
 fi

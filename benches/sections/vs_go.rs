@@ -12,8 +12,10 @@
 //! - `kill` -> process exit against a bare `virDomainDestroy`, with where
 //!   the rest goes (the reply, the exit decision, the process's end);
 //! - idle wake-ups per minute (context switches of every thread, from
-//!   /proc/PID/task/*/status, over 60 s) with a running guest and no
-//!   client, and with no guest;
+//!   /proc/PID/task/*/status, over 60 s, with the busiest threads by
+//!   name) with a running guest and no client, and with no guest; for the
+//!   static build's wire backend too when `VL_STATIC_BIN` names it
+//!   (scripts/bench.sh builds it), all four launchers in the same window;
 //! - `query-stats` and `query-domain` round trips on the running guest:
 //!   cached, and with `max_age_ms: 0` (a fresh read each time).
 //!
@@ -90,6 +92,16 @@ fn start(name: &str, cache: Option<&Path>) -> (Launcher, Duration) {
 
 /// `start` with `flags` instead of --spawn-libvirt.
 fn start_with(name: &str, cache: Option<&Path>, flags: &[&str]) -> (Launcher, Duration) {
+    start_bin(None, name, cache, flags)
+}
+
+/// `start_with`, running the binary at `bin` (`None`: the binary under test).
+fn start_bin(
+    bin: Option<&Path>,
+    name: &str,
+    cache: Option<&Path>,
+    flags: &[&str],
+) -> (Launcher, Duration) {
     let tree = TempTree::new(&format!("go-{name}"));
     let args = launcher_args(name, flags);
     // The host's cache as the launcher sees it can be replaced in a mount
@@ -111,7 +123,10 @@ fn start_with(name: &str, cache: Option<&Path>, flags: &[&str]) -> (Launcher, Du
         None => Vec::new(),
     };
     let started = Instant::now();
-    let mut launcher = Launcher::start_wrapped(tree, &wrapper, &args, Some("info"));
+    let mut launcher = match bin {
+        Some(bin) => Launcher::start_binary(bin, tree, &wrapper, &args, Some("info"), None),
+        None => Launcher::start_wrapped(tree, &wrapper, &args, Some("info")),
+    };
     let socket = launcher.ready_socket();
     while std::os::unix::net::UnixStream::connect(&socket).is_err() {
         if let Ok(Some(status)) = launcher.child.try_wait() {
@@ -596,34 +611,72 @@ fn time_calls(client: &mut Client, command: &str, arguments: Value, n: usize) ->
         .collect()
 }
 
+/// Syncs the test guest into `launcher` and waits until its agent is
+/// connected.
+fn boot_guest(launcher: &Launcher, name: &str) {
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let synced = client.request_timeout(
+        "sync",
+        json!({ "vmi": guest_vmi(&GuestOptions::new(name)) }),
+        STEP,
+    );
+    assert!(synced.get("return").is_some(), "{synced}");
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+}
+
 fn running_guest() {
     let name = "goguest";
-    let (mut launcher, _) = start(name, None);
+    let (launcher, _) = start(name, None);
     let (idle_launcher, _) = start("goidle", None);
-    {
-        let mut watcher = launcher.client();
-        watcher.ok("subscribe", Value::Null);
-        let mut client = launcher.client();
-        let synced = client.request_timeout(
-            "sync",
-            json!({ "vmi": guest_vmi(&GuestOptions::new(name)) }),
-            STEP,
-        );
-        assert!(synced.get("return").is_some(), "{synced}");
-        watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    boot_guest(&launcher, name);
+    // The static build (wire backend) beside it, when bench.sh built it.
+    let wire = std::env::var_os("VL_STATIC_BIN")
+        .map(std::path::PathBuf::from)
+        .filter(|bin| bin.exists())
+        .map(|bin| {
+            let (guest, _) = start_bin(Some(&bin), "gowguest", None, &["--spawn-libvirt"]);
+            let (idle, _) = start_bin(Some(&bin), "gowidle", None, &["--spawn-libvirt"]);
+            boot_guest(&guest, "gowguest");
+            (guest, idle)
+        });
+    // No client of any launcher during the window; all measured at once.
+    let mut pids = vec![launcher.pid(), idle_launcher.pid()];
+    if let Some((guest, idle)) = &wire {
+        pids.extend([guest.pid(), idle.pid()]);
     }
-    // No client of either launcher during the window.
     let window = Duration::from_secs(60);
-    let counts = count_wakeups(&[launcher.pid(), idle_launcher.pid()], window);
+    let counts = count_wakeups(&pids, window);
+    let backends = if wire.is_some() { "virt backend, " } else { "" };
     println!(
-        "idle, running guest (agent connected, polled), no client, 60 s: {}   [only the agent poller's timers]",
+        "idle, {backends}running guest (agent connected, polled), no client, 60 s: {}   [only the agent poller's timers]",
         per_minute(&counts[0], window)
     );
     println!(
-        "idle, no guest, no client, 60 s: {}   [near zero]",
+        "idle, {backends}no guest, no client, 60 s: {}   [near zero]",
         per_minute(&counts[1], window)
     );
+    if let Some((guest, idle)) = wire {
+        println!(
+            "idle, wire backend (static build), running guest, no client, 60 s: {}   [only the agent poller's timers]",
+            per_minute(&counts[2], window)
+        );
+        println!(
+            "idle, wire backend (static build), no guest, no client, 60 s: {}   [near zero]",
+            per_minute(&counts[3], window)
+        );
+        let mut client = guest.client();
+        client.ok("kill", Value::Null);
+        drop(client);
+        let mut guest = guest;
+        guest.wait_exit(STEP);
+        stop(idle);
+    } else {
+        println!("(VL_STATIC_BIN is not set: no wire-backend idle figures)");
+    }
     stop(idle_launcher);
+    let mut launcher = launcher;
 
     let mut client = launcher.client();
     let report =

@@ -63,6 +63,7 @@ pgrep              procps                pgrep -V
 kill               procps                "$(type -P kill)" -V
 ip                 iproute2              ip -V
 nft                nftables              nft --version
+passt              passt                 passt --version
 swtpm              swtpm                 swtpm --version
 swtpm_setup        swtpm-tools           swtpm_setup --print-capabilities
 groff              groff-base            groff -man -Tutf8 -ww "$SETUP_TMP/page.8"
@@ -74,12 +75,10 @@ ldd                libc-bin              ldd --version
 file               file                  file --version
 TABLE
 )
-# Not in the table: passt. Nothing here needs it (pod networking uses taps,
-# nft and netlink), and Debian 12's libvirt 9.0 rejects <backend
-# type='passt'/> on every driver ("Invalid value for attribute 'type' in
-# element 'backend'"), so an interface with the passt binding cannot run on
-# this libvirt either way. (Before the converter made passt opt-in, its mere
-# presence broke every sync with an interface.)
+# passt: the passt binding. Debian 12's libvirt 9.0 rejects <backend
+# type='passt'/> (it came in 9.2), so the launcher runs passt itself and
+# QEMU joins its socket (src/network/passt.rs); tests/network.rs boots a
+# guest with it.
 
 # Packages no program row names: libraries and data the build and the
 # launcher need.

@@ -515,3 +515,129 @@ fn masquerade_without_ports_forwards_every_port_and_multiqueue_reaches_the_guest
     launcher.wait_exit(STEP);
     assert_eq!(net.leftovers(), Vec::<String>::new());
 }
+
+/// passt processes whose command line names `dir` (the launcher's tree).
+fn passt_processes(dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if (text.starts_with("passt") || text.contains("/passt ")) && text.contains(dir) {
+            found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+#[test]
+fn passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher() {
+    let mut net = PodNet::new();
+    net.serve_outside(OUTSIDE_IP, 8080);
+    let mut opts = GuestOptions::new("passt");
+    opts.interface = json!({"name": "default", "binding": {"name": "passt"},
+        "ports": [{"port": 8080}]});
+    let mut g = boot_in(&net, &opts);
+    let tree = g
+        .launcher
+        .tree
+        .path("private")
+        .to_string_lossy()
+        .into_owned();
+
+    // passt runs beside QEMU: by the launcher when libvirt is older than
+    // 9.2 (Debian 12), by libvirt otherwise.
+    let report = network_report(&mut g.client);
+    assert_eq!(report["binding"], "passt", "{report}");
+    assert_eq!(report["name"], "default", "{report}");
+    assert_eq!(report["passt"]["tcpPorts"], "8080", "{report}");
+    assert_eq!(passt_processes(&tree).len(), 1, "{report}");
+
+    // passt's DHCP gives the guest the pod's own address and gateway.
+    let addr = guest_until(
+        &mut g.client,
+        "ip -4 addr show dev eth0",
+        &format!("{POD_IP}/24"),
+    );
+    assert!(addr.contains(&format!("inet {POD_IP}/24")), "{addr}");
+    let (_, routes) = guest_sh(&mut g.client, "ip -4 route");
+    assert!(
+        routes.contains(&format!("default via {OUTSIDE_IP}")),
+        "{routes}"
+    );
+
+    // Out: the outside sees the pod's address. (Debian 12's passt does
+    // not pass on the server's FIN once the guest closed its side first,
+    // so the guest keeps its side open until the server is done.)
+    let out = guest_until(
+        &mut g.client,
+        &format!("sleep 2 | timeout 10 nc {OUTSIDE_IP} 8080"),
+        "peer=",
+    );
+    assert!(out.contains(&format!("peer={POD_IP}")), "{out}");
+
+    // In: the listed port reaches the guest, another does not.
+    guest_sh(
+        &mut g.client,
+        "for p in 8080 9090; do setsid sh -c \"while true; do nc -l -p $p -e echo guest-$p; done\" </dev/null >/dev/null 2>&1 & done; sleep 1",
+    );
+    let deadline = Instant::now() + STEP;
+    let reply = loop {
+        if let Some(r) = net.connect_from_outside(POD_IP, 8080) {
+            break r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "port 8080 never reached the guest"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(reply.contains("guest-8080"), "{reply}");
+    assert_eq!(net.connect_from_outside(POD_IP, 9090), None);
+
+    // SIGTERM: the launcher stops passt and removes its socket.
+    g.launcher.signal("TERM");
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    assert_eq!(passt_processes(&tree), Vec::<String>::new());
+    let sockets: Vec<_> = std::fs::read_dir(format!("{tree}/passt"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(sockets.is_empty(), "{sockets:?}");
+}
+
+#[test]
+fn a_sigkilled_launcher_leaves_no_passt() {
+    let net = PodNet::new();
+    let mut opts = GuestOptions::new("passtkill");
+    opts.interface = json!({"name": "default", "binding": {"name": "passt"},
+        "portRanges": [{"protocol": "UDP", "start": 5000, "end": 5010}]});
+    let mut launcher = net.launcher("passtkill", &[]);
+    let tree = launcher.tree.path("private").to_string_lossy().into_owned();
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let synced = client.request_timeout("sync", json!({"vmi": guest_vmi(&opts)}), STEP);
+    assert!(synced.get("return").is_some(), "sync failed: {synced}");
+    watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+    let report = network_report(&mut client);
+    assert_eq!(report["binding"], "passt", "{report}");
+    assert_eq!(report["passt"]["tcpPorts"], "none", "{report}");
+    assert_eq!(report["passt"]["udpPorts"], "5000-5010", "{report}");
+    assert_eq!(passt_processes(&tree).len(), 1, "{report}");
+    launcher.signal("KILL");
+    launcher.wait_exit(STEP);
+    // It ran in the daemons' PID namespace, which died with the launcher.
+    let deadline = Instant::now() + STEP;
+    while !passt_processes(&tree).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "passt outlived the launcher: {:?}",
+            passt_processes(&tree)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

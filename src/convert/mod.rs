@@ -46,6 +46,7 @@ pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
+pub use network::{passt_by_libvirt, passt_socket};
 pub use probe::{default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset};
 
 /// A context with KubeVirt's default directories, fixed OVMF paths,

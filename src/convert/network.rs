@@ -5,7 +5,11 @@
 //! type='ethernet'>` with `<target dev='tap0' managed='no'/>`, which
 //! `crate::network` creates or finds before the domain starts, and whose
 //! MAC and MTU it fills in. The `passt` binding is libvirt's `<backend
-//! type='passt'/>`; `slirp` (QEMU user networking) only when asked for.
+//! type='passt'/>` from libvirt 9.2 on; with an older libvirt (Debian 12
+//! has 9.0, whose parser refuses that backend) the launcher runs passt
+//! itself (`crate::network::passt`) and QEMU joins its socket through
+//! `<qemu:commandline>` (`-netdev stream` and the NIC's `-device`).
+//! `slirp` (QEMU user networking) only when asked for.
 
 use std::collections::BTreeSet;
 
@@ -40,6 +44,7 @@ pub(crate) fn configure(
     check_networks(&interfaces, &networks)?;
     let mut boot_orders = boot_orders.clone();
     let mut names = BTreeSet::new();
+    let mut used_slots = root_bus_slots(domain);
     for (i, interface) in interfaces.iter().enumerate() {
         let path = format!("spec.domain.devices.interfaces[{i}]");
         if !names.insert(interface.name.as_str()) {
@@ -75,6 +80,11 @@ pub(crate) fn configure(
             continue;
         }
         let nic = interface_xml(vmi, ctx, vcpus, interface, network, &path)?;
+        if is_passt(&nic) && !passt_by_libvirt(ctx.libvirt_version) {
+            let args = passt_qemu_args(ctx, domain, &nic, interface, &mut used_slots, &path)?;
+            domain.add_qemu_args(args);
+            continue;
+        }
         domain.devices.interfaces.push(nic);
     }
     Ok(())
@@ -269,6 +279,156 @@ fn interface_xml(
     Ok(nic)
 }
 
+/// libvirt writes `<backend type='passt'/>` from 9.2 on; older versions
+/// (and an unknown one) refuse it, and the launcher runs passt itself.
+pub fn passt_by_libvirt(libvirt_version: Option<u32>) -> bool {
+    libvirt_version.is_some_and(|v| v >= super::libvirt_version(9, 2, 0))
+}
+
+/// Where the launcher's own passt for interface `name` listens.
+pub fn passt_socket(private_dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    private_dir.join("passt").join(format!("{name}.sock"))
+}
+
+/// A Unix socket path has at most 107 bytes.
+const MAX_SOCKET_PATH: usize = 107;
+/// The root bus slot the first launcher-run passt NIC takes when the VMI
+/// names none; further ones count down. libvirt fills the root bus from
+/// slot 1 upwards, and q35 keeps slot 0x1f for its LPC, SATA and SMBus
+/// functions.
+const FIRST_PASST_SLOT: u32 = 0x1e;
+
+fn is_passt(nic: &domxml::Interface) -> bool {
+    nic.interface_type == "user"
+        && nic
+            .backend
+            .as_ref()
+            .is_some_and(|b| b.backend_type.as_deref() == Some("passt"))
+}
+
+fn parse_hex(text: Option<&str>) -> Option<u32> {
+    let text = text?;
+    let digits = text.strip_prefix("0x").unwrap_or(text);
+    u32::from_str_radix(digits, 16).ok()
+}
+
+/// Slots on bus 0 that devices already placed there take.
+fn root_bus_slots(domain: &Domain) -> BTreeSet<u32> {
+    let addresses = domain
+        .devices
+        .disks
+        .iter()
+        .filter_map(|d| d.address.as_ref())
+        .chain(
+            domain
+                .devices
+                .interfaces
+                .iter()
+                .filter_map(|i| i.address.as_ref()),
+        );
+    addresses
+        .filter(|a| a.address_type == "pci" && parse_hex(a.bus.as_deref()) == Some(0))
+        .filter_map(|a| parse_hex(a.slot.as_deref()))
+        .collect()
+}
+
+/// QEMU's arguments for a passt interface the launcher's own passt serves
+/// (libvirt < 9.2): a `stream` netdev on passt's socket and the NIC, with
+/// the MAC, PCI address, boot index and ROM libvirt would have given it.
+fn passt_qemu_args(
+    ctx: &ConvertContext,
+    domain: &Domain,
+    nic: &domxml::Interface,
+    interface: &Interface,
+    used_slots: &mut BTreeSet<u32>,
+    path: &str,
+) -> Result<Vec<String>, ConvertError> {
+    let socket = passt_socket(&ctx.private_dir, &interface.name);
+    let socket_text = socket.to_string_lossy().into_owned();
+    if socket_text.len() > MAX_SOCKET_PATH || socket_text.contains(',') {
+        return Err(ConvertError::new(
+            format!("{path}.name"),
+            format!(
+                "passt's socket {socket_text:?} is longer than a Unix socket path may be ({MAX_SOCKET_PATH} bytes) or has a comma; use a shorter private directory or interface name"
+            ),
+        ));
+    }
+    let id = format!("hostua-{}", interface.name);
+    let model = nic
+        .model
+        .as_ref()
+        .map(|m| m.model_type.as_str())
+        .unwrap_or("virtio-non-transitional");
+    let device = match model {
+        "virtio" => "virtio-net-pci",
+        "virtio-transitional" => "virtio-net-pci-transitional",
+        "virtio-non-transitional" => "virtio-net-pci-non-transitional",
+        other => other,
+    };
+    let mac = match &nic.mac {
+        Some(mac) => mac.address.clone(),
+        None => {
+            let seed = format!("{}_{}/{}", ctx.namespace, ctx.name, ctx.uid);
+            let bytes = crate::network::setup::derived_mac(&seed, &interface.name);
+            bytes
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":")
+        }
+    };
+    let q35 = domain
+        .os
+        .os_type
+        .machine
+        .as_deref()
+        .is_some_and(|m| m.contains("q35"));
+    let root = if q35 { "pcie.0" } else { "pci.0" };
+    let (bus, slot, function) = match &nic.address {
+        Some(address) => {
+            let bus = parse_hex(address.bus.as_deref()).unwrap_or(0);
+            let slot = parse_hex(address.slot.as_deref()).unwrap_or(0);
+            let function = parse_hex(address.function.as_deref()).unwrap_or(0);
+            let bus = if bus == 0 {
+                root.to_string()
+            } else {
+                format!("pci.{bus}")
+            };
+            (bus, slot, function)
+        }
+        None => {
+            let slot = (1..=FIRST_PASST_SLOT)
+                .rev()
+                .find(|s| !used_slots.contains(s))
+                .ok_or_else(|| {
+                    ConvertError::new(path, "no free slot on the root PCI bus for the passt NIC")
+                })?;
+            (root.to_string(), slot, 0)
+        }
+    };
+    if bus == root {
+        used_slots.insert(slot);
+    }
+    let mut device_arg = format!(
+        "{device},netdev={id},id=ua-{},mac={mac},bus={bus},addr=0x{slot:x}.0x{function:x}",
+        interface.name
+    );
+    if let Some(acpi) = &nic.acpi {
+        device_arg.push_str(&format!(",acpi-index={}", acpi.index));
+    }
+    match &nic.boot {
+        Some(boot) => device_arg.push_str(&format!(",bootindex={}", boot.order)),
+        // KubeVirt skips the iPXE option ROM of NICs that do not boot.
+        None => device_arg.push_str(",romfile="),
+    }
+    Ok(vec![
+        "-netdev".to_string(),
+        format!("stream,id={id},server=off,addr.type=unix,addr.path={socket_text}"),
+        "-device".to_string(),
+        device_arg,
+    ])
+}
+
 /// passt forwards only the ports the VMI lists: this launcher shares the
 /// host's network namespace, so "forward everything" would claim every port.
 fn port_forwards(interface: &Interface) -> Vec<PortForward> {
@@ -398,9 +558,56 @@ mod tests {
     }
 
     #[test]
+    fn passt_under_libvirt_before_9_2_joins_the_launchers_passt_on_qemus_command_line() {
+        let mut ctx = context();
+        ctx.user_net_backend = UserNetBackend::Passt;
+        ctx.libvirt_version = Some(crate::convert::libvirt_version(9, 0, 0));
+        let spec = json!({"domain": {"devices": {"interfaces": [
+                {"name": "default", "binding": {"name": "passt"}, "macAddress": "52:54:00:00:00:01"},
+                {"name": "b", "binding": {"name": "passt"}, "bootOrder": 2, "pciAddress": "0000:00:05.0"}]}},
+            "networks": [{"name": "default", "pod": {}}, {"name": "b", "pod": {}}]});
+        let domain = convert_with(spec, &ctx)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .domain;
+        assert!(domain.devices.interfaces.is_empty());
+        assert_eq!(
+            domain.xmlns_qemu.as_deref(),
+            Some(crate::domxml::QEMU_NAMESPACE)
+        );
+        let args: Vec<String> = domain
+            .qemu_commandline
+            .map(|c| c.args.into_iter().map(|a| a.value).collect())
+            .unwrap_or_default();
+        let private = ctx.private_dir.display();
+        assert_eq!(
+            args,
+            [
+                "-netdev".to_string(),
+                format!("stream,id=hostua-default,server=off,addr.type=unix,addr.path={private}/passt/default.sock"),
+                "-device".to_string(),
+                "virtio-net-pci-non-transitional,netdev=hostua-default,id=ua-default,mac=52:54:00:00:00:01,bus=pcie.0,addr=0x1e.0x0,romfile=".to_string(),
+                "-netdev".to_string(),
+                format!("stream,id=hostua-b,server=off,addr.type=unix,addr.path={private}/passt/b.sock"),
+                "-device".to_string(),
+                format!(
+                    "virtio-net-pci-non-transitional,netdev=hostua-b,id=ua-b,mac={},bus=pcie.0,addr=0x5.0x0,bootindex=2",
+                    args[7].split("mac=").nth(1).and_then(|m| m.split(',').next()).unwrap_or("")
+                ),
+            ]
+        );
+        // The derived MAC is stable and locally administered.
+        assert!(args[7].contains("mac=02:"), "{}", args[7]);
+        assert!(!super::passt_by_libvirt(None));
+        assert!(super::passt_by_libvirt(Some(
+            crate::convert::libvirt_version(9, 2, 0)
+        )));
+    }
+
+    #[test]
     fn passt_binding_forwards_listed_ports() {
         let mut ctx = context();
         ctx.user_net_backend = UserNetBackend::Passt;
+        ctx.libvirt_version = Some(crate::convert::libvirt_version(9, 2, 0));
         for binding in [
             json!({"passtBinding": {}}),
             json!({"binding": {"name": "passt"}}),

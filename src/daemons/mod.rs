@@ -280,6 +280,15 @@ impl LibvirtDaemons {
     /// Once the daemon answered (it validated its capabilities entry on
     /// the CPU it started on, see `capabilities`): gives it the launcher's
     /// CPUs back.
+    /// Starts `command` in the daemons' PID namespace, which dies with the
+    /// launcher (for the passt the launcher runs, `crate::network::passt`).
+    pub fn spawn_member(
+        &self,
+        command: std::process::Command,
+    ) -> std::io::Result<std::process::Child> {
+        self.namespaces.spawn(command)
+    }
+
     pub fn release_start_cpu(&self) {
         self.libvirtd.release_start_cpu();
         self.virtlogd.release_start_cpu();

@@ -30,6 +30,9 @@ pub struct Domain {
     /// Present in live XML of a running domain.
     #[serde(rename = "@id", skip_serializing_if = "Option::is_none")]
     pub id: Option<i64>,
+    /// `xmlns:qemu`, set with [`Domain::qemu_commandline`].
+    #[serde(rename = "@xmlns:qemu", skip_serializing_if = "Option::is_none")]
+    pub xmlns_qemu: Option<String>,
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
@@ -68,6 +71,46 @@ pub struct Domain {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub on_crash: Option<String>,
     pub devices: Devices,
+    /// libvirt's QEMU namespace passthrough: arguments added to QEMU's
+    /// command line (only for what libvirt cannot express, see
+    /// `convert::network`'s passt interfaces).
+    #[serde(
+        rename = "qemu:commandline",
+        alias = "commandline",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub qemu_commandline: Option<QemuCommandline>,
+}
+
+/// The namespace of `<qemu:commandline>`.
+pub const QEMU_NAMESPACE: &str = "http://libvirt.org/schemas/domain/qemu/1.0";
+
+/// `<qemu:commandline><qemu:arg value='-netdev'/>...</qemu:commandline>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QemuCommandline {
+    #[serde(rename = "qemu:arg", alias = "arg")]
+    pub args: Vec<QemuArg>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct QemuArg {
+    #[serde(rename = "@value")]
+    pub value: String,
+}
+
+impl Domain {
+    /// Appends QEMU command-line arguments (and declares the namespace).
+    pub fn add_qemu_args<I: IntoIterator<Item = String>>(&mut self, args: I) {
+        self.xmlns_qemu = Some(QEMU_NAMESPACE.to_string());
+        let commandline = self
+            .qemu_commandline
+            .get_or_insert_with(QemuCommandline::default);
+        commandline
+            .args
+            .extend(args.into_iter().map(|value| QemuArg { value }));
+    }
 }
 
 /// Domain XML that could not be written or read.

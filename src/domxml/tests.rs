@@ -150,3 +150,21 @@ fn special_characters_are_escaped() {
     let again = Domain::from_xml(&xml).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(again.os.cmdline, domain.os.cmdline);
 }
+
+#[test]
+fn qemu_commandline_round_trips_with_its_namespace() {
+    let mut domain = Domain {
+        domain_type: "qemu".to_string(),
+        name: "d".to_string(),
+        ..Domain::default()
+    };
+    domain.add_qemu_args(["-netdev".to_string(), "stream,id=x".to_string()]);
+    let xml = domain.to_xml().unwrap();
+    assert!(
+        xml.contains("xmlns:qemu=\"http://libvirt.org/schemas/domain/qemu/1.0\""),
+        "{xml}"
+    );
+    assert!(xml.contains("<qemu:arg value=\"-netdev\"/>"), "{xml}");
+    let back = Domain::from_xml(&xml).unwrap();
+    assert_eq!(back.qemu_commandline, domain.qemu_commandline, "{xml}");
+}

@@ -160,12 +160,58 @@ impl DomainManager {
             return Ok(());
         }
         changes::check_bounds(vmi).map_err(|e| refused(&e))?;
+        let before = self
+            .hotplug
+            .applied
+            .as_ref()
+            .map(|a| a.vmi.clone())
+            .or_else(|| self.recorded_vmi());
+        if let Some(before) = &before {
+            self.check_passt_unchanged(before, vmi)?;
+        }
         if let Some(applied) = &self.hotplug.applied {
             changes::check(&applied.vmi, vmi_json).map_err(|e| refused(&e))?;
         } else if let Some(recorded) = self.recorded_vmi() {
             // A launcher restarted next to a running domain: what an
             // earlier launcher applied is on disk.
             changes::check(&recorded, vmi_json).map_err(|e| refused(&e))?;
+        }
+        Ok(())
+    }
+
+    /// The passt interfaces the launcher runs passt for (libvirt < 9.2)
+    /// are on QEMU's command line: none can be plugged in or out live.
+    fn check_passt_unchanged(
+        &self,
+        before: &Value,
+        vmi: &VirtualMachineInstance,
+    ) -> Result<(), CommandError> {
+        let info = self.hypervisor.info();
+        let version = super::sync::parse_libvirt_version(&info.daemon_version);
+        if crate::convert::passt_by_libvirt(version) {
+            return Ok(());
+        }
+        let Ok(before) = crate::vmi::parse_vmi(before) else {
+            return Ok(());
+        };
+        let passt = |vmi: &VirtualMachineInstance| -> Vec<String> {
+            let (interfaces, _) = crate::convert::interfaces_and_networks(vmi);
+            interfaces
+                .iter()
+                .filter(|i| i.state != Some(crate::vmi::InterfaceState::Absent))
+                .filter(|i| {
+                    crate::network::plan::binding_of(i, "")
+                        .is_ok_and(|b| b == crate::network::plan::Binding::Passt)
+                })
+                .map(|i| i.name.clone())
+                .collect()
+        };
+        let (was, now) = (passt(&before), passt(vmi));
+        if was != now {
+            return Err(CommandError::invalid_argument(format!(
+                "arguments.vmi.spec.domain.devices.interfaces: the passt interfaces of a running VMI cannot change (were {was:?}, now {now:?}): with libvirt {} (< 9.2) the launcher runs passt itself and QEMU joins it on its command line, which cannot change live; restart the VMI",
+                info.daemon_version
+            )));
         }
         Ok(())
     }

@@ -95,7 +95,7 @@ fn at_vmi_path(path: &str, message: &str) -> String {
 }
 
 /// "9.0.0" → 9000000 (libvirt's encoding); `None` when unparsable.
-fn parse_libvirt_version(dotted: &str) -> Option<u32> {
+pub(super) fn parse_libvirt_version(dotted: &str) -> Option<u32> {
     let mut parts = dotted.split('.').map(|p| p.parse::<u32>().ok());
     let major = parts.next()??;
     let minor = parts.next().flatten().unwrap_or(0);
@@ -292,16 +292,48 @@ impl DomainManager {
                 .and_then(|nic| nic.driver.as_ref().and_then(|d| d.queues))
                 .unwrap_or(1)
         };
-        let plan = crate::network::plan::plan(vmi, &interfaces, &networks, queues)
+        let mut plan = crate::network::plan::plan(vmi, &interfaces, &networks, queues)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
+        let by_libvirt = convert::passt_by_libvirt(parse_libvirt_version(
+            &self.hypervisor.info().daemon_version,
+        ));
+        for passt in &mut plan.passt {
+            passt.by_libvirt = by_libvirt;
+            passt.socket = convert::passt_socket(&self.config.dirs.private, &passt.name);
+            if !by_libvirt && driver != DriverKind::Test {
+                log::info!(
+                    "manager: interface {:?} (passt binding): libvirt {} is older than 9.2, which added <backend type='passt'/>; the launcher runs passt itself and QEMU joins it through <qemu:commandline> (-netdev stream)",
+                    passt.name,
+                    self.hypervisor.info().daemon_version
+                );
+            }
+        }
         for name in &plan.slirp {
             log::warn!(
                 "manager: interface {name:?} uses slirp (QEMU user networking), which KubeVirt removed; \
                  the guest is not on the pod network and only reaches out through NAT"
             );
         }
-        if driver == DriverKind::Test || plan.taps.is_empty() {
+        if driver == DriverKind::Test || (plan.taps.is_empty() && plan.passt.is_empty()) {
             return Ok(None);
+        }
+        let passt_spawner = self.daemons.clone().map(|daemons| {
+            crate::network::passt::Spawner(std::sync::Arc::new(move |command| {
+                daemons.spawn_member(command)
+            }))
+        });
+        if plan.taps.is_empty() {
+            return Ok(Some(crate::network::NetworkJob {
+                plan,
+                options: crate::network::SetupOptions {
+                    mode: crate::network::Mode::Existing,
+                    resolv_conf: self.config.resolv_conf.clone(),
+                    tap_owner: None,
+                    mac_seed: format!("{}/{}", self.config.domain_name, self.config.uid),
+                    passt_spawner,
+                },
+                slot: self.network.clone(),
+            }));
         }
         let (mode, why) = if self.config.nonroot && self.config.spawn_libvirt {
             // Its user namespace shows every capability, over nothing
@@ -326,6 +358,7 @@ impl DomainManager {
                 resolv_conf: self.config.resolv_conf.clone(),
                 tap_owner: None,
                 mac_seed: format!("{}/{}", self.config.domain_name, self.config.uid),
+                passt_spawner,
             },
             slot: self.network.clone(),
         }))

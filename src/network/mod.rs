@@ -16,6 +16,7 @@ pub mod dhcpv6;
 pub mod names;
 pub mod netlink;
 pub mod nft;
+pub mod passt;
 pub mod plan;
 pub mod ra;
 pub mod resolv;
@@ -65,7 +66,22 @@ impl NetworkJob {
     /// Replaces whatever an earlier start set up with a fresh set-up.
     pub fn run(&self) -> Result<ActiveNetwork, NetworkError> {
         teardown(&self.slot);
-        setup::setup(&self.plan, &self.options)
+        let mut active = setup::setup(&self.plan, &self.options)?;
+        for plan in &self.plan.passt {
+            let started = if plan.by_libvirt {
+                Ok(passt::ActivePasst::by_libvirt(plan))
+            } else {
+                passt::start(plan, self.options.passt_spawner.as_ref())
+            };
+            match started {
+                Ok(one) => active.passt.push(one),
+                Err(e) => {
+                    active.teardown();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(active)
     }
 
     /// Sets up only the interface `name` of the plan (one plugged into the
@@ -76,6 +92,7 @@ impl NetworkJob {
         let one = plan::NetworkPlan {
             taps: vec![tap.clone()],
             slirp: Vec::new(),
+            passt: Vec::new(),
             hostname: self.plan.hostname.clone(),
         };
         Some(setup::setup(&one, &self.options))

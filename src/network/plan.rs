@@ -136,6 +136,10 @@ pub struct NetworkPlan {
     pub taps: Vec<TapInterface>,
     /// Interfaces that use slirp (logged with a warning).
     pub slirp: Vec<String>,
+    /// Interfaces with the passt binding (`super::passt`); whether libvirt
+    /// or the launcher runs passt, and its socket, are filled in by the
+    /// caller, which knows the libvirt version and the private directory.
+    pub passt: Vec<super::passt::PasstPlan>,
     /// The guest's host name, sent by DHCP.
     pub hostname: String,
 }
@@ -192,7 +196,17 @@ pub fn plan(
                 out.slirp.push(interface.name.clone());
                 continue;
             }
-            Binding::Passt => continue,
+            Binding::Passt => {
+                let (tcp, udp) = super::passt::port_specs(interface);
+                out.passt.push(super::passt::PasstPlan {
+                    name: interface.name.clone(),
+                    tcp,
+                    udp,
+                    by_libvirt: false,
+                    socket: std::path::PathBuf::new(),
+                });
+                continue;
+            }
             Binding::Masquerade | Binding::Bridge => {}
         }
         let pod_interface = if secondary {

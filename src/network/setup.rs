@@ -53,6 +53,9 @@ pub struct SetupOptions {
     pub tap_owner: Option<(u32, u32)>,
     /// Seed for a MAC when neither the VMI nor a pod interface has one.
     pub mac_seed: String,
+    /// Where the launcher starts passt (`super::passt`); `None`: as its
+    /// own child.
+    pub passt_spawner: Option<super::passt::Spawner>,
 }
 
 #[derive(Debug)]
@@ -142,6 +145,8 @@ pub struct ActiveNetwork {
     undo: Vec<Undo>,
     servers: Vec<ServerThreadHandle>,
     parts: Vec<ActiveNetwork>,
+    /// passt interfaces (`super::passt`).
+    pub passt: Vec<super::passt::ActivePasst>,
 }
 
 /// A `ServerThread` that is Debug.
@@ -157,6 +162,9 @@ impl ActiveNetwork {
     /// Stops the servers and removes everything created, newest first.
     /// Failures are logged, and the rest is still removed.
     pub fn teardown(&mut self) {
+        for mut passt in self.passt.drain(..) {
+            passt.stop();
+        }
         while let Some(mut part) = self.parts.pop() {
             part.teardown();
         }
@@ -182,7 +190,12 @@ impl ActiveNetwork {
     }
 
     pub fn report(&self) -> Value {
-        Value::Array(self.all_interfaces().map(ActiveInterface::report).collect())
+        Value::Array(
+            self.all_interfaces()
+                .map(ActiveInterface::report)
+                .chain(self.passt.iter().map(super::passt::ActivePasst::report))
+                .collect(),
+        )
     }
 
     pub fn interface(&self, name: &str) -> Option<&ActiveInterface> {

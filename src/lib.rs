@@ -20,6 +20,8 @@ pub mod launcher;
 pub mod lock;
 pub mod logging;
 pub mod manager;
+#[cfg(target_arch = "x86_64")]
+pub mod memcpy;
 pub mod migration;
 pub mod network;
 pub mod os;

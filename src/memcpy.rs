@@ -92,14 +92,15 @@ mod tests {
 
     #[test]
     fn copies_every_length_and_alignment_exactly() {
-        let src: Vec<u8> = (0..200u8).map(|i| i.wrapping_mul(7).wrapping_add(3)).collect();
+        let src: Vec<u8> = (0..200u8)
+            .map(|i| i.wrapping_mul(7).wrapping_add(3))
+            .collect();
         for len in 0..140 {
             for offset in 0..9 {
                 let mut dest = vec![0xEEu8; 160];
                 // SAFETY: both ranges are inside their vectors.
-                let ret = unsafe {
-                    memcpy(dest.as_mut_ptr().add(offset), src.as_ptr().add(3), len)
-                };
+                let ret =
+                    unsafe { memcpy(dest.as_mut_ptr().add(offset), src.as_ptr().add(3), len) };
                 assert_eq!(ret, dest[offset..].as_mut_ptr());
                 assert_eq!(&dest[offset..offset + len], &src[3..3 + len], "len {len}");
                 assert!(dest[..offset].iter().all(|&b| b == 0xEE));

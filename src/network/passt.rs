@@ -187,17 +187,7 @@ fn remove_socket(socket: &Path) {
 
 /// The uid and gid of `nobody`, as which passt runs when started as root.
 fn nobody() -> Option<(u32, u32)> {
-    // SAFETY: getpwnam takes a NUL-terminated name and returns a pointer
-    // into static storage (or null); the fields are copied at once, and
-    // the launcher calls it from one job at a time.
-    unsafe {
-        let entry = libc::getpwnam(c"nobody".as_ptr());
-        if entry.is_null() {
-            None
-        } else {
-            Some(((*entry).pw_uid, (*entry).pw_gid))
-        }
-    }
+    crate::os::user_ids(c"nobody")
 }
 
 /// Starts passt for `plan` (not `by_libvirt`) and waits until its socket
@@ -338,25 +328,13 @@ fn check_file_limit(plan: &PasstPlan) -> Result<(), String> {
         .and_then(|t| t.split_whitespace().next().and_then(|n| n.parse().ok()))
         .unwrap_or(32768);
     let needed = all * first_ephemeral.saturating_sub(1) + 64;
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct on this stack frame.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+    let Some((soft, mut hard)) = crate::os::file_limit() else {
         return Ok(());
-    }
-    let mut hard = limit.rlim_max;
-    if hard < needed && crate::os::effective_ids().0 == 0 {
-        // Root may raise it if it holds CAP_SYS_RESOURCE.
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_cur,
-            rlim_max: needed,
-        };
-        // SAFETY: setrlimit reads the struct on this stack frame.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            hard = needed;
-        }
+    };
+    // Root may raise it if it holds CAP_SYS_RESOURCE.
+    if hard < needed && crate::os::effective_ids().0 == 0 && crate::os::set_file_limit(soft, needed)
+    {
+        hard = needed;
     }
     if hard < needed {
         return Err(format!(
@@ -381,30 +359,16 @@ fn raise_file_limit(command: &mut Command) {
         libc::RLIM_INFINITY
     };
     let hook = move || -> io::Result<()> {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
+        // Both calls are async-signal-safe and allocate nothing.
+        let Some((_, hard)) = crate::os::file_limit() else {
+            return Ok(());
         };
-        // SAFETY: getrlimit and setrlimit write and read the struct on
-        // this stack frame only; both are async-signal-safe.
-        unsafe {
-            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-                return Ok(());
-            }
-            let hard = limit.rlim_max;
-            if root && hard < ceiling {
-                limit.rlim_max = ceiling;
-                limit.rlim_cur = ceiling;
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
-                    return Ok(());
-                }
-                // No CAP_SYS_RESOURCE: the hard limit stays.
-                limit.rlim_max = hard;
-            }
-            limit.rlim_cur = hard;
-            // Not fatal: passt says which ports it could not bind.
-            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        if root && hard < ceiling && crate::os::set_file_limit(ceiling, ceiling) {
+            return Ok(());
         }
+        // No CAP_SYS_RESOURCE: the hard limit stays. Not fatal: passt
+        // says which ports it could not bind.
+        let _ = crate::os::set_file_limit(hard, hard);
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec and makes only

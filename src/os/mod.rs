@@ -110,6 +110,48 @@ pub fn effective_ids() -> (u32, u32) {
     unsafe { (libc::geteuid(), libc::getegid()) }
 }
 
+/// The uid and gid of the user named `name` (a NUL-terminated C string),
+/// from the passwd database; `None` when there is no such user.
+pub fn user_ids(name: &std::ffi::CStr) -> Option<(u32, u32)> {
+    // SAFETY: getpwnam takes a NUL-terminated name and returns a pointer
+    // into static storage (or null); the fields are copied at once, and
+    // the launcher calls it from one job at a time.
+    unsafe {
+        let entry = libc::getpwnam(name.as_ptr());
+        if entry.is_null() {
+            None
+        } else {
+            Some(((*entry).pw_uid, (*entry).pw_gid))
+        }
+    }
+}
+
+/// The open-file limit (RLIMIT_NOFILE) as (soft, hard); `None` when it
+/// cannot be read. Async-signal-safe: it may run in a child before exec.
+pub fn file_limit() -> Option<(u64, u64)> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct on this stack frame only.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    Some((limit.rlim_cur, limit.rlim_max))
+}
+
+/// Sets the open-file limit (RLIMIT_NOFILE); false when the kernel
+/// refuses (raising the hard limit needs CAP_SYS_RESOURCE).
+/// Async-signal-safe: it may run in a child before exec.
+pub fn set_file_limit(soft: u64, hard: u64) -> bool {
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads the struct on this stack frame only.
+    unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 }
+}
+
 /// The hard limit on locked memory (RLIMIT_MEMLOCK) in bytes, which the
 /// daemons and QEMU inherit; `None` when unlimited. Only a process with
 /// CAP_SYS_RESOURCE (in the initial user namespace) may raise it.

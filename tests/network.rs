@@ -95,17 +95,7 @@ fn masquerade_gives_kubevirts_addresses_nat_ports_dns_ipv6_and_cleans_up_on_sigt
         &mut g.client,
         "for p in 8080 9105 9090; do setsid sh -c \"while true; do nc -l -p $p -e echo guest-$p; done\" </dev/null >/dev/null 2>&1 & done; sleep 1",
     );
-    let deadline = Instant::now() + STEP;
-    let reply = loop {
-        if let Some(r) = net.connect_from_outside(POD_IP, 8080) {
-            break r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "port 8080 never reached the guest"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let reply = net.wait_reachable_from_outside(POD_IP, 8080, STEP);
     assert!(reply.contains("guest-8080"), "{reply}");
     let ranged = net.connect_from_outside(POD_IP, 9105).unwrap_or_default();
     assert!(ranged.contains("guest-9105"), "{ranged}");
@@ -582,17 +572,7 @@ fn passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher
         &mut g.client,
         "for p in 8080 9090; do setsid sh -c \"while true; do nc -l -p $p -e echo guest-$p; done\" </dev/null >/dev/null 2>&1 & done; sleep 1",
     );
-    let deadline = Instant::now() + STEP;
-    let reply = loop {
-        if let Some(r) = net.connect_from_outside(POD_IP, 8080) {
-            break r;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "port 8080 never reached the guest"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let reply = net.wait_reachable_from_outside(POD_IP, 8080, STEP);
     assert!(reply.contains("guest-8080"), "{reply}");
     assert_eq!(net.connect_from_outside(POD_IP, 9090), None);
 

@@ -32,12 +32,7 @@ pub(crate) fn configure(
     guest_memory: u64,
     domain: &mut Domain,
 ) -> usize {
-    let q35 = domain
-        .os
-        .os_type
-        .machine
-        .as_deref()
-        .is_some_and(|m| m.contains("q35"));
+    let q35 = domain.is_q35();
     let on_root_complex = vmi
         .metadata
         .annotations

@@ -377,12 +377,7 @@ fn passt_qemu_args(
                 .join(":")
         }
     };
-    let q35 = domain
-        .os
-        .os_type
-        .machine
-        .as_deref()
-        .is_some_and(|m| m.contains("q35"));
+    let q35 = domain.is_q35();
     let root = if q35 { "pcie.0" } else { "pci.0" };
     let (bus, slot, function) = match &nic.address {
         Some(address) => {

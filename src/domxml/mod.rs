@@ -128,6 +128,16 @@ impl fmt::Display for DomXmlError {
 impl std::error::Error for DomXmlError {}
 
 impl Domain {
+    /// Whether the machine type is a q35 one, whose root bus is PCIe
+    /// (`pcie.0`) rather than i440fx's `pci.0`.
+    pub fn is_q35(&self) -> bool {
+        self.os
+            .os_type
+            .machine
+            .as_deref()
+            .is_some_and(|m| m.contains("q35"))
+    }
+
     /// Renders the domain as indented XML (two spaces, trailing newline), the
     /// form stored in the golden files and passed to `virDomainDefineXML`.
     pub fn to_xml(&self) -> Result<String, DomXmlError> {

@@ -169,6 +169,23 @@ impl PodNet {
             .filter(|s| !s.is_empty())
     }
 
+    /// What the outside client gets from `addr:port` once it answers,
+    /// retried every 500 ms until `within` has passed (the guest's
+    /// listener starts in the background).
+    pub fn wait_reachable_from_outside(&self, addr: &str, port: u16, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(r) = self.connect_from_outside(addr, port) {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "port {port} never reached the guest"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
     /// Devices and nftables tables the launcher would have created.
     pub fn leftovers(&self) -> Vec<String> {
         let links = self.in_pod(&["ip", "-o", "link", "show"]);

@@ -3,6 +3,9 @@
 use std::panic;
 
 fn main() {
+    // The static build aborts on a panic: log it and exit with the same
+    // status the catch below gives.
+    virt_launcher::threads::exit_on_panic();
     // With --spawn-libvirt this binary is also PID 1 of the daemons' PID
     // namespace, re-executed in a hidden mode: decided before flags are
     // parsed or any thread starts.

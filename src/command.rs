@@ -816,8 +816,8 @@ mod tests {
         drop(reply);
         assert!(answer.recv().is_err());
         let (reply, answer) = ReplyTo::channel();
-        reply.send(Ok(Map::new()));
-        assert_eq!(answer.recv().unwrap(), Ok(Map::new()));
+        reply.send(Ok(Map::new().into()));
+        assert_eq!(answer.recv().unwrap(), Ok(Map::new().into()));
     }
 
     #[test]

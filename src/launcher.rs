@@ -474,7 +474,7 @@ fn serve(
                 match msg {
                     Ok(Ok(reply)) => log::info!(
                         "standalone VMI synced: {}",
-                        serde_json::Value::Object(reply)
+                        serde_json::Value::Object(reply.into_object())
                     ),
                     Ok(Err(e)) => {
                         log::error!("exiting with status {}: the --vmi VMI could not be synced: {e}",

@@ -131,7 +131,7 @@ impl StateReporter {
             Ok(Ok(status)) => log::info!(
                 "signals: {}: state {}",
                 signal.name(),
-                serde_json::Value::Object(status)
+                serde_json::Value::Object(status.into_object())
             ),
             Ok(Err(e)) => log::info!("signals: {}: query-status failed: {e}", signal.name()),
             Err(_) => log::warn!(

@@ -128,9 +128,9 @@ fn op_then_status(
 impl DomainManager {
     pub(super) fn run_domain_command(&mut self, command: DomainCommand, reply: ReplyTo) {
         let operation = match command {
-            DomainCommand::Ping => return reply.send(Ok(Map::new())),
-            DomainCommand::QueryVersion => return reply.send(Ok(self.query_version())),
-            DomainCommand::QueryStatus => return reply.send(Ok(self.query_status())),
+            DomainCommand::Ping => return reply.send(Ok(Map::new().into())),
+            DomainCommand::QueryVersion => return reply.send(Ok(self.query_version().into())),
+            DomainCommand::QueryStatus => return reply.send(Ok(self.query_status().into())),
             DomainCommand::Sync { vmi } => return self.start_sync(vmi, reply),
             DomainCommand::Pause => DomainOperation::Pause,
             DomainCommand::Unpause => DomainOperation::Unpause,

@@ -31,7 +31,7 @@ use super::reply::JobValue;
 use crate::command::{DomainFields, DomainQuery, ReplyTo};
 use crate::domxml::Domain;
 use crate::hypervisor::{DomainStatus, Hypervisor};
-use crate::protocol::CommandError;
+use crate::protocol::{CommandError, Encoded, Return};
 
 /// How old a cached read a query without `max_age_ms` accepts.
 pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
@@ -43,8 +43,11 @@ pub(super) struct LiveDomain {
     pub(super) xml: String,
     /// The parsed XML.
     pub(super) domain: Arc<Domain>,
-    /// `domain` as JSON, as replies carry it (`spec`).
-    pub(super) spec: Value,
+    /// `domain` as JSON, as replies carry it (`spec`), encoded once.
+    pub(super) spec: Encoded,
+    /// `xml` as a JSON string, encoded once (escaping a few kilobytes of
+    /// XML for every reply cost more than the rest of a cached reply).
+    pub(super) xml_json: Encoded,
     pub(super) read: Instant,
 }
 
@@ -104,7 +107,7 @@ pub(super) fn domain_reply(
     network: impl FnOnce() -> Value,
     volumes: Option<Value>,
     now: Instant,
-) -> Map<String, Value> {
+) -> Return {
     let mut reply = Map::new();
     reply.insert("name".into(), Value::String(name.to_string()));
     if fields.state {
@@ -115,12 +118,7 @@ pub(super) fn domain_reply(
         if fields.uuid {
             reply.insert("uuid".into(), Value::String(live.uuid.clone()));
         }
-        if fields.spec {
-            reply.insert("spec".into(), live.spec.clone());
-        }
-        if fields.xml {
-            reply.insert("xml".into(), Value::String(live.xml.clone()));
-        }
+
         let age = now.saturating_duration_since(live.read);
         reply.insert(
             "age_ms".into(),
@@ -133,7 +131,22 @@ pub(super) fn domain_reply(
     if let Some(volumes) = volumes {
         reply.insert("volumes".into(), volumes);
     }
+    let mut reply = Return::from(reply);
+    if let Some(live) = live {
+        if fields.spec {
+            reply.insert_encoded("spec", live.spec.clone());
+        }
+        if fields.xml {
+            reply.insert_encoded("xml", live.xml_json.clone());
+        }
+    }
     reply
+}
+
+/// The domain's JSON form as replies carry it: through a JSON tree, so
+/// that its keys come sorted as in every other reply object.
+fn encode_spec(domain: &Domain) -> Encoded {
+    Encoded::new(&serde_json::to_value(domain).unwrap_or(Value::Null))
 }
 
 /// Reads the live domain: XML, UUID and state, and parses the XML.
@@ -146,12 +159,12 @@ fn read_domain(
     let domain = Domain::from_xml(&xml).map_err(|e| {
         CommandError::internal(format!("cannot parse the domain XML libvirt returned: {e}"))
     })?;
-    let spec = serde_json::to_value(&domain).unwrap_or(Value::Null);
     let live = LiveDomain {
         uuid,
+        spec: encode_spec(&domain),
+        xml_json: Encoded::new(&xml),
         xml,
         domain: Arc::new(domain),
-        spec,
         read: Instant::now(),
     };
     Ok((live, status))
@@ -203,7 +216,7 @@ impl DomainManager {
 
     /// The reply to a query-domain job: its read is kept (unless a change
     /// overtook it) and answered with the state read with it.
-    pub(super) fn on_domain_read(&mut self, read: DomainRead) -> Map<String, Value> {
+    pub(super) fn on_domain_read(&mut self, read: DomainRead) -> Return {
         let live = Arc::new(read.live);
         self.described.store(live.clone(), read.generation);
         let status = read.status.unwrap_or(DomainStatus::NON_EXISTENT);
@@ -216,7 +229,7 @@ impl DomainManager {
         status: DomainStatus,
         fields: DomainFields,
         now: Instant,
-    ) -> Map<String, Value> {
+    ) -> Return {
         // The volumes of the read, with the phases of those in transition
         // (which the manager keeps: current even when the read is cached).
         let volumes = match live {
@@ -257,7 +270,8 @@ mod tests {
         let domain = Domain::from_xml(&xml).unwrap();
         Arc::new(LiveDomain {
             uuid: "u".into(),
-            spec: serde_json::to_value(&domain).unwrap(),
+            spec: encode_spec(&domain),
+            xml_json: Encoded::new(&xml),
             domain: Arc::new(domain),
             xml,
             read: at,
@@ -305,6 +319,12 @@ mod tests {
             None,
             t0 + Duration::from_millis(7),
         );
+        let line = serde_json::to_string(&all).unwrap();
+        let all = all.into_object();
+        // The encoded members are written as the values they encode.
+        assert_eq!(serde_json::to_string(&all).unwrap(), line);
+        assert_eq!(all["spec"], serde_json::to_value(&*read.domain).unwrap());
+        assert_eq!(all["xml"], read.xml.as_str());
         let mut keys: Vec<&str> = all.keys().map(String::as_str).collect();
         keys.sort_unstable();
         assert_eq!(
@@ -333,7 +353,7 @@ mod tests {
             t0,
         );
         assert_eq!(
-            Value::Object(reply),
+            Value::Object(reply.into_object()),
             json!({"name": "ns_vm", "state": "Running", "reason": "Booted"})
         );
     }

@@ -137,20 +137,25 @@ impl DomainManager {
         }
         let cache = &self.agent.cache;
         match command {
-            GuestCommand::QueryGuestInfo => reply.send(Ok(object(cache.guest_info()))),
-            GuestCommand::QueryUsers => reply.send(Ok(object(json!({ "users": cache.users })))),
-            GuestCommand::QueryFilesystems => {
-                reply.send(Ok(object(json!({ "filesystems": cache.filesystems }))))
+            GuestCommand::QueryGuestInfo => reply.send(Ok(object(cache.guest_info()).into())),
+            GuestCommand::QueryUsers => {
+                reply.send(Ok(object(json!({ "users": cache.users })).into()))
             }
+            GuestCommand::QueryFilesystems => reply
+                .send(Ok(
+                    object(json!({ "filesystems": cache.filesystems })).into()
+                )),
             GuestCommand::QueryInterfaces => reply.send(Ok(object(json!({
                 "interfaces": cache.system.interfaces,
                 "network": crate::network::report(&self.network),
-            })))),
+            }))
+            .into())),
             GuestCommand::QueryOsInfo => reply.send(Ok(object(json!({
                 "os": cache.system.os,
                 "hostname": cache.system.hostname,
                 "timezone": cache.timezone_text(),
-            })))),
+            }))
+            .into())),
             GuestCommand::Ping { timeout_seconds } => self.start_guest_ping(timeout_seconds, reply),
             GuestCommand::Exec(args) => self.start_guest_exec(args, reply),
             GuestCommand::Freeze {

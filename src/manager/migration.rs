@@ -99,7 +99,7 @@ impl DomainManager {
             MigrationCommand::Cancel => reply.send(self.cancel_migration()),
             MigrationCommand::Query => {
                 let record = self.migration.record.as_ref().map(MigrationRecord::to_json);
-                reply.send(Ok(object(json!({ "migration": record }))))
+                reply.send(Ok(object(json!({ "migration": record })).into()))
             }
             MigrationCommand::Finalize => reply.send(self.finalize_migration()),
         }
@@ -269,7 +269,7 @@ impl DomainManager {
                 "target_uri": target_uri,
             }),
         );
-        Ok(object(json!({ "started": true, "target_uri": target_uri })))
+        Ok(object(json!({ "started": true, "target_uri": target_uri })).into())
     }
 
     fn cancel_migration(&mut self) -> CommandResult {
@@ -283,19 +283,19 @@ impl DomainManager {
                 if let Some(cancel) = &self.migration.cancel {
                     cancel.cancel("cancelled by migrate-cancel");
                 }
-                Ok(object(json!({ "cancelling": true })))
+                Ok(object(json!({ "cancelling": true })).into())
             }
             // Prepared, nothing arrived yet: clean up and leave.
             (Role::Target, MigrationPhase::Prepared) => {
                 self.abort_target("cancelled on the target before the domain arrived".into());
-                Ok(object(json!({ "cancelling": true })))
+                Ok(object(json!({ "cancelling": true })).into())
             }
             // The domain is arriving: libvirt cannot abort an incoming
             // migration, so destroy the incoming domain; its stop ends this
             // launcher and fails the source's migration.
             (Role::Target, MigrationPhase::Running) => {
                 self.destroy_incoming();
-                Ok(object(json!({ "cancelling": true })))
+                Ok(object(json!({ "cancelling": true })).into())
             }
             (_, phase) => Err(CommandError::invalid_state(format!(
                 "migrate-cancel: the migration is already {}",
@@ -324,9 +324,7 @@ impl DomainManager {
             TimeSync::AlreadyRunning => "already running",
             TimeSync::NoAgent => "skipped: no guest agent",
         };
-        Ok(object(
-            json!({ "finalized": true, "guest_time_sync": time_sync }),
-        ))
+        Ok(object(json!({ "finalized": true, "guest_time_sync": time_sync })).into())
     }
 
     /// The source worker's reports.

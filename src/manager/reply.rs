@@ -11,6 +11,7 @@ use super::domain_cache::DomainRead;
 use crate::hotplug::plan::Change;
 use crate::hypervisor::{DomainStatus, RebootMode};
 use crate::migration::TargetAddress;
+use crate::protocol::Return;
 
 /// A job's successful result.
 #[derive(Debug, PartialEq)]
@@ -25,7 +26,7 @@ pub enum JobValue {
     Described(Box<DomainRead>),
     /// A reply built already (`query-stats`, and `query-domain` once the
     /// manager kept its read).
-    Reply(Map<String, Value>),
+    Reply(Return),
     /// `guest-exec`.
     Executed(Executed),
     /// `freeze`.
@@ -177,7 +178,14 @@ fn serialized(value: &impl Serialize) -> Map<String, Value> {
 
 impl JobValue {
     /// The `return` object of the client's reply.
-    pub fn into_reply(self) -> Map<String, Value> {
+    pub fn into_reply(self) -> Return {
+        match self {
+            JobValue::Reply(reply) => reply,
+            built => built.into_members().into(),
+        }
+    }
+
+    fn into_members(self) -> Map<String, Value> {
         match self {
             JobValue::Empty => Map::new(),
             JobValue::Operated(Operated { after, detail }) => {
@@ -221,7 +229,7 @@ impl JobValue {
             JobValue::Described(read) => {
                 status_fields(read.status.unwrap_or(DomainStatus::NON_EXISTENT))
             }
-            JobValue::Reply(reply) => reply,
+            JobValue::Reply(reply) => reply.into_object(),
             JobValue::Executed(executed) => serialized(&executed),
             JobValue::Frozen(frozen) => serialized(&frozen),
             JobValue::Thawed { thawed_filesystems } => {
@@ -248,7 +256,7 @@ mod tests {
         })
         .into_reply();
         assert_eq!(
-            Value::Object(reply),
+            Value::Object(reply.into_object()),
             json!({"state": "Running", "reason": "Booted", "mode": "acpi"})
         );
         // Gone after the operation.
@@ -258,7 +266,7 @@ mod tests {
         })
         .into_reply();
         assert_eq!(
-            Value::Object(reply),
+            Value::Object(reply.into_object()),
             json!({"state": "NoState", "reason": "NonExistent"})
         );
         // The read after failed: only the operation's own fields.
@@ -267,7 +275,10 @@ mod tests {
             detail: OperationDetail::Undefined,
         })
         .into_reply();
-        assert_eq!(Value::Object(reply), json!({"undefined": true}));
+        assert_eq!(
+            Value::Object(reply.into_object()),
+            json!({"undefined": true})
+        );
     }
 
     #[test]
@@ -284,7 +295,7 @@ mod tests {
             ]),
         };
         assert_eq!(
-            Value::Object(JobValue::Synced(synced.clone()).into_reply()),
+            Value::Object(JobValue::Synced(synced.clone()).into_reply().into_object()),
             json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true,
                    "changes": [], "state": "Paused", "reason": "User",
                    "steps_ms": {"define": 12.345, "start": 250.0}})
@@ -295,7 +306,7 @@ mod tests {
             ..synced
         };
         assert_eq!(
-            Value::Object(JobValue::Synced(unread).into_reply()),
+            Value::Object(JobValue::Synced(unread).into_reply().into_object()),
             json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true, "changes": [],
                    "steps_ms": {}})
         );
@@ -310,7 +321,7 @@ mod tests {
         })
         .into_reply();
         assert_eq!(
-            Value::Object(reply),
+            Value::Object(reply.into_object()),
             json!({"frozen_filesystems": 2, "already_frozen": false, "unfreeze_timeout_seconds": 60})
         );
         let reply = JobValue::Executed(Executed {
@@ -323,7 +334,8 @@ mod tests {
             stderr_truncated: false,
             elapsed_seconds: 0.5,
         })
-        .into_reply();
+        .into_reply()
+        .into_object();
         assert_eq!(reply["exit_code"], 1);
         assert_eq!(reply["signal"], Value::Null);
         assert_eq!(reply["pid"], 7);

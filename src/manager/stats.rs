@@ -24,6 +24,7 @@ use super::reply::JobValue;
 use super::timers::Timer;
 use crate::command::ReplyTo;
 use crate::hypervisor::{Hypervisor, Stat};
+use crate::protocol::{Encoded, Return};
 
 /// How often the refresher takes a sample while clients ask.
 pub(super) const REFRESH: Duration = Duration::from_secs(3);
@@ -36,8 +37,18 @@ pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
 /// A sample of the domain's statistics.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct StatsSample {
-    pub(super) stats: Map<String, Value>,
+    /// The statistics as a JSON object, encoded once for every reply.
+    pub(super) encoded: Encoded,
     pub(super) taken: Instant,
+}
+
+impl StatsSample {
+    pub(super) fn new(stats: &Map<String, Value>, taken: Instant) -> StatsSample {
+        StatsSample {
+            encoded: Encoded::new(stats),
+            taken,
+        }
+    }
 }
 
 /// The manager's statistics cache and its refresher.
@@ -92,13 +103,13 @@ impl StatsCache {
 }
 
 /// The reply: the domain, its statistics, and how old they are.
-pub(super) fn stats_reply(domain: &str, sample: &StatsSample, now: Instant) -> Map<String, Value> {
+pub(super) fn stats_reply(domain: &str, sample: &StatsSample, now: Instant) -> Return {
     let age = now.saturating_duration_since(sample.taken);
-    let mut reply = Map::with_capacity(3);
-    reply.insert("domain".into(), Value::String(domain.to_string()));
-    reply.insert("stats".into(), Value::Object(sample.stats.clone()));
+    let mut reply = Return::new();
+    reply.insert("domain", Value::String(domain.to_string()));
+    reply.insert_encoded("stats", sample.encoded.clone());
     reply.insert(
-        "age_ms".into(),
+        "age_ms",
         json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
     );
     reply
@@ -110,10 +121,8 @@ pub(super) fn sample_stats(
     name: &str,
 ) -> Result<StatsSample, crate::protocol::CommandError> {
     let stats: Vec<Stat> = hv.stats(name).map_err(|e| hypervisor_error(&e))?;
-    Ok(StatsSample {
-        stats: stats.into_iter().collect(),
-        taken: Instant::now(),
-    })
+    let stats: Map<String, Value> = stats.into_iter().collect();
+    Ok(StatsSample::new(&stats, Instant::now()))
 }
 
 impl DomainManager {
@@ -214,7 +223,7 @@ mod tests {
     fn sample(at: Instant) -> StatsSample {
         let mut stats = Map::new();
         stats.insert("state.state".into(), json!(1));
-        StatsSample { stats, taken: at }
+        StatsSample::new(&stats, at)
     }
 
     #[test]
@@ -229,7 +238,7 @@ mod tests {
         assert!(cache.fresh(Duration::ZERO, later).is_none());
         let reply = stats_reply("ns_vm", cache.fresh(DEFAULT_MAX_AGE, later).unwrap(), later);
         assert_eq!(
-            Value::Object(reply),
+            Value::Object(reply.into_object()),
             json!({"domain": "ns_vm", "stats": {"state.state": 1}, "age_ms": 1500})
         );
     }

@@ -6,6 +6,9 @@
 //! reply line). See docs/protocol.md for the full contract.
 
 pub mod codec;
+mod returned;
+
+pub use returned::{Encoded, Return};
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -123,7 +126,7 @@ impl fmt::Display for CommandError {
 impl std::error::Error for CommandError {}
 
 /// What a command returns on success: always a JSON object.
-pub type CommandResult = Result<Map<String, Value>, CommandError>;
+pub type CommandResult = Result<Return, CommandError>;
 
 /// A request's `id`, as the reply echoes it: the same JSON value, written
 /// compactly; a number comes back exactly as the client wrote it (`-0`,
@@ -268,11 +271,11 @@ impl Timestamp {
 }
 
 /// Encodes a success reply line (with trailing newline).
-pub fn encode_return(result: &Map<String, Value>, id: Option<&RequestId>) -> String {
+pub fn encode_return(result: &Return, id: Option<&RequestId>) -> String {
     #[derive(Serialize)]
     struct Line<'a> {
         #[serde(rename = "return")]
-        ret: &'a Map<String, Value>,
+        ret: &'a Return,
         #[serde(skip_serializing_if = "Option::is_none")]
         id: Option<&'a RequestId>,
     }
@@ -378,7 +381,7 @@ mod tests {
             let req = parse_request(line.as_bytes()).unwrap();
             let id = req.id.expect("id");
             assert_eq!(id.as_str(), echoed, "{line}");
-            let reply = encode_return(&Map::new(), Some(&id));
+            let reply = encode_return(&Return::new(), Some(&id));
             assert_eq!(reply, format!("{{\"return\":{{}},\"id\":{echoed}}}\n"));
         }
         // Kept for errors too.
@@ -434,7 +437,7 @@ mod tests {
     fn replies_are_single_compact_lines() {
         let mut ret = Map::new();
         ret.insert("nested".into(), json!({"a":[1,2,{"b":"c\nd"}]}));
-        let line = encode_return(&ret, Some(&RequestId::from_value(&json!("id-1"))));
+        let line = encode_return(&ret.into(), Some(&RequestId::from_value(&json!("id-1"))));
         assert_eq!(
             line,
             "{\"return\":{\"nested\":{\"a\":[1,2,{\"b\":\"c\\nd\"}]}},\"id\":\"id-1\"}\n"

@@ -171,7 +171,7 @@ impl Connection {
                     .iter()
                     .map(|c| json!({"name": c.name, "summary": c.summary}))
                     .collect();
-                Ok(object(json!({ "commands": list })))
+                Ok(object(json!({ "commands": list })).into())
             }
             LocalCommand::Subscribe { events } => self.subscribe(events),
             LocalCommand::Unsubscribe => {
@@ -179,9 +179,7 @@ impl Connection {
                 if let Some(id) = was {
                     self.shared.hub.unsubscribe(id);
                 }
-                Ok(object(
-                    json!({ "subscribed": false, "was_subscribed": was.is_some() }),
-                ))
+                Ok(object(json!({ "subscribed": false, "was_subscribed": was.is_some() })).into())
             }
         }
     }
@@ -194,7 +192,7 @@ impl Connection {
         let reply = object(json!({ "subscribed": true, "events": names }));
         if let Some(id) = self.subscription {
             self.shared.hub.set_filter(id, events);
-            return Ok(reply);
+            return Ok(reply.into());
         }
         let Some(queue) = self.shared.hub.subscribe(events) else {
             return Err(CommandError::invalid_state(
@@ -214,7 +212,7 @@ impl Connection {
                 "cannot start the event writer thread: {e}"
             )));
         }
-        Ok(reply)
+        Ok(reply.into())
     }
 }
 
@@ -300,7 +298,7 @@ mod tests {
         let fake = std::thread::spawn(move || {
             drop(requests.recv().unwrap());
             let answered = requests.recv().unwrap();
-            answered.reply.send(Ok(Map::new()));
+            answered.reply.send(Ok(Map::new().into()));
         });
         let dropped = ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Pause));
         let err = dropped.unwrap_err();
@@ -309,7 +307,7 @@ mod tests {
         // The next request on the same connection gets its own reply.
         assert_eq!(
             ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Ping)),
-            Ok(Map::new())
+            Ok(Map::new().into())
         );
         fake.join().unwrap();
         drop(manager);

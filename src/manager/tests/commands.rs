@@ -61,7 +61,11 @@ fn a_second_state_change_while_one_runs_is_busy_but_kill_is_not() {
     // Queries run beside it.
     assert_eq!(h.ok("query-stats", Value::Null)["domain"], DOMAIN);
     gate.release();
-    let paused = pausing.recv_timeout(super::WAIT).unwrap().unwrap();
+    let paused = pausing
+        .recv_timeout(super::WAIT)
+        .unwrap()
+        .unwrap()
+        .into_object();
     assert_eq!(paused["state"], "Paused");
     assert_eq!(h.status()["job"], Value::Null);
     // kill is never refused as busy.

@@ -188,7 +188,7 @@ fn a_second_sync_while_a_hotplug_runs_is_busy() {
         std::thread::sleep(Duration::from_millis(5));
     }
     gate.release();
-    let reply = first.recv_timeout(WAIT).unwrap().unwrap();
+    let reply = first.recv_timeout(WAIT).unwrap().unwrap().into_object();
     assert_eq!(reply["action"], "updated");
 }
 

@@ -303,6 +303,7 @@ impl Harness {
 
     fn ok(&self, name: &str, arguments: Value) -> Map<String, Value> {
         self.request(name, arguments)
+            .map(crate::protocol::Return::into_object)
             .unwrap_or_else(|e| panic!("{name} failed: {e}"))
     }
 

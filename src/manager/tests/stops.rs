@@ -84,7 +84,11 @@ fn kill_ends_with_status_0() {
     std::thread::sleep(Duration::from_millis(50));
     assert!(h.fake.is_defined(), "undefined before kill's reply");
     read_after.release();
-    let reply = answer.recv_timeout(WAIT).expect("kill's reply").unwrap();
+    let reply = answer
+        .recv_timeout(WAIT)
+        .expect("kill's reply")
+        .unwrap()
+        .into_object();
     assert_eq!(
         (reply["state"].as_str(), reply["reason"].as_str()),
         (Some("Shutoff"), Some("Destroyed")),

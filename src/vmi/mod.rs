@@ -1,15 +1,16 @@
 //! KubeVirt `VirtualMachineInstance` JSON: typed model and strict parsing.
 //!
 //! [`parse_vmi`] turns the JSON a client sends into [`VirtualMachineInstance`].
-//! Errors carry the JSON path of the offending field (via serde_path_to_error),
-//! e.g. `spec.domain.devices.disks[1].disk.bus: unknown bus "foo" (use virtio,
-//! sata, scsi or usb)`.
+//! Errors carry the JSON path of the offending field, e.g.
+//! `spec.domain.devices.disks[1].disk.bus: unknown bus "foo" (use virtio,
+//! sata, scsi or usb)`: the deserializer of our own in `value_de.rs` tracks
+//! it, and reads structs only from JSON objects.
 
 pub mod defaults;
-mod objects_only;
 mod quantity;
 pub(crate) mod strict;
 mod types;
+mod value_de;
 mod without_effect;
 
 use std::fmt;
@@ -46,15 +47,10 @@ const VMI_KIND: &str = "VirtualMachineInstance";
 /// whole VMI (a disk without a volume, ...) happen in `crate::convert`.
 pub fn parse_vmi(value: &serde_json::Value) -> Result<VirtualMachineInstance, VmiError> {
     check_kind(value)?;
-    serde_path_to_error::deserialize::<_, VirtualMachineInstance>(objects_only::ObjectsOnly(value))
-        .map_err(|err| {
-            let path = err.path().to_string();
-            VmiError {
-                // serde_path_to_error prints the document root as ".".
-                path: if path == "." { String::new() } else { path },
-                message: err.into_inner().to_string(),
-            }
-        })
+    value_de::from_value::<VirtualMachineInstance>(value).map_err(|err| VmiError {
+        path: err.path(),
+        message: err.message().to_string(),
+    })
 }
 
 /// Catches the common mistake of sending a VirtualMachine (whose VMI is in

@@ -2,6 +2,14 @@
 
 use std::panic;
 
+// build.rs links the static build without Rust's unwind tables
+// (scripts/static-link.ld); only a build whose panics abort may do that.
+#[cfg(all(vl_no_unwind_tables, not(panic = "abort")))]
+compile_error!(
+    "a musl build with opt-level \"z\" is linked without unwind tables (build.rs): \
+     build it with panic = \"abort\", as Cargo.toml's `static` profile does"
+);
+
 fn main() {
     // The static build aborts on a panic: log it and exit with the same
     // status the catch below gives.

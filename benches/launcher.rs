@@ -13,7 +13,8 @@
 //! set-up time, DHCP answer time, TCP throughput per binding), `vs-go`
 //! (issue 16's rows beside KubeVirt's Go launcher) and `backends` (the
 //! default and the static build side by side). Pass section names to run
-//! only those; `conversion` runs the conversion and ISO figures alone.
+//! only those; `conversion` runs the conversion, domain XML reading and
+//! ISO figures alone.
 
 #[path = "sections/backends.rs"]
 mod backends;
@@ -21,6 +22,8 @@ mod backends;
 mod common;
 #[path = "sections/conversion.rs"]
 mod conversion;
+#[path = "sections/domxml.rs"]
+mod domxml;
 #[path = "sections/exit.rs"]
 mod exit;
 #[path = "sections/hotplug.rs"]
@@ -65,12 +68,14 @@ fn main() {
         startup();
         round_trips_and_memory();
         conversion::conversion();
+        domxml::reading();
         iso9660::iso9660();
         binary_size();
     }
     // The pure sections alone: `cargo bench --bench launcher -- conversion`.
     if !run("test") && wanted.iter().any(|w| w == "conversion") {
         conversion::conversion();
+        domxml::reading();
         iso9660::iso9660();
     }
     if run("qemu") {

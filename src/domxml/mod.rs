@@ -3,15 +3,18 @@
 //! The same types are written by the converter ([`Domain::to_xml`]) and read
 //! back from what libvirt returns ([`Domain::from_xml`]), including live XML:
 //! elements and attributes that are not modelled (seclabels, PCI controllers'
-//! details, `<resource>`, ...) are skipped on input. Serialisation goes through
-//! quick-xml's serde support, so attributes are fields named `@name`, element
-//! text is `$text`; `serde_json` renders the same keys for `query-domain`.
+//! details, `<resource>`, ...) are skipped on input. Writing goes through
+//! quick-xml's serde serializer, reading through our own [`read`] (a small
+//! tree and a deserializer with quick-xml's mapping), so attributes are
+//! fields named `@name`, element text is `$text`; `serde_json` renders the
+//! same keys for `query-domain`.
 //!
 //! Attribute values that libvirt keeps open-ended (device models, machine
 //! types, ...) are strings; counts and sizes are integers.
 
 mod devices;
 mod general;
+pub mod read;
 
 use std::fmt;
 
@@ -162,7 +165,7 @@ impl Domain {
     /// Parses domain XML as written by [`Domain::to_xml`] or returned by
     /// libvirt (`virDomainGetXMLDesc`), ignoring what is not modelled.
     pub fn from_xml(xml: &str) -> Result<Domain, DomXmlError> {
-        quick_xml::de::from_str(xml).map_err(|err| DomXmlError {
+        read::from_str(xml).map_err(|err| DomXmlError {
             message: format!("invalid domain XML: {err}"),
         })
     }

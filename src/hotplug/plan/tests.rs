@@ -162,7 +162,7 @@ fn a_new_hotplug_disk_is_attached_on_a_free_target_and_scsi_unit() {
     );
     assert_eq!(image, &format!("{HOTPLUG}/hp1.img"));
     assert_eq!(kind, &ImageKind::File);
-    let disk: Disk = quick_xml::de::from_str(xml).unwrap();
+    let disk: Disk = crate::domxml::read::from_str(xml).unwrap();
     assert_eq!(disk.target.dev, "sdc");
     let address = disk.address.unwrap();
     assert_eq!(
@@ -352,7 +352,7 @@ fn virtio_mem_requests_the_difference_from_boot_memory() {
         panic!("{steps:?}")
     };
     assert_eq!((*from, *to), (256 * MIB, 320 * MIB));
-    let device: MemoryDevice = quick_xml::de::from_str(xml).unwrap();
+    let device: MemoryDevice = crate::domxml::read::from_str(xml).unwrap();
     assert_eq!(
         device.target.requested.and_then(|r| r.to_bytes()),
         Some(128 * MIB)

@@ -29,6 +29,17 @@ pub fn filter_spec(verbosity: u8, rust_log: Option<&str>) -> String {
     }
 }
 
+thread_local! {
+    /// What this thread's log lines say instead of its name: the job a
+    /// worker thread runs now (`job-sync`), see manager/workers.rs.
+    static LABEL: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Sets (or with `None` clears) the name this thread's log lines show.
+pub fn set_thread_label(label: Option<String>) {
+    LABEL.with(|l| *l.borrow_mut() = label);
+}
+
 pub fn init(verbosity: u8) {
     let rust_log = std::env::var("RUST_LOG").ok();
     let mut builder = env_logger::Builder::new();
@@ -36,12 +47,13 @@ pub fn init(verbosity: u8) {
     builder.format(|out, record| {
         let thread = std::thread::current();
         let message = record.args().to_string();
+        let label = LABEL.with(|l| l.borrow().clone());
         writeln!(
             out,
             "{} {:<5} [{}] {}",
             rfc3339_utc(SystemTime::now()),
             record.level(),
-            thread.name().unwrap_or("?"),
+            label.as_deref().or(thread.name()).unwrap_or("?"),
             indent_continuations(&message)
         )
     });

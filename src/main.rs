@@ -2,6 +2,13 @@
 
 use std::panic;
 
+// musl's allocator returns freed memory to the kernel at once; the static
+// build keeps a few freed blocks for the next request (src/block_cache.rs).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: virt_launcher::block_cache::BlockCache =
+    virt_launcher::block_cache::BlockCache::new();
+
 // build.rs links the static build without Rust's unwind tables
 // (scripts/static-link.ld); only a build whose panics abort may do that.
 #[cfg(all(vl_no_unwind_tables, not(panic = "abort")))]

@@ -1,6 +1,6 @@
-//! Worker jobs: every hypervisor call the manager makes runs on its own
-//! short-lived thread and reports back on a channel, so the manager thread
-//! never blocks on libvirt. Each job has a deadline; a client whose job
+//! Worker jobs: every hypervisor call the manager makes runs on a worker
+//! thread (`workers.rs`: one that is idle, else a new one) and reports back
+//! on a channel, so the manager thread never blocks on libvirt. Each job has a deadline; a client whose job
 //! overruns it gets `Timeout` while the job finishes in the background and
 //! its result is still applied.
 
@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use super::reply::JobValue;
+use super::workers::{self, WorkerPool};
 use crate::agent::model::FreezeStatus;
 use crate::command::ReplyTo;
 use crate::disks::PreparedDisks;
 use crate::hypervisor::{ConnectionId, DomainStatus, Hypervisor};
 use crate::protocol::{CommandError, ErrorClass};
-use crate::threads::{self, FatalSender};
+use crate::threads::FatalSender;
 
 pub type JobId = u64;
 
@@ -200,7 +201,7 @@ struct Pending {
 
 pub struct JobRunner {
     hypervisor: Arc<dyn Hypervisor>,
-    fatal: FatalSender,
+    workers: WorkerPool,
     done_tx: Sender<JobDone>,
     done_rx: Receiver<JobDone>,
     next_id: JobId,
@@ -214,7 +215,7 @@ impl JobRunner {
         let (done_tx, done_rx) = unbounded();
         JobRunner {
             hypervisor,
-            fatal,
+            workers: WorkerPool::new(fatal, workers::IDLE_EXIT),
             done_tx,
             done_rx,
             next_id: 1,
@@ -276,8 +277,8 @@ impl JobRunner {
         self.next_id += 1;
         let hypervisor = self.hypervisor.clone();
         let done_tx = self.done_tx.clone();
-        let name = format!("job-{}", operation.name());
-        let spawned = threads::spawn_named(&name, &self.fatal, move || {
+        let label = format!("job-{}", operation.name());
+        let spawned = self.workers.run(label, move || {
             let output = work(hypervisor.as_ref());
             let _ = done_tx.send(JobDone { id, output });
         });

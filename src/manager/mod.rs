@@ -28,6 +28,7 @@ mod shutdown;
 mod stats;
 mod sync;
 mod timers;
+mod workers;
 
 #[cfg(test)]
 mod tests;

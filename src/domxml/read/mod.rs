@@ -1,5 +1,5 @@
 //! The domain XML reader: quick-xml's event reader builds a small element
-//! tree ([`tree`]), and a serde deserializer over that tree ([`de`]) fills
+//! tree (`tree`), and a serde deserializer over that tree (`de`) fills
 //! the `#[derive(Deserialize)]` types of `domxml` with quick-xml's mapping
 //! (`@attribute`, `$text`, child elements by name, lists gathered from
 //! anywhere among their siblings).

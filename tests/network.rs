@@ -488,17 +488,7 @@ fn masquerade_without_ports_forwards_every_port_and_multiqueue_reaches_the_guest
         "for p in 2222 31337; do setsid sh -c \"while true; do nc -l -p $p -e echo guest-$p; done\" </dev/null >/dev/null 2>&1 & done; sleep 1",
     );
     for port in [2222, 31337] {
-        let deadline = Instant::now() + STEP;
-        let reply = loop {
-            if let Some(r) = net.connect_from_outside(POD_IP, port) {
-                break r;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "port {port} never reached the guest"
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        };
+        let reply = net.wait_reachable_from_outside(POD_IP, port, STEP);
         assert!(reply.contains(&format!("guest-{port}")), "{reply}");
     }
     client.ok("kill", Value::Null);

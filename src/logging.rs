@@ -47,15 +47,16 @@ pub fn init(verbosity: u8) {
     builder.format(|out, record| {
         let thread = std::thread::current();
         let message = record.args().to_string();
-        let label = LABEL.with(|l| l.borrow().clone());
-        writeln!(
-            out,
-            "{} {:<5} [{}] {}",
-            rfc3339_utc(SystemTime::now()),
-            record.level(),
-            label.as_deref().or(thread.name()).unwrap_or("?"),
-            indent_continuations(&message)
-        )
+        LABEL.with(|label| {
+            writeln!(
+                out,
+                "{} {:<5} [{}] {}",
+                rfc3339_utc(SystemTime::now()),
+                record.level(),
+                label.borrow().as_deref().or(thread.name()).unwrap_or("?"),
+                indent_continuations(&message)
+            )
+        })
     });
     // A second init (tests) keeps the first logger.
     let _ = builder.try_init();

@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
@@ -108,37 +108,33 @@ pub(super) fn domain_reply(
     volumes: Option<Value>,
     now: Instant,
 ) -> Return {
-    let mut reply = Map::new();
-    reply.insert("name".into(), Value::String(name.to_string()));
+    let mut reply = Return::new();
+    reply.insert("name", Value::String(name.to_string()));
     if fields.state {
-        reply.insert("state".into(), status.state.as_str().into());
-        reply.insert("reason".into(), status.reason.as_str().into());
+        reply.insert("state", status.state.as_str().into());
+        reply.insert("reason", status.reason.as_str().into());
     }
     if let Some(live) = live {
         if fields.uuid {
-            reply.insert("uuid".into(), Value::String(live.uuid.clone()));
+            reply.insert("uuid", Value::String(live.uuid.clone()));
         }
-
-        let age = now.saturating_duration_since(live.read);
-        reply.insert(
-            "age_ms".into(),
-            json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
-        );
-    }
-    if fields.network {
-        reply.insert("network".into(), network());
-    }
-    if let Some(volumes) = volumes {
-        reply.insert("volumes".into(), volumes);
-    }
-    let mut reply = Return::from(reply);
-    if let Some(live) = live {
         if fields.spec {
             reply.insert_encoded("spec", live.spec.clone());
         }
         if fields.xml {
             reply.insert_encoded("xml", live.xml_json.clone());
         }
+        let age = now.saturating_duration_since(live.read);
+        reply.insert(
+            "age_ms",
+            json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
+        );
+    }
+    if fields.network {
+        reply.insert("network", network());
+    }
+    if let Some(volumes) = volumes {
+        reply.insert("volumes", volumes);
     }
     reply
 }

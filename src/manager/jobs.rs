@@ -1,8 +1,8 @@
 //! Worker jobs: every hypervisor call the manager makes runs on a worker
-//! thread (`workers.rs`: one that is idle, else a new one) and reports back
-//! on a channel, so the manager thread never blocks on libvirt. Each job has a deadline; a client whose job
-//! overruns it gets `Timeout` while the job finishes in the background and
-//! its result is still applied.
+//! thread (`workers.rs`: one that is idle, else a new one) and reports
+//! back on a channel, so the manager thread never blocks on libvirt. Each
+//! job has a deadline; a client whose job overruns it gets `Timeout` while
+//! the job finishes in the background and its result is still applied.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -65,15 +65,6 @@ impl Return {
         Return::default()
     }
 
-    /// The members that are JSON values (not the encoded ones).
-    pub fn members(&self) -> &Map<String, Value> {
-        &self.members
-    }
-
-    pub fn members_mut(&mut self) -> &mut Map<String, Value> {
-        &mut self.members
-    }
-
     /// Sets a member to a value, replacing an encoded one of that key.
     pub fn insert(&mut self, key: impl Into<String>, value: Value) {
         let key = key.into();
@@ -88,18 +79,6 @@ impl Return {
         match self.encoded.binary_search_by(|(k, _)| k.as_str().cmp(&key)) {
             Ok(at) => self.encoded[at].1 = value,
             Err(at) => self.encoded.insert(at, (key, value)),
-        }
-    }
-
-    /// A member as a JSON value, decoding it if it is carried encoded.
-    pub fn value(&self, key: &str) -> Option<Value> {
-        match self.members.get(key) {
-            Some(value) => Some(value.clone()),
-            None => self
-                .encoded
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, e)| e.to_value()),
         }
     }
 
@@ -182,9 +161,9 @@ mod tests {
         ret.insert("spec", json!(1));
         ret.insert_encoded("spec", Encoded::new(&json!(2)));
         assert_eq!(serde_json::to_string(&ret).unwrap(), r#"{"spec":2}"#);
-        assert_eq!(ret.value("spec"), Some(json!(2)));
+        assert_eq!(ret.clone().into_object().get("spec"), Some(&json!(2)));
         ret.insert("spec", json!(3));
         assert_eq!(serde_json::to_string(&ret).unwrap(), r#"{"spec":3}"#);
-        assert_eq!(ret.value("missing"), None);
+        assert_eq!(ret.into_object().get("missing"), None);
     }
 }

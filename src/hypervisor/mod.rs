@@ -304,6 +304,13 @@ pub trait Hypervisor: Send + Sync {
     fn destroy(&self, name: &str, graceful: bool) -> HvResult<()>;
     /// The domain's XML and UUID.
     fn domain_xml(&self, name: &str) -> HvResult<(String, String)>;
+    /// `domain_xml` and `domain_status` together, as one read of the
+    /// domain: a backend that can have both calls in flight at once does
+    /// (the wire backend), which saves a round trip per fresh read.
+    fn domain_xml_and_status(
+        &self,
+        name: &str,
+    ) -> HvResult<((String, String), Option<DomainStatus>)>;
     /// Bulk statistics, as `virsh domstats` names them.
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>>;
 

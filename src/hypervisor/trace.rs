@@ -174,6 +174,17 @@ impl Hypervisor for Traced {
         })
     }
 
+    fn domain_xml_and_status(
+        &self,
+        name: &str,
+    ) -> HvResult<((String, String), Option<DomainStatus>)> {
+        traced(
+            "virDomainGetXMLDesc+virDomainGetState",
+            name.to_string(),
+            || self.inner.domain_xml_and_status(name),
+        )
+    }
+
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {
         traced("virDomainListGetStats", name.to_string(), || {
             self.inner.stats(name)

@@ -150,8 +150,9 @@ fn read_domain(
     hv: &dyn Hypervisor,
     name: &str,
 ) -> Result<(LiveDomain, Option<DomainStatus>), CommandError> {
-    let (xml, uuid) = hv.domain_xml(name).map_err(|e| hypervisor_error(&e))?;
-    let status = hv.domain_status(name).map_err(|e| hypervisor_error(&e))?;
+    let ((xml, uuid), status) = hv
+        .domain_xml_and_status(name)
+        .map_err(|e| hypervisor_error(&e))?;
     let domain = Domain::from_xml(&xml).map_err(|e| {
         CommandError::internal(format!("cannot parse the domain XML libvirt returned: {e}"))
     })?;

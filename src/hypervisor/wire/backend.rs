@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crossbeam_channel::{Sender, TrySendError};
 use serde_json::Value;
 
-use super::client::{Client, ClientOptions, CloseReason, Listener, RpcError};
+use super::client::{Client, ClientOptions, CloseReason, Listener, PendingCall, RpcError};
 use super::codec::{DecodeResult, Decoder, DomainRef, Encoder, TypedParam, decode_domain};
 use super::procedures::{
     self as proc, Procedure, auth, event_ids, events, features, flags, limits, migrate_params,
@@ -782,6 +782,54 @@ impl Hypervisor for WireHypervisor {
             },
             |dom, d| Ok((d.string()?, dom.uuid_string())),
         )
+    }
+
+    fn domain_xml_and_status(
+        &self,
+        name: &str,
+    ) -> HvResult<((String, String), Option<DomainStatus>)> {
+        let xml_call = &proc::DOMAIN_GET_XML_DESC;
+        let state_call = &proc::DOMAIN_GET_STATE;
+        let client = self.connection(xml_call.api)?;
+        // Both calls go out before either reply is awaited: the daemon
+        // answers them in parallel, one round trip instead of two.
+        let both = |dom: &DomainRef| {
+            let send = |procedure: &Procedure| {
+                let mut e = Encoder::new();
+                dom.encode(&mut e);
+                e.u32(0);
+                client.send_call(procedure, &e.into_bytes())
+            };
+            let (xml, state) = (send(xml_call), send(state_call));
+            let wait = |pending: Result<PendingCall, RpcError>, procedure: &Procedure| {
+                pending
+                    .and_then(|p| client.wait_reply(p, procedure.deadline))
+                    .map_err(|e| self.error(procedure.api, e))
+            };
+            (wait(xml, xml_call), wait(state, state_call))
+        };
+        let gone = |r: &HvResult<Vec<u8>>| {
+            r.as_ref()
+                .is_err_and(|e| e.kind == HypervisorErrorKind::NoDomain)
+        };
+        let (mut dom, cached) = self.domain_ref(&client, name, xml_call.api)?;
+        let (mut xml, mut state) = both(&dom);
+        if cached && (gone(&xml) || gone(&state)) {
+            // The cached reference may be stale: see `call_on_domain`.
+            self.forget_domain(name);
+            dom = self.domain_ref(&client, name, xml_call.api)?.0;
+            (xml, state) = both(&dom);
+        }
+        let xml = decode_reply(xml_call.api, &xml?, |d| d.string())?;
+        let status = match state {
+            Ok(reply) => Some(decode_reply(state_call.api, &reply, |d| {
+                Ok(DomainStatus::from_libvirt(d.i32()?, d.i32()?))
+            })?),
+            // Undefined between the two calls.
+            Err(e) if e.kind == HypervisorErrorKind::NoDomain => None,
+            Err(e) => return Err(e),
+        };
+        Ok(((xml, dom.uuid_string()), status))
     }
 
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {

@@ -196,6 +196,13 @@ impl Shared {
     }
 }
 
+/// A call sent and not yet answered (`Client::send_call`).
+#[must_use = "a sent call's reply must be waited for"]
+pub struct PendingCall {
+    serial: u32,
+    reply: Receiver<ReplyResult>,
+}
+
 /// One connection to a libvirt daemon.
 pub struct Client {
     shared: Arc<Shared>,
@@ -254,6 +261,14 @@ impl Client {
     /// Calls `procedure` with an encoded argument payload and returns the
     /// reply's payload. Waits at most `deadline`.
     pub fn call(&self, procedure: &Procedure, args: &[u8], deadline: Duration) -> ReplyResult {
+        let pending = self.send_call(procedure, args)?;
+        self.wait_reply(pending, deadline)
+    }
+
+    /// Sends a call without waiting for its reply, so that several calls
+    /// can be in flight at once (the daemon runs them on its workers in
+    /// parallel). Every `PendingCall` must be given to `wait_reply`.
+    pub fn send_call(&self, procedure: &Procedure, args: &[u8]) -> Result<PendingCall, RpcError> {
         let (tx, rx) = bounded(1);
         let serial = {
             let mut calls = lock(&self.shared.calls);
@@ -293,7 +308,12 @@ impl Client {
             self.shared.close(CloseReason::Error, &why);
             return Err(RpcError::ConnectionLost(why));
         }
-        self.wait(serial, &rx, deadline)
+        Ok(PendingCall { serial, reply: rx })
+    }
+
+    /// Waits at most `deadline` for the reply to a call `send_call` sent.
+    pub fn wait_reply(&self, pending: PendingCall, deadline: Duration) -> ReplyResult {
+        self.wait(pending.serial, &pending.reply, deadline)
     }
 
     fn wait(&self, serial: u32, rx: &Receiver<ReplyResult>, deadline: Duration) -> ReplyResult {
@@ -350,6 +370,10 @@ impl Drop for Client {
 /// The shortest read timeout the reader sets: a keepalive due in less
 /// is handled now.
 const MIN_WAIT: Duration = Duration::from_millis(10);
+
+/// How far the socket's read timeout may be from the keepalive timer's
+/// next due time before it is set again.
+const TIMEOUT_SLACK: Duration = Duration::from_millis(1);
 
 /// The reader thread. It notifies the listener of every close this side
 /// did not ask for, including one a failed send caused on a caller's
@@ -413,7 +437,13 @@ impl Reader {
             // Wake for the keepalive timer only: an idle connection costs
             // one wake-up per keepalive interval, not one per tick.
             let wait = self.until_keepalive_due();
-            if self.read_timeout != Some(wait) {
+            // Nearly every read follows a message, after which the wait is
+            // the interval less a few microseconds: keep the timeout set
+            // rather than make a system call per message.
+            if self
+                .read_timeout
+                .is_none_or(|set| set.abs_diff(wait) > TIMEOUT_SLACK)
+            {
                 if let Err(e) = self.stream.set_read_timeout(Some(wait)) {
                     return (
                         CloseReason::Error,

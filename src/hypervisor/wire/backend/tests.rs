@@ -953,3 +953,56 @@ fn header_of_a_reply_matches_its_call() {
     assert_eq!(got.header.serial, 9);
     assert_eq!(got.header.procedure, 23);
 }
+
+#[test]
+fn a_domain_read_has_its_xml_and_state_calls_in_flight_at_once() {
+    // This daemon answers the XML call only once the state call has
+    // arrived, and answers them in the other order: a client that waited
+    // for one reply before sending the next call would get no XML.
+    let held: Arc<Mutex<Option<Header>>> = Arc::new(Mutex::new(None));
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(move |s, call| {
+            if standard(s, call) {
+                return Flow::Continue;
+            }
+            match call.header.procedure {
+                14 => *held.lock().unwrap() = Some(call.header),
+                212 => {
+                    s.daemon.reply(
+                        &call.header,
+                        &enc(|e| {
+                            e.i32(1).i32(1);
+                        }),
+                    );
+                    if let Some(xml_call) = held.lock().unwrap().take() {
+                        s.daemon.reply(
+                            &xml_call,
+                            &enc(|e| {
+                                e.string("<domain type='test'/>");
+                            }),
+                        );
+                    }
+                }
+                _ => s.daemon.reply(&call.header, &[]),
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let (tx, done) = unbounded();
+    std::thread::spawn(move || {
+        let _ = tx.send((
+            hv.domain_xml_and_status(OUR_DOMAIN),
+            hv.domain_xml_and_status("someone_else").map_err(|e| e.kind),
+        ));
+    });
+    let (ours, other) = done
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the XML call was not answered: the state call was not sent beside it");
+    let ((xml, uuid), status) = ours.unwrap();
+    assert_eq!(xml, "<domain type='test'/>");
+    assert_eq!(uuid, "abababab-abab-abab-abab-abababababab");
+    assert_eq!(status, Some(DomainStatus::from_libvirt(1, 1)));
+    assert_eq!(other.unwrap_err(), HypervisorErrorKind::NoDomain);
+}

@@ -1,46 +1,193 @@
-//! The static musl build's allocator: musl's, with a few freed blocks of
-//! 1 KiB to 128 KiB kept for reuse.
+//! The static musl build's allocator: musl's, with freed blocks kept for
+//! reuse.
 //!
 //! musl's allocator (mallocng) gives memory back to the kernel as soon as
-//! a group of blocks is free, so a request that allocates and frees a few
-//! kilobytes (a fresh `query-domain`: the XML as read, its JSON string,
-//! the reply line) maps and unmaps memory several times, and faults the
-//! pages in again every time: a profile showed about five mmap/munmap
-//! pairs per fresh `query-domain` in the job thread alone. glibc keeps
-//! such memory in its heap. This keeps at most [`SLOTS`] freed blocks per
-//! power-of-two size class, so at most ~0.5 MiB: what a request frees, the
-//! next one takes back. Smaller blocks, bigger ones and over-aligned ones
-//! go to musl unchanged.
+//! a group of blocks is free, so a request that allocates and frees many
+//! blocks (a fresh `query-domain`: the XML as read, its element tree, the
+//! JSON of the domain, the reply line) maps and unmaps memory several
+//! times, and faults the pages in again every time, each unmap also
+//! interrupting the process's other CPUs to flush their TLBs. glibc keeps
+//! such memory in its heap. So this allocator keeps what is freed:
 //!
-//! The slots are atomic pointers: taking one is a `swap` with null (the
-//! taker owns the block alone), giving one back a `compare_exchange` from
-//! null; no lock, no allocation. Installed as the global allocator only in
-//! musl builds (src/main.rs); compiled everywhere so its tests run.
+//! - Blocks of up to [`SMALL_MAX`] bytes (most of a parse's allocations)
+//!   come from size classes 16 bytes apart, carved from 32 KiB slabs taken
+//!   from musl and never given back; a freed block goes on its class's
+//!   free list. Memory held is the peak of small blocks live at once.
+//!   Each class has a spin lock held for a few instructions (a pop or a
+//!   push, or a carve); nothing allocates or blocks while it is held.
+//! - Blocks over 1 KiB up to 128 KiB (power-of-two classes): at most [`SLOTS`]
+//!   freed blocks per class, so at most ~1 MiB; what a request frees,
+//!   the next one takes back. The slots are atomic pointers: taking one is
+//!   a `swap` with null (the taker owns the block alone), giving one back
+//!   a `compare_exchange` from null.
+//! - Bigger blocks and over-aligned ones go to musl unchanged.
+//!
+//! Installed as the global allocator only in musl builds (src/main.rs);
+//! compiled everywhere so its tests run.
 
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::UnsafeCell;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
-/// Smallest cached class: 1 KiB (2^10).
-const MIN_SHIFT: u32 = 10;
+/// Smallest power-of-two class: 2 KiB (2^11), for blocks over 1 KiB.
+const MIN_SHIFT: u32 = 11;
 /// Largest cached class: 128 KiB (2^17).
 const MAX_SHIFT: u32 = 17;
 const CLASSES: usize = (MAX_SHIFT - MIN_SHIFT + 1) as usize;
 /// Freed blocks kept per class.
-pub const SLOTS: usize = 2;
+pub const SLOTS: usize = 4;
 /// musl's malloc alignment; more than that is left to musl.
 const MAX_ALIGN: usize = 16;
 
+/// The largest small block.
+pub const SMALL_MAX: usize = 1024;
+/// Small classes are this many bytes apart (and blocks so aligned).
+const GRAIN: usize = 16;
+const SMALL_CLASSES: usize = SMALL_MAX / GRAIN;
+/// What a small class takes from musl when its free list is empty.
+const SLAB: usize = 32 * 1024;
+
+/// One small size class: a free list threaded through the freed blocks
+/// (each one's first word points to the next) and the unused rest of the
+/// last slab.
+struct SmallClass {
+    locked: AtomicBool,
+    /// Guarded by `locked`.
+    free: UnsafeCell<*mut u8>,
+    /// Guarded by `locked`: the slab's next uncarved byte and its end.
+    next: UnsafeCell<*mut u8>,
+    end: UnsafeCell<*mut u8>,
+}
+
+// SAFETY: the cells are read and written only by the thread that holds
+// `locked` (acquired with Acquire, released with Release).
+unsafe impl Sync for SmallClass {}
+
+impl SmallClass {
+    const fn new() -> SmallClass {
+        SmallClass {
+            locked: AtomicBool::new(false),
+            free: UnsafeCell::new(ptr::null_mut()),
+            next: UnsafeCell::new(ptr::null_mut()),
+            end: UnsafeCell::new(ptr::null_mut()),
+        }
+    }
+
+    fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.locked.load(Ordering::Relaxed) {
+                // The holder is a few instructions from letting go, unless
+                // it was preempted: then give it the CPU.
+                if spins < 100 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+
+    /// A block of `size` bytes (the class's size): a freed one, or carved.
+    fn take(&self, size: usize) -> *mut u8 {
+        self.lock();
+        // SAFETY: the lock is held. A block on the free list is one of this
+        // class that nobody uses, its first word written by `give`.
+        let block = unsafe {
+            let head = *self.free.get();
+            if head.is_null() {
+                self.carve(size)
+            } else {
+                *self.free.get() = head.cast::<*mut u8>().read();
+                head
+            }
+        };
+        self.unlock();
+        block
+    }
+
+    /// Cuts `size` bytes off the slab, taking a new slab if needed.
+    ///
+    /// # Safety
+    /// The caller holds the lock.
+    unsafe fn carve(&self, size: usize) -> *mut u8 {
+        // SAFETY: the lock is held; `next..end` is the unused part of a
+        // live slab of this class (or both are null).
+        unsafe {
+            let next = *self.next.get();
+            let room = (*self.end.get() as usize).saturating_sub(next as usize);
+            let block = if next.is_null() || room < size {
+                // The slab's rest (less than a block) stays unused.
+                let slab = System.alloc(Layout::from_size_align_unchecked(SLAB, GRAIN));
+                if slab.is_null() {
+                    return slab;
+                }
+                *self.end.get() = slab.add(SLAB);
+                slab
+            } else {
+                next
+            };
+            *self.next.get() = block.add(size);
+            block
+        }
+    }
+
+    /// Puts a block of this class on the free list.
+    ///
+    /// # Safety
+    /// `block` came from `take` of this class and is no longer used.
+    unsafe fn give(&self, block: *mut u8) {
+        self.lock();
+        // SAFETY: the lock is held; the block is at least GRAIN bytes,
+        // GRAIN-aligned and nobody else's: room for the link.
+        unsafe {
+            block.cast::<*mut u8>().write(*self.free.get());
+            *self.free.get() = block;
+        }
+        self.unlock();
+    }
+}
+
 pub struct BlockCache {
+    small: [SmallClass; SMALL_CLASSES],
     slots: [[AtomicPtr<u8>; SLOTS]; CLASSES],
 }
 
 impl BlockCache {
     pub const fn new() -> BlockCache {
         BlockCache {
+            small: [const { SmallClass::new() }; SMALL_CLASSES],
             slots: [const { [const { AtomicPtr::new(ptr::null_mut()) }; SLOTS] }; CLASSES],
         }
     }
+}
+
+/// Where a block of some layout comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Small class `n`: blocks of `(n + 1) * GRAIN` bytes.
+    Small(usize),
+    /// Power-of-two class `n` (see `class_of`).
+    Block(usize),
+    /// musl, with the caller's layout.
+    System,
+}
+
+fn kind_of(layout: Layout) -> Kind {
+    if layout.align() <= GRAIN && layout.size() <= SMALL_MAX {
+        return Kind::Small(layout.size().max(1).div_ceil(GRAIN) - 1);
+    }
+    class_of(layout).map_or(Kind::System, Kind::Block)
 }
 
 impl Default for BlockCache {
@@ -93,8 +240,9 @@ impl BlockCache {
 // with the layout it allocated it with.
 unsafe impl GlobalAlloc for BlockCache {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        match class_of(layout) {
-            Some(class) => {
+        match kind_of(layout) {
+            Kind::Small(class) => self.small[class].take((class + 1) * GRAIN),
+            Kind::Block(class) => {
                 let block = self.take(class);
                 if block.is_null() {
                     // SAFETY: a class layout has a non-zero size.
@@ -104,35 +252,35 @@ unsafe impl GlobalAlloc for BlockCache {
                 }
             }
             // SAFETY: the caller's layout, as GlobalAlloc::alloc requires.
-            None => unsafe { System.alloc(layout) },
+            Kind::System => unsafe { System.alloc(layout) },
         }
     }
 
     unsafe fn dealloc(&self, block: *mut u8, layout: Layout) {
-        match class_of(layout) {
-            Some(class) => {
+        match kind_of(layout) {
+            // SAFETY: a block of this layout came from this small class.
+            Kind::Small(class) => unsafe { self.small[class].give(block) },
+            Kind::Block(class) => {
                 if !self.keep(class, block) {
                     // SAFETY: the block was allocated with its class layout.
                     unsafe { System.dealloc(block, class_layout(class)) }
                 }
             }
             // SAFETY: allocated by System with this layout.
-            None => unsafe { System.dealloc(block, layout) },
+            Kind::System => unsafe { System.dealloc(block, layout) },
         }
     }
 
     unsafe fn realloc(&self, block: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let old = class_of(layout);
         let new_layout = match Layout::from_size_align(new_size, layout.align()) {
             Ok(l) => l,
             Err(_) => return ptr::null_mut(),
         };
-        let new = class_of(new_layout);
-        match (old, new) {
-            // The block already has room: its class is its real size.
-            (Some(a), Some(b)) if a == b => block,
+        match (kind_of(layout), kind_of(new_layout)) {
             // SAFETY: neither size is cached: System's block, its layout.
-            (None, None) => unsafe { System.realloc(block, layout, new_size) },
+            (Kind::System, Kind::System) => unsafe { System.realloc(block, layout, new_size) },
+            // The block already has room: its class is its real size.
+            (old, new) if old == new => block,
             _ => {
                 // SAFETY: as alloc/dealloc above; the copy is within both
                 // blocks (the smaller of the two sizes).
@@ -158,16 +306,57 @@ mod tests {
     }
 
     #[test]
-    fn sizes_map_to_power_of_two_classes_from_1_to_128_kib() {
+    fn sizes_map_to_power_of_two_classes_from_2_to_128_kib() {
         assert_eq!(class_of(layout(100)), None);
-        assert_eq!(class_of(layout(512)), None);
-        assert_eq!(class_of(layout(513)), Some(0));
-        assert_eq!(class_of(layout(1024)), Some(0));
-        assert_eq!(class_of(layout(1025)), Some(1));
+        assert_eq!(class_of(layout(1024)), None);
+        assert_eq!(class_of(layout(1025)), Some(0));
+        assert_eq!(class_of(layout(2048)), Some(0));
+        assert_eq!(class_of(layout(2049)), Some(1));
         assert_eq!(class_of(layout(128 << 10)), Some(CLASSES - 1));
         assert_eq!(class_of(layout((128 << 10) + 1)), None);
         assert_eq!(class_of(Layout::from_size_align(4096, 64).unwrap()), None);
         assert_eq!(class_layout(CLASSES - 1).size(), 128 << 10);
+    }
+
+    #[test]
+    fn small_sizes_map_to_classes_16_bytes_apart() {
+        assert_eq!(kind_of(layout(1)), Kind::Small(0));
+        assert_eq!(kind_of(layout(16)), Kind::Small(0));
+        assert_eq!(kind_of(layout(17)), Kind::Small(1));
+        assert_eq!(kind_of(layout(1024)), Kind::Small(SMALL_CLASSES - 1));
+        assert_eq!(kind_of(layout(1025)), Kind::Block(0));
+        assert_eq!(
+            kind_of(Layout::from_size_align(64, 32).unwrap()),
+            Kind::System
+        );
+        assert_eq!(kind_of(layout(200_000)), Kind::System);
+    }
+
+    #[test]
+    fn a_freed_small_block_is_reused_and_slabs_are_carved_in_order() {
+        let cache = BlockCache::new();
+        // SAFETY: (test) every block is freed with the layout it was
+        // allocated with, and never used after.
+        unsafe {
+            let a = cache.alloc(layout(40));
+            let b = cache.alloc(layout(48));
+            // Same class (48 bytes): carved one after the other.
+            assert_eq!(b as usize - a as usize, 48);
+            assert_eq!(a as usize % GRAIN, 0);
+            cache.dealloc(a, layout(40));
+            assert_eq!(cache.alloc(layout(33)), a, "the freed block is reused");
+            // More blocks than a slab holds: a new slab, all distinct.
+            let many: Vec<*mut u8> = (0..2 * SLAB / 48)
+                .map(|_| cache.alloc(layout(48)))
+                .collect();
+            let mut sorted = many.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), many.len());
+            for block in many.into_iter().chain([a, b]) {
+                cache.dealloc(block, layout(48));
+            }
+        }
     }
 
     #[test]
@@ -176,15 +365,17 @@ mod tests {
         // SAFETY: (test) every block is freed with the layout it was
         // allocated with, and never used after.
         unsafe {
-            let a = cache.alloc(layout(3000));
-            let b = cache.alloc(layout(3000));
-            let c = cache.alloc(layout(3000));
-            cache.dealloc(a, layout(3000));
-            cache.dealloc(b, layout(3000));
-            cache.dealloc(c, layout(3000));
-            // Two kept (a and b), c went back to musl.
-            let again = [cache.alloc(layout(2500)), cache.alloc(layout(4096))];
-            assert!(again.contains(&a) && again.contains(&b));
+            let blocks: Vec<*mut u8> = (0..=SLOTS).map(|_| cache.alloc(layout(3000))).collect();
+            for &block in &blocks {
+                cache.dealloc(block, layout(3000));
+            }
+            // The first SLOTS kept, the last went back to musl.
+            let again: Vec<*mut u8> = (0..SLOTS)
+                .map(|i| cache.alloc(layout(if i % 2 == 0 { 2500 } else { 4096 })))
+                .collect();
+            for kept in &blocks[..SLOTS] {
+                assert!(again.contains(kept));
+            }
             for block in again {
                 cache.dealloc(block, layout(4096));
             }
@@ -225,8 +416,12 @@ mod tests {
         let threads: Vec<_> = (0..4u8)
             .map(|t| {
                 std::thread::spawn(move || {
-                    for round in 0..2000usize {
-                        let size = 1024 << (round % 5);
+                    for round in 0..4000usize {
+                        // Small classes and power-of-two ones.
+                        let size = match round % 2 {
+                            0 => 1 + (round * 7) % SMALL_MAX,
+                            _ => 1024 << (round % 5),
+                        };
                         // SAFETY: (test) freed with its layout, used only
                         // between alloc and dealloc by this thread.
                         unsafe {

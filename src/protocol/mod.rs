@@ -279,7 +279,15 @@ pub fn encode_return(result: &Return, id: Option<&RequestId>) -> String {
         #[serde(skip_serializing_if = "Option::is_none")]
         id: Option<&'a RequestId>,
     }
-    finish_line(serde_json::to_string(&Line { ret: result, id }))
+    // Room for the encoded members (the bulk of a query-domain reply) up
+    // front: a line grown from empty is copied at every doubling.
+    let mut line = Vec::with_capacity(result.encoded_bytes() + 256);
+    let written = serde_json::to_writer(&mut line, &Line { ret: result, id }).map(|()| {
+        // SAFETY: serde_json writes only valid UTF-8 (its own to_string
+        // makes its String the same way).
+        unsafe { String::from_utf8_unchecked(line) }
+    });
+    finish_line(written)
 }
 
 /// Encodes an error reply line (with trailing newline).

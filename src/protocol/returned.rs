@@ -82,6 +82,14 @@ impl Return {
         }
     }
 
+    /// The bytes the encoded members take in a reply, keys included.
+    pub fn encoded_bytes(&self) -> usize {
+        self.encoded
+            .iter()
+            .map(|(key, value)| key.len() + value.get().len() + 4)
+            .sum()
+    }
+
     /// The whole object as JSON values (decoding the encoded members): for
     /// tests and logs, not for replies.
     pub fn into_object(self) -> Map<String, Value> {

@@ -25,30 +25,48 @@ use crate::threads::{self, FatalSender};
 /// replies ("exactly one reply per request line" holds to the end).
 #[derive(Default)]
 pub struct InFlight {
-    count: Mutex<usize>,
+    state: Mutex<InFlightState>,
     idle: Condvar,
 }
 
+#[derive(Default)]
+struct InFlightState {
+    requests: usize,
+    /// Threads in `wait_idle`: a notify is a system call even with nobody
+    /// waiting, so it is made only when someone is.
+    waiters: usize,
+}
+
 impl InFlight {
+    fn state(&self) -> std::sync::MutexGuard<'_, InFlightState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub fn start(&self) {
-        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.state().requests += 1;
     }
 
     pub fn done(&self) {
-        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
-        *count = count.saturating_sub(1);
-        if *count == 0 {
+        let mut state = self.state();
+        state.requests = state.requests.saturating_sub(1);
+        if state.requests == 0 && state.waiters > 0 {
             self.idle.notify_all();
         }
     }
 
     /// Waits until no request is in flight; false on timeout.
     pub fn wait_idle(&self, timeout: Duration) -> bool {
-        let count = self.count.lock().unwrap_or_else(|p| p.into_inner());
-        match self.idle.wait_timeout_while(count, timeout, |c| *c > 0) {
-            Ok((_, result)) => !result.timed_out(),
-            Err(_) => false,
-        }
+        let mut state = self.state();
+        state.waiters += 1;
+        let (mut state, idle) = match self
+            .idle
+            .wait_timeout_while(state, timeout, |s| s.requests > 0)
+        {
+            Ok((state, result)) => (state, !result.timed_out()),
+            Err(poisoned) => (poisoned.into_inner().0, false),
+        };
+        state.waiters -= 1;
+        idle
     }
 }
 
@@ -209,5 +227,33 @@ pub fn self_ping(path: &Path, timeout: Duration) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("unexpected ping reply: {}", line.trim_end()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn waiting_for_idle_ends_when_the_last_request_is_answered() {
+        let in_flight = Arc::new(InFlight::default());
+        assert!(in_flight.wait_idle(Duration::ZERO), "nothing in flight");
+        in_flight.start();
+        in_flight.start();
+        assert!(!in_flight.wait_idle(Duration::from_millis(20)));
+        let waiter = {
+            let in_flight = in_flight.clone();
+            std::thread::spawn(move || in_flight.wait_idle(Duration::from_secs(30)))
+        };
+        // The answers come once the waiter is registered.
+        while in_flight.state().waiters == 0 && !waiter.is_finished() {
+            std::thread::yield_now();
+        }
+        in_flight.done();
+        in_flight.done();
+        // Not woken, it would time out after 30 s and return false.
+        assert!(waiter.join().unwrap());
+        assert_eq!(in_flight.state().waiters, 0);
     }
 }

@@ -647,15 +647,6 @@ impl Hypervisor for FakeHypervisor {
         })
     }
 
-    fn domain_xml_and_status(
-        &self,
-        name: &str,
-    ) -> HvResult<((String, String), Option<DomainStatus>)> {
-        // Counted as the two calls it stands for.
-        let xml = self.domain_xml(name)?;
-        Ok((xml, self.domain_status(name)?))
-    }
-
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {
         self.with_domain("stats", name, |d| {
             let state = match d.status.state {

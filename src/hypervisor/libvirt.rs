@@ -452,15 +452,6 @@ impl Hypervisor for LibvirtHypervisor {
         })
     }
 
-    fn domain_xml_and_status(
-        &self,
-        name: &str,
-    ) -> HvResult<((String, String), Option<DomainStatus>)> {
-        // libvirt's client API is blocking: one call after the other.
-        let xml = self.domain_xml(name)?;
-        Ok((xml, self.domain_status(name)?))
-    }
-
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>> {
         let wanted = sys::VIR_DOMAIN_STATS_STATE
             | sys::VIR_DOMAIN_STATS_CPU_TOTAL

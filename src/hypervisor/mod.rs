@@ -306,11 +306,15 @@ pub trait Hypervisor: Send + Sync {
     fn domain_xml(&self, name: &str) -> HvResult<(String, String)>;
     /// `domain_xml` and `domain_status` together, as one read of the
     /// domain: a backend that can have both calls in flight at once does
-    /// (the wire backend), which saves a round trip per fresh read.
+    /// (the wire backend), which saves a round trip per fresh read. By
+    /// default (libvirt's blocking client, the fakes) one after the other.
     fn domain_xml_and_status(
         &self,
         name: &str,
-    ) -> HvResult<((String, String), Option<DomainStatus>)>;
+    ) -> HvResult<((String, String), Option<DomainStatus>)> {
+        let xml = self.domain_xml(name)?;
+        Ok((xml, self.domain_status(name)?))
+    }
     /// Bulk statistics, as `virsh domstats` names them.
     fn stats(&self, name: &str) -> HvResult<Vec<Stat>>;
 

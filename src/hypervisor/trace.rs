@@ -8,7 +8,9 @@
 //!
 //! The launcher wraps its hypervisor in [`Traced`] only when trace logging
 //! is on for this module, so it costs nothing otherwise. A new trait method
-//! needs one line here (the compiler says so).
+//! needs one line here (the compiler says so, except for a method with a
+//! default body, such as `domain_xml_and_status`, which must be forwarded
+//! too so that the wrapped backend's own version runs).
 
 use std::fmt::Debug;
 use std::sync::Arc;

@@ -99,12 +99,6 @@ impl Hypervisor for Scripted {
     fn domain_xml(&self, _: &str) -> HvResult<(String, String)> {
         Ok((self.xml.lock().unwrap().clone(), "uuid".into()))
     }
-    fn domain_xml_and_status(
-        &self,
-        name: &str,
-    ) -> HvResult<((String, String), Option<DomainStatus>)> {
-        Ok((self.domain_xml(name)?, self.domain_status(name)?))
-    }
     fn stats(&self, _: &str) -> HvResult<Vec<Stat>> {
         Self::unsupported("stats")
     }

@@ -90,17 +90,20 @@ fn boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands() {
     let runtime = fs::metadata(g.launcher.tree.path("private/libvirt")).unwrap();
     assert_eq!(runtime.permissions().mode() & 0o777, 0o700);
 
-    // The agent works; pause and unpause as usual.
+    // The agent works; pause as usual.
     assert_eq!(status["agent"]["connected"], true);
     assert_eq!(guest_sh(&mut g.client, "echo alive").1, "alive\n");
     assert_eq!(g.client.ok("pause", Value::Null)["state"], "Paused");
     g.watcher
         .wait_event(STEP, "Suspended", lifecycle("Suspended", "Paused"));
-    assert_eq!(g.client.ok("unpause", Value::Null)["state"], "Running");
-    g.watcher
-        .wait_event(STEP, "Resumed", lifecycle("Resumed", "Unpaused"));
 
-    // A daemon that dies is restarted, as the user, and the guest runs on.
+    // A daemon that dies is restarted, as the user, and the guest lives on.
+    // It is killed while the guest is paused: the agent poller is stopped
+    // then, so the daemon is not in the middle of reading an agent reply.
+    // (Killed halfway through one, the reply's tail stays in the channel;
+    // libvirt's next daemon cannot parse it and keeps the agent marked
+    // broken: a libvirt limit, not the launcher's, and the test's kill
+    // right after an unpause's burst of polls hit it once.)
     let libvirtd = common::daemon::spawned_pid(&status, "libvirtd").unwrap();
     let killed = Command::new("kill")
         .args(["-KILL", &libvirtd.to_string()])
@@ -118,6 +121,9 @@ fn boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands() {
     assert_ne!(restarted, libvirtd);
     assert_eq!(process_uid(restarted), Some(user.uid));
     assert_eq!(qemu_pids("e2e_nrboot"), qemu);
+    assert_eq!(g.client.ok("unpause", Value::Null)["state"], "Running");
+    g.watcher
+        .wait_event(STEP, "Resumed", lifecycle("Resumed", "Unpaused"));
     // The agent's channel comes back with the new daemon (its state is
     // read again after the reconnect): the probe below needs it.
     wait_status(&mut g.client, STEP, "agent connected again", |s| {

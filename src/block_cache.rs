@@ -233,11 +233,15 @@ impl BlockCache {
     }
 }
 
-// SAFETY: every block handed out is either System's for the same layout
-// (uncached sizes) or a block of its class's full layout, from System or
-// from a slot that owned it alone; it is given back to a slot or to System
-// with that same class layout, so System always frees what it allocated
-// with the layout it allocated it with.
+// SAFETY: every block handed out is System's for the same layout (uncached
+// sizes), a block of its power-of-two class's full layout (from System or
+// from a slot that owned it alone), or a small class's block (carved from a
+// slab, or popped off the class's free list under its lock). Layout decides
+// the kind, so a block comes back to where it came from: a slot or System
+// with its class layout (System frees what it allocated, with the layout it
+// allocated it with), or its small class's free list (slabs are never
+// freed). Small blocks are 16-byte aligned: slabs are, and sizes are
+// multiples of 16.
 unsafe impl GlobalAlloc for BlockCache {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match kind_of(layout) {

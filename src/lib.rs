@@ -2,7 +2,6 @@
 //! daemon. See `launcher` for how the threads fit together.
 
 pub mod agent;
-#[cfg(target_arch = "x86_64")]
 pub mod block_cache;
 pub mod cli;
 pub mod client;
@@ -22,6 +21,7 @@ pub mod launcher;
 pub mod lock;
 pub mod logging;
 pub mod manager;
+#[cfg(target_arch = "x86_64")]
 pub mod memcpy;
 pub mod migration;
 pub mod network;

@@ -196,11 +196,32 @@ impl WireHypervisor {
         }
     }
 
+    /// Runs `attempt` (one call or several) with a reference to domain
+    /// `name`; returns its outcome and the reference. Calls through a
+    /// cached reference that the daemon answers with "no domain" (`gone`)
+    /// did nothing: the domain may have been defined again with another
+    /// UUID, so the attempt is made once more on a fresh lookup.
+    fn on_domain<T>(
+        &self,
+        client: &Client,
+        name: &str,
+        operation: &'static str,
+        attempt: impl Fn(&DomainRef) -> T,
+        gone: impl Fn(&T) -> bool,
+    ) -> HvResult<(T, DomainRef)> {
+        let (dom, cached) = self.domain_ref(client, name, operation)?;
+        let outcome = attempt(&dom);
+        if cached && gone(&outcome) {
+            self.forget_domain(name);
+            let (dom, _) = self.domain_ref(client, name, operation)?;
+            return Ok((attempt(&dom), dom));
+        }
+        Ok((outcome, dom))
+    }
+
     /// Calls `procedure` with the arguments `encode` writes for a
-    /// reference to domain `name`; returns the reply and the reference.
-    /// A call through a cached reference that the daemon answers with "no
-    /// domain" did nothing: the domain may have been defined again with
-    /// another UUID, so it is made once more on a fresh lookup.
+    /// reference to domain `name` (see `on_domain`); returns the reply and
+    /// the reference.
     fn call_on_domain(
         &self,
         client: &Client,
@@ -217,16 +238,8 @@ impl WireHypervisor {
                 .call(procedure, &e.into_bytes(), deadline)
                 .map_err(|e| self.error(op, e))
         };
-        let (dom, cached) = self.domain_ref(client, name, op)?;
-        match attempt(&dom) {
-            Ok(reply) => Ok((reply, dom)),
-            Err(e) if cached && e.kind == HypervisorErrorKind::NoDomain => {
-                self.forget_domain(name);
-                let (dom, _) = self.domain_ref(client, name, op)?;
-                attempt(&dom).map(|reply| (reply, dom))
-            }
-            Err(e) => Err(e),
-        }
+        let (reply, dom) = self.on_domain(client, name, op, attempt, no_domain)?;
+        reply.map(|reply| (reply, dom))
     }
 
     /// Calls `procedure` on domain `name` with what `args` encodes after
@@ -294,6 +307,13 @@ impl WireHypervisor {
 
 /// Decodes a whole reply payload; anything left over or missing is an
 /// `Other` (Internal) error naming the call.
+/// Whether a call failed because the daemon has no such domain.
+fn no_domain<T>(result: &HvResult<T>) -> bool {
+    result
+        .as_ref()
+        .is_err_and(|e| e.kind == HypervisorErrorKind::NoDomain)
+}
+
 fn decode_reply<T>(
     operation: &'static str,
     reply: &[u8],
@@ -808,18 +828,10 @@ impl Hypervisor for WireHypervisor {
             };
             (wait(xml, xml_call), wait(state, state_call))
         };
-        let gone = |r: &HvResult<Vec<u8>>| {
-            r.as_ref()
-                .is_err_and(|e| e.kind == HypervisorErrorKind::NoDomain)
-        };
-        let (mut dom, cached) = self.domain_ref(&client, name, xml_call.api)?;
-        let (mut xml, mut state) = both(&dom);
-        if cached && (gone(&xml) || gone(&state)) {
-            // The cached reference may be stale: see `call_on_domain`.
-            self.forget_domain(name);
-            dom = self.domain_ref(&client, name, xml_call.api)?.0;
-            (xml, state) = both(&dom);
-        }
+        let ((xml, state), dom) =
+            self.on_domain(&client, name, xml_call.api, both, |(xml, state)| {
+                no_domain(xml) || no_domain(state)
+            })?;
         let xml = decode_reply(xml_call.api, &xml?, |d| d.string())?;
         let status = match state {
             Ok(reply) => Some(decode_reply(state_call.api, &reply, |d| {

@@ -298,24 +298,33 @@ fn ctl_events_follows_events_until_the_launcher_exits() {
         "--events",
         "DOMAIN_LIFECYCLE",
     ]);
-    // Pause and unpause until the followers, which subscribe in their own
-    // time, see the events.
+    // Pause and unpause until both followers, which subscribe in their own
+    // time (one may be subscribed before the other), have seen an event.
     let deadline = Instant::now() + T;
-    let first = loop {
-        assert!(Instant::now() < deadline, "no event reached ctl --events");
+    let (mut first_raw, mut first_all) = (None, None);
+    while first_raw.is_none() || first_all.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no event reached ctl --events: --raw {first_raw:?}, all {first_all:?}"
+        );
         client.ok("pause", Value::Null);
         client.ok("unpause", Value::Null);
-        if let Ok(line) = lifecycle.lines.recv_timeout(Duration::from_millis(200)) {
-            break line;
+        let wait = Duration::from_millis(200);
+        if first_raw.is_none() {
+            first_raw = lifecycle.lines.recv_timeout(wait).ok();
         }
-    };
+        if first_all.is_none() {
+            first_all = all.lines.recv_timeout(wait).ok();
+        }
+    }
+    let first = first_raw.unwrap_or_default();
     let raw: Value = serde_json::from_str(&first).unwrap();
     assert_eq!(raw["event"], "DOMAIN_LIFECYCLE");
     assert!(
         raw["timestamp"]["seconds"].is_i64(),
         "--raw keeps the whole line: {first}"
     );
-    let event: Value = serde_json::from_str(&all.next_line(T)).unwrap();
+    let event: Value = serde_json::from_str(&first_all.unwrap_or_default()).unwrap();
     assert!(event.get("event").is_some(), "{event}");
 
     // An unknown event name: the launcher's InvalidArgument for subscribe.

@@ -9,7 +9,8 @@
 //! and with a running guest, exec -> ready socket, `ping`, `query-domain`,
 //! `query-stats` and re-sync of an unchanged VMI, and the agent-polling
 //! soak: RSS after N minutes of the guest agent being polled, 1 by default,
-//! `VL_BENCH_SOAK_MINUTES=N` (the issue's figure is N=10).
+//! `VL_BENCH_SOAK_MINUTES=N` (the issue's figure is N=10), and RSS after a
+//! few requests of nearly the 1 MiB line limit.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -355,6 +356,41 @@ pub fn backends() {
         println!("  RSS every 30 s, virt (MiB): {}", per_minute(0));
         println!("  RSS every 30 s, wire (MiB): {}", per_minute(1));
     }
+
+    // What one large request leaves behind: a request line just under
+    // the default 1 MiB limit, parsed into many small blocks and freed
+    // (ping refuses arguments, after parsing them). Three of them: an
+    // object of 70,000 members, an array of 200,000 strings, the object
+    // again.
+    let object = format!(
+        r#"{{"execute":"ping","arguments":{{{}}},"id":4}}"#,
+        (0..70_000)
+            .map(|i| format!(r#""k{i:06}":"v""#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let array = format!(
+        r#"{{"execute":"ping","arguments":{{"a":[{}]}},"id":4}}"#,
+        vec![r#""x""#; 200_000].join(",")
+    );
+    for line in [&object, &array, &object] {
+        for c in &mut clients {
+            c.send_raw(format!("{line}\n").as_bytes());
+            let reply = c.read_reply(STEP);
+            assert_eq!(reply["error"]["class"], "InvalidArgument", "{reply}");
+        }
+    }
+    let after_large = [0, 1].map(|i| memory_kib(launchers[i].pid()));
+    row(
+        &format!(
+            "RSS after 3 requests of {} and {} KiB",
+            object.len() / 1024,
+            array.len() / 1024
+        ),
+        mib(after_large[0].0),
+        mib(after_large[1].0),
+        "",
+    );
 
     for (l, c) in launchers.iter_mut().zip(&mut clients) {
         c.ok("kill", Value::Null);

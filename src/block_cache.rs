@@ -358,7 +358,7 @@ unsafe impl GlobalAlloc for BlockCache {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match kind_of(layout) {
             Kind::Small(class) => {
-                let block = self.small[class].take((class + 1) * GRAIN, &self.region);
+                let block = self.small[class].take(small_layout(class).size(), &self.region);
                 if block.is_null() {
                     // SAFETY: a small class layout has a non-zero size.
                     unsafe { System.alloc(small_layout(class)) }

@@ -305,8 +305,6 @@ impl WireHypervisor {
     }
 }
 
-/// Decodes a whole reply payload; anything left over or missing is an
-/// `Other` (Internal) error naming the call.
 /// Whether a call failed because the daemon has no such domain.
 fn no_domain<T>(result: &HvResult<T>) -> bool {
     result
@@ -314,6 +312,8 @@ fn no_domain<T>(result: &HvResult<T>) -> bool {
         .is_err_and(|e| e.kind == HypervisorErrorKind::NoDomain)
 }
 
+/// Decodes a whole reply payload; anything left over or missing is an
+/// `Other` (Internal) error naming the call.
 fn decode_reply<T>(
     operation: &'static str,
     reply: &[u8],

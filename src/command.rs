@@ -6,7 +6,7 @@
 //! Commands come in four groups, and the group decides who runs them:
 //! `LocalCommand`s are answered by the client's connection itself; domain,
 //! guest-agent and migration commands go to the domain manager as a
-//! `ManagerRequest`, each with its own reply channel.
+//! `ManagerRequest`, each with a `ReplyTo` for its one reply.
 
 use std::time::Duration;
 
@@ -474,20 +474,96 @@ pub struct ManagerRequest {
 
 /// Where one request's reply goes. Sending consumes it, so a request is
 /// answered at most once; if it is dropped unanswered, the waiting client
-/// is told so at once instead of waiting forever.
+/// is told so at once instead of waiting forever: a one-off channel
+/// ([`ReplyTo::channel`]) disconnects, a connection's reused one
+/// ([`ReplySlot`]) receives an `Internal` error naming the command.
 #[derive(Debug)]
-pub struct ReplyTo(Sender<CommandResult>);
+pub struct ReplyTo {
+    /// `None` once answered (or withdrawn).
+    to: Option<Sender<CommandResult>>,
+    /// For a reused channel, which stays connected: the command the error
+    /// sent on drop names.
+    reused_for: Option<&'static str>,
+}
 
 impl ReplyTo {
     /// A reply slot and the receiver its one reply arrives on.
     pub fn channel() -> (ReplyTo, Receiver<CommandResult>) {
         let (tx, rx) = bounded(1);
-        (ReplyTo(tx), rx)
+        let reply = ReplyTo {
+            to: Some(tx),
+            reused_for: None,
+        };
+        (reply, rx)
     }
 
-    pub fn send(self, result: CommandResult) {
-        // The client may have gone; its reply has nowhere to go then.
-        let _ = self.0.send(result);
+    pub fn send(mut self, result: CommandResult) {
+        if let Some(to) = self.to.take() {
+            // The client may have gone; its reply has nowhere to go then.
+            // Never full: each channel has at most one request in flight
+            // (try_send all the same: the manager must never block on it).
+            let _ = to.try_send(result);
+        }
+    }
+
+    /// Takes the reply slot back unanswered and without telling anyone:
+    /// for a request that never reached the manager, whose sender answers
+    /// the client itself.
+    pub fn withdraw(mut self) {
+        self.to = None;
+    }
+}
+
+impl Drop for ReplyTo {
+    fn drop(&mut self) {
+        if let (Some(to), Some(command)) = (self.to.take(), self.reused_for) {
+            let _ = to.try_send(Err(CommandError::internal(format!(
+                "{command}: the domain manager dropped this request without answering it"
+            ))));
+        }
+    }
+}
+
+/// A connection's reply channel, made once and used for every request it
+/// sends the manager: a connection waits for each reply before it reads
+/// the next line, so at most one is ever in flight, and a channel per
+/// request cost an allocation and a free (crossbeam's channels are
+/// cache-line aligned) and its teardown on every round trip.
+pub struct ReplySlot {
+    tx: Sender<CommandResult>,
+    rx: Receiver<CommandResult>,
+}
+
+impl ReplySlot {
+    pub fn new() -> ReplySlot {
+        let (tx, rx) = bounded(1);
+        ReplySlot { tx, rx }
+    }
+
+    /// Where the reply to `command` goes.
+    pub fn reply_to(&self, command: &'static str) -> ReplyTo {
+        ReplyTo {
+            to: Some(self.tx.clone()),
+            reused_for: Some(command),
+        }
+    }
+
+    /// The reply to the one request in flight (sent with a [`ReplyTo`] from
+    /// [`ReplySlot::reply_to`] that reached the manager): an answer, or the
+    /// error its drop sends.
+    pub fn wait(&self) -> CommandResult {
+        // The slot holds a sender itself, so the channel never disconnects.
+        self.rx.recv().unwrap_or_else(|_| {
+            Err(CommandError::internal(
+                "the reply channel closed without an answer",
+            ))
+        })
+    }
+}
+
+impl Default for ReplySlot {
+    fn default() -> ReplySlot {
+        ReplySlot::new()
     }
 }
 
@@ -818,6 +894,31 @@ mod tests {
         let (reply, answer) = ReplyTo::channel();
         reply.send(Ok(Map::new().into()));
         assert_eq!(answer.recv().unwrap(), Ok(Map::new().into()));
+    }
+
+    #[test]
+    fn a_reused_reply_channel_carries_one_answer_per_request() {
+        let slot = ReplySlot::new();
+        for n in 0..3u64 {
+            let reply = slot.reply_to("query-status");
+            let mut answer = Map::new();
+            answer.insert("n".into(), n.into());
+            reply.send(Ok(answer.clone().into()));
+            assert_eq!(slot.wait(), Ok(answer.into()));
+        }
+        // Dropped unanswered: the waiting client hears so, naming the command.
+        drop(slot.reply_to("pause"));
+        let err = slot.wait().unwrap_err();
+        assert_eq!(err.class, ErrorClass::Internal);
+        assert_eq!(
+            err.desc,
+            "pause: the domain manager dropped this request without answering it"
+        );
+        // Withdrawn: nothing arrives, and the next request's answer is its own.
+        slot.reply_to("ping").withdraw();
+        slot.reply_to("ping").send(Ok(Map::new().into()));
+        assert_eq!(slot.wait(), Ok(Map::new().into()));
+        assert!(slot.rx.is_empty());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The domain-manager thread: the only owner of the domain's state.
 //!
-//! Everything arrives as a message: client requests (each with its own
-//! reply channel), libvirt events, agent polls, signals, migration reports,
+//! Everything arrives as a message: client requests (each with a
+//! `ReplyTo` for its one reply), libvirt events, agent polls, signals, migration reports,
 //! job completions and timers. The manager never blocks on libvirt; calls
 //! run as jobs on worker threads (see `jobs`) and come back as completions.
 //!

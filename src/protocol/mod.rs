@@ -195,6 +195,60 @@ pub struct RequestRejected {
     pub id: Option<RequestId>,
 }
 
+/// The shape of nearly every request line: an object with a string
+/// `execute`, at most an object (or null) `arguments` and any `id`, each
+/// once. Read in one pass, with the id's text borrowed from the line.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainRequest<'a> {
+    execute: String,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
+    #[serde(default, borrow, deserialize_with = "present")]
+    id: Option<&'a RawValue>,
+}
+
+/// `Some` for a member that is there, even `null` (an `Option` field alone
+/// reads `"id":null` as absent, and the reply must echo it).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as serde::Deserialize>::deserialize(deserializer).map(Some)
+}
+
+/// A [`PlainRequest`] line as a `Request`; `None` for any other line
+/// (not an object, a key twice, an unknown key, a member of the wrong
+/// type, bad JSON), which [`parse_request`] reads the general way, as a
+/// JSON value, and words the error for. Both ways give the same `Request`
+/// for a line both accept: the id as written if a number, re-encoded
+/// compactly if not.
+fn parse_plain_request(text: &str) -> Option<Request> {
+    // A struct also reads from a JSON array; a request must be an object.
+    if !text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{')
+    {
+        return None;
+    }
+    let plain: PlainRequest = serde_json::from_str(text).ok()?;
+    let id = plain.id.map(|raw| {
+        if raw
+            .get()
+            .starts_with(|c: char| c == '-' || c.is_ascii_digit())
+        {
+            RequestId(raw.to_owned())
+        } else {
+            let value = serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null);
+            RequestId::from_value(&value)
+        }
+    });
+    Some(Request {
+        execute: plain.execute,
+        arguments: plain.arguments.unwrap_or_default(),
+        id,
+    })
+}
+
 /// Parses one request line (without its newline).
 pub fn parse_request(line: &[u8]) -> Result<Request, RequestRejected> {
     let text = std::str::from_utf8(line).map_err(|e| RequestRejected {
@@ -204,6 +258,15 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestRejected> {
         ),
         id: None,
     })?;
+    match parse_plain_request(text) {
+        Some(request) => Ok(request),
+        None => parse_request_value(text),
+    }
+}
+
+/// Any request line, read as a JSON value first: the general way, which
+/// says what is wrong with a line that is not a request.
+fn parse_request_value(text: &str) -> Result<Request, RequestRejected> {
     let value: Value = serde_json::from_str(text).map_err(|e| RequestRejected {
         error: CommandError::new(ErrorClass::ParseError, format!("invalid JSON: {e}")),
         id: None,
@@ -395,6 +458,46 @@ mod tests {
         // Kept for errors too.
         let err = parse_request(br#"{"execute":5,"id":-0}"#).unwrap_err();
         assert_eq!(err.id.map(|id| id.as_str().to_string()), Some("-0".into()));
+    }
+
+    #[test]
+    fn the_one_pass_read_agrees_with_the_general_one() {
+        let lines = [
+            r#"{"execute":"ping"}"#,
+            r#" {"execute":"ping","id":1}"#,
+            r#"{"id":-2.5e3,"execute":"query-domain","arguments":{"cached":false}}"#,
+            r#"{"execute":"sync","arguments":null,"id":null}"#,
+            r#"{"execute":"sync","arguments":{"vmi":{"a":[1,{"b":null}]}},"id":"x\u0041"}"#,
+            r#"{"execute":"ping","id":{ "a" : [ 1 , true ] }}"#,
+            r#"{"execute":"ping","id":[1, "two"]}"#,
+            r#"{"execute":"ping","id":true}"#,
+            r#"{"execute":"ping","arguments":{"a":1,"a":2}}"#,
+            "\t\r\n{\"execute\" : \"ping\" }  ",
+        ];
+        for line in lines {
+            let plain = parse_plain_request(line).unwrap_or_else(|| panic!("not plain: {line}"));
+            assert_eq!(Ok(plain), parse_request_value(line), "{line}");
+        }
+        // Lines the one-pass read leaves to the general one, which words
+        // the error or, for a key given twice, takes the last.
+        for line in [
+            r#"{"execute":"ping","execute":"query-status"}"#,
+            r#"{"execute":"ping","id":1,"id":2}"#,
+            r#"["ping"]"#,
+            r#"{"execute":"ping","extra":1}"#,
+            r#"{"execute":5}"#,
+            r#"{"execute":"ping","arguments":[1]}"#,
+            r#"{"arguments":{}}"#,
+            r#"{"execute":"ping"} x"#,
+            r#"{"execute":"ping""#,
+            r#""ping""#,
+        ] {
+            assert_eq!(parse_plain_request(line), None, "{line}");
+        }
+        let twice =
+            parse_request(br#"{"execute":"ping","execute":"query-status","id":1,"id":2}"#).unwrap();
+        assert_eq!(twice.execute, "query-status");
+        assert_eq!(twice.id.as_ref().map(RequestId::as_str), Some("2"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
 
 use super::ServerShared;
-use crate::command::{COMMANDS, Command, LocalCommand, ManagerCommand, ManagerRequest, ReplyTo};
+use crate::command::{COMMANDS, Command, LocalCommand, ManagerCommand, ManagerRequest, ReplySlot};
 use crate::events::{Event, EventKind, SubscriberQueue};
 use crate::logging::RateLimit;
 use crate::protocol::codec::{Frame, LineReader, LineTimeouts, Stalled};
@@ -54,6 +54,8 @@ struct Connection {
     shared: Arc<ServerShared>,
     outbox: Outbox,
     subscription: Option<u64>,
+    /// Where the manager's answers to this connection's requests arrive.
+    replies: ReplySlot,
 }
 
 /// Serves one connection until the client closes it.
@@ -73,6 +75,7 @@ pub fn serve(stream: UnixStream, shared: Arc<ServerShared>, id: u64) {
         outbox: Outbox(Arc::new(Mutex::new(writer))),
         shared,
         subscription: None,
+        replies: ReplySlot::new(),
     };
     if conn
         .outbox
@@ -155,7 +158,9 @@ impl Connection {
         let id = request.id;
         let result = match Command::parse(&request.execute, request.arguments) {
             Ok(Command::Local(command)) => self.run_local(command),
-            Ok(Command::Manager(command)) => ask_manager(&self.shared.manager, command),
+            Ok(Command::Manager(command)) => {
+                ask_manager(&self.shared.manager, &self.replies, command)
+            }
             Err(e) => Err(e),
         };
         match result {
@@ -235,24 +240,26 @@ fn write_events(queue: SubscriberQueue, outbox: Outbox) {
     }
 }
 
-/// Sends `command` to the domain manager with a reply channel of its own
-/// and waits for the reply. The manager answers every request exactly once
+/// Sends `command` to the domain manager with a reply slot on the
+/// connection's reply channel and waits for the reply. The manager answers every request exactly once
 /// (jobs have their own deadlines), so the wait is bounded by those; should
 /// it drop the request unanswered, the client is told so at once.
-fn ask_manager(manager: &Sender<ManagerRequest>, command: ManagerCommand) -> CommandResult {
-    let name = command.name();
-    let (reply, answer) = ReplyTo::channel();
-    if manager.send(ManagerRequest { command, reply }).is_err() {
+fn ask_manager(
+    manager: &Sender<ManagerRequest>,
+    replies: &ReplySlot,
+    command: ManagerCommand,
+) -> CommandResult {
+    let reply = replies.reply_to(command.name());
+    if let Err(unsent) = manager.send(ManagerRequest { command, reply }) {
+        // Answered here: its reply slot must not put an error of its own
+        // into the channel, where the next request would read it.
+        unsent.0.reply.withdraw();
         return Err(CommandError::new(
             ErrorClass::Unavailable,
             "the domain manager has stopped; the launcher is exiting",
         ));
     }
-    answer.recv().unwrap_or_else(|_| {
-        Err(CommandError::internal(format!(
-            "{name}: the domain manager dropped this request without answering it"
-        )))
-    })
+    replies.wait()
 }
 
 fn object(value: Value) -> Map<String, Value> {
@@ -300,13 +307,22 @@ mod tests {
             let answered = requests.recv().unwrap();
             answered.reply.send(Ok(Map::new().into()));
         });
-        let dropped = ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Pause));
+        let replies = ReplySlot::new();
+        let dropped = ask_manager(
+            &manager,
+            &replies,
+            ManagerCommand::Domain(DomainCommand::Pause),
+        );
         let err = dropped.unwrap_err();
         assert_eq!(err.class, ErrorClass::Internal);
         assert!(err.desc.starts_with("pause: "), "{}", err.desc);
         // The next request on the same connection gets its own reply.
         assert_eq!(
-            ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Ping)),
+            ask_manager(
+                &manager,
+                &replies,
+                ManagerCommand::Domain(DomainCommand::Ping)
+            ),
             Ok(Map::new().into())
         );
         fake.join().unwrap();
@@ -317,7 +333,17 @@ mod tests {
     fn a_request_after_the_manager_stopped_is_unavailable() {
         let (manager, requests) = crossbeam_channel::unbounded::<ManagerRequest>();
         drop(requests);
-        let err = ask_manager(&manager, ManagerCommand::Domain(DomainCommand::Ping)).unwrap_err();
-        assert_eq!(err.class, ErrorClass::Unavailable);
+        let replies = ReplySlot::new();
+        // Twice on one connection: the first refusal leaves nothing behind
+        // in the reply channel for the second request to read.
+        for _ in 0..2 {
+            let err = ask_manager(
+                &manager,
+                &replies,
+                ManagerCommand::Domain(DomainCommand::Ping),
+            )
+            .unwrap_err();
+            assert_eq!(err.class, ErrorClass::Unavailable);
+        }
     }
 }

@@ -335,19 +335,22 @@ impl Timestamp {
 
 /// Encodes a success reply line (with trailing newline).
 pub fn encode_return(result: &Return, id: Option<&RequestId>) -> String {
-    #[derive(Serialize)]
-    struct Line<'a> {
-        #[serde(rename = "return")]
-        ret: &'a Return,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        id: Option<&'a RequestId>,
-    }
     // Room for the encoded members (the bulk of a query-domain reply) up
     // front: a line grown from empty is copied at every doubling.
     let mut line = Vec::with_capacity(result.encoded_bytes() + 256);
-    let written = serde_json::to_writer(&mut line, &Line { ret: result, id }).map(|()| {
+    // The envelope is written around the object rather than serialised as
+    // a struct: every reply pays for it, and the id is already its own
+    // compact JSON text.
+    line.extend_from_slice(b"{\"return\":");
+    let written = serde_json::to_writer(&mut line, result).map(|()| {
+        if let Some(id) = id {
+            line.extend_from_slice(b",\"id\":");
+            line.extend_from_slice(id.as_str().as_bytes());
+        }
+        line.push(b'}');
         // SAFETY: serde_json writes only valid UTF-8 (its own to_string
-        // makes its String the same way).
+        // makes its String the same way); the rest is ASCII and the id's
+        // text, a &str.
         unsafe { String::from_utf8_unchecked(line) }
     });
     finish_line(written)
@@ -552,6 +555,18 @@ mod tests {
         assert_eq!(
             line,
             "{\"return\":{\"nested\":{\"a\":[1,2,{\"b\":\"c\\nd\"}]}},\"id\":\"id-1\"}\n"
+        );
+        assert_eq!(encode_return(&Return::new(), None), "{\"return\":{}}\n");
+        let mut encoded = Return::new();
+        encoded.insert_encoded("b", Encoded::new(&json!({"x": [1, "y"]})));
+        encoded.insert("a", json!(null));
+        encoded.insert("c", json!("z"));
+        assert_eq!(
+            encode_return(
+                &encoded,
+                Some(&RequestId::from_value(&json!([1, {"k": "v"}])))
+            ),
+            "{\"return\":{\"a\":null,\"b\":{\"x\":[1,\"y\"]},\"c\":\"z\"},\"id\":[1,{\"k\":\"v\"}]}\n"
         );
         let err =
             CommandError::new(ErrorClass::NotFound, "no domain").with_cause("virDomainLookup");

@@ -1,9 +1,10 @@
 //! The domain-manager thread: the only owner of the domain's state.
 //!
 //! Everything arrives as a message: client requests (each with a
-//! `ReplyTo` for its one reply), libvirt events, agent polls, signals, migration reports,
-//! job completions and timers. The manager never blocks on libvirt; calls
-//! run as jobs on worker threads (see `jobs`) and come back as completions.
+//! `ReplyTo` for its one reply), libvirt events, agent polls, signals,
+//! migration reports, job completions and timers. The manager never
+//! blocks on libvirt; calls run as jobs on worker threads (see `jobs`) and
+//! come back as completions.
 //!
 //! Its state is grouped by purpose, each group in the module that reacts
 //! to it: the domain as the launcher sees it (`lifecycle`), the connection

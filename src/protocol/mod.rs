@@ -143,6 +143,19 @@ impl RequestId {
         RequestId(raw)
     }
 
+    /// The id of a request line from its text there: that text for a
+    /// number (re-encoding could change it), a compact re-encoding of
+    /// anything else.
+    fn from_raw(raw: &RawValue) -> RequestId {
+        let text = raw.get();
+        if text.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+            RequestId(raw.to_owned())
+        } else {
+            let value = serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+            RequestId::from_value(&value)
+        }
+    }
+
     /// The id as written.
     pub fn as_str(&self) -> &str {
         self.0.get()
@@ -172,7 +185,7 @@ fn request_id(text: &str, id: Option<&Value>) -> Option<RequestId> {
             id: &'a RawValue,
         }
         if let Ok(raw) = serde_json::from_str::<IdOnly>(text) {
-            return Some(RequestId(raw.id.to_owned()));
+            return Some(RequestId::from_raw(raw.id));
         }
     }
     Some(RequestId::from_value(id))
@@ -231,21 +244,10 @@ fn parse_plain_request(text: &str) -> Option<Request> {
         return None;
     }
     let plain: PlainRequest = serde_json::from_str(text).ok()?;
-    let id = plain.id.map(|raw| {
-        if raw
-            .get()
-            .starts_with(|c: char| c == '-' || c.is_ascii_digit())
-        {
-            RequestId(raw.to_owned())
-        } else {
-            let value = serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null);
-            RequestId::from_value(&value)
-        }
-    });
     Some(Request {
         execute: plain.execute,
         arguments: plain.arguments.unwrap_or_default(),
-        id,
+        id: plain.id.map(RequestId::from_raw),
     })
 }
 

@@ -241,9 +241,10 @@ fn write_events(queue: SubscriberQueue, outbox: Outbox) {
 }
 
 /// Sends `command` to the domain manager with a reply slot on the
-/// connection's reply channel and waits for the reply. The manager answers every request exactly once
-/// (jobs have their own deadlines), so the wait is bounded by those; should
-/// it drop the request unanswered, the client is told so at once.
+/// connection's reply channel and waits for the reply. The manager answers
+/// every request exactly once (jobs have their own deadlines), so the wait
+/// is bounded by those; should it drop the request unanswered, the client
+/// is told so at once.
 fn ask_manager(
     manager: &Sender<ManagerRequest>,
     replies: &ReplySlot,

@@ -1,0 +1,471 @@
+//! Inputs from outside the launcher never make it panic: VMIs mutated at
+//! random (a client's `sync`), request lines (a client's socket), and DHCP
+//! and DHCPv6 datagrams (the guest). Each case either succeeds or gives an
+//! error; a panic fails the test and prints the input that caused it.
+//!
+//! The mutations come from a fixed seed, so a failure repeats. Longer runs:
+//! `VL_FUZZ_ROUNDS=20 cargo test --release --test fuzz_inputs` (the default
+//! is 1; each round is a few thousand cases per target).
+
+mod common;
+
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use serde_json::{Map, Value, json};
+
+use common::examples::{example_context, example_json, examples};
+use virt_launcher::command::Command;
+use virt_launcher::convert::{DomainType, convert};
+use virt_launcher::network::dhcp::wire::{MessageType, client_message};
+use virt_launcher::network::dhcp::{Answerer, ExtraOptions, LeaseConfig, Outcome};
+use virt_launcher::network::dhcpv6::{self, V6Lease};
+use virt_launcher::protocol::parse_request;
+use virt_launcher::vmi::parse_vmi;
+
+/// xorshift64*: small, fast, and the same sequence everywhere.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        match u64::try_from(n) {
+            Ok(0) | Err(_) => 0,
+            Ok(n) => usize::try_from(self.next() % n).unwrap_or(0),
+        }
+    }
+
+    fn byte(&mut self) -> u8 {
+        self.next().to_le_bytes()[0]
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
+
+fn rounds() -> usize {
+    std::env::var("VL_FUZZ_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// Runs `case`; a panic becomes a test failure naming `what`.
+fn no_panic(what: impl FnOnce() -> String, case: impl FnOnce()) {
+    if catch_unwind(AssertUnwindSafe(case)).is_err() {
+        panic!("panicked on {}", what());
+    }
+}
+
+/// Values a careless conversion trips over: extremes, wrong types, odd
+/// quantities and names.
+fn nasty_value(rng: &mut Rng) -> Value {
+    let strings = [
+        "",
+        "0",
+        "-1",
+        "1e400",
+        "9223372036854775808",
+        "18446744073709551616Ki",
+        "99999999999Ei",
+        "-5Gi",
+        "0.000001m",
+        "1.5",
+        "Gi",
+        "1Xi",
+        "a/../../b",
+        "/",
+        "name with spaces",
+        "ünïcödé-☃",
+        "\u{0}",
+        "<tag>&amp;\"'",
+        "1Gi",
+        "2",
+        "virtio",
+        "sata",
+        "scsi",
+        "usb",
+        "bridge",
+        "masquerade",
+        "host-passthrough",
+        "Always",
+        "default",
+        "pod",
+    ];
+    match rng.below(14) {
+        0 => Value::Null,
+        1 => json!(true),
+        2 => json!(0),
+        3 => json!(-1),
+        4 => json!(u64::MAX),
+        5 => json!(i64::MIN),
+        6 => json!(1e308),
+        7 => json!(4294967296u64),
+        8 => json!(65536),
+        9 => json!([]),
+        10 => json!({}),
+        11 => json!("x".repeat(rng.below(3) * 300)),
+        12 => json!(rng.below(300)),
+        _ => json!(*rng.pick(&strings)),
+    }
+}
+
+/// Every path in `value` to a member or element, shortest first.
+fn paths(value: &Value, prefix: &mut Vec<PathStep>, out: &mut Vec<Vec<PathStep>>) {
+    match value {
+        Value::Object(map) => {
+            for (key, child) in map {
+                prefix.push(PathStep::Key(key.clone()));
+                out.push(prefix.clone());
+                paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        Value::Array(list) => {
+            for (i, child) in list.iter().enumerate() {
+                prefix.push(PathStep::Index(i));
+                out.push(prefix.clone());
+                paths(child, prefix, out);
+                prefix.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+#[derive(Clone, Debug)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+fn at_mut<'a>(value: &'a mut Value, path: &[PathStep]) -> Option<&'a mut Value> {
+    path.iter().try_fold(value, |v, step| match step {
+        PathStep::Key(k) => v.get_mut(k.as_str()),
+        PathStep::Index(i) => v.get_mut(*i),
+    })
+}
+
+/// One to three random changes: a value replaced, a member removed, an
+/// array element repeated many times, a number pushed to an extreme.
+fn mutate(doc: &mut Value, rng: &mut Rng) -> Vec<String> {
+    let mut done = Vec::new();
+    for _ in 0..=rng.below(3) {
+        let mut all = Vec::new();
+        paths(doc, &mut Vec::new(), &mut all);
+        if all.is_empty() {
+            break;
+        }
+        let path = rng.pick(&all).clone();
+        let shown = format!("{path:?}");
+        let (parent_path, last) = path.split_at(path.len() - 1);
+        let Some(parent) = at_mut(doc, parent_path) else {
+            continue;
+        };
+        match rng.below(5) {
+            0 => {
+                if let (Value::Object(map), PathStep::Key(k)) = (&mut *parent, &last[0]) {
+                    map.remove(k);
+                    done.push(format!("removed {shown}"));
+                }
+            }
+            1 => {
+                if let (Value::Array(list), PathStep::Index(i)) = (&mut *parent, &last[0]) {
+                    let copy = list[*i].clone();
+                    let times = 1 + rng.below(40);
+                    list.extend(std::iter::repeat_n(copy, times));
+                    done.push(format!("repeated {shown} {times} times"));
+                }
+            }
+            _ => {
+                let nasty = nasty_value(rng);
+                if let Some(slot) = at_mut(parent, last) {
+                    done.push(format!("{shown} = {nasty}"));
+                    *slot = nasty;
+                }
+            }
+        }
+    }
+    done
+}
+
+#[test]
+fn mutated_vmis_convert_or_fail_cleanly() {
+    let mut rng = Rng(0x5eed_0001);
+    let mut converted = 0usize;
+    let mut refused = 0usize;
+    let per_example = 250 * rounds();
+    for (stem, path) in examples() {
+        let original = example_json(&path);
+        for _ in 0..per_example {
+            let mut doc = original.clone();
+            let changes = mutate(&mut doc, &mut rng);
+            let domain_type = if rng.below(2) == 0 {
+                DomainType::Kvm
+            } else {
+                DomainType::Qemu
+            };
+            no_panic(
+                || format!("examples/{stem}.json with {changes:?}"),
+                || match parse_vmi(&doc) {
+                    Ok(vmi) => match convert(&vmi, &example_context(&vmi, domain_type)) {
+                        Ok(done) => match done.domain.to_xml() {
+                            Ok(_) => converted += 1,
+                            Err(_) => refused += 1,
+                        },
+                        Err(_) => refused += 1,
+                    },
+                    Err(_) => refused += 1,
+                },
+            );
+        }
+    }
+    eprintln!("mutated VMIs: {converted} converted, {refused} refused");
+    // Both outcomes happen: the mutations reach the converter and some of
+    // them are refused.
+    assert!(converted > 100, "only {converted} mutated VMIs converted");
+    assert!(refused > 100, "only {refused} mutated VMIs refused");
+}
+
+#[test]
+fn mutated_request_lines_get_a_reply_or_an_error() {
+    let mut rng = Rng(0x5eed_0002);
+    let lines: Vec<Vec<u8>> = [
+        r#"{"execute":"ping","id":1}"#,
+        r#"{"execute":"sync","arguments":{"vmi":{"metadata":{"name":"a","namespace":"b"},"spec":{}}},"id":"x"}"#,
+        r#"{"execute":"guest-exec","arguments":{"command":"ls","args":["-l"],"timeout_seconds":5},"id":[1,2]}"#,
+        r#"{"execute":"subscribe","arguments":{"events":["lifecycle","agent"]}}"#,
+        r#"{"execute":"migrate","arguments":{"target_uri":"qemu+tcp://h/system","bandwidth_mib":10}}"#,
+        r#"{"execute":"shutdown","arguments":{"grace_seconds":30},"id":-0}"#,
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    let splices: [&[u8]; 12] = [
+        b"\"",
+        b"\\",
+        b"\\u",
+        b"\\ud800",
+        b"{",
+        b"}",
+        b"[",
+        b"1e999",
+        b"-",
+        b"null",
+        b"\xff\xfe",
+        b"18446744073709551616",
+    ];
+    let mut parsed = 0usize;
+    for _ in 0..5000 * rounds() {
+        let mut line = rng.pick(&lines).clone();
+        for _ in 0..=rng.below(3) {
+            let at = rng.below(line.len() + 1);
+            match rng.below(4) {
+                0 => {
+                    line.truncate(at);
+                }
+                1 => {
+                    let splice = *rng.pick(&splices);
+                    line.splice(at..at, splice.iter().copied());
+                }
+                2 if at < line.len() => line[at] = rng.byte(),
+                _ => {
+                    let end = (at + rng.below(8)).min(line.len());
+                    line.drain(at..end);
+                }
+            }
+        }
+        no_panic(
+            || format!("request line {:?}", String::from_utf8_lossy(&line)),
+            || {
+                if let Ok(request) = parse_request(&line) {
+                    parsed += 1;
+                    let _ = Command::parse(&request.execute, request.arguments);
+                }
+            },
+        );
+    }
+    assert!(parsed > 100, "only {parsed} mutated lines parsed");
+}
+
+#[test]
+fn commands_refuse_arguments_of_any_shape_without_panicking() {
+    let mut rng = Rng(0x5eed_0003);
+    let names: Vec<&str> = virt_launcher::command::COMMANDS
+        .iter()
+        .map(|c| c.name)
+        .collect();
+    let keys = [
+        "vmi",
+        "timeout_seconds",
+        "grace_seconds",
+        "command",
+        "args",
+        "events",
+        "target_uri",
+        "bandwidth_mib",
+        "max_downtime_ms",
+        "options",
+        "time",
+        "disk",
+        "name",
+        "mountpoints",
+        "x",
+    ];
+    for _ in 0..3000 * rounds() {
+        let name = *rng.pick(&names);
+        let mut arguments = Map::new();
+        for _ in 0..rng.below(4) {
+            arguments.insert(rng.pick(&keys).to_string(), nasty_value(&mut rng));
+        }
+        let shown = Value::Object(arguments.clone());
+        no_panic(
+            || format!("{name} with arguments {shown}"),
+            || {
+                let _ = Command::parse(name, arguments);
+            },
+        );
+    }
+}
+
+fn v4_lease(mac: [u8; 6]) -> LeaseConfig {
+    LeaseConfig {
+        client_mac: mac,
+        address: Ipv4Addr::new(10, 0, 2, 2),
+        prefix: 24,
+        server: Ipv4Addr::new(10, 0, 2, 1),
+        router: Some(Ipv4Addr::new(10, 0, 2, 1)),
+        routes: Vec::new(),
+        dns_servers: vec![Ipv4Addr::new(10, 96, 0, 10)],
+        search_domains: vec!["svc.cluster.local".into(), "cluster.local".into()],
+        hostname: "fuzz".into(),
+        mtu: 1480,
+        extra: ExtraOptions {
+            boot_file_name: Some("pxelinux.0".into()),
+            tftp_server_name: None,
+            ntp_servers: vec![Ipv4Addr::new(10, 0, 0, 123)],
+            private: vec![(240, b"private".to_vec())],
+        },
+    }
+}
+
+/// Flips, truncates, lengthens and overwrites bytes of a valid datagram.
+fn mangle(datagram: &[u8], rng: &mut Rng) -> Vec<u8> {
+    let mut out = datagram.to_vec();
+    for _ in 0..=rng.below(4) {
+        let at = rng.below(out.len().max(1));
+        match rng.below(5) {
+            0 => out.truncate(at),
+            1 => out.extend((0..rng.below(64)).map(|_| rng.byte())),
+            2 if !out.is_empty() => out[at] = rng.byte(),
+            3 if !out.is_empty() => out[at] = *rng.pick(&[0u8, 1, 0x7f, 0x80, 0xfe, 0xff]),
+            _ => {
+                let end = (at + rng.below(16)).min(out.len());
+                out.drain(at..end);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_guests_dhcp_datagrams_never_panic_the_server() {
+    let mut rng = Rng(0x5eed_0004);
+    let mac = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
+    let answerer = Answerer::new(v4_lease(mac));
+    let valid = [
+        client_message(MessageType::Discover, mac, 7, &[]),
+        client_message(
+            MessageType::Request,
+            mac,
+            8,
+            &[(50, vec![10, 0, 2, 2]), (54, vec![10, 0, 2, 1])],
+        ),
+        client_message(
+            MessageType::Request,
+            mac,
+            9,
+            &[
+                (55, (1..=255).collect()),
+                (61, vec![1, 0x52, 0x54, 0, 0x12, 0x34, 0x56]),
+            ],
+        ),
+    ];
+    // The valid ones are answered: the mangled ones start from real packets.
+    for datagram in &valid {
+        let outcome = answerer.answer(datagram);
+        assert!(matches!(outcome, Outcome::Reply { .. }), "{outcome:?}");
+    }
+    for _ in 0..20_000 * rounds() {
+        let datagram = if rng.below(10) == 0 {
+            (0..rng.below(600)).map(|_| rng.byte()).collect()
+        } else {
+            let base = rng.pick(&valid).clone();
+            mangle(&base, &mut rng)
+        };
+        no_panic(
+            || format!("DHCP datagram {datagram:02x?}"),
+            || {
+                let _ = answerer.answer(&datagram);
+            },
+        );
+    }
+}
+
+#[test]
+fn the_guests_dhcpv6_datagrams_never_panic_the_server() {
+    let mut rng = Rng(0x5eed_0005);
+    let lease = V6Lease {
+        address: Ipv6Addr::new(0xfd10, 0, 2, 0, 0, 0, 0, 2),
+        server_mac: [2, 0, 0, 0, 0, 1],
+        dns_servers: vec![Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 0x10)],
+        search_domains: vec!["cluster.local".into()],
+    };
+    let option = |code: u16, value: &[u8]| {
+        let mut out = code.to_be_bytes().to_vec();
+        out.extend_from_slice(&u16::try_from(value.len()).unwrap_or(u16::MAX).to_be_bytes());
+        out.extend_from_slice(value);
+        out
+    };
+    let message = |kind: u8, options: &[Vec<u8>]| {
+        let mut out = vec![kind, 0xab, 0xcd, 0xef];
+        for o in options {
+            out.extend_from_slice(o);
+        }
+        out
+    };
+    let client_id = option(1, &[0, 3, 0, 1, 0x52, 0x54, 0, 1, 2, 3]);
+    let server_id = option(2, &[0, 3, 0, 1, 2, 0, 0, 0, 0, 1]);
+    let ia_na = option(3, &[0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let valid = [
+        // SOLICIT, SOLICIT with rapid commit, REQUEST, RENEW, INFORMATION-REQUEST.
+        message(1, &[client_id.clone(), ia_na.clone()]),
+        message(1, &[client_id.clone(), ia_na.clone(), option(14, &[])]),
+        message(3, &[client_id.clone(), server_id.clone(), ia_na.clone()]),
+        message(5, &[client_id.clone(), server_id.clone(), ia_na.clone()]),
+        message(11, &[client_id.clone(), option(6, &[0, 23, 0, 24])]),
+    ];
+    assert!(dhcpv6::answer(&lease, &valid[0]).is_ok());
+    for _ in 0..20_000 * rounds() {
+        let datagram = if rng.below(10) == 0 {
+            (0..rng.below(300)).map(|_| rng.byte()).collect()
+        } else {
+            let base = rng.pick(&valid).clone();
+            mangle(&base, &mut rng)
+        };
+        no_panic(
+            || format!("DHCPv6 datagram {datagram:02x?}"),
+            || {
+                let _ = dhcpv6::answer(&lease, &datagram);
+                let _ = virt_launcher::network::ra::is_solicitation(&datagram);
+            },
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! Inputs from outside the launcher never make it panic: VMIs mutated at
-//! random (a client's `sync`), request lines (a client's socket), and DHCP
-//! and DHCPv6 datagrams (the guest). Each case either succeeds or gives an
+//! random (a client's `sync`), request lines (a client's socket), DHCP
+//! and DHCPv6 datagrams (the guest) and domain XML (libvirt's, read back). Each case either succeeds or gives an
 //! error; a panic fails the test and prints the input that caused it.
 //!
 //! The mutations come from a fixed seed, so a failure repeats. Longer runs:
@@ -14,9 +14,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use serde_json::{Map, Value, json};
 
-use common::examples::{example_context, example_json, examples};
+use common::examples::{GOLDEN_DIR, example_context, example_json, examples, files_with_ext};
 use virt_launcher::command::Command;
 use virt_launcher::convert::{DomainType, convert};
+use virt_launcher::domxml::Domain;
 use virt_launcher::network::dhcp::wire::{MessageType, client_message};
 use virt_launcher::network::dhcp::{Answerer, ExtraOptions, LeaseConfig, Outcome};
 use virt_launcher::network::dhcpv6::{self, V6Lease};
@@ -473,4 +474,63 @@ fn the_guests_dhcpv6_datagrams_never_panic_the_server() {
         let _ = dhcpv6::answer(&lease, datagram);
         let _ = virt_launcher::network::ra::is_solicitation(datagram);
     });
+}
+
+#[test]
+fn mangled_domain_xml_is_read_or_refused() {
+    let mut rng = Rng(0x5eed_0006);
+    let splices: [&str; 14] = [
+        "<",
+        ">",
+        "/>",
+        "</domain>",
+        "&",
+        "&amp;",
+        "&#xffffff;",
+        "\"",
+        "<![CDATA[x]]>",
+        "<!--",
+        "<disk type='file' device='disk'>",
+        "<target dev='vda' bus='virtio'/>",
+        " unit='Ei'",
+        "99999999999999999999",
+    ];
+    let (mut read, mut refused) = (0usize, 0usize);
+    for (stem, path) in files_with_ext(GOLDEN_DIR, "xml") {
+        let golden = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{stem}: {e}"));
+        assert!(
+            Domain::from_xml(&golden).is_ok(),
+            "{stem}: the golden XML is refused"
+        );
+        for _ in 0..200 * rounds() {
+            let mut xml = golden.clone();
+            for _ in 0..=rng.below(3) {
+                let mut at = rng.below(xml.len() + 1);
+                while !xml.is_char_boundary(at) {
+                    at -= 1;
+                }
+                let end = (at + rng.below(40)).min(xml.len());
+                let end = (end..=xml.len())
+                    .find(|&i| xml.is_char_boundary(i))
+                    .unwrap_or(at);
+                match rng.below(3) {
+                    0 => xml.replace_range(at..end, ""),
+                    1 => xml.insert_str(at, *rng.pick(&splices)),
+                    // A number or name somewhere replaced by another.
+                    _ => xml.replace_range(at..end, *rng.pick(&["0", "-1", "4294967296", "x"])),
+                }
+            }
+            no_panic(
+                || format!("{stem}.xml mangled into {xml}"),
+                || match Domain::from_xml(&xml) {
+                    Ok(_) => read += 1,
+                    Err(_) => refused += 1,
+                },
+            );
+        }
+    }
+    assert!(
+        read > 100 && refused > 100,
+        "{read} read, {refused} refused"
+    );
 }

@@ -515,9 +515,15 @@ fn mangled_domain_xml_is_read_or_refused() {
                     .unwrap_or(at);
                 match rng.below(3) {
                     0 => xml.replace_range(at..end, ""),
-                    1 => xml.insert_str(at, *rng.pick(&splices)),
+                    1 => {
+                        let splice: &&str = rng.pick(&splices);
+                        xml.insert_str(at, splice);
+                    }
                     // A number or name somewhere replaced by another.
-                    _ => xml.replace_range(at..end, *rng.pick(&["0", "-1", "4294967296", "x"])),
+                    _ => {
+                        let other: &&str = rng.pick(&["0", "-1", "4294967296", "x"]);
+                        xml.replace_range(at..end, other);
+                    }
                 }
             }
             no_panic(

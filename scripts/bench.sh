@@ -14,6 +14,7 @@
 # build the test guest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mkdir -p target # a fresh checkout has none yet
 if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; then
     cat target/test-guest.log >&2
     exit 1

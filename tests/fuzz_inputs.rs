@@ -1,6 +1,7 @@
 //! Inputs from outside the launcher never make it panic: VMIs mutated at
 //! random (a client's `sync`), request lines (a client's socket), DHCP
-//! and DHCPv6 datagrams (the guest) and domain XML (libvirt's, read back). Each case either succeeds or gives an
+//! and DHCPv6 datagrams (the guest), domain XML (libvirt's, read back) and
+//! the files of config map, secret and cloud-init volumes (ISO images). Each case either succeeds or gives an
 //! error; a panic fails the test and prints the input that caused it.
 //!
 //! The mutations come from a fixed seed, so a failure repeats. Longer runs:
@@ -17,6 +18,7 @@ use serde_json::{Map, Value, json};
 use common::examples::{GOLDEN_DIR, example_context, example_json, examples, files_with_ext};
 use virt_launcher::command::Command;
 use virt_launcher::convert::{DomainType, convert};
+use virt_launcher::disks::iso9660::{IsoFile, write_iso};
 use virt_launcher::domxml::Domain;
 use virt_launcher::network::dhcp::wire::{MessageType, client_message};
 use virt_launcher::network::dhcp::{Answerer, ExtraOptions, LeaseConfig, Outcome};
@@ -535,8 +537,97 @@ fn mangled_domain_xml_is_read_or_refused() {
             );
         }
     }
+    eprintln!("mangled domain XML: {read} read, {refused} refused");
     assert!(
         read > 100 && refused > 100,
         "{read} read, {refused} refused"
+    );
+}
+
+#[test]
+fn any_volume_files_become_an_image_or_a_clear_refusal() {
+    let mut rng = Rng(0x5eed_0007);
+    let good = [
+        "user-data",
+        "meta-data",
+        "network-config",
+        "openstack",
+        "latest",
+        "a",
+        "A",
+        ".hidden",
+        "ünïcödé",
+        "☃",
+        "CaSe",
+        "case",
+        "name.with.many.dots.txt",
+        "12345678.123",
+    ];
+    let bad = [
+        "..",
+        ".",
+        "",
+        "trailing.",
+        "😀",
+        "x:y",
+        "back\\slash",
+        "semi;colon",
+        "tab\there",
+        "very-long-name-that-goes-on-and-on-past-the-joliet-limit-of-sixty-four-characters",
+    ];
+    let labels = [
+        "cidata",
+        "config-2",
+        "",
+        "a label",
+        "x".repeat(33).leak(),
+        "ünï",
+        "cfg+1.0",
+    ];
+    let (mut written, mut refused) = (0usize, 0usize);
+    for _ in 0..1500 * rounds() {
+        let files: Vec<IsoFile> = (0..rng.below(12))
+            .map(|_| {
+                let deepest = if rng.below(10) == 0 { 10 } else { 4 };
+                let depth = 1 + rng.below(deepest);
+                let path: Vec<&str> = (0..depth)
+                    .map(|_| {
+                        if rng.below(25) == 0 {
+                            *rng.pick(&bad)
+                        } else {
+                            *rng.pick(&good)
+                        }
+                    })
+                    .collect();
+                let len = *rng.pick(&[0usize, 1, 2047, 2048, 2049, 5000]);
+                IsoFile {
+                    path: path.join("/"),
+                    data: (0..len).map(|_| rng.byte()).collect(),
+                }
+            })
+            .collect();
+        let label = *rng.pick(&labels);
+        let shown: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        no_panic(
+            || format!("an image labelled {label:?} of {shown:?}"),
+            || {
+                let mut image = Vec::new();
+                match write_iso(&mut image, label, &files) {
+                    Ok(()) => {
+                        assert_eq!(image.len() % 2048, 0, "not whole sectors");
+                        written += 1;
+                    }
+                    Err(e) => {
+                        assert!(!e.to_string().is_empty());
+                        refused += 1;
+                    }
+                }
+            },
+        );
+    }
+    eprintln!("volume images: {written} written, {refused} refused");
+    assert!(
+        written > 100 && refused > 100,
+        "{written} written, {refused} refused"
     );
 }

@@ -1,12 +1,14 @@
 //! Inputs from outside the launcher never make it panic: VMIs mutated at
-//! random (a client's `sync`), request lines (a client's socket), DHCP
-//! and DHCPv6 datagrams (the guest), domain XML (libvirt's, read back) and
-//! the files of config map, secret and cloud-init volumes (ISO images). Each case either succeeds or gives an
-//! error; a panic fails the test and prints the input that caused it.
+//! random (a client's `sync`), request lines (a client's socket), DHCP and
+//! DHCPv6 datagrams (the guest), domain XML (libvirt's, read back) and the
+//! files of config map, secret and cloud-init volumes (ISO images). Each
+//! case either succeeds or gives an error; a panic fails the test and
+//! prints the input that caused it.
 //!
 //! The mutations come from a fixed seed, so a failure repeats. Longer runs:
-//! `VL_FUZZ_ROUNDS=20 cargo test --release --test fuzz_inputs` (the default
-//! is 1; each round is a few thousand cases per target).
+//! `VL_FUZZ_ROUNDS=20 cargo test --test fuzz_inputs` (the default is 1;
+//! each round is a few thousand cases per target). The test profile checks
+//! arithmetic overflow, which a release build would let wrap silently.
 
 mod common;
 
@@ -120,7 +122,7 @@ fn nasty_value(rng: &mut Rng) -> Value {
     }
 }
 
-/// Every path in `value` to a member or element, shortest first.
+/// Every path in `value` to a member or element, in document order.
 fn paths(value: &Value, prefix: &mut Vec<PathStep>, out: &mut Vec<Vec<PathStep>>) {
     match value {
         Value::Object(map) => {
@@ -240,7 +242,7 @@ fn mutated_vmis_convert_or_fail_cleanly() {
 #[test]
 fn mutated_request_lines_get_a_reply_or_an_error() {
     let mut rng = Rng(0x5eed_0002);
-    let lines: Vec<Vec<u8>> = [
+    let lines: Vec<&[u8]> = [
         r#"{"execute":"ping","id":1}"#,
         r#"{"execute":"sync","arguments":{"vmi":{"metadata":{"name":"a","namespace":"b"},"spec":{}}},"id":"x"}"#,
         r#"{"execute":"guest-exec","arguments":{"command":"ls","args":["-l"],"timeout_seconds":5},"id":[1,2]}"#,
@@ -249,7 +251,7 @@ fn mutated_request_lines_get_a_reply_or_an_error() {
         r#"{"execute":"shutdown","arguments":{"grace_seconds":30},"id":-0}"#,
     ]
     .iter()
-    .map(|s| s.as_bytes().to_vec())
+    .map(|s| s.as_bytes())
     .collect();
     let splices: [&[u8]; 12] = [
         b"\"",
@@ -267,24 +269,8 @@ fn mutated_request_lines_get_a_reply_or_an_error() {
     ];
     let mut parsed = 0usize;
     for _ in 0..5000 * rounds() {
-        let mut line = rng.pick(&lines).clone();
-        for _ in 0..=rng.below(3) {
-            let at = rng.below(line.len() + 1);
-            match rng.below(4) {
-                0 => {
-                    line.truncate(at);
-                }
-                1 => {
-                    let splice = *rng.pick(&splices);
-                    line.splice(at..at, splice.iter().copied());
-                }
-                2 if at < line.len() => line[at] = rng.byte(),
-                _ => {
-                    let end = (at + rng.below(8)).min(line.len());
-                    line.drain(at..end);
-                }
-            }
-        }
+        let base: &&[u8] = rng.pick(&lines);
+        let line = mangle(base, &splices, &mut rng);
         no_panic(
             || format!("request line {:?}", String::from_utf8_lossy(&line)),
             || {
@@ -359,16 +345,27 @@ fn v4_lease(mac: [u8; 6]) -> LeaseConfig {
     }
 }
 
-/// Flips, truncates, lengthens and overwrites bytes of a valid datagram.
-fn mangle(datagram: &[u8], rng: &mut Rng) -> Vec<u8> {
-    let mut out = datagram.to_vec();
+/// One to five random edits of `input`: cut short, a token from `splices`
+/// or random bytes put in, a byte overwritten (at random or with a value
+/// at a limit), a run of bytes taken out.
+fn mangle(input: &[u8], splices: &[&[u8]], rng: &mut Rng) -> Vec<u8> {
+    let mut out = input.to_vec();
     for _ in 0..=rng.below(4) {
-        let at = rng.below(out.len().max(1));
-        match rng.below(5) {
+        let at = rng.below(out.len() + 1);
+        match rng.below(4) {
             0 => out.truncate(at),
-            1 => out.extend((0..rng.below(64)).map(|_| rng.byte())),
-            2 if !out.is_empty() => out[at] = rng.byte(),
-            3 if !out.is_empty() => out[at] = *rng.pick(&[0u8, 1, 0x7f, 0x80, 0xfe, 0xff]),
+            1 => {
+                let put: Vec<u8> = if splices.is_empty() || rng.below(2) == 0 {
+                    (0..rng.below(64)).map(|_| rng.byte()).collect()
+                } else {
+                    rng.pick(splices).to_vec()
+                };
+                out.splice(at..at, put);
+            }
+            2 if at < out.len() => {
+                let random = rng.byte();
+                out[at] = *rng.pick(&[random, random, 0, 1, 0x7f, 0x80, 0xfe, 0xff]);
+            }
             _ => {
                 let end = (at + rng.below(16)).min(out.len());
                 out.drain(at..end);
@@ -377,6 +374,9 @@ fn mangle(datagram: &[u8], rng: &mut Rng) -> Vec<u8> {
     }
     out
 }
+
+/// Lengths and counts at their limits, put into datagrams.
+const DATAGRAM_SPLICES: [&[u8]; 5] = [&[0], &[0xff], &[0, 0], &[0xff, 0xff], &[0xff; 4]];
 
 /// Feeds `check` 20,000 datagrams a round: mangled copies of `valid`, and
 /// one in ten random bytes up to `random_max` long.
@@ -391,8 +391,8 @@ fn fuzz_datagrams(
         let datagram: Vec<u8> = if rng.below(10) == 0 {
             (0..rng.below(random_max)).map(|_| rng.byte()).collect()
         } else {
-            let base = rng.pick(valid).clone();
-            mangle(&base, rng)
+            let base = rng.pick(valid);
+            mangle(base, &DATAGRAM_SPLICES, rng)
         };
         no_panic(
             || format!("{what} datagram {datagram:02x?}"),

@@ -297,7 +297,7 @@ fn qemu() {
     virt_launcher::hypervisor::event_loop::register().unwrap();
     let (tx, _rx) = crossbeam_channel::unbounded();
     let hv: Arc<dyn Hypervisor> =
-        Arc::new(LibvirtHypervisor::connect(&uri, "e2e_bench", tx).unwrap());
+        Arc::new(LibvirtHypervisor::connect(&uri, "e2e_bench", tx.into()).unwrap());
     hv.set_agent_timeout("e2e_bench", Duration::from_secs(5))
         .unwrap();
     let round = || {

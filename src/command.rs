@@ -479,7 +479,7 @@ pub struct ManagerRequest {
 /// ([`ReplySlot`]) receives an `Internal` error naming the command.
 #[derive(Debug)]
 pub struct ReplyTo {
-    /// `None` once answered (or withdrawn).
+    /// `None` once answered.
     to: Option<Sender<CommandResult>>,
     /// For a reused channel, which stays connected: the command the error
     /// sent on drop names.
@@ -504,13 +504,6 @@ impl ReplyTo {
             // (try_send all the same: the manager must never block on it).
             let _ = to.try_send(result);
         }
-    }
-
-    /// Takes the reply slot back unanswered and without telling anyone:
-    /// for a request that never reached the manager, whose sender answers
-    /// the client itself.
-    pub fn withdraw(mut self) {
-        self.to = None;
     }
 }
 
@@ -538,6 +531,13 @@ impl ReplySlot {
     pub fn new() -> ReplySlot {
         let (tx, rx) = bounded(1);
         ReplySlot { tx, rx }
+    }
+
+    /// Empties the slot, for a request that never reached the manager:
+    /// it was dropped unsent, and its reply slot's drop left an error
+    /// here that the connection's next request would otherwise read.
+    pub fn discard(&self) {
+        let _ = self.rx.try_recv();
     }
 
     /// Where the reply to `command` goes.
@@ -914,8 +914,9 @@ mod tests {
             err.desc,
             "pause: the domain manager dropped this request without answering it"
         );
-        // Withdrawn: nothing arrives, and the next request's answer is its own.
-        slot.reply_to("ping").withdraw();
+        // Dropped unsent and discarded: the next request's answer is its own.
+        drop(slot.reply_to("ping"));
+        slot.discard();
         slot.reply_to("ping").send(Ok(Map::new().into()));
         assert_eq!(slot.wait(), Ok(Map::new().into()));
         assert!(slot.rx.is_empty());

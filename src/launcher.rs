@@ -26,11 +26,13 @@ use crate::config::Config;
 use crate::daemons::{DaemonMode, LibvirtDaemons};
 use crate::events::EventHub;
 use crate::exit::ExitCode;
-use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind, HypervisorEvent};
-use crate::manager::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs, ManagerParts};
+use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind};
+use crate::manager::{
+    Control, DomainManager, ExitRequest, HostFacts, Inbox, ManagerInput, ManagerParts,
+};
 use crate::server::socket::CommandSocket;
 use crate::server::{self, ServerShared};
-use crate::signals::{self, Signal};
+use crate::signals;
 use crate::threads::{self, Fatal};
 use crate::{dirs, lock, logging};
 
@@ -127,9 +129,10 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     }
     let (fatal_tx, fatal_rx) = unbounded::<Fatal>();
     // Signals first, so a SIGTERM during a slow start-up is not fatal.
-    let (signal_tx, signal_rx) = unbounded();
+    // The manager's inbox, before the manager: signals wait there.
+    let (inbox, inbox_rx) = crate::manager::inbox::channel();
     let reporter = signals::StateReporter::default();
-    signals::spawn(signal_tx, reporter.clone(), &fatal_tx)
+    signals::spawn(inbox.signals(), reporter.clone(), &fatal_tx)
         .map_err(|e| Failure::new(ExitCode::Internal, e))?;
 
     // The directory locks come before anything touches the directories or
@@ -137,7 +140,14 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     // once, with status 3.
     let locks =
         lock::acquire(&config.dirs).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
-    let outcome = run_locked(config, reporter, signal_rx, fatal_tx, fatal_rx, started);
+    let outcome = run_locked(
+        config,
+        reporter,
+        (inbox, inbox_rx),
+        fatal_tx,
+        fatal_rx,
+        started,
+    );
     locks.release();
     outcome
 }
@@ -145,7 +155,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
 fn run_locked(
     config: Config,
     reporter: signals::StateReporter,
-    signal_rx: Receiver<Signal>,
+    inbox: (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
     started: Instant,
@@ -191,7 +201,7 @@ fn run_locked(
         daemons.clone(),
         network.0.clone(),
         reporter,
-        signal_rx,
+        inbox,
         fatal_tx,
         fatal_rx,
         started,
@@ -218,13 +228,12 @@ fn run_with_libvirt(
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
     reporter: signals::StateReporter,
-    signal_rx: Receiver<Signal>,
+    (inbox, inbox_rx): (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
     started: Instant,
 ) -> Result<ExitCode, Failure> {
-    let (hv_events_tx, hv_events_rx) = bounded::<HypervisorEvent>(1024);
-    let connected = connect_with_retry(&config, hv_events_tx, &signal_rx).map_err(|mut f| {
+    let connected = connect_with_retry(&config, &inbox, &inbox_rx).map_err(|mut f| {
         if let Some(said) = daemons.as_ref().and_then(|d| d.last_error()) {
             f.message.push_str(&format!(" The launcher's libvirt daemon last said: {said}"));
             if said.contains("Failed to parse user") || said.contains("Failed to parse group") {
@@ -268,8 +277,7 @@ fn run_with_libvirt(
         listener,
         &socket,
         loop_running,
-        signal_rx,
-        hv_events_rx,
+        (inbox, inbox_rx),
         fatal_tx,
         fatal_rx,
         started,
@@ -279,12 +287,14 @@ fn run_with_libvirt(
 }
 
 /// Opens libvirt, retrying every 500 ms for up to 15 s. `None` when a
-/// signal asked the launcher to stop meanwhile.
+/// signal asked the launcher to stop meanwhile (it waits in the manager's
+/// inbox, where the libvirt events go too).
 fn connect_with_retry(
     config: &Config,
-    events: crossbeam_channel::Sender<HypervisorEvent>,
-    signals: &Receiver<Signal>,
+    inbox: &Inbox,
+    inbox_rx: &Receiver<ManagerInput>,
 ) -> Result<Option<Arc<dyn Hypervisor>>, Failure> {
+    let events = inbox.hypervisor_events();
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut attempts = 0;
     loop {
@@ -322,14 +332,19 @@ fn connect_with_retry(
             }
             Err(e) => {
                 log::debug!("libvirt not reachable yet ({e}); retrying");
-                match signals.recv_timeout(CONNECT_RETRY) {
-                    Ok(_) => {
+                // Until a connection opens, only the signal watcher feeds
+                // the inbox.
+                match inbox_rx.recv_timeout(CONNECT_RETRY) {
+                    Ok(ManagerInput::Signal(_)) => {
                         log::info!("signal received while connecting to libvirt; exiting");
                         return Ok(None);
                     }
-                    Err(RecvTimeoutError::Timeout) => {}
+                    Ok(_) | Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => {
-                        return Err(Failure::new(ExitCode::Internal, "signal thread stopped"));
+                        return Err(Failure::new(
+                            ExitCode::Internal,
+                            "the manager's inbox closed",
+                        ));
                     }
                 }
             }
@@ -347,25 +362,21 @@ fn serve(
     listener: std::os::unix::net::UnixListener,
     socket: &CommandSocket,
     loop_running: Receiver<()>,
-    signal_rx: Receiver<Signal>,
-    hv_events_rx: Receiver<HypervisorEvent>,
+    (inbox, inbox_rx): (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
     fatal_rx: Receiver<Fatal>,
     started: Instant,
 ) -> Result<ExitCode, Failure> {
     let hub = Arc::new(EventHub::new());
-    let (request_tx, request_rx) = unbounded();
     // SIGUSR1/SIGUSR2 log the manager's answer to query-status.
-    reporter.connect(request_tx.clone());
-    let (control_tx, control_rx) = unbounded();
+    reporter.connect(inbox.requests());
     let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
 
-    let (agent_tx, agent_rx) = unbounded();
     let poller = crate::agent::poller::spawn(
         hypervisor.clone(),
         config.domain_name.clone(),
         config.agent_intervals,
-        agent_tx,
+        inbox.agent_updates(),
         &fatal_tx,
     )
     .map_err(|e| {
@@ -384,22 +395,16 @@ fn serve(
         exit: exit_tx,
         fatal: fatal_tx.clone(),
         network,
+        inbox: inbox.clone(),
     });
-    let inputs = ManagerInputs {
-        requests: request_rx,
-        hypervisor_events: hv_events_rx,
-        agent_updates: agent_rx,
-        signals: signal_rx,
-        control: control_rx,
-    };
-    threads::spawn_named("manager", &fatal_tx, move || manager.run(inputs))
+    threads::spawn_named("manager", &fatal_tx, move || manager.run(inbox_rx))
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the manager: {e}")))?;
 
     let mut shared = ServerShared::new(
         config.vmi_ref(),
         config.max_line_bytes,
         config.max_clients,
-        request_tx,
+        inbox.requests(),
         hub.clone(),
         fatal_tx.clone(),
     );
@@ -426,7 +431,7 @@ fn serve(
     // "ready": false or the Initializing phase.
     shared.ready.store(true, Ordering::Release);
     let (ack_tx, ack_rx) = bounded(1);
-    let _ = control_tx.send(Control::Ready { ack: ack_tx });
+    let _ = inbox.send(ManagerInput::Control(Control::Ready { ack: ack_tx }));
     ack_rx.recv_timeout(READY_TIMEOUT).map_err(|_| {
         Failure::new(
             ExitCode::Internal,
@@ -445,7 +450,10 @@ fn serve(
     let mut standalone = None;
     if let Some(vmi) = config.standalone_vmi.clone() {
         let (reply, answer) = ReplyTo::channel();
-        let _ = control_tx.send(Control::SyncStandalone { vmi, reply });
+        let _ = inbox.send(ManagerInput::Control(Control::SyncStandalone {
+            vmi,
+            reply,
+        }));
         standalone = Some(answer);
     }
 

@@ -30,6 +30,7 @@ pub mod protocol;
 pub mod safe_fs;
 pub mod server;
 pub mod signals;
+pub mod sink;
 pub mod threads;
 pub mod unprivileged;
 pub mod vmi;

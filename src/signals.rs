@@ -14,11 +14,11 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGPIPE, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 use crate::command::{DomainCommand, ManagerCommand, ManagerRequest, ReplyTo};
+use crate::sink::Sink;
 use crate::threads::{self, FatalSender};
 
 /// A signal the launcher handles.
@@ -100,11 +100,11 @@ pub fn name_of(raw: i32) -> &'static str {
 /// Where SIGUSR1/SIGUSR2 ask for the launcher's state: set once the domain
 /// manager runs. Before that, the signal is logged without a state.
 #[derive(Clone, Default)]
-pub struct StateReporter(Arc<OnceLock<Sender<ManagerRequest>>>);
+pub struct StateReporter(Arc<OnceLock<Sink<ManagerRequest>>>);
 
 impl StateReporter {
-    /// Connects the reporter to the domain manager's request channel.
-    pub fn connect(&self, manager: Sender<ManagerRequest>) {
+    /// Connects the reporter to the domain manager's inbox.
+    pub fn connect(&self, manager: Sink<ManagerRequest>) {
         let _ = self.0.set(manager);
     }
 
@@ -146,7 +146,7 @@ impl StateReporter {
 /// before this returns, so no signal after it is lost. Stop signals go to
 /// `to_manager` as raw numbers.
 pub fn spawn(
-    to_manager: Sender<Signal>,
+    to_manager: Sink<Signal>,
     reporter: StateReporter,
     fatal: &FatalSender,
 ) -> Result<(), String> {

@@ -116,9 +116,9 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
 
     start_libvirt_event_loop();
     let (virt_tx, virt_events) = unbounded();
-    let virt = LibvirtHypervisor::connect(&uri, domain, virt_tx).expect("virt backend");
+    let virt = LibvirtHypervisor::connect(&uri, domain, virt_tx.into()).expect("virt backend");
     let (wire_tx, wire_events) = unbounded();
-    let wire = WireHypervisor::connect(&uri, domain, wire_tx).expect("wire backend");
+    let wire = WireHypervisor::connect(&uri, domain, wire_tx.into()).expect("wire backend");
 
     let (vi, wi) = (virt.info(), wire.info());
     assert_eq!((vi.backend, wi.backend), ("virt", "wire"));

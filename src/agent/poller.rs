@@ -22,6 +22,7 @@ use super::model;
 use super::{AgentData, AgentUpdate, PollKind, PollerControl};
 use crate::config::AgentIntervals;
 use crate::hypervisor::{GuestInfoKind, Hypervisor};
+use crate::sink::Sink;
 use crate::threads::{self, FatalSender};
 
 /// The first repeat comes this soon; then the period doubles.
@@ -109,7 +110,7 @@ pub fn spawn(
     hypervisor: Arc<dyn Hypervisor>,
     domain: String,
     intervals: AgentIntervals,
-    updates: Sender<AgentUpdate>,
+    updates: Sink<AgentUpdate>,
     fatal: &FatalSender,
 ) -> std::io::Result<Sender<PollerControl>> {
     let (control_tx, control_rx) = crossbeam_channel::unbounded();
@@ -131,7 +132,7 @@ struct Poller {
     hypervisor: Arc<dyn Hypervisor>,
     domain: String,
     schedule: Schedule,
-    updates: Sender<AgentUpdate>,
+    updates: Sink<AgentUpdate>,
     /// When each kind last logged a warning, and how many it held back.
     last_warning: Vec<(PollKind, Instant, u32)>,
     /// Whether the domain's agent response timeout was set since polling

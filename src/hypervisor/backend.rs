@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use super::{HvResult, Hypervisor, HypervisorEvent};
+use crate::sink::Sink;
 use crate::threads::FatalSender;
 
 #[cfg(any(feature = "wire", not(feature = "virt")))]
@@ -24,7 +25,7 @@ mod chosen {
     pub fn connect(
         uri: &str,
         domain_name: &str,
-        events: Sender<HypervisorEvent>,
+        events: Sink<HypervisorEvent>,
     ) -> HvResult<Arc<dyn Hypervisor>> {
         Ok(Arc::new(WireHypervisor::connect(uri, domain_name, events)?))
     }
@@ -56,7 +57,7 @@ mod chosen {
     pub fn connect(
         uri: &str,
         domain_name: &str,
-        events: Sender<HypervisorEvent>,
+        events: Sink<HypervisorEvent>,
     ) -> HvResult<Arc<dyn Hypervisor>> {
         Ok(Arc::new(LibvirtHypervisor::connect(
             uri,
@@ -83,7 +84,7 @@ pub fn prepare() -> Result<(), String> {
 pub fn connect(
     uri: &str,
     domain_name: &str,
-    events: Sender<HypervisorEvent>,
+    events: Sink<HypervisorEvent>,
 ) -> HvResult<Arc<dyn Hypervisor>> {
     chosen::connect(uri, domain_name, events)
 }

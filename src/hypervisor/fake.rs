@@ -20,6 +20,7 @@ use super::{
     HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
     LifecycleEvent, MigrationRequest, RebootMode, Stat, StateReason,
 };
+use crate::sink::Sink;
 
 /// What the guest does when the ACPI power button is pressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +70,7 @@ struct FakeState {
 
 pub struct FakeHypervisor {
     state: Mutex<FakeState>,
-    events: Mutex<Option<Sender<HypervisorEvent>>>,
+    events: Sink<HypervisorEvent>,
 }
 
 /// Keeps a held call waiting until `release` (or drop).
@@ -80,7 +81,7 @@ impl Gate {
 }
 
 impl FakeHypervisor {
-    pub fn new(driver: DriverKind, events: Sender<HypervisorEvent>) -> FakeHypervisor {
+    pub fn new(driver: DriverKind, events: Sink<HypervisorEvent>) -> FakeHypervisor {
         FakeHypervisor {
             state: Mutex::new(FakeState {
                 driver,
@@ -96,7 +97,7 @@ impl FakeHypervisor {
                 calls: Vec::new(),
                 agent_replies: VecDeque::new(),
             }),
-            events: Mutex::new(Some(events)),
+            events,
         }
     }
 
@@ -105,23 +106,11 @@ impl FakeHypervisor {
     }
 
     fn send(&self, event: HypervisorEvent) {
-        if let Some(tx) = self
-            .events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            let _ = tx.send(event);
-        }
+        let _ = self.events.send(event);
     }
 
     fn lifecycle(&self, event: LifecycleEvent) {
         self.send(HypervisorEvent::Lifecycle(event));
-    }
-
-    /// Stops sending events; the manager's loop then ends.
-    pub fn close_events(&self) {
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
     // ---- scripting ----

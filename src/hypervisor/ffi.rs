@@ -3,15 +3,15 @@
 //! results (bulk stats, job statistics, guest info).
 //!
 //! Callbacks run on the libvirt event-loop thread. They only copy data out
-//! of libvirt's arguments and `try_send` it; they never call into libvirt
-//! (apart from `virDomainGetName`, a plain accessor of the domain object
-//! that does no I/O) and never block. A full channel drops the event with a
-//! log line rather than stalling the event loop.
+//! of libvirt's arguments and send it to the manager's inbox, which never
+//! blocks a sender; they never call into libvirt (apart from
+//! `virDomainGetName`, a plain accessor of the domain object that does no
+//! I/O).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::ptr;
 
-use crossbeam_channel::{Sender, TrySendError};
+use crossbeam_channel::Sender;
 use serde_json::Value;
 use virt::connect::Connect;
 use virt::domain::Domain;
@@ -19,6 +19,7 @@ use virt::error::Error;
 use virt::sys;
 
 use super::{AgentLifecycle, CloseReason, HypervisorEvent, LifecycleEvent, LossReporter, Stat};
+use crate::sink::Sink;
 
 /// Registers libvirt's default event loop implementation. Must run before
 /// any connection is opened.
@@ -71,7 +72,7 @@ pub fn notify_when_loop_runs(tx: Sender<()>) -> Result<(), Error> {
 /// Where a callback delivers what it copied: events for one domain name.
 struct EventSink {
     domain: CString,
-    tx: Sender<HypervisorEvent>,
+    tx: Sink<HypervisorEvent>,
 }
 
 impl EventSink {
@@ -90,14 +91,9 @@ impl EventSink {
     }
 
     fn deliver(&self, event: HypervisorEvent) {
-        match self.tx.try_send(event) {
-            Ok(()) => {}
-            Err(TrySendError::Full(event)) => {
-                log::warn!("events: queue full, dropping libvirt event {event:?}")
-            }
-            // The manager has exited; nothing is listening any more.
-            Err(TrySendError::Disconnected(_)) => {}
-        }
+        // The manager's inbox never blocks a sender; `Closed` means the
+        // manager has exited and nothing is listening any more.
+        let _ = self.tx.send(event);
     }
 }
 
@@ -249,7 +245,7 @@ fn event_id(id: c_uint) -> c_int {
 pub fn register_domain_events(
     conn: &Connect,
     domain_name: &str,
-    tx: &Sender<HypervisorEvent>,
+    tx: &Sink<HypervisorEvent>,
 ) -> Result<Vec<c_int>, Error> {
     // libvirt takes every callback as the generic type and casts it back by
     // event id, so each specific signature is transmuted to it.

@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::Sender;
 use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::sys;
@@ -23,6 +22,7 @@ use super::{
     Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
     MigrationRequest, RebootMode, Stat,
 };
+use crate::sink::Sink;
 
 /// Seconds of silence after which libvirt probes the daemon, and how many
 /// probes may go unanswered before it closes the connection: a hung
@@ -37,7 +37,7 @@ const KEEPALIVE_COUNT: u32 = 3;
 pub struct LibvirtHypervisor {
     uri: String,
     domain_name: String,
-    events: Sender<HypervisorEvent>,
+    events: Sink<HypervisorEvent>,
     conn: RwLock<Option<Registered>>,
     info: RwLock<HypervisorInfo>,
     /// The id of the connection calls may use; 0 while there is none or
@@ -88,7 +88,7 @@ impl LibvirtHypervisor {
     pub fn connect(
         uri: &str,
         domain_name: &str,
-        events: Sender<HypervisorEvent>,
+        events: Sink<HypervisorEvent>,
     ) -> HvResult<LibvirtHypervisor> {
         // Live from the start: the daemon may close the connection while
         // it is still being opened.
@@ -263,7 +263,7 @@ impl LibvirtHypervisor {
 fn open(
     uri: &str,
     domain_name: &str,
-    events: &Sender<HypervisorEvent>,
+    events: &Sink<HypervisorEvent>,
     id: ConnectionId,
     live: &Arc<AtomicU64>,
 ) -> HvResult<(Registered, HypervisorInfo)> {
@@ -680,7 +680,8 @@ mod tests {
         });
         let name = "handle-cache";
         let (events, _rx) = crossbeam_channel::unbounded();
-        let hv = LibvirtHypervisor::connect("test:///default", name, events).expect("connect");
+        let hv =
+            LibvirtHypervisor::connect("test:///default", name, events.into()).expect("connect");
         assert!(hv.domain_status(name).unwrap().is_none());
 
         hv.define(&domain_xml(name, "0b0c5a2e-8d1c-4d51-9a5e-5f1b7d3c0001"))

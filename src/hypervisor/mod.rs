@@ -25,9 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
-
 use serde_json::Value;
+
+use crate::sink::Sink;
 
 pub use state::{
     AgentChannelReason, AgentLifecycle, CloseReason, DomainState, DomainStatus, LifecycleEvent,
@@ -185,7 +185,7 @@ impl ConnectionId {
 /// it, and the first to report marks it dead and sends `ConnectionClosed`.
 #[derive(Clone)]
 pub struct LossReporter {
-    pub tx: Sender<HypervisorEvent>,
+    pub tx: Sink<HypervisorEvent>,
     pub connection: ConnectionId,
     /// The id of the connection calls may use; 0 once it is known dead.
     /// Shared by every reporter of the backend and by its calls.
@@ -201,7 +201,7 @@ impl LossReporter {
             .compare_exchange(self.connection.0, 0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if marked {
-            let _ = self.tx.try_send(HypervisorEvent::ConnectionClosed {
+            let _ = self.tx.send(HypervisorEvent::ConnectionClosed {
                 connection: self.connection,
                 reason,
             });

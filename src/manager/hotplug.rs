@@ -33,6 +33,7 @@ use crate::hotplug::plan::{self, Change, Desired, Step};
 use crate::hotplug::ready::{self, HostPaths};
 use crate::hypervisor::{Affect, DomainState, Hypervisor, HypervisorErrorKind, StateReason};
 use crate::protocol::{CommandError, ErrorClass};
+use crate::sink::Sink;
 use crate::unprivileged::{self, Identity, VfioHost};
 use crate::vmi::VirtualMachineInstance;
 
@@ -73,7 +74,7 @@ pub struct VolumeStatus {
 
 /// What the sync job reports while it runs.
 #[derive(Debug)]
-pub(super) enum Progress {
+pub enum Progress {
     Volume(VolumeStatus),
 }
 
@@ -91,27 +92,19 @@ pub(super) struct HotplugState {
     volumes: BTreeMap<String, VolumeStatus>,
     /// While a sync job runs: where device-removed aliases go.
     removals: Option<Sender<String>>,
-    progress_tx: Sender<Progress>,
-    progress_rx: Receiver<Progress>,
+    /// Where the live-update worker reports (the manager's inbox).
+    progress: Sink<Progress>,
 }
 
-impl Default for HotplugState {
-    fn default() -> HotplugState {
-        let (progress_tx, progress_rx) = unbounded();
+impl HotplugState {
+    pub(super) fn new(progress: Sink<Progress>) -> HotplugState {
         HotplugState {
             applied: None,
             pending: None,
             volumes: BTreeMap::new(),
             removals: None,
-            progress_tx,
-            progress_rx,
+            progress,
         }
-    }
-}
-
-impl HotplugState {
-    pub(super) fn progress(&self) -> Receiver<Progress> {
-        self.progress_rx.clone()
     }
 }
 
@@ -130,7 +123,7 @@ pub(super) struct LiveChange {
     unprivileged: Option<(VfioHost, Identity)>,
     detach_timeout: Duration,
     removals: Receiver<String>,
-    progress: Sender<Progress>,
+    progress: Sink<Progress>,
 }
 
 /// "arguments.vmi.<path>: <message>" as an InvalidArgument.
@@ -344,7 +337,7 @@ impl DomainManager {
                 .then(|| (VfioHost::system(), Identity::current())),
             detach_timeout: self.timing.detach,
             removals,
-            progress: self.hotplug.progress_tx.clone(),
+            progress: self.hotplug.progress.clone(),
         }
     }
 

@@ -8,8 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
-
 use super::reply::JobValue;
 use super::workers::{self, WorkerPool};
 use crate::agent::model::FreezeStatus;
@@ -17,6 +15,7 @@ use crate::command::ReplyTo;
 use crate::disks::PreparedDisks;
 use crate::hypervisor::{ConnectionId, DomainStatus, Hypervisor};
 use crate::protocol::{CommandError, ErrorClass};
+use crate::sink::Sink;
 use crate::threads::FatalSender;
 
 pub type JobId = u64;
@@ -172,9 +171,10 @@ impl JobOutput {
     }
 }
 
+/// A job's result, from its worker; only the manager opens it.
 pub struct JobDone {
-    pub id: JobId,
-    pub output: JobOutput,
+    pub(super) id: JobId,
+    pub(super) output: JobOutput,
 }
 
 /// A job that completed, with what the manager needs to finish it.
@@ -202,8 +202,8 @@ struct Pending {
 pub struct JobRunner {
     hypervisor: Arc<dyn Hypervisor>,
     workers: WorkerPool,
-    done_tx: Sender<JobDone>,
-    done_rx: Receiver<JobDone>,
+    /// Where workers report finished jobs (the manager's inbox).
+    done: Sink<JobDone>,
     next_id: JobId,
     pending: HashMap<JobId, Pending>,
     /// Domain lifecycle events the manager has handled so far.
@@ -211,13 +211,15 @@ pub struct JobRunner {
 }
 
 impl JobRunner {
-    pub fn new(hypervisor: Arc<dyn Hypervisor>, fatal: FatalSender) -> JobRunner {
-        let (done_tx, done_rx) = unbounded();
+    pub fn new(
+        hypervisor: Arc<dyn Hypervisor>,
+        fatal: FatalSender,
+        done: Sink<JobDone>,
+    ) -> JobRunner {
         JobRunner {
             hypervisor,
             workers: WorkerPool::new(fatal, workers::IDLE_EXIT),
-            done_tx,
-            done_rx,
+            done,
             next_id: 1,
             pending: HashMap::new(),
             domain_events: 0,
@@ -228,11 +230,6 @@ impl JobRunner {
     /// the domain before it.
     pub fn note_domain_event(&mut self) {
         self.domain_events += 1;
-    }
-
-    /// Where completed jobs arrive; the manager selects on it.
-    pub fn completions(&self) -> &Receiver<JobDone> {
-        &self.done_rx
     }
 
     /// The running exclusive job, if any.
@@ -276,7 +273,7 @@ impl JobRunner {
         let id = self.next_id;
         self.next_id += 1;
         let hypervisor = self.hypervisor.clone();
-        let done_tx = self.done_tx.clone();
+        let done_tx = self.done.clone();
         let label = format!("job-{}", operation.name());
         let spawned = self.workers.run(label, move || {
             let output = work(hypervisor.as_ref());

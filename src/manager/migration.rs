@@ -6,7 +6,6 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value, json};
 
 use super::errors::hypervisor_error;
@@ -26,6 +25,7 @@ use crate::migration::{
     TargetAddress, progress_summary, worker,
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::sink::Sink;
 
 /// The target's sockets for the memory and the disk streams, in its
 /// `<private>/<uid>/`.
@@ -40,9 +40,8 @@ pub(super) struct MigrationState {
     pub(super) record: Option<MigrationRecord>,
     /// Cancels the source's running migration.
     pub(super) cancel: Option<CancelHandle>,
-    /// The source worker reports on this channel.
-    updates_tx: Sender<MigrationUpdate>,
-    updates_rx: Receiver<MigrationUpdate>,
+    /// Where the source worker reports (the manager's inbox).
+    updates: Sink<MigrationUpdate>,
     last_progress_event: Option<Instant>,
     /// Files a target made for the incoming domain, until it arrives.
     prepared_target: Option<disks::PreparedDisks>,
@@ -51,25 +50,16 @@ pub(super) struct MigrationState {
     last_completed_job: Option<Vec<Stat>>,
 }
 
-impl Default for MigrationState {
-    fn default() -> MigrationState {
-        let (updates_tx, updates_rx) = crossbeam_channel::unbounded();
+impl MigrationState {
+    pub(super) fn new(updates: Sink<MigrationUpdate>) -> MigrationState {
         MigrationState {
             record: None,
             cancel: None,
-            updates_tx,
-            updates_rx,
+            updates,
             last_progress_event: None,
             prepared_target: None,
             last_completed_job: None,
         }
-    }
-}
-
-impl MigrationState {
-    /// Where the source worker's reports arrive.
-    pub(super) fn updates(&self) -> Receiver<MigrationUpdate> {
-        self.updates_rx.clone()
     }
 }
 
@@ -250,7 +240,7 @@ impl DomainManager {
             self.config.domain_name.clone(),
             self.launcher_paths(),
             &options,
-            self.migration.updates_tx.clone(),
+            self.migration.updates.clone(),
             &self.fatal,
         )
         .map_err(|e| CommandError::internal(format!("migrate: cannot start the worker: {e}")))?;

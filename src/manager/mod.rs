@@ -21,6 +21,7 @@ mod errors;
 mod exit;
 mod guest;
 mod hotplug;
+pub mod inbox;
 mod jobs;
 mod lifecycle;
 mod migration;
@@ -37,21 +38,21 @@ mod tests;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, select};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use serde_json::Value;
 
-use crate::agent::{AgentUpdate, PollerControl};
+use crate::agent::PollerControl;
 use crate::command::{ManagerCommand, ManagerRequest, ReplyTo};
 use crate::config::Config;
 use crate::daemons::LibvirtDaemons;
 use crate::events::{Event, EventHub, EventKind};
 use crate::hypervisor::{Hypervisor, HypervisorEvent};
-use crate::signals::Signal;
 use crate::threads::FatalSender;
 use connection::Link;
 pub use exit::ExitRequest;
 use exit::ExitState;
 use guest::AgentState;
+pub use inbox::{Inbox, ManagerInput};
 use jobs::{Finished, JobRunner, Observation, Operation};
 use lifecycle::DomainView;
 use migration::MigrationState;
@@ -83,14 +84,8 @@ pub struct ManagerParts {
     pub fatal: FatalSender,
     /// The VMI's pod networking, removed by the main thread on exit.
     pub network: crate::network::NetworkSlot,
-}
-
-pub struct ManagerInputs {
-    pub requests: Receiver<ManagerRequest>,
-    pub hypervisor_events: Receiver<HypervisorEvent>,
-    pub agent_updates: Receiver<AgentUpdate>,
-    pub signals: Receiver<Signal>,
-    pub control: Receiver<Control>,
+    /// The manager's own inbox: its workers report there.
+    pub inbox: Inbox,
 }
 
 /// Where the launcher is in its life.
@@ -216,9 +211,10 @@ impl DomainManager {
             exit,
             fatal,
             network,
+            inbox,
         } = parts;
         DomainManager {
-            jobs: JobRunner::new(hypervisor.clone(), fatal.clone()),
+            jobs: JobRunner::new(hypervisor.clone(), fatal.clone(), inbox.job_completions()),
             stop: GracefulStop::new(config.grace_period),
             config,
             hypervisor,
@@ -232,8 +228,8 @@ impl DomainManager {
             domain: DomainView::default(),
             link: Link::default(),
             agent: AgentState::new(poller),
-            migration: MigrationState::default(),
-            hotplug: hotplug::HotplugState::default(),
+            migration: MigrationState::new(inbox.migration_updates()),
+            hotplug: hotplug::HotplugState::new(inbox.hotplug_progress()),
             described: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
             exit: ExitState::new(exit),
@@ -242,80 +238,42 @@ impl DomainManager {
         }
     }
 
-    /// Runs until every input is closed. Decisions to exit go to the main
-    /// thread, which ends the process; until then the manager keeps
-    /// answering.
-    pub fn run(mut self, inputs: ManagerInputs) {
+    /// Runs until its inbox sends `Stop` or closes. Decisions to exit go to
+    /// the main thread, which ends the process; until then the manager
+    /// keeps answering.
+    pub fn run(mut self, inbox: Receiver<ManagerInput>) {
         // Adopt a domain that already exists (a restarted launcher).
         self.refresh_status();
-        let completions = self.jobs.completions().clone();
-        let migration_updates = self.migration.updates();
-        let hotplug_progress = self.hotplug.progress();
-        let mut requests_open = true;
-        let mut signals_open = true;
-        let mut control_open = true;
-        let never_requests = crossbeam_channel::never();
-        let never_signals = crossbeam_channel::never();
-        let never_control = crossbeam_channel::never();
         loop {
             let wait = self.next_wakeup().saturating_duration_since(Instant::now());
-            let requests = if requests_open {
-                &inputs.requests
-            } else {
-                &never_requests
-            };
-            let signals = if signals_open {
-                &inputs.signals
-            } else {
-                &never_signals
-            };
-            let control = if control_open {
-                &inputs.control
-            } else {
-                &never_control
-            };
-            select! {
-                recv(requests) -> msg => match msg {
-                    Ok(request) => self.handle_request(request),
-                    Err(_) => requests_open = false,
-                },
-                recv(inputs.hypervisor_events) -> msg => match msg {
-                    Ok(event) => self.handle_hypervisor_event(event),
-                    Err(_) => return,
-                },
-                recv(hotplug_progress) -> msg => {
-                    if let Ok(progress) = msg {
-                        self.on_hotplug_progress(progress);
-                    }
-                },
-                recv(migration_updates) -> msg => {
-                    if let Ok(update) = msg {
-                        // A migrating domain changes under the caches.
-                        self.domain_changed();
-                        self.handle_migration_update(update);
-                    }
-                },
-                recv(inputs.agent_updates) -> msg => {
-                    if let Ok(update) = msg {
-                        self.handle_agent_update(update);
-                    }
-                },
-                recv(signals) -> msg => match msg {
-                    Ok(signal) => self.handle_signal(signal),
-                    Err(_) => signals_open = false,
-                },
-                recv(control) -> msg => match msg {
-                    Ok(message) => self.handle_control(message),
-                    Err(_) => control_open = false,
-                },
-                recv(completions) -> msg => {
-                    if let Some(finished) = msg.ok().and_then(|done| self.jobs.finish(done)) {
-                        self.handle_job_done(finished);
-                    }
-                },
-                default(wait) => {},
+            match inbox.recv_timeout(wait) {
+                Ok(ManagerInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(input) => self.handle_input(input),
+                Err(RecvTimeoutError::Timeout) => {}
             }
             self.fire_due_timers();
+        }
+    }
+
+    fn handle_input(&mut self, input: ManagerInput) {
+        match input {
+            ManagerInput::Request(request) => self.handle_request(request),
+            ManagerInput::Hypervisor(event) => self.handle_hypervisor_event(event),
+            ManagerInput::Agent(update) => self.handle_agent_update(update),
+            ManagerInput::Signal(signal) => self.handle_signal(signal),
+            ManagerInput::Control(message) => self.handle_control(message),
+            ManagerInput::JobDone(done) => {
+                if let Some(finished) = self.jobs.finish(*done) {
+                    self.handle_job_done(finished);
+                }
+            }
+            ManagerInput::Migration(update) => {
+                // A migrating domain changes under the caches.
+                self.domain_changed();
+                self.handle_migration_update(update);
+            }
+            ManagerInput::Hotplug(progress) => self.on_hotplug_progress(progress),
+            ManagerInput::Stop => {}
         }
     }
 

@@ -1,4 +1,4 @@
-//! The manager's timers: deadlines it waits for in its `select!`, so no
+//! The manager's timers: deadlines it waits for on its inbox (`recv_timeout`), so no
 //! thread ever polls.
 
 use std::time::{Duration, Instant};

@@ -14,6 +14,7 @@ use crossbeam_channel::{Receiver, Sender, bounded, select};
 use super::{LauncherPaths, MigrationOptions, MigrationUpdate, local_disks, rewrite_paths};
 use crate::domxml::Domain;
 use crate::hypervisor::{HvResult, Hypervisor, MigrationRequest, Stat};
+use crate::sink::Sink;
 use crate::threads::{self, FatalSender};
 
 /// How often the monitor reads the job's statistics (as KubeVirt does).
@@ -44,7 +45,7 @@ pub fn spawn(
     domain: String,
     ours: LauncherPaths,
     options: &MigrationOptions,
-    updates: Sender<MigrationUpdate>,
+    updates: Sink<MigrationUpdate>,
     fatal: &FatalSender,
 ) -> std::io::Result<CancelHandle> {
     let (done_tx, done_rx) = bounded::<HvResult<()>>(1);
@@ -79,7 +80,7 @@ struct Monitor {
     completion_timeout_per_gib: u64,
     allow_post_copy: bool,
     max_downtime_ms: Option<u64>,
-    updates: Sender<MigrationUpdate>,
+    updates: Sink<MigrationUpdate>,
 }
 
 /// The migration as libvirt is asked for it: the domain with the target's

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use serde_json::{Map, Value, json};
 
 use super::ServerShared;
@@ -19,6 +18,7 @@ use crate::protocol::{
     CommandError, CommandResult, ErrorClass, encode_error, encode_hello, encode_return,
     parse_request,
 };
+use crate::sink::Sink;
 use crate::threads;
 
 /// How long a client may take to finish a line, from its first byte.
@@ -246,15 +246,15 @@ fn write_events(queue: SubscriberQueue, outbox: Outbox) {
 /// is bounded by those; should it drop the request unanswered, the client
 /// is told so at once.
 fn ask_manager(
-    manager: &Sender<ManagerRequest>,
+    manager: &Sink<ManagerRequest>,
     replies: &ReplySlot,
     command: ManagerCommand,
 ) -> CommandResult {
     let reply = replies.reply_to(command.name());
-    if let Err(unsent) = manager.send(ManagerRequest { command, reply }) {
-        // Answered here: its reply slot must not put an error of its own
-        // into the channel, where the next request would read it.
-        unsent.0.reply.withdraw();
+    if manager.send(ManagerRequest { command, reply }).is_err() {
+        // Answered here: the error the unsent request's reply slot left
+        // must not reach the next request.
+        replies.discard();
         return Err(CommandError::new(
             ErrorClass::Unavailable,
             "the domain manager has stopped; the launcher is exiting",
@@ -302,6 +302,7 @@ mod tests {
     #[test]
     fn a_request_the_manager_drops_fails_instead_of_hanging() {
         let (manager, requests) = crossbeam_channel::unbounded::<ManagerRequest>();
+        let manager = Sink::from(manager);
         // A manager that drops the first request and answers the second.
         let fake = std::thread::spawn(move || {
             drop(requests.recv().unwrap());
@@ -333,6 +334,7 @@ mod tests {
     #[test]
     fn a_request_after_the_manager_stopped_is_unavailable() {
         let (manager, requests) = crossbeam_channel::unbounded::<ManagerRequest>();
+        let manager = Sink::from(manager);
         drop(requests);
         let replies = ReplySlot::new();
         // Twice on one connection: the first refusal leaves nothing behind

@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use crossbeam_channel::Sender;
 use serde_json::Value;
 
 use crate::command::{ManagerRequest, command_names};
 use crate::events::EventHub;
 use crate::logging::RateLimit;
 use crate::protocol::{Hello, PROTOCOL_VERSION};
+use crate::sink::Sink;
 use crate::threads::{self, FatalSender};
 
 /// Requests read but not yet answered, so the exit can wait for their
@@ -81,7 +81,8 @@ pub struct ServerShared {
     /// send nothing; `None`: forever.
     pub idle_timeout: Option<Duration>,
     pub ready: AtomicBool,
-    pub manager: Sender<ManagerRequest>,
+    /// Where requests go: the domain manager's inbox.
+    pub manager: Sink<ManagerRequest>,
     pub hub: Arc<EventHub>,
     pub fatal: FatalSender,
     pub active_clients: AtomicUsize,
@@ -94,7 +95,7 @@ impl ServerShared {
         vmi: String,
         max_line_bytes: usize,
         max_clients: usize,
-        manager: Sender<ManagerRequest>,
+        manager: Sink<ManagerRequest>,
         hub: Arc<EventHub>,
         fatal: FatalSender,
     ) -> ServerShared {

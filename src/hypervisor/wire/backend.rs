@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crossbeam_channel::{Sender, TrySendError};
 use serde_json::Value;
 
 use super::client::{Client, ClientOptions, CloseReason, Listener, PendingCall, RpcError};
@@ -27,6 +26,7 @@ use crate::hypervisor::{
     HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter, MigrationRequest, RebootMode,
     Stat,
 };
+use crate::sink::Sink;
 
 /// Extra time a guest-agent call gets beyond the agent timeout it passes
 /// to libvirt, so libvirt's own timeout answers first.
@@ -36,7 +36,7 @@ pub struct WireHypervisor {
     uri: String,
     target: Target,
     domain_name: String,
-    events: Sender<HypervisorEvent>,
+    events: Sink<HypervisorEvent>,
     options: ClientOptions,
     conn: RwLock<Option<Arc<Client>>>,
     info: RwLock<HypervisorInfo>,
@@ -61,7 +61,7 @@ impl WireHypervisor {
     pub fn connect(
         uri: &str,
         domain_name: &str,
-        events: Sender<HypervisorEvent>,
+        events: Sink<HypervisorEvent>,
     ) -> HvResult<WireHypervisor> {
         WireHypervisor::connect_with(
             uri,
@@ -77,7 +77,7 @@ impl WireHypervisor {
     pub fn connect_with(
         uri: &str,
         domain_name: &str,
-        events: Sender<HypervisorEvent>,
+        events: Sink<HypervisorEvent>,
         env: &Environment,
         options: ClientOptions,
     ) -> HvResult<WireHypervisor> {
@@ -512,24 +512,20 @@ fn convert_error(operation: &'static str, e: RpcError) -> HypervisorError {
 }
 
 /// Turns the daemon's event messages into `HypervisorEvent`s for the
-/// launcher's domain. Runs on the RPC reader thread: decode, `try_send`,
-/// return.
+/// launcher's domain. Runs on the RPC reader thread: decode, send (the
+/// manager's inbox never blocks), return.
 struct EventRouter {
     domain: String,
-    tx: Sender<HypervisorEvent>,
+    tx: Sink<HypervisorEvent>,
     /// Reports this connection's loss (once, see `LossReporter`).
     reporter: LossReporter,
 }
 
 impl EventRouter {
     fn deliver(&self, event: HypervisorEvent) {
-        match self.tx.try_send(event) {
-            Ok(()) => {}
-            Err(TrySendError::Full(event)) => {
-                log::warn!("events: queue full, dropping libvirt event {event:?}")
-            }
-            Err(TrySendError::Disconnected(_)) => {}
-        }
+        // The manager's inbox never blocks a sender; `Closed` means the
+        // manager has exited and nothing is listening any more.
+        let _ = self.tx.send(event);
     }
 }
 

@@ -205,7 +205,7 @@ fn job(desired: &str, hotplug_dir: &str, guest_memory: Option<u64>, timeout: Dur
             unprivileged: None,
             detach_timeout: timeout,
             removals,
-            progress: progress_tx,
+            progress: progress_tx.into(),
         },
         removals: removals_tx,
         progress,

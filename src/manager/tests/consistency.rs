@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crossbeam_channel::Receiver;
 use serde_json::{Value, json};
 
 use super::{Built, DOMAIN, Harness, Setup, WAIT, build, class, files_under, vmi};
@@ -12,9 +13,9 @@ use crate::hypervisor::state::{ResumedDetail, StartedDetail, SuspendedDetail};
 use crate::hypervisor::{
     DomainState, DomainStatus, DriverKind, HypervisorErrorKind, LifecycleEvent, StateReason,
 };
-use crate::manager::DomainManager;
 use crate::manager::jobs::{JobOutput, Observation, Operation};
 use crate::manager::reply::JobValue;
+use crate::manager::{DomainManager, ManagerInput};
 use crate::protocol::ErrorClass;
 
 fn running() -> DomainStatus {
@@ -38,8 +39,13 @@ fn start_job(m: &mut DomainManager, operation: Operation, observed: Option<Domai
 }
 
 /// Handles the next job completion.
-fn complete_job(m: &mut DomainManager) {
-    let done = m.jobs.completions().recv_timeout(WAIT).unwrap();
+fn complete_job(m: &mut DomainManager, inbox: &Receiver<ManagerInput>) {
+    let done = loop {
+        match inbox.recv_timeout(WAIT).expect("a job completes") {
+            ManagerInput::JobDone(done) => break *done,
+            _ => continue,
+        }
+    };
     let finished = m.jobs.finish(done).unwrap();
     m.handle_job_done(finished);
 }
@@ -56,42 +62,50 @@ fn shown(m: &DomainManager) -> (String, String, bool) {
 
 #[test]
 fn paused_by_user_agrees_with_the_state_however_replies_and_events_interleave() {
-    let Built { mut manager, .. } = build(Setup::default());
+    let Built {
+        mut manager,
+        inbox_rx,
+        ..
+    } = build(Setup::default());
     let m = &mut manager;
     m.on_lifecycle(LifecycleEvent::Started(StartedDetail::Booted));
     // unpause: libvirt resumes (its Resumed event is still in flight) and
     // the job reads Running; its completion is handled first.
     start_job(m, Operation::Unpause, Some(running()));
-    complete_job(m);
+    complete_job(m, &inbox_rx);
     // pause, admitted next: libvirt suspends, the job reads Paused/User.
     start_job(m, Operation::Pause, Some(paused_by_user()));
-    complete_job(m);
+    complete_job(m, &inbox_rx);
     // Only now do the two events arrive, in libvirt's order.
     m.on_lifecycle(LifecycleEvent::Resumed(ResumedDetail::Unpaused));
     m.on_lifecycle(LifecycleEvent::Suspended(SuspendedDetail::Paused));
     assert_eq!(shown(m), ("Paused".into(), "User".into(), true));
     // And the other way round.
     start_job(m, Operation::Unpause, Some(running()));
-    complete_job(m);
+    complete_job(m, &inbox_rx);
     m.on_lifecycle(LifecycleEvent::Resumed(ResumedDetail::Unpaused));
     assert_eq!(shown(m), ("Running".into(), "Unpaused".into(), false));
 }
 
 #[test]
 fn a_state_read_before_a_newer_event_does_not_overwrite_it() {
-    let Built { mut manager, .. } = build(Setup::default());
+    let Built {
+        mut manager,
+        inbox_rx,
+        ..
+    } = build(Setup::default());
     let m = &mut manager;
     m.on_lifecycle(LifecycleEvent::Started(StartedDetail::Booted));
     // query-domain reads Running; meanwhile the domain is paused and the
     // event is handled before the query's result.
     start_job(m, Operation::QueryDomain, Some(running()));
     m.on_lifecycle(LifecycleEvent::Suspended(SuspendedDetail::Paused));
-    complete_job(m);
+    complete_job(m, &inbox_rx);
     assert_eq!(shown(m), ("Paused".into(), "User".into(), true));
     // A read with no event in between still counts (a stop libvirt never
     // reported, for example).
     start_job(m, Operation::QueryDomain, Some(running()));
-    complete_job(m);
+    complete_job(m, &inbox_rx);
     assert_eq!(shown(m).0, "Running");
 }
 

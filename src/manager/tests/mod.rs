@@ -15,18 +15,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, unbounded};
+use crossbeam_channel::{Receiver, unbounded};
 use serde_json::{Map, Value, json};
 
-use super::{Control, DomainManager, ExitRequest, HostFacts, ManagerInputs, ManagerParts, Timing};
-use crate::agent::AgentUpdate;
+use super::{
+    Control, DomainManager, ExitRequest, HostFacts, Inbox, ManagerInput, ManagerParts, Timing,
+};
 use crate::command::{Command, ManagerRequest, ReplyTo};
 use crate::config::Config;
 use crate::convert::UserNetBackend;
 use crate::events::{EventHub, SubscriberQueue};
 use crate::exit::ExitCode;
+use crate::hypervisor::DriverKind;
 use crate::hypervisor::fake::FakeHypervisor;
-use crate::hypervisor::{DriverKind, HypervisorEvent};
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 use crate::signals::Signal;
 
@@ -133,7 +134,10 @@ struct Built {
     fake: Arc<FakeHypervisor>,
     events: SubscriberQueue,
     exit: Receiver<ExitRequest>,
-    hv_events: Receiver<HypervisorEvent>,
+    /// The manager's inbox, both ends: the harness feeds it, and a test
+    /// that drives the manager by hand reads its job completions there.
+    inbox: Inbox,
+    inbox_rx: Receiver<ManagerInput>,
     dirs: TempDir,
 }
 
@@ -166,8 +170,8 @@ fn build(setup: Setup) -> Built {
         other => panic!("test flags do not parse: {other:?}"),
     };
     let config = Arc::new(Config::resolve(args).unwrap());
-    let (hv_tx, hv_events) = unbounded::<HypervisorEvent>();
-    let fake = Arc::new(FakeHypervisor::new(setup.driver, hv_tx));
+    let (inbox, inbox_rx) = super::inbox::channel();
+    let fake = Arc::new(FakeHypervisor::new(setup.driver, inbox.hypervisor_events()));
     if let Some(before) = setup.before_start {
         before(&fake);
     }
@@ -189,6 +193,7 @@ fn build(setup: Setup) -> Built {
         exit: exit_tx,
         fatal,
         network: crate::network::NetworkSlot::default(),
+        inbox: inbox.clone(),
     });
     manager.timing = setup.timing;
     Built {
@@ -196,7 +201,8 @@ fn build(setup: Setup) -> Built {
         fake,
         events,
         exit,
-        hv_events,
+        inbox,
+        inbox_rx,
         dirs,
     }
 }
@@ -204,11 +210,8 @@ fn build(setup: Setup) -> Built {
 /// A manager thread on a fake hypervisor, and the channels that drive it.
 struct Harness {
     fake: Arc<FakeHypervisor>,
-    requests: Sender<ManagerRequest>,
-    signals: Sender<Signal>,
-    control: Sender<Control>,
-    /// Kept open so the manager does not see its agent input close.
-    _agent: Sender<AgentUpdate>,
+    /// The manager's inbox: requests, signals and control messages.
+    inbox: Inbox,
     exit: Receiver<ExitRequest>,
     events: SubscriberQueue,
     dirs: TempDir,
@@ -229,34 +232,26 @@ impl Harness {
             fake,
             events,
             exit,
-            hv_events,
+            inbox,
+            inbox_rx,
             dirs,
         } = built;
-        let (requests, requests_rx) = unbounded();
-        let (signals, signals_rx) = unbounded();
-        let (control, control_rx) = unbounded();
-        let (agent, agent_rx) = unbounded();
-        let inputs = ManagerInputs {
-            requests: requests_rx,
-            hypervisor_events: hv_events,
-            agent_updates: agent_rx,
-            signals: signals_rx,
-            control: control_rx,
-        };
-        let thread = std::thread::spawn(move || manager.run(inputs));
+        let thread = std::thread::spawn(move || manager.run(inbox_rx));
         let harness = Harness {
             fake,
-            requests,
-            signals,
-            control,
-            _agent: agent,
+            inbox,
             exit,
             events,
             dirs,
             thread: Some(thread),
         };
         let (ack, acked) = crossbeam_channel::bounded(1);
-        harness.control.send(Control::Ready { ack }).unwrap();
+        assert!(
+            harness
+                .inbox
+                .send(ManagerInput::Control(Control::Ready { ack }))
+                .is_ok()
+        );
         acked
             .recv_timeout(WAIT)
             .expect("the manager acknowledges readiness");
@@ -288,9 +283,11 @@ impl Harness {
     /// Sends a command without waiting; the reply arrives on the receiver.
     fn send(&self, command: crate::command::ManagerCommand) -> Receiver<CommandResult> {
         let (reply, answer) = ReplyTo::channel();
-        self.requests
-            .send(ManagerRequest { command, reply })
-            .unwrap();
+        assert!(
+            self.inbox
+                .send(ManagerInput::Request(ManagerRequest { command, reply }))
+                .is_ok()
+        );
         answer
     }
 
@@ -382,7 +379,7 @@ impl Harness {
     }
 
     fn signal(&self, signal: Signal) {
-        self.signals.send(signal).unwrap();
+        assert!(self.inbox.send(ManagerInput::Signal(signal)).is_ok());
     }
 
     /// Polls query-status until `pred` holds.
@@ -401,8 +398,7 @@ impl Harness {
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        // The manager's loop ends when its hypervisor events stop.
-        self.fake.close_events();
+        let _ = self.inbox.send(ManagerInput::Stop);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

@@ -200,7 +200,7 @@ fn connect(fake: &FakeLibvirtd) -> (WireHypervisor, Receiver<HypervisorEvent>) {
     let hv = WireHypervisor::connect_with(
         &fake.uri(),
         OUR_DOMAIN,
-        tx,
+        tx.into(),
         &Environment::of_this_process(),
         quick(),
     )
@@ -882,7 +882,7 @@ fn a_missing_socket_is_connection_lost_and_test_default_is_refused() {
     let err = WireHypervisor::connect(
         "qemu+unix:///system?socket=/nonexistent/libvirt-sock",
         OUR_DOMAIN,
-        tx.clone(),
+        tx.clone().into(),
     )
     .err()
     .unwrap();
@@ -892,7 +892,7 @@ fn a_missing_socket_is_connection_lost_and_test_default_is_refused() {
         "{}",
         err.message
     );
-    let err = WireHypervisor::connect("test:///default", OUR_DOMAIN, tx)
+    let err = WireHypervisor::connect("test:///default", OUR_DOMAIN, tx.into())
         .err()
         .unwrap();
     assert_eq!(err.kind, HypervisorErrorKind::Unsupported);
@@ -923,7 +923,7 @@ fn sasl_only_daemons_are_refused_with_a_reason() {
     let err = WireHypervisor::connect_with(
         &fake.uri(),
         OUR_DOMAIN,
-        tx,
+        tx.into(),
         &Environment::of_this_process(),
         quick(),
     )

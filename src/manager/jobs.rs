@@ -273,11 +273,11 @@ impl JobRunner {
         let id = self.next_id;
         self.next_id += 1;
         let hypervisor = self.hypervisor.clone();
-        let done_tx = self.done.clone();
+        let done = self.done.clone();
         let label = format!("job-{}", operation.name());
         let spawned = self.workers.run(label, move || {
             let output = work(hypervisor.as_ref());
-            let _ = done_tx.send(JobDone { id, output });
+            let _ = done.send(JobDone { id, output });
         });
         match spawned {
             Ok(_) => {

@@ -248,32 +248,25 @@ impl DomainManager {
             let wait = self.next_wakeup().saturating_duration_since(Instant::now());
             match inbox.recv_timeout(wait) {
                 Ok(ManagerInput::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                Ok(input) => self.handle_input(input),
                 Err(RecvTimeoutError::Timeout) => {}
+                Ok(ManagerInput::Request(request)) => self.handle_request(request),
+                Ok(ManagerInput::Hypervisor(event)) => self.handle_hypervisor_event(event),
+                Ok(ManagerInput::Agent(update)) => self.handle_agent_update(update),
+                Ok(ManagerInput::Signal(signal)) => self.handle_signal(signal),
+                Ok(ManagerInput::Control(message)) => self.handle_control(message),
+                Ok(ManagerInput::JobDone(done)) => {
+                    if let Some(finished) = self.jobs.finish(*done) {
+                        self.handle_job_done(finished);
+                    }
+                }
+                Ok(ManagerInput::Migration(update)) => {
+                    // A migrating domain changes under the caches.
+                    self.domain_changed();
+                    self.handle_migration_update(update);
+                }
+                Ok(ManagerInput::Hotplug(progress)) => self.on_hotplug_progress(progress),
             }
             self.fire_due_timers();
-        }
-    }
-
-    fn handle_input(&mut self, input: ManagerInput) {
-        match input {
-            ManagerInput::Request(request) => self.handle_request(request),
-            ManagerInput::Hypervisor(event) => self.handle_hypervisor_event(event),
-            ManagerInput::Agent(update) => self.handle_agent_update(update),
-            ManagerInput::Signal(signal) => self.handle_signal(signal),
-            ManagerInput::Control(message) => self.handle_control(message),
-            ManagerInput::JobDone(done) => {
-                if let Some(finished) = self.jobs.finish(*done) {
-                    self.handle_job_done(finished);
-                }
-            }
-            ManagerInput::Migration(update) => {
-                // A migrating domain changes under the caches.
-                self.domain_changed();
-                self.handle_migration_update(update);
-            }
-            ManagerInput::Hotplug(progress) => self.on_hotplug_progress(progress),
-            ManagerInput::Stop => {}
         }
     }
 

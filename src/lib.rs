@@ -28,6 +28,8 @@ pub mod network;
 pub mod os;
 pub mod protocol;
 pub mod safe_fs;
+#[cfg(test)]
+pub(crate) mod scratch;
 pub mod server;
 pub mod signals;
 pub mod sink;

@@ -396,6 +396,7 @@ pub fn hidden_emulators() -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::ScratchDir;
 
     const CPUINFO: &str = "processor\t: 0\napicid\t\t: 0\ninitial apicid\t: 0\n\nprocessor\t: 1\napicid\t\t: 1\ninitial apicid\t: 1\n";
 
@@ -411,25 +412,11 @@ mod tests {
         )
     }
 
-    struct Dirs(PathBuf);
-    impl Dirs {
-        fn new() -> Dirs {
-            use std::sync::atomic::{AtomicU32, Ordering};
-            static N: AtomicU32 = AtomicU32::new(0);
-            let root = std::env::temp_dir().join(format!(
-                "vl-caps-{}-{}",
-                std::process::id(),
-                N.fetch_add(1, Ordering::Relaxed)
-            ));
-            let _ = fs::remove_dir_all(&root);
-            fs::create_dir_all(root.join("host")).unwrap();
-            Dirs(root)
-        }
-    }
-    impl Drop for Dirs {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+    /// A scratch dir with the cache's `host` directory in it.
+    fn cache_dirs() -> ScratchDir {
+        let dirs = ScratchDir::new("caps");
+        fs::create_dir_all(dirs.join("host")).unwrap();
+        dirs
     }
 
     fn host() -> Host {
@@ -446,34 +433,34 @@ mod tests {
 
     #[test]
     fn a_valid_entry_is_copied_with_the_core_it_was_made_on() {
-        let dirs = Dirs::new();
+        let dirs = cache_dirs();
         // Any executable file stands for QEMU; its ctime is what counts.
-        let emulator = dirs.0.join("qemu-system-x86_64");
+        let emulator = dirs.join("qemu-system-x86_64");
         fs::write(&emulator, "").unwrap();
         let ctime = fs::metadata(&emulator).unwrap().ctime();
         let xml = entry(&emulator, ctime, "6.1.0 #1 SMP", Some(1));
-        fs::write(dirs.0.join("host/abc.xml"), &xml).unwrap();
+        fs::write(dirs.join("host/abc.xml"), &xml).unwrap();
         fs::write(
-            dirs.0.join("host/other.xml"),
+            dirs.join("host/other.xml"),
             entry(Path::new("/usr/bin/qemu-system-i386"), 5, "x", None),
         )
         .unwrap();
         let seeded = seed_from(
-            &dirs.0.join("host"),
+            &dirs.join("host"),
             &emulator,
-            &dirs.0.join("cache/qemu/capabilities"),
+            &dirs.join("cache/qemu/capabilities"),
             &host(),
         );
         assert_eq!(
             seeded,
             Seeded {
                 copied: true,
-                from: Some(dirs.0.join("host")),
+                from: Some(dirs.join("host")),
                 cold: None,
                 start_cpu: Some(1)
             }
         );
-        let copied: Vec<_> = fs::read_dir(dirs.0.join("cache/qemu/capabilities"))
+        let copied: Vec<_> = fs::read_dir(dirs.join("cache/qemu/capabilities"))
             .unwrap()
             .flatten()
             .map(|e| e.file_name())
@@ -486,17 +473,17 @@ mod tests {
 
     #[test]
     fn a_probed_session_entry_is_kept_for_the_users_next_start() {
-        let dirs = Dirs::new();
-        let emulator = dirs.0.join("qemu-system-x86_64");
+        let dirs = cache_dirs();
+        let emulator = dirs.join("qemu-system-x86_64");
         fs::write(&emulator, "").unwrap();
         let ctime = fs::metadata(&emulator).unwrap().ctime();
         // What the session daemon wrote after probing (no KVM: no cpudata).
-        let probed = dirs.0.join("daemon/qemu/cache/capabilities");
+        let probed = dirs.join("daemon/qemu/cache/capabilities");
         fs::create_dir_all(&probed).unwrap();
         let xml = entry(&emulator, ctime, "6.1.0 #1 SMP", None)
             .replace("<cpudata arch='x86'>", "<cpudata-not-here>");
         fs::write(probed.join("abc.xml"), &xml).unwrap();
-        let user = dirs.0.join("home/.cache/libvirt/qemu/cache/capabilities");
+        let user = dirs.join("home/.cache/libvirt/qemu/cache/capabilities");
         assert_eq!(keep_in(&probed, &emulator, &user), Ok(user.clone()));
         let meta = fs::metadata(user.join("abc.xml")).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
@@ -506,32 +493,32 @@ mod tests {
             "the user's cache is private"
         );
         // The next start copies it into its daemon's session directory.
-        let next = dirs.0.join("next/qemu/cache/capabilities");
+        let next = dirs.join("next/qemu/cache/capabilities");
         let seeded = seed_from(&user, &emulator, &next, &host());
         assert_eq!(seeded.cold, None);
         assert_eq!(seeded.from, Some(user.clone()));
         assert_eq!(fs::read_to_string(next.join("abc.xml")).unwrap(), xml);
         // Nothing to keep when the daemon has no entry.
-        let err = keep_in(&dirs.0.join("none"), &emulator, &user).unwrap_err();
+        let err = keep_in(&dirs.join("none"), &emulator, &user).unwrap_err();
         assert!(err.contains("has no entry"), "{err}");
     }
 
     #[test]
     fn stale_or_missing_entries_make_a_cold_start_and_say_why() {
-        let dirs = Dirs::new();
-        let emulator = dirs.0.join("qemu-system-x86_64");
+        let dirs = cache_dirs();
+        let emulator = dirs.join("qemu-system-x86_64");
         fs::write(&emulator, "").unwrap();
         let ctime = fs::metadata(&emulator).unwrap().ctime();
-        let cache = dirs.0.join("cache/qemu/capabilities");
-        let missing = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
+        let cache = dirs.join("cache/qemu/capabilities");
+        let missing = seed_from(&dirs.join("host"), &emulator, &cache, &host());
         assert!(!missing.copied);
         assert!(missing.cold.unwrap().contains("has no entry"));
         fs::write(
-            dirs.0.join("host/a.xml"),
+            dirs.join("host/a.xml"),
             entry(&emulator, ctime - 5, "6.1.0 #1 SMP", None),
         )
         .unwrap();
-        let changed = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
+        let changed = seed_from(&dirs.join("host"), &emulator, &cache, &host());
         assert!(
             changed
                 .cold
@@ -539,11 +526,11 @@ mod tests {
                 .contains("changed since it was probed")
         );
         fs::write(
-            dirs.0.join("host/a.xml"),
+            dirs.join("host/a.xml"),
             entry(&emulator, ctime, "5.10.0 #1 SMP", None),
         )
         .unwrap();
-        let kernel = seed_from(&dirs.0.join("host"), &emulator, &cache, &host());
+        let kernel = seed_from(&dirs.join("host"), &emulator, &cache, &host());
         assert!(
             kernel
                 .cold

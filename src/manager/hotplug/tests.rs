@@ -10,6 +10,7 @@ use crate::hypervisor::{
     ConnectionId, DomainStatus, GuestInfoKind, HvResult, HypervisorError, HypervisorInfo,
     MigrationRequest, RebootMode, Stat,
 };
+use crate::scratch::ScratchDir;
 
 const MIB: u64 = 1 << 20;
 
@@ -220,19 +221,18 @@ fn phases(progress: &Receiver<Progress>) -> Vec<String> {
 }
 
 /// A hotplug directory with `names` as mounted images.
-fn images(tag: &str, names: &[&str]) -> String {
-    let dir = std::env::temp_dir().join(format!("vl-hp-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+fn images(tag: &str, names: &[&str]) -> ScratchDir {
+    let dir = ScratchDir::new(&format!("hp-{tag}"));
     for name in names {
         std::fs::write(dir.join(format!("{name}.img")), vec![0u8; 4096]).unwrap();
     }
-    dir.display().to_string()
+    dir
 }
 
 #[test]
 fn steps_run_in_order_and_report_what_was_done() {
-    let dir = images("order", &["hp2"]);
+    let hotplug_dir = images("order", &["hp2"]);
+    let dir = hotplug_dir.display();
     let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     let j = job(
         &domain_xml(2, &disk("hp2", &dir, "sdb")),
@@ -272,7 +272,8 @@ fn steps_run_in_order_and_report_what_was_done() {
 
 #[test]
 fn a_guest_that_keeps_a_disk_gets_timeout_and_the_disk_stays_detaching() {
-    let dir = images("timeout", &[]);
+    let hotplug_dir = images("timeout", &[]);
+    let dir = hotplug_dir.display();
     let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     let j = job(&domain_xml(1, ""), &dir, None, Duration::from_millis(200));
     // Another device's removal is not this one's.
@@ -294,7 +295,8 @@ fn a_guest_that_keeps_a_disk_gets_timeout_and_the_disk_stays_detaching() {
 
 #[test]
 fn a_removal_whose_event_was_lost_is_seen_in_the_live_xml() {
-    let dir = images("lost", &[]);
+    let hotplug_dir = images("lost", &[]);
+    let dir = hotplug_dir.display();
     let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     let j = job(&domain_xml(1, ""), &dir, None, Duration::from_millis(100));
     // The guest released it, but no event came.
@@ -312,7 +314,8 @@ fn a_removal_whose_event_was_lost_is_seen_in_the_live_xml() {
 
 #[test]
 fn a_failure_midway_keeps_what_was_done_and_says_so() {
-    let dir = images("midway", &["hp2", "hp3"]);
+    let hotplug_dir = images("midway", &["hp2", "hp3"]);
+    let dir = hotplug_dir.display();
     let mut hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     hv.refuse = vec!["ua-hp3"];
     let desired = domain_xml(
@@ -353,7 +356,8 @@ fn a_failure_midway_keeps_what_was_done_and_says_so() {
 
 #[test]
 fn refusals_and_missing_images_touch_nothing() {
-    let dir = images("refuse", &["hp2"]);
+    let hotplug_dir = images("refuse", &["hp2"]);
+    let dir = hotplug_dir.display();
     let hv = Scripted::new(domain_xml(1, ""));
     // hp1's image is not mounted; hp2's is, but hp1 is checked first.
     let desired = domain_xml(
@@ -390,10 +394,8 @@ fn refusals_and_missing_images_touch_nothing() {
 
 /// A host with PCI device 0000:81:00.1 in IOMMU group 42, whose node in
 /// /dev/vfio has `mode` (owned by whoever runs the test).
-fn vfio_host(tag: &str, mode: u32, memlock: Option<u64>) -> VfioHost {
+fn vfio_host(root: &ScratchDir, mode: u32, memlock: Option<u64>) -> VfioHost {
     use std::os::unix::fs::PermissionsExt;
-    let root = std::env::temp_dir().join(format!("vl-hp-vfio-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
     let groups = root.join("kernel/iommu_groups/42");
     let device = root.join("pci/0000:81:00.1");
     std::fs::create_dir_all(&groups).unwrap();
@@ -418,7 +420,8 @@ const GPU: &str = r#"<hostdev mode="subsystem" type="pci" managed="no"><source><
 
 #[test]
 fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
-    let dir = images("nonroot", &[]);
+    let hotplug_dir = images("nonroot", &[]);
+    let dir = hotplug_dir.display();
     // Someone other than the node's owner, in none of its groups.
     let (uid, _) = crate::os::effective_ids();
     let other = Identity {
@@ -438,7 +441,8 @@ fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
         (result, hv.calls())
     };
 
-    let host = vfio_host("mode", 0o600, None);
+    let root = ScratchDir::new("hp-vfio-mode");
+    let host = vfio_host(&root, 0o600, None);
     let group = host.dev.join("42");
     let (result, calls) = run(host);
     let err = result.unwrap_err();
@@ -456,7 +460,8 @@ fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
 
     // The node is usable, but the guest's 512 MiB (plus 1 GiB) cannot be
     // locked under a 64 MiB hard limit.
-    let (result, calls) = run(vfio_host("memlock", 0o666, Some(64 * MIB)));
+    let root = ScratchDir::new("hp-vfio-memlock");
+    let (result, calls) = run(vfio_host(&root, 0o666, Some(64 * MIB)));
     let err = result.unwrap_err();
     assert_eq!(err.class, ErrorClass::Unavailable);
     assert!(
@@ -470,7 +475,8 @@ fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
     assert!(calls.is_empty(), "{calls:?}");
 
     // What the user can use is plugged in as for root.
-    let (result, calls) = run(vfio_host("ok", 0o666, Some(2048 * MIB)));
+    let root = ScratchDir::new("hp-vfio-ok");
+    let (result, calls) = run(vfio_host(&root, 0o666, Some(2048 * MIB)));
     let done: Vec<&str> = result.unwrap().iter().map(|c| c.change).collect();
     assert_eq!(done, ["detach-disk", "attach-host-device"]);
     assert_eq!(calls, ["detach ua-hp1", "attach ua-gpu-gpu1"]);

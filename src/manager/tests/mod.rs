@@ -29,6 +29,7 @@ use crate::exit::ExitCode;
 use crate::hypervisor::DriverKind;
 use crate::hypervisor::fake::FakeHypervisor;
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::scratch::ScratchDir;
 use crate::signals::Signal;
 
 /// Long enough for anything a test waits for on a loaded machine; a
@@ -49,30 +50,6 @@ fn quick_timing() -> Timing {
         stats_max_age: Duration::from_secs(5),
         stats_idle_stop: Duration::from_millis(500),
         domain_max_age: Duration::from_secs(5),
-    }
-}
-
-/// A temporary directory tree, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "vl-manager-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -138,12 +115,12 @@ struct Built {
     /// that drives the manager by hand reads its job completions there.
     inbox: Inbox,
     inbox_rx: Receiver<ManagerInput>,
-    dirs: TempDir,
+    dirs: ScratchDir,
 }
 
 fn build(setup: Setup) -> Built {
-    let dirs = TempDir::new();
-    let dir = |name: &str| dirs.0.join(name).to_string_lossy().into_owned();
+    let dirs = ScratchDir::new("manager");
+    let dir = |name: &str| dirs.join(name).to_string_lossy().into_owned();
     let mut argv: Vec<String> = vec![
         "--name".into(),
         "vm".into(),
@@ -214,7 +191,7 @@ struct Harness {
     inbox: Inbox,
     exit: Receiver<ExitRequest>,
     events: SubscriberQueue,
-    dirs: TempDir,
+    dirs: ScratchDir,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -259,7 +236,7 @@ impl Harness {
     }
 
     fn path(&self, rel: &str) -> PathBuf {
-        self.dirs.0.join(rel)
+        self.dirs.join(rel)
     }
 
     /// Sends a command as a client would (parsed from its name) and waits

@@ -11,6 +11,13 @@
 //! soak: RSS after N minutes of the guest agent being polled, 1 by default,
 //! `VL_BENCH_SOAK_MINUTES=N` (the issue's figure is N=10), and RSS after a
 //! few requests of nearly the 1 MiB line limit.
+//!
+//! Round trips alternate between the launchers one request at a time. On a
+//! host whose CPUs wake slowly from idle (a VM with halt polling off), where
+//! a launcher's threads happen to wake changes its round trip by several
+//! microseconds, so `ping` is also measured between two launchers of the
+//! same build (the noise floor), and every round trip again with both
+//! launchers and the client on one CPU, which leaves their own work.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -63,6 +70,12 @@ fn p50_us(mut samples: Vec<Duration>) -> f64 {
     samples[samples.len() / 2].as_secs_f64() * 1e6
 }
 
+/// p50s of the first two clients' samples, microseconds.
+fn p50_pair(samples: Vec<Vec<Duration>>) -> [f64; 2] {
+    let mut p50s = samples.into_iter().map(p50_us);
+    [0, 1].map(|_| p50s.next().unwrap_or(f64::NAN))
+}
+
 /// The size of `bin` once stripped, MiB.
 fn stripped_mib(bin: &Path) -> f64 {
     let copy = std::env::temp_dir().join(format!("vl-bench-strip-{}", std::process::id()));
@@ -111,6 +124,89 @@ fn time_line(client: &mut Client, line: &str, n: usize) -> Vec<Duration> {
             took
         })
         .collect()
+}
+
+/// Round trips of `line` on each client, alternating one request at a
+/// time and swapping which client goes first every round, so that drift
+/// in the host's state (its wake-up phases last seconds) falls on every
+/// client alike. `n` requests each.
+fn alternate(clients: &mut [Client], line: &str, n: usize) -> Vec<Vec<Duration>> {
+    let count = clients.len();
+    let mut samples = vec![Vec::with_capacity(n); count];
+    for round in 0..n {
+        for k in 0..count {
+            let i = if round % 2 == 0 { k } else { count - 1 - k };
+            samples[i].extend(time_line(&mut clients[i], line, 1));
+        }
+    }
+    samples
+}
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is a plain bit set; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid, writable cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    (0..usize::try_from(libc::CPU_SETSIZE).unwrap_or(1024))
+        // SAFETY: `c` is below CPU_SETSIZE, the set's size in bits.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Lets thread `tid` (0: the calling thread) run only on `cpus`.
+fn set_affinity(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> {
+    // SAFETY: as in allowed_cpus.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        // SAFETY: CPUs come from allowed_cpus, below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size passed; a thread that
+    // has exited gives ESRCH, not undefined behaviour.
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Every thread of `pid` and the calling thread on one CPU while `f`
+/// runs, then back on all of them. Threads a launcher starts meanwhile
+/// inherit the CPU of the thread that starts them.
+fn on_one_cpu<T>(pids: &[u32], f: impl FnOnce() -> T) -> T {
+    let all = allowed_cpus();
+    let one = [*all.last().unwrap_or(&0)];
+    let threads: Vec<libc::pid_t> = pids
+        .iter()
+        .flat_map(|pid| {
+            let dir = format!("/proc/{pid}/task");
+            fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{dir}: {e}"))
+                .flatten()
+                .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        })
+        .collect();
+    let pin = |cpus: &[usize]| {
+        for &tid in &threads {
+            if let Err(e) = set_affinity(tid, cpus) {
+                // A thread that ended between listing and pinning.
+                assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "thread {tid}: {e}");
+            }
+        }
+        set_affinity(0, cpus).unwrap_or_else(|e| panic!("this thread: {e}"));
+    };
+    pin(&one);
+    let result = f();
+    pin(&all);
+    result
 }
 
 fn row(what: &str, virt: String, wire: String, target: &str) {
@@ -209,22 +305,34 @@ pub fn backends() {
         mib(idle[1].1),
         "",
     );
-    // Interleaved in blocks like the queries below: an idle host wakes a
-    // sleeping thread slower, so one launcher measured after the other
-    // would be compared on another machine state.
-    let mut pings: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..10 {
-        for (i, c) in clients.iter_mut().enumerate() {
-            pings[i].extend(time_line(c, r#"{"execute":"ping","id":1}"#, 1000));
-        }
-    }
-    let ping = pings.map(p50_us);
+    // Alternating one request at a time, as every round trip below: an
+    // idle host wakes a sleeping thread slower, so one launcher measured
+    // after the other would be compared on another machine state.
+    const PING: &str = r#"{"execute":"ping","id":1}"#;
+    let ping = p50_pair(alternate(&mut clients, PING, 10_000));
     row(
         "ping round trip (10,000)",
         format!("p50 {:.1} us", ping[0]),
         format!("p50 {:.1} us", ping[1]),
         "[unchanged]",
     );
+    // The noise floor: the same build against itself, measured the same
+    // way. Two identical launchers differ by as much as their threads'
+    // placement on this host's CPUs makes them differ.
+    {
+        let mut twin = start(&builds[0], &format!("bench-twin-{tag}"), &[]);
+        twin.wait_ready(STEP);
+        let mut pair = vec![launchers[0].client(), twin.client()];
+        let floor = p50_pair(alternate(&mut pair, PING, 10_000));
+        row(
+            "  noise floor: virt against a second virt launcher",
+            format!("p50 {:.1} us", floor[0]),
+            format!("(virt #2) p50 {:.1} us", floor[1]),
+            "",
+        );
+        drop(pair);
+        drop(twin);
+    }
 
     let mut watchers: Vec<Client> = launchers
         .iter()
@@ -247,7 +355,7 @@ pub fn backends() {
 
     // Cached answers (the launcher's own work) and `max_age_ms: 0` (a
     // fresh read through the backend: the figure that compares them).
-    for (what, line, n) in [
+    let queries = [
         (
             "query-domain, cached",
             r#"{"execute":"query-domain","id":2}"#,
@@ -268,22 +376,40 @@ pub fn backends() {
             r#"{"execute":"query-stats","arguments":{"max_age_ms":0},"id":2}"#,
             500,
         ),
-    ] {
-        // Interleaved in blocks, so both see the same machine load.
-        let mut samples: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
-        for _ in 0..10 {
-            for (i, c) in clients.iter_mut().enumerate() {
-                samples[i].extend(time_line(c, line, n / 10));
-            }
-        }
-        let [a, b] = samples.map(|s| format!("p50 {:.0} us", p50_us(s)));
+    ];
+    for (what, line, n) in queries {
+        let p50 = p50_pair(alternate(&mut clients, line, n));
         row(
             &format!("{what}, running guest ({n})"),
-            a,
-            b,
+            format!("p50 {:.0} us", p50[0]),
+            format!("p50 {:.0} us", p50[1]),
             "[wire no slower]",
         );
     }
+    // The same round trips with both launchers and this client on one
+    // CPU: every wake-up is then a switch on that CPU, not a wake-up of
+    // another, so what is left is the launchers' own path, and the host's
+    // placement noise (the floor above) mostly goes.
+    let pids = [launchers[0].pid(), launchers[1].pid()];
+    on_one_cpu(&pids, || {
+        let p50 = p50_pair(alternate(&mut clients, PING, 10_000));
+        row(
+            "ping, both launchers and the client on one CPU",
+            format!("p50 {:.1} us", p50[0]),
+            format!("p50 {:.1} us", p50[1]),
+            "[unchanged]",
+        );
+        for (what, line, n) in queries {
+            let p50 = p50_pair(alternate(&mut clients, line, n));
+            row(
+                &format!("{what}, on one CPU"),
+                format!("p50 {:.0} us", p50[0]),
+                format!("p50 {:.0} us", p50[1]),
+                "[wire no slower]",
+            );
+        }
+    });
+
     let mut resync: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
     for _ in 0..20 {
         for (i, c) in clients.iter_mut().enumerate() {

@@ -127,7 +127,12 @@ fn the_readme_module_table_lists_every_top_level_module() {
     let readme = fs::read_to_string(manifest.join("README.md")).unwrap();
     let modules: Vec<&str> = lib
         .lines()
-        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .filter_map(|l| {
+            let l = l.trim();
+            ["pub mod ", "pub(crate) mod ", "mod "]
+                .iter()
+                .find_map(|p| l.strip_prefix(p))
+        })
         .filter_map(|l| l.strip_suffix(';'))
         .collect();
     assert!(modules.len() > 20, "{modules:?}");

@@ -30,6 +30,7 @@ use super::common::guest::{BOOT, GuestOptions, STEP, guest_vmi, images};
 use super::common::{BIN, Client, Launcher, TempTree, named};
 
 const URI: &str = "qemu:///system";
+const PING: &str = r#"{"execute":"ping","id":1}"#;
 
 struct Build {
     backend: &'static str,
@@ -111,19 +112,20 @@ fn start_in(build: &Build, tree: TempTree, name: &str, extra: &[&str]) -> Launch
     Launcher::start_binary(&build.bin, tree, &[], &args, Some("info"), None)
 }
 
+/// One round trip of `line` (newline included), asserting it succeeded.
+fn round_trip(client: &mut Client, line: &str) -> Duration {
+    let t = Instant::now();
+    client.send_raw(line.as_bytes());
+    let reply = client.read_reply(STEP);
+    let took = t.elapsed();
+    assert!(reply.get("return").is_some(), "{line}: {reply}");
+    took
+}
+
 /// Round trips of one request line, `n` times on one connection.
 fn time_line(client: &mut Client, line: &str, n: usize) -> Vec<Duration> {
     let line = format!("{line}\n");
-    (0..n)
-        .map(|_| {
-            let t = Instant::now();
-            client.send_raw(line.as_bytes());
-            let reply = client.read_reply(STEP);
-            let took = t.elapsed();
-            assert!(reply.get("return").is_some(), "{line}: {reply}");
-            took
-        })
-        .collect()
+    (0..n).map(|_| round_trip(client, &line)).collect()
 }
 
 /// Round trips of `line` on each client, alternating one request at a
@@ -131,15 +133,39 @@ fn time_line(client: &mut Client, line: &str, n: usize) -> Vec<Duration> {
 /// in the host's state (its wake-up phases last seconds) falls on every
 /// client alike. `n` requests each.
 fn alternate(clients: &mut [Client], line: &str, n: usize) -> Vec<Vec<Duration>> {
+    let line = format!("{line}\n");
     let count = clients.len();
     let mut samples = vec![Vec::with_capacity(n); count];
     for round in 0..n {
         for k in 0..count {
             let i = if round % 2 == 0 { k } else { count - 1 - k };
-            samples[i].extend(time_line(&mut clients[i], line, 1));
+            samples[i].push(round_trip(&mut clients[i], &line));
         }
     }
     samples
+}
+
+/// The wire build's target for a round trip: `ping` unchanged, the
+/// queries no slower.
+fn round_trip_target(line: &str) -> &'static str {
+    if line == PING {
+        "[unchanged]"
+    } else {
+        "[wire no slower]"
+    }
+}
+
+/// Alternates `line` between the two launchers' clients and prints their
+/// p50s as one row, with `decimals` digits of microseconds.
+fn compare_row(clients: &mut [Client], what: &str, line: &str, n: usize, decimals: usize) {
+    let [virt, wire] = p50_pair(alternate(clients, line, n));
+    let target = round_trip_target(line);
+    row(
+        what,
+        format!("p50 {virt:.decimals$} us"),
+        format!("p50 {wire:.decimals$} us"),
+        target,
+    );
 }
 
 /// The CPUs this process may run on.
@@ -308,14 +334,7 @@ pub fn backends() {
     // Alternating one request at a time, as every round trip below: an
     // idle host wakes a sleeping thread slower, so one launcher measured
     // after the other would be compared on another machine state.
-    const PING: &str = r#"{"execute":"ping","id":1}"#;
-    let ping = p50_pair(alternate(&mut clients, PING, 10_000));
-    row(
-        "ping round trip (10,000)",
-        format!("p50 {:.1} us", ping[0]),
-        format!("p50 {:.1} us", ping[1]),
-        "[unchanged]",
-    );
+    compare_row(&mut clients, "ping round trip (10,000)", PING, 10_000, 1);
     // The noise floor: the same build against itself, measured the same
     // way. Two identical launchers differ by as much as their threads'
     // placement on this host's CPUs makes them differ.
@@ -378,12 +397,12 @@ pub fn backends() {
         ),
     ];
     for (what, line, n) in queries {
-        let p50 = p50_pair(alternate(&mut clients, line, n));
-        row(
+        compare_row(
+            &mut clients,
             &format!("{what}, running guest ({n})"),
-            format!("p50 {:.0} us", p50[0]),
-            format!("p50 {:.0} us", p50[1]),
-            "[wire no slower]",
+            line,
+            n,
+            0,
         );
     }
     // The same round trips with both launchers and this client on one
@@ -392,21 +411,10 @@ pub fn backends() {
     // placement noise (the floor above) mostly goes.
     let pids = [launchers[0].pid(), launchers[1].pid()];
     on_one_cpu(&pids, || {
-        let p50 = p50_pair(alternate(&mut clients, PING, 10_000));
-        row(
-            "ping, both launchers and the client on one CPU",
-            format!("p50 {:.1} us", p50[0]),
-            format!("p50 {:.1} us", p50[1]),
-            "[unchanged]",
-        );
+        let what = "ping, both launchers and the client on one CPU";
+        compare_row(&mut clients, what, PING, 10_000, 1);
         for (what, line, n) in queries {
-            let p50 = p50_pair(alternate(&mut clients, line, n));
-            row(
-                &format!("{what}, on one CPU"),
-                format!("p50 {:.0} us", p50[0]),
-                format!("p50 {:.0} us", p50[1]),
-                "[wire no slower]",
-            );
+            compare_row(&mut clients, &format!("{what}, on one CPU"), line, n, 0);
         }
     });
 

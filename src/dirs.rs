@@ -78,6 +78,7 @@ fn create(path: &Path, mode: u32) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::cli::{Action, parse};
+    use crate::scratch::ScratchDir;
     use std::fs;
     use std::os::unix::fs::PermissionsExt;
 
@@ -109,8 +110,7 @@ mod tests {
 
     #[test]
     fn creates_kubevirt_layout_with_modes() {
-        let root = std::env::temp_dir().join(format!("vl-dirs-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let root = ScratchDir::new("dirs");
         let cfg = config(&root);
         prepare(&cfg).unwrap();
         // Idempotent.
@@ -133,14 +133,11 @@ mod tests {
             assert_eq!(mode(&format!("private/{d}")), 0o750, "{d}");
         }
         assert_eq!(mode("private/uid-1"), 0o755);
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn failure_names_the_path() {
-        let root = std::env::temp_dir().join(format!("vl-dirs-fail-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
-        fs::create_dir_all(&root).unwrap();
+        let root = ScratchDir::new("dirs-fail");
         // A file where a directory must go.
         fs::write(root.join("ephemeral"), b"x").unwrap();
         let err = prepare(&config(&root)).unwrap_err();
@@ -148,13 +145,11 @@ mod tests {
             err.to_string()
                 .contains(&root.join("ephemeral").display().to_string())
         );
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn a_symlink_in_place_of_a_directory_is_refused_and_its_target_untouched() {
-        let root = std::env::temp_dir().join(format!("vl-dirs-link-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let root = ScratchDir::new("dirs-link");
         fs::create_dir_all(root.join("private")).unwrap();
         let target = root.join("elsewhere");
         fs::create_dir(&target).unwrap();
@@ -164,15 +159,13 @@ mod tests {
         assert!(err.contains("symbolic link"), "{err}");
         let mode = fs::metadata(&target).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700, "the link's target was chmodded");
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
     fn modes_do_not_come_from_the_umask() {
         // Every directory gets exactly its mode whatever the umask allowed:
         // pre-create them wide open, as a umask of 000 would.
-        let root = std::env::temp_dir().join(format!("vl-dirs-umask-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let root = ScratchDir::new("dirs-umask");
         let cfg = config(&root);
         for (path, _) in layout(&cfg) {
             fs::create_dir_all(&path).unwrap();
@@ -183,6 +176,5 @@ mod tests {
             let got = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
             assert_eq!(got, mode, "{}", path.display());
         }
-        fs::remove_dir_all(&root).unwrap();
     }
 }

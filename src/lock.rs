@@ -239,6 +239,7 @@ impl DirLocks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::ScratchDir;
     use std::os::unix::fs::{PermissionsExt, symlink};
 
     fn dirs(root: &Path, share: &str, private: &str, ephemeral: &str) -> Dirs {
@@ -251,11 +252,8 @@ mod tests {
         }
     }
 
-    fn temp(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("vl-lock-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
+    fn temp(tag: &str) -> ScratchDir {
+        ScratchDir::new(&format!("lock-{tag}"))
     }
 
     #[test]
@@ -283,7 +281,6 @@ mod tests {
         // Released and removed: a new launcher takes them.
         assert!(!root.join("p").join(DIR_LOCK_NAME).exists());
         acquire(&dirs(&root, "s1", "p", "e")).unwrap().release();
-        fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -292,7 +289,6 @@ mod tests {
         let locks = acquire(&dirs(&root, "s", "both", "both")).unwrap();
         assert_eq!(locks.paths().len(), 2);
         locks.release();
-        fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -315,7 +311,6 @@ mod tests {
         let err = acquire(&d).err().expect("refused").to_string();
         assert!(err.contains("symbolic link"), "{err}");
         assert!(!root.join("victim").exists());
-        fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -336,6 +331,5 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o755);
-        fs::remove_dir_all(root).unwrap();
     }
 }

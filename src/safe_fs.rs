@@ -136,13 +136,11 @@ pub fn open_own_file(path: &Path, mode: u32) -> io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::ScratchDir;
     use std::os::unix::fs::symlink;
 
-    fn temp(tag: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("vl-safefs-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
+    fn temp(tag: &str) -> ScratchDir {
+        ScratchDir::new(&format!("safefs-{tag}"))
     }
 
     fn mode(path: &Path) -> u32 {
@@ -165,7 +163,6 @@ mod tests {
         let file = create_new_file(&dir.join("fresh"), 0o600).unwrap();
         drop(file);
         assert_eq!(mode(&dir.join("fresh")), 0o600);
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -192,7 +189,6 @@ mod tests {
         fs::write(dir.join("file"), b"").unwrap();
         let err = ensure_dir(&dir.join("file"), 0o755).unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -207,6 +203,5 @@ mod tests {
         let err = open_own_file(&dir.join("dangling"), 0o600).unwrap_err();
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert!(!dir.join("nowhere").exists());
-        fs::remove_dir_all(dir).unwrap();
     }
 }

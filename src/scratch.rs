@@ -22,18 +22,21 @@ impl ScratchDir {
         }
         ScratchDir(dir)
     }
+}
 
-    pub fn path(&self) -> &Path {
+/// A scratch dir is used as the path it is: `dir.join(..)`, `&dir` where a
+/// `&Path` goes, `fs::*(&dir)`.
+impl std::ops::Deref for ScratchDir {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
         &self.0
     }
+}
 
-    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
-        self.0.join(rel)
-    }
-
-    /// The path as a string, for the tests that build XML or JSON with it.
-    pub fn display(&self) -> String {
-        self.0.display().to_string()
+impl AsRef<Path> for ScratchDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
     }
 }
 
@@ -51,12 +54,12 @@ mod tests {
     fn each_is_unique_and_gone_after_drop() {
         let a = ScratchDir::new("scratch");
         let b = ScratchDir::new("scratch");
-        assert_ne!(a.path(), b.path());
+        assert_ne!(&*a, &*b);
         fs::create_dir_all(a.join("x/y")).unwrap();
         fs::write(a.join("x/y/z"), b"data").unwrap();
-        let kept = a.path().to_path_buf();
+        let kept = a.to_path_buf();
         drop(a);
         assert!(!kept.exists(), "{} is still there", kept.display());
-        assert!(b.path().is_dir());
+        assert!(b.is_dir());
     }
 }

@@ -412,6 +412,7 @@ fn hugetlbfs_mounts(mounts: &str) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::domxml::{CpuTune, Disk, DiskSource, Flag, HugePages, MemoryBacking, VcpuSched};
+    use crate::scratch::ScratchDir;
 
     fn me() -> Identity {
         Identity {
@@ -446,8 +447,7 @@ mod tests {
         );
         // A tap that does not exist cannot be created by this user: said
         // before anything starts, not when its interface is plugged in.
-        let net = std::env::temp_dir().join(format!("vl-unpriv-net-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&net);
+        let net = ScratchDir::new("unpriv-net");
         fs::create_dir_all(net.join("eth0")).unwrap();
         assert_eq!(check_taps_in(&net, &["eth0".into()], &me()), Ok(()));
         assert_eq!(
@@ -457,13 +457,11 @@ mod tests {
                  create it for this user (ip tuntap add dev tap1 mode tap user 1000), or run the launcher as root"
                 .to_string())
         );
-        fs::remove_dir_all(&net).unwrap();
     }
 
     #[test]
     fn a_host_device_without_an_iommu_group_is_refused_at_start() {
-        let root = std::env::temp_dir().join(format!("vl-unpriv-vfio-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&root);
+        let root = ScratchDir::new("unpriv-vfio");
         fs::create_dir_all(root.join("pci/0000:81:00.1")).unwrap();
         let host = VfioHost {
             pci: root.join("pci"),
@@ -491,7 +489,6 @@ mod tests {
         // A device that is not on the host is the presence check's to name.
         fs::remove_dir_all(root.join("pci/0000:81:00.1")).unwrap();
         assert_eq!(check_domain_host_devices(&domain, &host, &me()), Ok(()));
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -536,9 +533,7 @@ mod tests {
 
     #[test]
     fn disks_are_opened_as_the_guest_uses_them() {
-        let dir = std::env::temp_dir().join(format!("vl-unpriv-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = ScratchDir::new("unpriv-disks");
         let image = dir.join("disk.img");
         fs::write(&image, b"x").unwrap();
         let disk = |path: &Path, readonly: bool| Disk {
@@ -562,6 +557,5 @@ mod tests {
             err.contains("missing.img (read-only: no such file)"),
             "{err}"
         );
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -104,12 +104,10 @@ mod tests {
 
     use super::super::test_support::vmi_with;
     use super::*;
+    use crate::scratch::ScratchDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("detect-test-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        dir
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new(&format!("detect-{name}"))
     }
 
     fn touch(path: PathBuf) {
@@ -128,13 +126,12 @@ mod tests {
         touch(dir.join("OVMF_VARS_4M.fd"));
         touch(dir.join("OVMF_CODE_4M.secboot.fd"));
         touch(dir.join("OVMF_VARS_4M.ms.fd"));
-        let found = detect_ovmf_in(&[dir.join("missing"), dir.clone()])
+        let found = detect_ovmf_in(&[dir.join("missing"), dir.to_path_buf()])
             .unwrap_or_else(|| panic!("not found"));
         assert_eq!(found.code, dir.join("OVMF_CODE_4M.fd"));
         assert_eq!(found.secure_code, Some(dir.join("OVMF_CODE_4M.secboot.fd")));
         assert_eq!(found.secure_vars, Some(dir.join("OVMF_VARS_4M.ms.fd")));
         assert_eq!(detect_ovmf_in(&[dir.join("missing")]), None);
-        let _ = fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -153,6 +150,5 @@ mod tests {
         let loop_is_block =
             fs::metadata("/dev/loop0").is_ok_and(|m| m.file_type().is_block_device());
         assert_eq!(found.contains("loop0"), loop_is_block);
-        let _ = fs::remove_dir_all(dir);
     }
 }

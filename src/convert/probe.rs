@@ -178,12 +178,10 @@ mod tests {
     use std::fs;
 
     use super::*;
+    use crate::scratch::ScratchDir;
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("probe-test-{}-{name}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        dir
+    fn scratch(name: &str) -> ScratchDir {
+        ScratchDir::new(&format!("probe-{name}"))
     }
 
     fn write(path: PathBuf, text: &str) {
@@ -211,7 +209,6 @@ mod tests {
         assert!(read_cpuset(&dir.join("empty")).is_err());
         let missing = read_cpuset(&dir.join("missing")).err().unwrap_or_default();
         assert!(missing.starts_with("cannot read "), "{missing}");
-        let _ = fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -249,6 +246,5 @@ mod tests {
             }
         );
         assert_eq!(detect_host_topology(&sys.join("nowhere")), None);
-        let _ = fs::remove_dir_all(sys);
     }
 }

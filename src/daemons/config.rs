@@ -103,12 +103,11 @@ pub fn write_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::ScratchDir;
 
     #[test]
     fn config_files_quote_values() {
-        let dir = std::env::temp_dir().join(format!("vl-daemon-conf-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = ScratchDir::new("daemon-conf");
         let daemon = Daemon {
             name: "libvirtd",
             binary: PathBuf::from("/usr/sbin/libvirtd"),
@@ -140,6 +139,5 @@ mod tests {
         assert!(conf.contains("log_outputs = \"3:stderr\"\n") && !conf.contains("log_filters"));
         let qemu = fs::read_to_string(dir.join("qemu.conf")).unwrap();
         assert!(!qemu.contains("user =") && qemu.contains("security_driver = \"none\""));
-        fs::remove_dir_all(&dir).unwrap();
     }
 }

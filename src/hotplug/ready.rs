@@ -145,6 +145,7 @@ fn host_device_present(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::ScratchDir;
 
     fn attach(image: &Path, kind: ImageKind) -> Step {
         Step::AttachDisk {
@@ -158,11 +159,8 @@ mod tests {
         }
     }
 
-    fn temp_dir(tag: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("vl-ready-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    fn temp_dir(tag: &str) -> ScratchDir {
+        ScratchDir::new(&format!("ready-{tag}"))
     }
 
     #[test]
@@ -195,7 +193,6 @@ mod tests {
             "{}",
             err.message
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -224,6 +221,5 @@ mod tests {
         );
         // The test driver touches no host device.
         assert_eq!(check(&[step("0000:ff:1f.7")], None), Ok(()));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -179,13 +179,11 @@ fn remove_stale_socket(path: &Path) -> Result<(), SocketError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scratch::ScratchDir;
     use std::os::unix::fs::symlink;
 
-    fn temp_dir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("vl-socket-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
-        dir
+    fn temp_dir(tag: &str) -> ScratchDir {
+        ScratchDir::new(&format!("socket-{tag}"))
     }
 
     #[test]
@@ -200,7 +198,6 @@ mod tests {
         assert!(socket.paths.ready.exists());
         socket.remove();
         assert!(!socket.paths.ready.exists());
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -231,6 +228,5 @@ mod tests {
             .to_string();
         assert!(err.contains("a symbolic link, not a socket"), "{err}");
         assert!(fs::symlink_metadata(&ready).is_ok());
-        fs::remove_dir_all(dir).unwrap();
     }
 }

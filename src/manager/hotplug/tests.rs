@@ -232,7 +232,7 @@ fn images(tag: &str, names: &[&str]) -> ScratchDir {
 #[test]
 fn steps_run_in_order_and_report_what_was_done() {
     let hotplug_dir = images("order", &["hp2"]);
-    let dir = hotplug_dir.display();
+    let dir = hotplug_dir.display().to_string();
     let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     let j = job(
         &domain_xml(2, &disk("hp2", &dir, "sdb")),
@@ -273,7 +273,7 @@ fn steps_run_in_order_and_report_what_was_done() {
 #[test]
 fn a_guest_that_keeps_a_disk_gets_timeout_and_the_disk_stays_detaching() {
     let hotplug_dir = images("timeout", &[]);
-    let dir = hotplug_dir.display();
+    let dir = hotplug_dir.display().to_string();
     let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     let j = job(&domain_xml(1, ""), &dir, None, Duration::from_millis(200));
     // Another device's removal is not this one's.
@@ -296,7 +296,7 @@ fn a_guest_that_keeps_a_disk_gets_timeout_and_the_disk_stays_detaching() {
 #[test]
 fn a_removal_whose_event_was_lost_is_seen_in_the_live_xml() {
     let hotplug_dir = images("lost", &[]);
-    let dir = hotplug_dir.display();
+    let dir = hotplug_dir.display().to_string();
     let hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     let j = job(&domain_xml(1, ""), &dir, None, Duration::from_millis(100));
     // The guest released it, but no event came.
@@ -315,7 +315,7 @@ fn a_removal_whose_event_was_lost_is_seen_in_the_live_xml() {
 #[test]
 fn a_failure_midway_keeps_what_was_done_and_says_so() {
     let hotplug_dir = images("midway", &["hp2", "hp3"]);
-    let dir = hotplug_dir.display();
+    let dir = hotplug_dir.display().to_string();
     let mut hv = Scripted::new(domain_xml(1, &disk("hp1", &dir, "sda")));
     hv.refuse = vec!["ua-hp3"];
     let desired = domain_xml(
@@ -357,7 +357,7 @@ fn a_failure_midway_keeps_what_was_done_and_says_so() {
 #[test]
 fn refusals_and_missing_images_touch_nothing() {
     let hotplug_dir = images("refuse", &["hp2"]);
-    let dir = hotplug_dir.display();
+    let dir = hotplug_dir.display().to_string();
     let hv = Scripted::new(domain_xml(1, ""));
     // hp1's image is not mounted; hp2's is, but hp1 is checked first.
     let desired = domain_xml(
@@ -421,7 +421,7 @@ const GPU: &str = r#"<hostdev mode="subsystem" type="pci" managed="no"><source><
 #[test]
 fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
     let hotplug_dir = images("nonroot", &[]);
-    let dir = hotplug_dir.display();
+    let dir = hotplug_dir.display().to_string();
     // Someone other than the node's owner, in none of its groups.
     let (uid, _) = crate::os::effective_ids();
     let other = Identity {

@@ -4,7 +4,6 @@
 
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,8 +15,7 @@ use crate::hypervisor::DomainState;
 use crate::hypervisor::wire::codec::{Header, UUID_BYTES};
 use crate::hypervisor::wire::fake::{FakeDaemon, Received};
 use crate::hypervisor::wire::procedures::errors;
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
+use crate::scratch::ScratchDir;
 
 /// One connection's view, for the handler.
 struct Session {
@@ -37,27 +35,17 @@ type CallLog = Arc<Mutex<Vec<(usize, i32, Vec<u8>)>>>;
 type Handler = dyn Fn(&mut Session, &Received) -> Flow + Send + Sync;
 
 struct FakeLibvirtd {
-    dir: PathBuf,
+    /// Holds the socket; removed when the fake is dropped.
+    _dir: ScratchDir,
     socket: PathBuf,
     calls: CallLog,
-}
-
-impl Drop for FakeLibvirtd {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 impl FakeLibvirtd {
     /// Serves connections; `answer_pings` false makes a daemon that stops
     /// answering keepalives after the handshake.
     fn start(answer_pings: bool, handler: Arc<Handler>) -> FakeLibvirtd {
-        let dir = std::env::temp_dir().join(format!(
-            "vl-wire-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = ScratchDir::new("wire");
         let socket = dir.join("libvirt-sock");
         let listener = UnixListener::bind(&socket).unwrap();
         let calls = Arc::new(Mutex::new(Vec::new()));
@@ -95,7 +83,11 @@ impl FakeLibvirtd {
                 });
             }
         });
-        FakeLibvirtd { dir, socket, calls }
+        FakeLibvirtd {
+            _dir: dir,
+            socket,
+            calls,
+        }
     }
 
     fn uri(&self) -> String {

@@ -11,10 +11,15 @@
 # two converters would not be given the same VMI. tests/kubevirt_golden.rs
 # checks that this launcher converts the result exactly as the bare example.
 
-def enabled_default: if type == "object" then .enabled //= true else . end;
+# (`//=` would also replace an explicit false.)
+def default($field; $value): if has($field) and .[$field] != null then . else .[$field] = $value end;
+def enabled_default: if type == "object" then default("enabled"; true) else . end;
 
 .spec.terminationGracePeriodSeconds //= 30
+# SetDefaults_VirtualMachineInstance: features and firmware are never absent.
+| .spec.domain.features //= {}
 | .spec.domain.firmware.uuid //= $uuid
+| .spec.architecture //= "amd64"
 | .spec.domain.machine.type //= "q35"
 | .spec.domain.cpu.model //= "host-model"
 # SetDefaultGuestCPUTopology: only when no topology field is given.
@@ -46,7 +51,7 @@ def enabled_default: if type == "object" then .enabled //= true else . end;
     if (has("disk") or has("lun") or has("cdrom")) | not then .disk = {} else . end
     | if has("disk") then .disk.bus //= "sata" else . end
     | if has("lun") then .lun.bus //= "sata" else . end
-    | if has("cdrom") then .cdrom.bus //= "sata" | .cdrom.readonly //= true
+    | if has("cdrom") then .cdrom.bus //= "sata" | (.cdrom |= default("readonly"; true))
         | .cdrom.tray //= "closed" else . end)
 | if (.spec.domain.devices.disks | length) == 0 then del(.spec.domain.devices.disks) else . end
 # SetAmd64Watchdog
@@ -63,9 +68,9 @@ def enabled_default: if type == "object" then .enabled //= true else . end;
           .hyperv |= (map_values(enabled_default)
             | if .spinlocks != null and .spinlocks.enabled then .spinlocks.spinlocks //= 4096 else . end
             | if (.synic.enabled // false) or (.ipi.enabled // false) or (.tlbflush.enabled // false)
-              then .vpindex.enabled //= true else . end
-            | if (.synictimer.enabled // false) then .synic.enabled //= true else . end
-            | if (.evmcs.enabled // false) then .vapic.enabled //= true else . end)
+              then .vpindex |= ((. // {}) | default("enabled"; true)) else . end
+            | if (.synictimer.enabled // false) then .synic |= ((. // {}) | default("enabled"; true)) else . end
+            | if (.evmcs.enabled // false) then .vapic |= ((. // {}) | default("enabled"; true)) else . end)
         else . end)
   else . end
 # setGuestMemoryStatus, setCurrentCPUTopologyStatus

@@ -256,7 +256,10 @@ fn configure_inputs(vmi: &VirtualMachineInstance, domain: &mut Domain) -> Result
 }
 
 /// virtio balloon with statistics every 10 s (KubeVirt's default period);
-/// free page reporting unless hugepages pin the memory.
+/// free page reporting unless the VMI is a high-performance one (dedicated
+/// CPUs, realtime or hugepages: the reporting would fault pinned or
+/// preallocated memory back in) or its annotation turns it off, as
+/// KubeVirt's `isFreePageReportingEnabled` decides.
 fn configure_balloon(vmi: &VirtualMachineInstance, domain: &mut Domain) {
     if vmi.spec.domain.devices.autoattach_mem_balloon == Some(false) {
         domain.devices.memballoon = Some(MemBalloon {
@@ -265,10 +268,28 @@ fn configure_balloon(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         });
         return;
     }
-    let hugepages = vmi.hugepages().is_some();
+    let high_performance = vmi.hugepages().is_some()
+        || vmi
+            .spec
+            .domain
+            .cpu
+            .as_ref()
+            .is_some_and(|cpu| cpu.dedicated_cpu_placement || cpu.realtime.is_some());
+    let disabled = vmi
+        .metadata
+        .annotations
+        .get(FREE_PAGE_REPORTING_DISABLED_ANNOTATION)
+        .is_some_and(|value| value == "true");
     domain.devices.memballoon = Some(MemBalloon {
         model: virtio_model(vmi).to_string(),
-        free_page_reporting: Some(if hugepages { "off" } else { "on" }.to_string()),
+        free_page_reporting: Some(
+            if high_performance || disabled {
+                "off"
+            } else {
+                "on"
+            }
+            .to_string(),
+        ),
         stats: Some(BalloonStats {
             period: DEFAULT_BALLOON_STATS_PERIOD,
         }),
@@ -276,6 +297,9 @@ fn configure_balloon(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         address: None,
     });
 }
+
+/// KubeVirt's annotation that turns free page reporting off for one VMI.
+const FREE_PAGE_REPORTING_DISABLED_ANNOTATION: &str = "kubevirt.io/free-page-reporting-disabled";
 
 fn configure_watchdog(
     vmi: &VirtualMachineInstance,
@@ -457,6 +481,48 @@ mod tests {
         assert_eq!(
             vsock,
             "spec.domain.devices.autoattachVSOCK: VSOCK is not supported by this launcher"
+        );
+    }
+
+    #[test]
+    fn free_page_reporting_is_off_for_high_performance_vmis_and_by_annotation() {
+        let reporting = |spec: serde_json::Value, annotations: serde_json::Value| {
+            let mut vmi = super::super::test_support::vmi_with(spec);
+            vmi.metadata.annotations = serde_json::from_value(annotations).unwrap();
+            let ctx = crate::convert::ConvertContext {
+                cpuset: Ok(vec![0, 1, 2, 3]),
+                ..super::super::test_support::context()
+            };
+            crate::convert::convert(&vmi, &ctx)
+                .unwrap()
+                .domain
+                .devices
+                .memballoon
+                .and_then(|b| b.free_page_reporting)
+        };
+        let on = Some("on".to_string());
+        let off = Some("off".to_string());
+        assert_eq!(reporting(json!({}), json!({})), on);
+        assert_eq!(
+            reporting(
+                json!({"domain": {"cpu": {"cores": 2, "dedicatedCpuPlacement": true}}}),
+                json!({})
+            ),
+            off
+        );
+        assert_eq!(
+            reporting(
+                json!({"domain": {"memory": {"hugepages": {"pageSize": "2Mi"}}}}),
+                json!({})
+            ),
+            off
+        );
+        assert_eq!(
+            reporting(
+                json!({}),
+                json!({"kubevirt.io/free-page-reporting-disabled": "true"})
+            ),
+            off
         );
     }
 

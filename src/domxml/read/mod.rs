@@ -15,7 +15,7 @@ mod tree;
 
 use serde::de::DeserializeOwned;
 
-pub use tree::MAX_DEPTH;
+pub use tree::{Element, MAX_DEPTH, parse as parse_tree};
 
 /// Reads a document whose root element is `T` (a whole `<domain>`, or one
 /// device as libvirt's device calls take it). The error says where in the

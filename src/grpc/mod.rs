@@ -1,5 +1,6 @@
 //! gRPC over HTTP/2 on unix sockets, synchronous, for KubeVirt's
-//! virt-handler: the server it calls (`Cmd`, `CmdInfo`). Unary calls only, which is
+//! virt-handler: the server it calls (`Cmd`, `CmdInfo`) and the client
+//! the launcher calls its notify server with. Unary calls only, which is
 //! all that KubeVirt's launcher protocol uses.
 //!
 //! The layers, bottom up:
@@ -17,12 +18,15 @@
 //!   on, and worker threads that run the [`Handler`], so a slow call does
 //!   not hold up a ping on the same connection. An acceptor starts one
 //!   connection thread per client, up to a limit.
+//! - [`client`]: one call at a time on a kept connection, every step
+//!   bounded by the call's deadline.
 //!
 //! Only h2c with prior knowledge is spoken (what grpc-go does on a unix
 //! socket): no TLS, no HTTP/1.1 upgrade. A gRPC message on the wire is a
 //! compressed flag (always 0 here), a 4-byte big-endian length and the
 //! protobuf bytes, which this module never looks into.
 
+pub mod client;
 pub mod flow;
 pub mod frame;
 pub mod hpack;
@@ -32,6 +36,7 @@ pub mod status;
 
 use std::time::Duration;
 
+pub use client::{CallError, Client};
 pub use server::{Handler, serve_connection, spawn_acceptor};
 pub use status::{Code, Status};
 

@@ -15,6 +15,7 @@ pub mod domxml;
 pub mod encoding;
 pub mod events;
 pub mod exit;
+pub mod grpc;
 pub mod hotplug;
 pub mod hypervisor;
 pub mod launcher;

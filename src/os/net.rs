@@ -1,5 +1,6 @@
 //! Raw OS calls for pod networking: sockets bound to a device, a raw
-//! ICMPv6 socket, tap creation on /dev/net/tun, and the netlink socket.
+//! ICMPv6 socket, tap creation on /dev/net/tun, and the netlink socket;
+//! and a unix-socket connect with a time limit.
 //! Each `unsafe` block has its SAFETY argument; callers get safe functions
 //! that return `io::Result`.
 
@@ -9,7 +10,10 @@ use std::io;
 use std::mem;
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use super::check;
 
@@ -358,6 +362,58 @@ impl NetlinkSocket {
     }
 }
 
+/// Connects a unix stream socket to `path` within `timeout`. A blocking
+/// connect(2) waits without limit while the listener's backlog is full
+/// (a server that stopped accepting); a non-blocking one fails with
+/// EAGAIN at once, and is retried here until `timeout` has passed.
+pub fn connect_unix(path: &Path, timeout: Duration) -> io::Result<UnixStream> {
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all zeros is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} cannot be a socket address", path.display()),
+        ));
+    }
+    addr.sun_family = family(libc::AF_UNIX);
+    for (to, from) in addr.sun_path.iter_mut().zip(bytes) {
+        *to = libc::c_char::from_ne_bytes([*from]);
+    }
+    // The family field, the path and its terminating NUL.
+    let len = socklen(mem::offset_of!(libc::sockaddr_un, sun_path) + bytes.len() + 1);
+    let fd = new_socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK, 0)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        // SAFETY: `addr` is a live sockaddr_un and `len` does not exceed
+        // its size (the path is shorter than sun_path).
+        let ret = unsafe {
+            libc::connect(
+                fd.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
+        };
+        match check(ret) {
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{} did not accept within {timeout:?}", path.display()),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
 /// Whether this process has CAP_NET_ADMIN in its effective set.
 pub fn has_cap_net_admin() -> bool {
     const CAP_NET_ADMIN: u32 = 12;
@@ -376,4 +432,56 @@ pub fn has_cap_net_admin() -> bool {
 pub fn netns_id(pid: &str) -> io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
     Ok(std::fs::metadata(format!("/proc/{pid}/ns/net"))?.ino())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scratch::ScratchDir;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_unix_connect_gives_up_when_the_backlog_stays_full() {
+        let dir = ScratchDir::new("connect-unix");
+        let path = dir.join("sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // A backlog of 0 holds one connection that is never accepted.
+        // SAFETY: listen(2) on a socket this test owns; no pointers.
+        check(unsafe { libc::listen(listener.as_raw_fd(), 0) }).unwrap();
+        let timeout = Duration::from_millis(200);
+        let mut held = Vec::new();
+        let started = Instant::now();
+        let error = loop {
+            match connect_unix(&path, timeout) {
+                Ok(stream) => held.push(stream),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 10, "the backlog never filled");
+        };
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut, "{error}");
+        assert!(started.elapsed() >= timeout);
+        // Accepting one makes room: the next connect succeeds, and the
+        // stream it gives is blocking, as std's are (a read waits for its
+        // timeout rather than failing at once).
+        let (_accepted, _) = listener.accept().unwrap();
+        let stream = connect_unix(&path, timeout).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let reading = Instant::now();
+        let read = std::io::Read::read(&mut &stream, &mut byte).unwrap_err();
+        assert_eq!(read.kind(), io::ErrorKind::WouldBlock);
+        assert!(reading.elapsed() >= Duration::from_millis(50));
+    }
+
+    #[test]
+    fn a_unix_connect_reports_a_missing_socket_and_a_bad_path() {
+        let dir = ScratchDir::new("connect-unix");
+        let missing = connect_unix(&dir.join("none"), Duration::from_secs(1)).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        let long = dir.join("x".repeat(200));
+        let too_long = connect_unix(&long, Duration::from_secs(1)).unwrap_err();
+        assert_eq!(too_long.kind(), io::ErrorKind::InvalidInput);
+    }
 }

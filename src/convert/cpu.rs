@@ -1,7 +1,7 @@
 //! vCPUs, topology and CPU model (KubeVirt: converter/compute/cpu.go,
 //! converter/vcpu/vcpu.go).
 
-use super::{ConvertError, DomainType};
+use super::{Checked, ConvertError, DomainType};
 use crate::domxml::{self, CpuTopology, Domain, Vcpu, VcpuEntry, VcpuList};
 use crate::vmi::{Cpu, Quantity, VirtualMachineInstance};
 
@@ -63,7 +63,8 @@ fn reject_passthrough_under_emulation(
     domain_type: DomainType,
 ) -> Result<(), ConvertError> {
     if domain_type == DomainType::Qemu && cpu.model.as_deref() == Some(HOST_PASSTHROUGH) {
-        return Err(ConvertError::new(
+        return Err(ConvertError::checked(
+            Checked::EmulatedHostPassthrough,
             "spec.domain.cpu.model",
             "host-passthrough needs KVM, but this launcher emulates the VM (domain type qemu); use host-model or a named model",
         ));

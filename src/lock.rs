@@ -38,10 +38,11 @@ pub const DIR_LOCK_NAME: &str = "virt-launcher.lock";
 /// Why the locks could not be taken.
 #[derive(Debug)]
 pub enum LockError {
-    /// Another live launcher holds the lock on `dir`.
+    /// Another live launcher holds the lock file `lock`, in the directory
+    /// that `flag`, given `given`, makes the launcher write to.
     InUse {
-        dir: PathBuf,
         flag: &'static str,
+        given: PathBuf,
         lock: PathBuf,
     },
     Io {
@@ -54,10 +55,10 @@ pub enum LockError {
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LockError::InUse { dir, flag, lock } => write!(
+            LockError::InUse { flag, given, lock } => write!(
                 f,
                 "another virt-launcher is running with {flag} {} (it holds the lock {}); stop it, or give this launcher its own {flag}",
-                dir.display(),
+                given.display(),
                 lock.display()
             ),
             LockError::Io {
@@ -83,27 +84,40 @@ pub struct DirLocks {
     held: Vec<Held>,
 }
 
-/// Which lock files a launcher with these directories takes, with the flag
-/// that names each directory. The socket directory is
-/// `KUBEVIRT_SHARE_DIR/sockets`.
-pub fn lock_files(dirs: &Dirs) -> Vec<(PathBuf, &'static str, PathBuf)> {
+/// One lock a launcher takes: the lock file, its directory, and the flag
+/// (with the value it was given) that makes the launcher write there.
+pub struct LockFile {
+    pub dir: PathBuf,
+    pub flag: &'static str,
+    /// The flag's value: the directory itself, except for
+    /// `--kubevirt-share-dir`, whose `sockets/` subdirectory is locked.
+    pub given: PathBuf,
+    pub lock: PathBuf,
+}
+
+/// Which lock files a launcher with these directories takes. The socket
+/// directory is `KUBEVIRT_SHARE_DIR/sockets`.
+pub fn lock_files(dirs: &Dirs) -> Vec<LockFile> {
     let sockets = dirs.share.join("sockets");
     vec![
-        (
-            sockets.clone(),
-            "--kubevirt-share-dir",
-            sockets.join(SOCKET_LOCK_NAME),
-        ),
-        (
-            dirs.private.clone(),
-            "--private-dir",
-            dirs.private.join(DIR_LOCK_NAME),
-        ),
-        (
-            dirs.ephemeral.clone(),
-            "--ephemeral-disk-dir",
-            dirs.ephemeral.join(DIR_LOCK_NAME),
-        ),
+        LockFile {
+            lock: sockets.join(SOCKET_LOCK_NAME),
+            dir: sockets,
+            flag: "--kubevirt-share-dir",
+            given: dirs.share.clone(),
+        },
+        LockFile {
+            dir: dirs.private.clone(),
+            flag: "--private-dir",
+            given: dirs.private.clone(),
+            lock: dirs.private.join(DIR_LOCK_NAME),
+        },
+        LockFile {
+            dir: dirs.ephemeral.clone(),
+            flag: "--ephemeral-disk-dir",
+            given: dirs.ephemeral.clone(),
+            lock: dirs.ephemeral.join(DIR_LOCK_NAME),
+        },
     ]
 }
 
@@ -112,24 +126,28 @@ pub fn lock_files(dirs: &Dirs) -> Vec<(PathBuf, &'static str, PathBuf)> {
 pub fn acquire(dirs: &Dirs) -> Result<DirLocks, LockError> {
     let mut locks = DirLocks { held: Vec::new() };
     let mut seen: Vec<(u64, u64)> = Vec::new();
-    for (dir, flag, lock) in lock_files(dirs) {
-        prepare_dir(&dir, flag == "--kubevirt-share-dir")?;
+    for wanted in lock_files(dirs) {
+        let dir = &wanted.dir;
+        prepare_dir(dir, wanted.flag == "--kubevirt-share-dir")?;
         // The same directory given twice (--private-dir equal to
         // --ephemeral-disk-dir) is locked once: a second flock of it from
         // this process would conflict with the first.
-        let id = fs::metadata(&dir)
+        let id = fs::metadata(dir)
             .map(|m| (m.dev(), m.ino()))
             .map_err(|source| LockError::Io {
                 action: "inspect",
-                path: dir.clone(),
+                path: dir.to_path_buf(),
                 source,
             })?;
         if seen.contains(&id) {
             continue;
         }
         seen.push(id);
-        let file = lock_file(&dir, flag, &lock)?;
-        locks.held.push(Held { path: lock, file });
+        let file = lock_file(&wanted)?;
+        locks.held.push(Held {
+            path: wanted.lock,
+            file,
+        });
     }
     Ok(locks)
 }
@@ -174,7 +192,8 @@ fn prepare_dir(dir: &Path, own: bool) -> Result<(), LockError> {
 
 /// Opens and flocks `lock`, retrying when the file was unlinked (by a
 /// launcher exiting) between the open and the lock.
-fn lock_file(dir: &Path, flag: &'static str, lock: &Path) -> Result<File, LockError> {
+fn lock_file(wanted: &LockFile) -> Result<File, LockError> {
+    let lock = wanted.lock.as_path();
     loop {
         let file = safe_fs::open_own_file(lock, 0o600).map_err(|source| LockError::Io {
             action: "open the lock file",
@@ -185,8 +204,8 @@ fn lock_file(dir: &Path, flag: &'static str, lock: &Path) -> Result<File, LockEr
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
                 return Err(LockError::InUse {
-                    dir: dir.to_path_buf(),
-                    flag,
+                    flag: wanted.flag,
+                    given: wanted.given.clone(),
                     lock: lock.to_path_buf(),
                 });
             }
@@ -281,6 +300,34 @@ mod tests {
         // Released and removed: a new launcher takes them.
         assert!(!root.join("p").join(DIR_LOCK_NAME).exists());
         acquire(&dirs(&root, "s1", "p", "e")).unwrap().release();
+    }
+
+    #[test]
+    fn the_refusal_names_each_flag_with_the_value_it_was_given() {
+        let root = temp("named");
+        let first = acquire(&dirs(&root, "share", "p", "e")).unwrap();
+        let refusal = |share: &str, private: &str, ephemeral: &str| {
+            acquire(&dirs(&root, share, private, ephemeral))
+                .err()
+                .expect("refused")
+                .to_string()
+        };
+        // The share directory's lock is in its sockets/ subdirectory; the
+        // message names the flag's value, the lock its file.
+        assert_eq!(
+            refusal("share", "p2", "e2"),
+            format!(
+                "another virt-launcher is running with --kubevirt-share-dir {} (it holds the lock {}); stop it, or give this launcher its own --kubevirt-share-dir",
+                root.join("share").display(),
+                root.join("share/sockets/launcher-sock.lock").display()
+            )
+        );
+        assert!(refusal("s2", "p", "e2").starts_with(&format!(
+            "another virt-launcher is running with --private-dir {} (it holds the lock {})",
+            root.join("p").display(),
+            root.join("p/virt-launcher.lock").display()
+        )));
+        first.release();
     }
 
     #[test]

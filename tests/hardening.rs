@@ -246,6 +246,41 @@ fn number_ids_are_echoed_exactly_and_blank_lines_get_no_reply() {
 }
 
 #[test]
+fn a_request_nested_too_deep_in_its_id_runs_nothing_and_says_why_it_has_no_id() {
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    client.ok("sync", json!({"vmi": launcher.demo_vmi()}));
+    // The request object and 127 arrays: 128 levels, one too many.
+    for arrays in [127, 400_000] {
+        let id = format!("{}{}", "[".repeat(arrays), "]".repeat(arrays));
+        client.send_raw(format!("{{\"execute\":\"pause\",\"id\":{id}}}\n").as_bytes());
+        // Read as text: a reply that echoed such an id would itself be
+        // too deep for serde_json.
+        let reply = client.read_raw_line(T);
+        assert!(
+            reply.starts_with(
+                "{\"error\":{\"class\":\"ParseError\",\"desc\":\"invalid JSON: recursion limit exceeded at line 1 column "
+            ) && reply.ends_with(
+                "; the request's \\\"id\\\" is nested too deep to be echoed, so this reply has none\"}}\n"
+            ),
+            "{}",
+            reply.chars().take(300).collect::<String>()
+        );
+    }
+    // Nothing ran: the domain was never paused.
+    let status = client.ok("query-status", Value::Null);
+    assert_eq!(status["domain"]["state"], "Running", "{status}");
+    // One level less is a request: its id comes back as sent.
+    let id = format!("{}{}", "[".repeat(126), "]".repeat(126));
+    client.send_raw(format!("{{\"execute\":\"ping\",\"id\":{id}}}\n").as_bytes());
+    assert_eq!(
+        client.read_raw_line(T),
+        format!("{{\"return\":{{}},\"id\":{id}}}\n")
+    );
+}
+
+#[test]
 fn idle_clients_can_be_limited_but_subscribers_and_busy_clients_stay() {
     let mut launcher = Launcher::start_in(
         TempTree::new("idle"),

@@ -191,11 +191,17 @@ fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
     let mut accepted = demo_vmi();
     accepted["spec"]["serviceAccountName"] = json!("builder");
     accepted["spec"]["domain"]["memory"]["reservedOverhead"] = json!({"addedOverhead": "64Mi"});
+    // A disk's tag without a ConfigDrive has nowhere to go.
+    accepted["spec"]["domain"]["devices"]["disks"] = json!([{"name": "scratch", "tag": "data"}]);
+    accepted["spec"]["volumes"] = json!([{"name": "scratch", "emptyDisk": {"capacity": "16Mi"}}]);
+    // disableHotplug changes the domain (no hotplug SCSI controller).
+    accepted["spec"]["domain"]["devices"]["disableHotplug"] = json!(true);
     c.ok("sync", json!({"vmi": accepted}));
     let log = launcher.log_text();
     for path in [
         "spec.serviceAccountName",
         "spec.domain.memory.reservedOverhead",
+        "spec.domain.devices.disks[0].tag",
     ] {
         assert!(
             log.contains(&format!(
@@ -204,4 +210,16 @@ fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
             "{path} not logged:\n{log}"
         );
     }
+    assert!(
+        !log.contains("disableHotplug is accepted"),
+        "disableHotplug logged as without effect:\n{log}"
+    );
+    let xml = c.ok("query-domain", json!({"fields": ["xml"]}))["xml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !xml.contains("type='scsi'") && !xml.contains("type=\"scsi\""),
+        "{xml}"
+    );
 }

@@ -1,9 +1,9 @@
 //! vCPUs, topology and CPU model (KubeVirt: converter/compute/cpu.go,
 //! converter/vcpu/vcpu.go).
 
-use super::{ConvertError, DomainType};
+use super::{Checked, ConvertError, DomainType};
 use crate::domxml::{self, CpuTopology, Domain, Vcpu, VcpuEntry, VcpuList};
-use crate::vmi::{Cpu, VirtualMachineInstance};
+use crate::vmi::{Cpu, Quantity, VirtualMachineInstance};
 
 /// vCPU counts: `enabled` at boot, `total` including hot-pluggable sockets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +63,8 @@ fn reject_passthrough_under_emulation(
     domain_type: DomainType,
 ) -> Result<(), ConvertError> {
     if domain_type == DomainType::Qemu && cpu.model.as_deref() == Some(HOST_PASSTHROUGH) {
-        return Err(ConvertError::new(
+        return Err(ConvertError::checked(
+            Checked::EmulatedHostPassthrough,
             "spec.domain.cpu.model",
             "host-passthrough needs KVM, but this launcher emulates the VM (domain type qemu); use host-model or a named model",
         ));
@@ -73,14 +74,18 @@ fn reject_passthrough_under_emulation(
 
 /// sockets × cores × threads, each defaulting to 1. Without any of them,
 /// KubeVirt takes the socket count from `resources.limits.cpu` or
-/// `resources.requests.cpu`, rounded up ("500m" → 1).
+/// `resources.requests.cpu`, rounded up ("500m" → 1). A CPU limit or
+/// request is checked either way.
 pub(crate) fn topology(vmi: &VirtualMachineInstance) -> Result<CpuTopology, ConvertError> {
     let cpu = vmi.spec.domain.cpu.as_ref();
     let cores = count(cpu.and_then(|c| c.cores), "cores")?;
     let sockets = count(cpu.and_then(|c| c.sockets), "sockets")?;
     let threads = count(cpu.and_then(|c| c.threads), "threads")?;
+    let resources = &vmi.spec.domain.resources;
+    let limit = cpu_resource(resources.limits.get("cpu"), "limits")?;
+    let request = cpu_resource(resources.requests.get("cpu"), "requests")?;
     let sockets = match (cores, sockets, threads) {
-        (None, None, None) => sockets_from_resources(vmi)?,
+        (None, None, None) => limit.or(request).unwrap_or(1),
         _ => sockets.unwrap_or(1),
     };
     Ok(CpuTopology {
@@ -110,16 +115,16 @@ fn count(value: Option<u32>, field: &str) -> Result<Option<u32>, ConvertError> {
     }
 }
 
-fn sockets_from_resources(vmi: &VirtualMachineInstance) -> Result<u32, ConvertError> {
-    let resources = &vmi.spec.domain.resources;
-    let (path, quantity) = match (resources.limits.get("cpu"), resources.requests.get("cpu")) {
-        (Some(limit), _) => ("spec.domain.resources.limits.cpu", limit),
-        (None, Some(request)) => ("spec.domain.resources.requests.cpu", request),
-        (None, None) => return Ok(1),
+/// `resources.<kind>.cpu` as a CPU count, rounded up: absent, or 1 to
+/// [`MAX_VCPUS`].
+fn cpu_resource(quantity: Option<&Quantity>, kind: &str) -> Result<Option<u32>, ConvertError> {
+    let Some(quantity) = quantity else {
+        return Ok(None);
     };
+    let path = format!("spec.domain.resources.{kind}.cpu");
     let count = quantity
         .ceil()
-        .map_err(|err| ConvertError::new(path, err.message))?;
+        .map_err(|err| ConvertError::new(&path, err.message))?;
     match u32::try_from(count) {
         Ok(n) if n > MAX_VCPUS => Err(ConvertError::new(
             path,
@@ -127,10 +132,10 @@ fn sockets_from_resources(vmi: &VirtualMachineInstance) -> Result<u32, ConvertEr
                 "{quantity} CPUs is more than QEMU's x86_64 machines take (at most {MAX_VCPUS})"
             ),
         )),
-        Ok(n) if n > 0 => Ok(n),
+        Ok(n) if n > 0 => Ok(Some(n)),
         _ => Err(ConvertError::new(
             path,
-            format!("{quantity} is not a usable CPU count"),
+            format!("{quantity} is not a usable CPU count (at least 1, at most {MAX_VCPUS})"),
         )),
     }
 }
@@ -279,6 +284,33 @@ mod tests {
         );
         let max = convert_err(json!({"domain": {"cpu": {"sockets": 1, "maxSockets": 0}}}));
         assert!(max.starts_with("spec.domain.cpu.maxSockets: "), "{max}");
+    }
+
+    #[test]
+    fn a_cpu_request_or_limit_is_checked_when_the_topology_is_given_too() {
+        for (resources, error) in [
+            (
+                json!({"requests": {"cpu": "5000"}}),
+                "spec.domain.resources.requests.cpu: 5000 CPUs is more than QEMU's x86_64 machines take (at most 4096)",
+            ),
+            (
+                json!({"limits": {"cpu": "0"}}),
+                "spec.domain.resources.limits.cpu: 0 is not a usable CPU count (at least 1, at most 4096)",
+            ),
+            (
+                json!({"limits": {"cpu": "2"}, "requests": {"cpu": "-1"}}),
+                "spec.domain.resources.requests.cpu: -1 is not a usable CPU count (at least 1, at most 4096)",
+            ),
+        ] {
+            for cpu in [json!({"cores": 1}), json!({})] {
+                let spec = json!({"domain": {"cpu": cpu, "resources": resources}});
+                assert_eq!(convert_err(spec), error, "cpu {cpu}");
+            }
+        }
+        // In range, the topology given wins.
+        let spec = json!({"domain": {"cpu": {"cores": 2},
+            "resources": {"requests": {"cpu": "4096"}, "limits": {"cpu": "100m"}}}});
+        assert_eq!(cpu_of(spec).2, (1, 2, 1));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::probe::parse_cpu_list;
-use super::{ConvertContext, ConvertError, HostCell, HostTopology};
+use super::{ConvertContext, ConvertError, HostCell, HostTopology, Refused};
 use crate::domxml::{
     CpuTune, Domain, EmulatorPin, Flag, HugePage, IoThreadPin, KvmFeatures, MemNode,
     MemoryAllocation, Numa, NumaCell, NumaDistances, NumaSibling, NumaTune, NumaTuneMemory, State,
@@ -443,9 +443,10 @@ fn numa_mapping(
 ) -> Result<(), ConvertError> {
     let path = format!("{CPU}.numa.guestMappingPassthrough");
     if domain.max_memory.is_some() {
-        return Err(ConvertError::new(
+        return Err(ConvertError::unsupported(
+            Refused::NumaPassthroughWithMemoryHotplug,
             &path,
-            "NUMA passthrough together with memory hotplug (maxGuest) is not supported by this launcher",
+            "NUMA passthrough together with memory hotplug (maxGuest)",
         ));
     }
     let cell_of: BTreeMap<u32, u32> = topology

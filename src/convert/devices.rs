@@ -4,7 +4,7 @@
 //! watchdog,panic_devices}.go and converter.go's controllers).
 
 use super::virtio::virtio_model;
-use super::{ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths};
+use super::{Checked, ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, Refused, paths};
 use crate::disks::DiskPlan;
 use crate::domxml::{
     Alias, BalloonStats, Channel, CharLog, CharSource, CharTarget, Console, Controller, Domain,
@@ -25,6 +25,7 @@ pub(crate) fn configure(
     let devices = &vmi.spec.domain.devices;
     if devices.autoattach_vsock == Some(true) {
         return Err(ConvertError::unsupported(
+            Refused::Vsock,
             "spec.domain.devices.autoattachVSOCK",
             "VSOCK",
         ));
@@ -33,10 +34,14 @@ pub(crate) fn configure(
     configure_agent_channel(domain);
     let graphics = configure_graphics(vmi, ctx, domain);
     if console {
-        check_socket_path(&paths::serial_socket(ctx), "serial console")?;
+        check_socket_path(
+            Checked::SerialConsoleSocket,
+            &paths::serial_socket(ctx),
+            "serial console",
+        )?;
     }
     if graphics {
-        check_socket_path(&paths::vnc_socket(ctx), "VNC")?;
+        check_socket_path(Checked::VncSocket, &paths::vnc_socket(ctx), "VNC")?;
     }
     configure_tpm(vmi, domain);
     if console || graphics {
@@ -177,11 +182,17 @@ const MAX_SOCKET_PATH: usize = 107;
 
 /// QEMU binds the console and VNC sockets; a path too long for a unix
 /// socket (from a long `--private-dir`) would fail only when QEMU starts.
-fn check_socket_path(path: &std::path::Path, what: &str) -> Result<(), ConvertError> {
+/// The error names the field that adds the device (on by default).
+fn check_socket_path(
+    device: Checked,
+    path: &std::path::Path,
+    what: &str,
+) -> Result<(), ConvertError> {
     let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH {
-        return Err(ConvertError::new(
-            "",
+        return Err(ConvertError::checked(
+            device,
+            device.path(),
             format!(
                 "the {what} socket {} is {len} bytes long, but a unix socket path holds at most {MAX_SOCKET_PATH}; start the launcher with a shorter --private-dir",
                 path.display()
@@ -589,11 +600,25 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
+        // The error names the field that adds the device.
         assert!(
-            err.starts_with("the serial console socket /pppp")
-                && err.ends_with(
-                    "holds at most 107; start the launcher with a shorter --private-dir"
-                ),
+            err.starts_with(
+                "spec.domain.devices.autoattachSerialConsole: the serial console socket /pppp"
+            ) && err
+                .ends_with("holds at most 107; start the launcher with a shorter --private-dir"),
+            "{err}"
+        );
+        // The VNC socket's name is shorter.
+        ctx.private_dir = std::path::PathBuf::from(format!("/{}", "p".repeat(64)));
+        let err = super::super::test_support::convert_with(
+            json!({"domain": {"devices": {"autoattachSerialConsole": false}}}),
+            &ctx,
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.starts_with("spec.domain.devices.autoattachGraphicsDevice: the VNC socket /pppp"),
             "{err}"
         );
         // Without the console and VNC there is no socket to bind.

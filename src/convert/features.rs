@@ -2,7 +2,7 @@
 //! and clock.go).
 
 use super::firmware::uses_secure_boot;
-use super::{ConvertContext, ConvertError, DomainType, require_libvirt};
+use super::{Checked, ConvertContext, ConvertError, DomainType, require_libvirt};
 use crate::domxml::{
     self, Apic, Clock, Domain, Flag, HyperV, KvmFeatures, Smm, Spinlocks, State, Stimer, TlbFlush,
     VendorId,
@@ -40,22 +40,27 @@ pub(crate) fn configure(
     features.smm = smm(vmi, spec)?;
     features.hyperv = hyperv(spec)?;
     if features.hyperv.is_some() && ctx.domain_type == DomainType::Qemu {
-        return Err(ConvertError::new(
-            if spec.hyperv.is_some() {
-                "spec.domain.features.hyperv"
-            } else {
-                "spec.domain.features.hypervPassthrough"
-            },
+        let given = if spec.hyperv.is_some() {
+            Checked::EmulatedHyperv
+        } else {
+            Checked::EmulatedHypervPassthrough
+        };
+        return Err(ConvertError::checked(
+            given,
+            given.path(),
             "Hyper-V enlightenments need KVM, but this launcher emulates the VM (domain type qemu); remove them to run it emulated",
         ));
     }
     if let Some(flush) = spec.hyperv.as_ref().and_then(|h| h.tlbflush.as_ref()) {
-        for (name, child) in [("direct", &flush.direct), ("extended", &flush.extended)] {
+        for (name, checked, child) in [
+            ("direct", Checked::TlbflushDirect, &flush.direct),
+            ("extended", Checked::TlbflushExtended, &flush.extended),
+        ] {
             if child.is_some() {
                 require_libvirt(
                     ctx,
                     TLBFLUSH_CHILDREN_SINCE,
-                    &format!("spec.domain.features.hyperv.tlbflush.{name}"),
+                    (checked, checked.path()),
                     &format!("hyperv tlbflush {name}"),
                 )?;
             }
@@ -249,7 +254,8 @@ pub(crate) fn configure_clock(
             );
         }
         if timer.hyperv.is_some() && ctx.domain_type == DomainType::Qemu {
-            return Err(ConvertError::new(
+            return Err(ConvertError::checked(
+                Checked::EmulatedHypervClock,
                 "spec.domain.clock.timer.hyperv",
                 "the Hyper-V clock needs KVM, but this launcher emulates the VM (domain type qemu); remove it to run the VM emulated",
             ));

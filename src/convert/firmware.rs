@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::metadata::firmware_uuid;
-use super::{ConvertContext, ConvertError, paths};
+use super::{ConvertContext, ConvertError, Refused, paths};
 use crate::disks::{DiskPlan, PathKind};
 use crate::domxml::{
     BootMenu, Domain, Loader, Nvram, OemStrings, Os, OsBios, OsType, Smbios, SysInfo,
@@ -109,6 +109,7 @@ fn configure_efi(
     const PATH: &str = "spec.domain.firmware.bootloader.efi";
     if efi.persistent == Some(true) {
         return Err(ConvertError::unsupported(
+            Refused::PersistentEfiVariables,
             format!("{PATH}.persistent"),
             "persistent EFI variables (NVRAM lives only as long as the launcher)",
         ));

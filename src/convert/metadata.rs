@@ -4,7 +4,7 @@
 
 use super::codec::{firmware_uuid_for_name, is_uuid};
 use super::paths::is_safe_component;
-use super::{ConvertContext, ConvertError, DomainType};
+use super::{Checked, ConvertContext, ConvertError, DomainType, Refused};
 use crate::domxml::{Domain, GracePeriodMetadata, KUBEVIRT_XMLNS, KubeVirtMetadata, Metadata};
 use crate::vmi::{RebootPolicy, VirtualMachineInstance};
 
@@ -95,6 +95,7 @@ fn check_hook_sidecars(vmi: &VirtualMachineInstance) -> Result<(), ConvertError>
         .contains_key(HOOK_SIDECARS_ANNOTATION)
     {
         return Err(ConvertError::unsupported(
+            Refused::HookSidecars,
             format!("metadata.annotations.{HOOK_SIDECARS_ANNOTATION}"),
             "a hook sidecar (this launcher runs no sidecar containers to change the domain XML or the cloud-init ISO; put the hook's change into the VMI itself)",
         ));
@@ -109,7 +110,8 @@ fn check_start_paused(
     ctx: &ConvertContext,
 ) -> Result<(), ConvertError> {
     if vmi.starts_paused() && ctx.domain_type == DomainType::Test {
-        return Err(ConvertError::new(
+        return Err(ConvertError::checked(
+            Checked::PausedOnTestDriver,
             "spec.startStrategy",
             "Paused needs a driver that can start a domain paused; libvirt's test driver (test:///default) cannot, use a QEMU connection",
         ));
@@ -121,6 +123,7 @@ fn check_architecture(vmi: &VirtualMachineInstance) -> Result<(), ConvertError> 
     match vmi.spec.architecture.as_deref() {
         None | Some("") | Some("amd64") | Some("x86_64") => Ok(()),
         Some(other) => Err(ConvertError::unsupported(
+            Refused::Architecture,
             "spec.architecture",
             &format!("architecture {other:?} (only amd64)"),
         )),

@@ -28,6 +28,7 @@ mod network;
 mod paths;
 mod pci;
 mod probe;
+mod refusals;
 mod storage;
 mod virtio;
 
@@ -48,6 +49,7 @@ pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
 pub use probe::{default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset};
+pub use refusals::{Checked, Refused, path_matches};
 
 /// A context with KubeVirt's default directories, fixed OVMF paths,
 /// user-mode networking over slirp, no block PVCs, and a 30 s grace
@@ -202,6 +204,15 @@ pub struct Conversion {
 pub struct ConvertError {
     pub path: String,
     pub message: String,
+    /// The entry of docs/vmi.md's lists this refusal is, if it is one.
+    pub listed: Option<Listed>,
+}
+
+/// An entry of one of the two tables of refusals docs/vmi.md lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listed {
+    Refused(Refused),
+    Checked(Checked),
 }
 
 impl ConvertError {
@@ -209,12 +220,34 @@ impl ConvertError {
         ConvertError {
             path: path.into(),
             message: message.into(),
+            listed: None,
         }
     }
 
-    /// For fields this launcher accepts but cannot honour.
-    pub(crate) fn unsupported(path: impl Into<String>, what: &str) -> ConvertError {
-        ConvertError::new(path, format!("{what} is not supported by this launcher"))
+    /// A field this launcher does not implement: `what` "is not supported
+    /// by this launcher". `path` is `refused`'s with its indices.
+    pub(crate) fn unsupported(
+        refused: Refused,
+        path: impl Into<String>,
+        what: &str,
+    ) -> ConvertError {
+        ConvertError {
+            listed: Some(Listed::Refused(refused)),
+            ..ConvertError::new(path, format!("{what} is not supported by this launcher"))
+        }
+    }
+
+    /// A check made before libvirt sees the domain. `path` is `checked`'s
+    /// with its indices.
+    pub(crate) fn checked(
+        checked: Checked,
+        path: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ConvertError {
+        ConvertError {
+            listed: Some(Listed::Checked(checked)),
+            ..ConvertError::new(path, message)
+        }
     }
 }
 
@@ -235,19 +268,22 @@ impl std::error::Error for ConvertError {}
 pub(crate) fn require_libvirt(
     ctx: &ConvertContext,
     (major, minor, micro): (u32, u32, u32),
-    path: &str,
+    (checked, path): (Checked, &str),
     what: &str,
 ) -> Result<(), ConvertError> {
     match ctx.libvirt_version {
-        Some(running) if running < libvirt_version(major, minor, micro) => Err(ConvertError::new(
-            path,
-            format!(
-                "{what} needs libvirt {major}.{minor}.{micro} or newer; this launcher's libvirt is {}.{}.{}",
-                running / 1_000_000,
-                running / 1_000 % 1_000,
-                running % 1_000
-            ),
-        )),
+        Some(running) if running < libvirt_version(major, minor, micro) => {
+            Err(ConvertError::checked(
+                checked,
+                path,
+                format!(
+                    "{what} needs libvirt {major}.{minor}.{micro} or newer; this launcher's libvirt is {}.{}.{}",
+                    running / 1_000_000,
+                    running / 1_000 % 1_000,
+                    running % 1_000
+                ),
+            ))
+        }
         _ => Ok(()),
     }
 }

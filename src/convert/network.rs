@@ -17,7 +17,7 @@ use super::boot_order::{BootOrders, claim_boot_order};
 use super::cpu::Vcpus;
 use super::pci::parse_pci_address;
 use super::virtio::virtio_model;
-use super::{ConvertContext, ConvertError, UserNetBackend, paths};
+use super::{ConvertContext, ConvertError, Refused, UserNetBackend, paths};
 use crate::domxml::{
     self, AcpiIndex, Alias, BootOrder, Domain, InterfaceBackend, InterfaceDriver, InterfaceIp,
     InterfaceTarget, LinkState, MacAddress, ModelType, PortForward, PortRange, Rom,
@@ -190,10 +190,11 @@ fn interface_xml(
         // them on a user-mode interface ("Multiqueue network is not
         // supported for: user") when the domain starts: say it here, never
         // drop the setting.
-        return Err(ConvertError::new(
+        return Err(ConvertError::unsupported(
+            Refused::MultiqueueWithoutTap,
             "spec.domain.devices.networkInterfaceMultiqueue",
-            format!(
-                "multiqueue needs a tap, and the {} binding of interface {:?} has none; not supported by this launcher (use masquerade or bridge, or remove networkInterfaceMultiqueue)",
+            &format!(
+                "multiqueue with the {} binding of interface {:?} (it has no tap for the queues; use masquerade or bridge, or remove networkInterfaceMultiqueue)",
                 binding.as_str(),
                 interface.name
             ),
@@ -774,8 +775,8 @@ mod tests {
                 .map(|e| e.to_string())
                 .unwrap_or_default();
             assert!(
-                err.starts_with("spec.domain.devices.networkInterfaceMultiqueue: multiqueue needs a tap, and the ")
-                    && err.contains("binding of interface \"default\" has none; not supported by this launcher"),
+                err.starts_with("spec.domain.devices.networkInterfaceMultiqueue: multiqueue with the ")
+                    && err.ends_with("binding of interface \"default\" (it has no tap for the queues; use masquerade or bridge, or remove networkInterfaceMultiqueue) is not supported by this launcher"),
                 "{err}"
             );
         }

@@ -244,11 +244,52 @@ fn parse_plain_request(text: &str) -> Option<Request> {
         return None;
     }
     let plain: PlainRequest = serde_json::from_str(text).ok()?;
+    // The id is read as raw text, which serde_json skips without its
+    // recursion limit: a line nested too deep inside its id goes the
+    // general way, which refuses it like any other line nested too deep.
+    if plain
+        .id
+        .is_some_and(|id| 1 + nesting_depth(id.get()) >= MAX_NESTING)
+    {
+        return None;
+    }
     Some(Request {
         execute: plain.execute,
         arguments: plain.arguments.unwrap_or_default(),
         id: plain.id.map(RequestId::from_raw),
     })
+}
+
+/// serde_json's recursion limit: a JSON text whose arrays and objects nest
+/// this deep or deeper (the outermost counting 1) does not parse.
+const MAX_NESTING: usize = 128;
+
+/// How deep the arrays and objects of `json`, a valid JSON text, nest (0
+/// for a scalar). One pass, no recursion, whatever the depth.
+fn nesting_depth(json: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in json.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Parses one request line (without its newline).
@@ -270,7 +311,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, RequestRejected> {
 /// says what is wrong with a line that is not a request.
 fn parse_request_value(text: &str) -> Result<Request, RequestRejected> {
     let value: Value = serde_json::from_str(text).map_err(|e| RequestRejected {
-        error: CommandError::new(ErrorClass::ParseError, format!("invalid JSON: {e}")),
+        error: CommandError::new(ErrorClass::ParseError, parse_error(text, &e)),
         id: None,
     })?;
     let Value::Object(mut object) = value else {
@@ -310,6 +351,32 @@ fn parse_request_value(text: &str) -> Result<Request, RequestRejected> {
         arguments,
         id,
     })
+}
+
+/// The `desc` of a `ParseError`. A line nested too deep inside its `id`
+/// says that this is why its reply has none.
+fn parse_error(text: &str, error: &serde_json::Error) -> String {
+    #[derive(serde::Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+    }
+    // (A struct also reads from an array: only an object has an "id".)
+    let id_too_deep = error.to_string().starts_with("recursion limit exceeded")
+        && text
+            .trim_start_matches([' ', '\t', '\n', '\r'])
+            .starts_with('{')
+        && serde_json::from_str::<IdOnly>(text)
+            .ok()
+            .and_then(|line| line.id)
+            .is_some_and(|id| 1 + nesting_depth(id.get()) >= MAX_NESTING);
+    if id_too_deep {
+        format!(
+            "invalid JSON: {error}; the request's \"id\" is nested too deep to be echoed, so this reply has none"
+        )
+    } else {
+        format!("invalid JSON: {error}")
+    }
 }
 
 /// Wall-clock time as QMP writes it.
@@ -517,6 +584,70 @@ mod tests {
         let err = parse_request(br#"{"execute":"ping","id":3"#).unwrap_err();
         assert_eq!(err.error.class, ErrorClass::ParseError);
         assert_eq!(err.id, None);
+    }
+
+    /// `{"execute":"pause",<member>}` with `member`'s value nested so that
+    /// the whole line is `depth` levels deep.
+    fn nested_line(member: &str, depth: usize) -> Vec<u8> {
+        let inner = depth - 1;
+        let value = format!("{}{}", "[".repeat(inner), "]".repeat(inner));
+        let value = if member == "arguments" {
+            // arguments must be an object: {"a":[[...]]}
+            format!(
+                "{{\"a\":{}{}}}",
+                "[".repeat(inner - 1),
+                "]".repeat(inner - 1)
+            )
+        } else {
+            value
+        };
+        format!("{{\"execute\":\"pause\",\"{member}\":{value}}}").into_bytes()
+    }
+
+    #[test]
+    fn a_line_nested_too_deep_is_a_parse_error_wherever_the_depth_is() {
+        // Below the limit, an id is echoed and arguments are read.
+        let id = parse_request(&nested_line("id", MAX_NESTING - 1)).unwrap();
+        assert_eq!(id.id.map(|i| i.as_str().len()), Some(2 * (MAX_NESTING - 2)));
+        parse_request(&nested_line("arguments", MAX_NESTING - 1)).unwrap();
+        // At the limit and far beyond it, both are refused alike: the
+        // command is not run, and the reply (no id) says why it has none
+        // when the depth is in the id.
+        for depth in [MAX_NESTING, MAX_NESTING + 1, 400_000] {
+            let err = parse_request(&nested_line("id", depth)).unwrap_err();
+            assert_eq!(err.error.class, ErrorClass::ParseError, "depth {depth}");
+            assert_eq!(err.id, None);
+            assert!(
+                err.error.desc.starts_with(
+                    "invalid JSON: recursion limit exceeded at line 1 column "
+                ) && err.error.desc.ends_with(
+                    "; the request's \"id\" is nested too deep to be echoed, so this reply has none"
+                ),
+                "{}",
+                err.error.desc
+            );
+            let err = parse_request(&nested_line("arguments", depth)).unwrap_err();
+            assert_eq!(err.error.class, ErrorClass::ParseError, "depth {depth}");
+            assert!(
+                err.error
+                    .desc
+                    .starts_with("invalid JSON: recursion limit exceeded")
+                    && !err.error.desc.contains("\"id\""),
+                "{}",
+                err.error.desc
+            );
+        }
+        // A top-level array that deep is not a request with an id.
+        let array = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let err = parse_request(array.as_bytes()).unwrap_err();
+        assert!(!err.error.desc.contains("\"id\""), "{}", err.error.desc);
+    }
+
+    #[test]
+    fn nesting_depth_counts_brackets_outside_strings() {
+        assert_eq!(nesting_depth("1"), 0);
+        assert_eq!(nesting_depth(r#"{"a":[1,{"b":[]}],"c":{}}"#), 4);
+        assert_eq!(nesting_depth(r#"["[[[{\"]]",["\\"]]"#), 2);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use std::fmt;
 pub use quantity::{Quantity, QuantityError};
 pub use strict::{Empty, Unsupported};
 pub use types::*;
-pub use without_effect::fields_without_effect;
+pub use without_effect::{WITHOUT_EFFECT, WithoutEffect, fields_without_effect};
 
 /// An invalid VMI: `path` is the JSON path of the bad field ("" for the
 /// document itself), `message` says what is wrong with it.

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::super::ConvertError;
 use super::super::cpu::Vcpus;
 use super::super::pci::parse_pci_address;
+use super::super::{Checked, ConvertError, Refused};
 use super::iothreads::IoThreadPlan;
 use super::{Device, DiskEntry, Source};
 use crate::domxml::{self, Controller, ControllerDriver, DiskDriver, DiskSource, Domain};
@@ -23,7 +23,8 @@ pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), Con
             let bus = target.bus.unwrap_or(default);
             // KubeVirt's webhook: "sata hard-disks do not support read-only".
             if target.readonly && bus == DiskBus::Sata {
-                return Err(ConvertError::new(
+                return Err(ConvertError::checked(
+                    Checked::ReadOnlySataDisk,
                     format!("{path}.disk.readonly"),
                     "a read-only disk cannot be on the sata bus (sata is also KubeVirt's default when a disk names no bus); use bus virtio or scsi, or a cdrom",
                 ));
@@ -34,13 +35,15 @@ pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), Con
         (None, Some(lun), None) => {
             if lun.reservation {
                 return Err(ConvertError::unsupported(
+                    Refused::LunReservation,
                     format!("{path}.lun.reservation"),
                     "SCSI persistent reservation (it needs qemu-pr-helper)",
                 ));
             }
             match lun.bus.unwrap_or(default) {
                 DiskBus::Scsi => Ok((Device::Lun, DiskBus::Scsi)),
-                other => Err(ConvertError::new(
+                other => Err(ConvertError::checked(
+                    Checked::LunBus,
                     format!("{path}.lun.bus"),
                     format!(
                         "a LUN needs the scsi bus, not {} (KubeVirt gives a LUN without a bus sata on amd64); set bus: scsi",
@@ -50,7 +53,8 @@ pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), Con
             }
         }
         (None, None, Some(cdrom)) => match cdrom.bus.unwrap_or(default) {
-            DiskBus::Virtio => Err(ConvertError::new(
+            DiskBus::Virtio => Err(ConvertError::checked(
+                Checked::CdromBus,
                 format!("{path}.cdrom.bus"),
                 "a cdrom cannot use the virtio bus (use sata or scsi)",
             )),

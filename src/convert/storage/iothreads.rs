@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::super::ConvertError;
+use super::super::{ConvertError, Refused};
 use super::DiskEntry;
 use super::disks::device_and_bus;
 use crate::vmi::{DiskBus, IoThreadsPolicy, VirtualMachineInstance};
@@ -34,6 +34,7 @@ impl IoThreadPlan {
         let pool_limit = match policy {
             Some(IoThreadsPolicy::SupplementalPool) => {
                 return Err(ConvertError::unsupported(
+                    Refused::SupplementalPoolIoThreads,
                     "spec.domain.ioThreadsPolicy",
                     "ioThreadsPolicy supplementalPool",
                 ));

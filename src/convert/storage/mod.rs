@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 use super::boot_order::{BootOrders, claim_boot_order};
 use super::cpu::Vcpus;
 use super::virtio::virtio_model;
-use super::{ConvertContext, ConvertError, require_libvirt};
+use super::{Checked, ConvertContext, ConvertError, Refused, require_libvirt};
 use crate::disks::DiskPlan;
 use crate::domxml::{self, Address, Alias, BlockIo, BootOrder, DiskTarget, Domain, Flag};
 use crate::vmi::{Disk, DiskBus, VirtualMachineInstance};
@@ -40,6 +40,7 @@ fn check_unimplemented(
 ) -> Result<(), ConvertError> {
     if entry.disk.changed_block_tracking == Some(true) {
         return Err(ConvertError::unsupported(
+            Refused::ChangedBlockTracking,
             format!("{}.changedBlockTracking", entry.path),
             "changed block tracking (incremental backups through qcow2 overlays with dirty bitmaps)",
         ));
@@ -52,6 +53,7 @@ fn check_unimplemented(
         .any(|v| v.cloud_init_config_drive.is_some());
     if config_drive && entry.disk.tag.as_deref().is_some_and(|t| !t.is_empty()) {
         return Err(ConvertError::unsupported(
+            Refused::ConfigDriveDiskTag,
             format!("{}.tag", entry.path),
             "a disk tag in the ConfigDrive's device metadata",
         ));
@@ -66,7 +68,8 @@ fn shareable(entry: &DiskEntry, device: Device) -> Result<bool, ConvertError> {
     match (entry.disk.shareable == Some(true), device) {
         (false, _) => Ok(false),
         (true, Device::Disk) => Ok(true),
-        (true, other) => Err(ConvertError::new(
+        (true, other) => Err(ConvertError::checked(
+            Checked::ShareableCdromOrLun,
             format!("{}.shareable", entry.path),
             format!("only a disk (not a {}) can be shareable", other.as_str()),
         )),
@@ -188,7 +191,10 @@ pub(crate) fn configure(
                 require_libvirt(
                     ctx,
                     DISCARD_GRANULARITY_SINCE,
-                    &format!("{}.blockSize.custom.discardGranularity", entry.path),
+                    (
+                        Checked::DiscardGranularity,
+                        &format!("{}.blockSize.custom.discardGranularity", entry.path),
+                    ),
                     "blockio discard_granularity",
                 )?;
             }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::cloudinit::{self, DataSource};
-use super::super::{ConvertContext, ConvertError, paths};
+use super::super::{ConvertContext, ConvertError, Refused, paths};
 use super::{DiskEntry, Source};
 use crate::disks::{DiskPlan, DiskStep, IsoContents, PathKind};
 use crate::domxml::{self, BackingStore, DiskSource, FormatType};
@@ -189,6 +189,7 @@ pub(super) fn volume_source(
     }
     if volume.container_path.is_some() {
         return Err(ConvertError::unsupported(
+            Refused::ContainerPathVolume,
             format!("{path}.containerPath"),
             "a containerPath volume (a directory of the launcher's container, shared with the guest through a virtiofs filesystem device)",
         ));

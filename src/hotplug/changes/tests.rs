@@ -273,3 +273,13 @@ fn bounds_name_the_field_that_went_past_its_maximum() {
         err.message
     );
 }
+
+#[test]
+fn disable_hotplug_changes_the_domain_so_it_needs_a_restart() {
+    let err =
+        changed(|v| v["spec"]["domain"]["devices"]["disableHotplug"] = json!(true)).unwrap_err();
+    assert_eq!(
+        err,
+        "spec.domain.devices.disableHotplug: changed from (not set) to true, which a running VMI cannot take; it needs a restart of the VMI"
+    );
+}

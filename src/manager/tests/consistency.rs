@@ -306,6 +306,11 @@ fn migration_commands_check_their_input_before_the_launchers_state() {
     bad["metadata"]["uid"] = json!("someone-else");
     let err = h.err("prepare-migration-target", json!({ "vmi": bad }));
     assert_eq!(class(&err), ErrorClass::InvalidArgument, "{err}");
+    // As docs/protocol.md shows it for a QEMU launcher that runs a domain.
     let err = h.err("prepare-migration-target", json!({ "vmi": unnetworked }));
     assert_eq!(class(&err), ErrorClass::InvalidState, "{err}");
+    assert_eq!(
+        err.desc,
+        "prepare-migration-target: this launcher already runs a domain (phase Running, domain Running); a target must be a fresh launcher"
+    );
 }

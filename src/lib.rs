@@ -17,6 +17,7 @@ pub mod events;
 pub mod exit;
 pub mod hotplug;
 pub mod hypervisor;
+pub mod kubevirt;
 pub mod launcher;
 pub mod lock;
 pub mod logging;

@@ -18,6 +18,7 @@ pub mod exit;
 pub mod grpc;
 pub mod hotplug;
 pub mod hypervisor;
+pub mod kubevirt;
 pub mod launcher;
 pub mod lock;
 pub mod logging;

@@ -85,11 +85,38 @@ fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
     assert!(g.launcher.log_text().contains("the guest powered off"));
 }
 
+/// The guest's serial console as QEMU logged it (KubeVirt's
+/// `<private-dir>/<uid>/virt-serial0-log`); empty until there is one.
+fn console_log(launcher: &Launcher) -> String {
+    let private = launcher.tree.path("private");
+    std::fs::read_dir(&private)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("virt-serial0-log"))
+        .find(|path| path.exists())
+        .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// How many times the launcher's log says it pressed the ACPI power button.
+fn acpi_presses(launcher: &Launcher) -> usize {
+    launcher
+        .log_text()
+        .matches("manager: ACPI power button press ")
+        .count()
+}
+
 #[test]
 fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
     // The first ACPI press comes before the guest's acpid runs; the
-    // repeats every 5 s must still power it off.
-    let launcher = start_qemu_launcher(TempTree::new("q-early"), "early", &[]);
+    // repeats every 5 s must still power it off. A grace period long
+    // enough for the guest to finish booting on a loaded machine.
+    let launcher = start_qemu_launcher(
+        TempTree::new("q-early"),
+        "early",
+        &["--grace-period-seconds", "110"],
+    );
     let mut launcher = launcher;
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
@@ -101,8 +128,40 @@ fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
     );
     watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
     launcher.signal("TERM");
+    let deadline = Instant::now() + STEP;
+    while acpi_presses(&launcher) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no ACPI press logged after SIGTERM:\n{}",
+            launcher.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Read after the first press: the guest had not finished booting
+    // then (its init prints "tg: guest up" and only then starts acpid),
+    // so nothing in it could hear that press.
+    let console = console_log(&launcher);
+    assert!(
+        !console.contains("tg: guest up"),
+        "the guest was already up at the first press, which proves nothing:\n{console}"
+    );
     watcher.wait_event(BOOT, "Stopped", lifecycle("Stopped", "Shutdown"));
     assert_eq!(launcher.wait_exit(STEP), 0);
+    // The launcher pressed again, and the guest, once up, heard a press
+    // and powered itself off.
+    let presses = acpi_presses(&launcher);
+    assert!(
+        presses >= 2,
+        "{presses} ACPI press(es): the first one, missed, was never repeated:\n{}",
+        launcher.log_text()
+    );
+    let console = console_log(&launcher);
+    let up = console.find("tg: guest up");
+    let heard = console.find("tg: ACPI power button: powering off");
+    assert!(
+        matches!((up, heard), (Some(up), Some(heard)) if up < heard),
+        "the guest's console does not show it up and then hearing the button:\n{console}"
+    );
 }
 
 #[test]

@@ -408,10 +408,19 @@ fn runs_on_the_hosts_libvirt_daemon_without_spawning_one() {
         "sync on the host daemon failed: {ret}"
     );
     watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
-    assert_eq!(
-        client.ok("query-status", Value::Null)["libvirt"]["uri"],
-        "qemu:///system"
-    );
+    let status = client.ok("query-status", Value::Null);
+    assert_eq!(status["libvirt"]["uri"], "qemu:///system");
+    assert_eq!(status["libvirt"]["spawned"], Value::Null, "{status}");
+    // No daemon of its own under the launcher (QEMU is the host daemon's
+    // child): none of the processes --spawn-libvirt starts.
+    let daemons: Vec<String> = common::processes::descendants(launcher.pid())
+        .iter()
+        .filter(|p| {
+            ["libvirtd", "virtqemud", "virtlogd", "vl-pidns-init"].contains(&p.comm.as_str())
+        })
+        .map(|p| format!("{} {}", p.pid, p.cmdline))
+        .collect();
+    assert!(daemons.is_empty(), "the launcher spawned {daemons:?}");
     launcher.signal("TERM");
     watcher.wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
     assert_eq!(launcher.wait_exit(STEP), 0);

@@ -170,13 +170,12 @@ fn sigterm_powers_the_guest_off_and_no_process_of_the_user_is_left() {
         &[],
     );
     g.launcher.signal("TERM");
-    let started = g
-        .watcher
+    g.watcher
         .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
-    let stopped = g
-        .watcher
+    // Detail Shutdown: the guest powered itself off by ACPI (a forced stop
+    // is Destroyed). How long it took: scripts/bench.sh nonroot.
+    g.watcher
         .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
-    assert!(event_time(&stopped) - event_time(&started) < 20.0);
     assert_eq!(g.launcher.wait_exit(STEP), 0);
     assert!(!g.launcher.ready_socket().exists());
     let deadline = Instant::now() + Duration::from_secs(10);

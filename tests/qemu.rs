@@ -66,7 +66,6 @@ fn boots_connects_the_agent_reports_stats_and_pauses() {
 #[test]
 fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
     let mut g = boot(TempTree::new("q-term"), &GuestOptions::new("term"), &[]);
-    let sent = Instant::now();
     g.launcher.signal("TERM");
     let started = g
         .watcher
@@ -75,11 +74,11 @@ fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
     let stopped = g
         .watcher
         .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    // Detail Shutdown: the guest powered itself off (a forced stop at the
+    // end of the grace period is Destroyed). How long it took is a figure
+    // of scripts/bench.sh (qemu).
     assert_eq!(stopped["data"]["state"], "Shutoff");
-    let took = event_time(&stopped) - event_time(&started);
-    assert!(took < 20.0, "the guest took {took:.1} s to power off");
     assert_eq!(g.launcher.wait_exit(STEP), 0);
-    assert!(sent.elapsed() < Duration::from_secs(30));
     assert!(!g.launcher.ready_socket().exists());
     wait_no_qemu("e2e_term", Duration::from_secs(5));
     assert!(g.launcher.log_text().contains("the guest powered off"));
@@ -334,12 +333,10 @@ fn a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops() {
     g.watcher
         .wait_event(STEP, "LIBVIRT_DISCONNECTED", named("LIBVIRT_DISCONNECTED"));
     // query-status answers while libvirt is away, from the launcher's view.
-    let t = Instant::now();
     let during = g.client.ok("query-status", Value::Null);
+    // Answered before the daemon's restart, not after it: libvirt is still
+    // away in the reply.
     assert_eq!(during["libvirt"]["connected"], false, "{during}");
-    // Without waiting for the daemon's restart (a second or more); a
-    // generous bound on a loaded machine.
-    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     assert_eq!(during["domain"]["state"], "Running");
     g.watcher
         .wait_event(STEP, "LIBVIRT_RECONNECTED", named("LIBVIRT_RECONNECTED"));

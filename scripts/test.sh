@@ -79,6 +79,10 @@ wire_started=$(date +%s)
 static=$(scripts/build-static.sh)
 export VL_LAUNCHER_BIN=$static VL_LAUNCHER_BACKEND=wire
 VL_TEST_URI=test+unix:///default cargo test --locked --test daemon -- --test-threads=2
+# docs/protocol.md's examples of the static build's output (the first pass
+# checked the default build's, and says how many it left to this one), and
+# the guest agent's examples on the real guest through the wire backend.
+VL_TEST_URI=test+unix:///default cargo test --locked --test protocol_doc -- --test-threads=2
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
     cargo test --locked --test qemu --test agent --test migration --test hotplug -- --test-threads=2 \

@@ -277,6 +277,21 @@ fn without_its_agent_the_guest_is_unavailable_but_the_launcher_stays_fast() {
     g.client.ok("guest-ping", Value::Null);
 }
 
+/// The guest's wall clock minus its uptime, read together: constant while
+/// nothing sets the clock (both stand still while the guest is paused),
+/// and moved by exactly what a setting of the wall clock moved it.
+fn clock_offset(client: &mut Client) -> f64 {
+    // busybox's date has whole seconds only: enough against a pause of 8.
+    let (code, out) = guest_sh(client, "date +%s; cut -d' ' -f1 /proc/uptime");
+    assert_eq!(code, 0, "{out}");
+    let values: Vec<f64> = out
+        .split_whitespace()
+        .map(|v| v.parse().unwrap_or_else(|e| panic!("{v:?}: {e}")))
+        .collect();
+    assert_eq!(values.len(), 2, "{out:?}");
+    values[0] - values[1]
+}
+
 #[test]
 fn unpause_sets_the_guest_clock_from_the_host() {
     let mut g = boot(TempTree::new("a-clock"), &GuestOptions::new("clock"), &[]);
@@ -289,9 +304,13 @@ fn unpause_sets_the_guest_clock_from_the_host() {
         out.trim().parse::<f64>().unwrap() - host
     };
     assert!(skew(&mut g.client).abs() < 3.0);
+    let offset_before = clock_offset(&mut g.client);
+    let read_before = Instant::now();
     g.client.ok("pause", Value::Null);
-    // While paused, an emulated guest's clock stands still.
-    std::thread::sleep(Duration::from_secs(8));
+    // While paused, an emulated guest's clocks stand still: after the
+    // unpause its wall clock is behind the host's by the pause.
+    let pause = 8.0;
+    std::thread::sleep(Duration::from_secs_f64(pause));
     g.client.ok("unpause", Value::Null);
     // The launcher sets the clock through the agent right after unpause.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -306,6 +325,21 @@ fn unpause_sets_the_guest_clock_from_the_host() {
         );
         std::thread::sleep(Duration::from_secs(1));
     }
+    // The premise, and that the clock was set, not just running: the
+    // guest's uptime went on from where the pause left it, and its wall
+    // clock was moved forward past its uptime by at least the pause (plus
+    // what an emulated guest's clock lags behind on a loaded host), at
+    // most the time since the first reading. Whole seconds: 1 s either way.
+    let moved = clock_offset(&mut g.client) - offset_before;
+    let since = read_before.elapsed().as_secs_f64();
+    assert!(
+        moved >= pause - 1.0,
+        "the guest's wall clock moved {moved:.1} s against its uptime: it did not stand still for the {pause} s of the pause, or was not set"
+    );
+    assert!(
+        moved <= since + 1.0,
+        "the guest's wall clock moved {moved:.1} s against its uptime in {since:.1} s"
+    );
     assert!(
         g.launcher
             .log_text()

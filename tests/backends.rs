@@ -14,9 +14,11 @@ use common::*;
 use crossbeam_channel::{Receiver, unbounded};
 use serde_json::{Value, json};
 use virt_launcher::hypervisor::libvirt::LibvirtHypervisor;
+use virt_launcher::hypervisor::state::{ResumedDetail, SuspendedDetail};
 use virt_launcher::hypervisor::wire::backend::WireHypervisor;
 use virt_launcher::hypervisor::{
-    GuestInfoKind, Hypervisor, HypervisorErrorKind, HypervisorEvent, LifecycleEvent, Stat,
+    DomainState, DomainStatus, GuestInfoKind, Hypervisor, HypervisorErrorKind, HypervisorEvent,
+    LifecycleEvent, Stat, StateReason,
 };
 
 /// How long libvirt waits for the guest agent in these calls.
@@ -94,6 +96,11 @@ fn settled_guest_info(
     }
 }
 
+/// A domain resumed by `unpause`.
+fn running_again() -> DomainStatus {
+    DomainStatus::new(DomainState::Running, StateReason::Unpaused)
+}
+
 fn next_lifecycle(rx: &Receiver<HypervisorEvent>) -> LifecycleEvent {
     loop {
         match rx.recv_timeout(STEP) {
@@ -127,11 +134,32 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
     assert_eq!(vi.hypervisor_version, wi.hypervisor_version);
     assert_eq!(wi.library_version, None);
 
-    assert_eq!(virt.domain_status(domain), wire.domain_status(domain));
+    // Each call that should succeed does, on both, with the same value
+    // (two identical errors would be "the same" too).
+    let running = DomainStatus::new(DomainState::Running, StateReason::Booted);
+    assert_eq!(virt.domain_status(domain), Ok(Some(running)));
+    assert_eq!(wire.domain_status(domain), Ok(Some(running)));
     assert_eq!(virt.domain_status("e2e_nobody"), Ok(None));
     assert_eq!(wire.domain_status("e2e_nobody"), Ok(None));
-    assert_eq!(virt.domain_xml(domain), wire.domain_xml(domain));
-    assert_eq!(virt.migratable_xml(domain), wire.migratable_xml(domain));
+    let (xml, uuid) = virt.domain_xml(domain).expect("virt: domain_xml");
+    assert!(xml.contains("<name>e2e_twins</name>"), "{xml}");
+    assert!(
+        xml.contains(&format!("<uuid>{uuid}</uuid>")),
+        "{uuid}: {xml}"
+    );
+    assert_eq!(
+        wire.domain_xml(domain).expect("wire: domain_xml"),
+        (xml, uuid)
+    );
+    let migratable = virt.migratable_xml(domain).expect("virt: migratable_xml");
+    assert!(
+        migratable.contains("<name>e2e_twins</name>"),
+        "{migratable}"
+    );
+    assert_eq!(
+        wire.migratable_xml(domain).expect("wire: migratable_xml"),
+        migratable
+    );
 
     // query-stats: the bulk statistics.
     let moving = |name: &str| {
@@ -174,9 +202,16 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
         assert_same("guest info", &a, &b, |n| n.ends_with("-bytes"));
     }
     let command = r#"{"execute":"guest-info"}"#;
+    let reply = virt
+        .agent_command(domain, command, Duration::from_secs(5))
+        .expect("virt: guest-info");
+    let version =
+        &serde_json::from_str::<Value>(&reply).expect("guest-info is JSON")["return"]["version"];
+    assert!(version.is_string(), "{reply}");
     assert_eq!(
-        virt.agent_command(domain, command, Duration::from_secs(5)),
         wire.agent_command(domain, command, Duration::from_secs(5))
+            .expect("wire: guest-info"),
+        reply
     );
 
     // query-migration: job statistics, with and without a job.
@@ -186,8 +221,11 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
     );
     assert_eq!(a, vec![("type".to_string(), json!(0))]);
     assert_eq!(a, b);
-    let (a, b) = (virt.job_stats(domain, true), wire.job_stats(domain, true));
-    assert_eq!(a.map_err(|e| e.kind), b.map_err(|e| e.kind));
+    let (a, b) = (
+        virt.job_stats(domain, true).expect("virt: completed job"),
+        wire.job_stats(domain, true).expect("wire: completed job"),
+    );
+    assert_eq!(a, b);
 
     // The same refusals, with libvirt's own words.
     for (a, b) in [
@@ -207,11 +245,18 @@ fn both_backends_give_the_same_values_on_the_same_guest() {
 
     // Both hear the same events when the launcher pauses and resumes.
     booted.client.ok("pause", Value::Null);
-    assert_eq!(next_lifecycle(&virt_events), next_lifecycle(&wire_events));
-    let (a, b) = (virt.domain_status(domain), wire.domain_status(domain));
-    assert_eq!(a, b);
+    let suspended = LifecycleEvent::Suspended(SuspendedDetail::Paused);
+    assert_eq!(next_lifecycle(&virt_events), suspended);
+    assert_eq!(next_lifecycle(&wire_events), suspended);
+    let paused = DomainStatus::new(DomainState::Paused, StateReason::User);
+    assert_eq!(virt.domain_status(domain), Ok(Some(paused)));
+    assert_eq!(wire.domain_status(domain), Ok(Some(paused)));
     booted.client.ok("unpause", Value::Null);
-    assert_eq!(next_lifecycle(&virt_events), next_lifecycle(&wire_events));
+    let resumed = LifecycleEvent::Resumed(ResumedDetail::Unpaused);
+    assert_eq!(next_lifecycle(&virt_events), resumed);
+    assert_eq!(next_lifecycle(&wire_events), resumed);
+    assert_eq!(virt.domain_status(domain), Ok(Some(running_again())));
+    assert_eq!(wire.domain_status(domain), Ok(Some(running_again())));
     wire.sync_guest_time(domain, AGENT).unwrap();
     virt.sync_guest_time(domain, AGENT).unwrap();
 

@@ -663,18 +663,18 @@ fn slow_subscriber_loses_oldest_events_and_never_stalls_the_manager() {
     // A subscriber that does not read.
     let mut slow = launcher.client();
     slow.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
-    let started = Instant::now();
+    // Far more events than the subscriber's socket and queue hold: a
+    // manager that waited for the subscriber would stop answering here
+    // (the client gives up on a reply after its timeout). How fast it
+    // answers meanwhile is a figure of scripts/bench.sh (test).
     for _ in 0..1500 {
         c.ok("pause", Value::Null);
         c.ok("unpause", Value::Null);
     }
-    let status_took = {
-        let t = Instant::now();
-        c.ok("query-status", Value::Null);
-        t.elapsed()
-    };
-    assert!(status_took < Duration::from_secs(1), "{status_took:?}");
-    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["state"],
+        "Running"
+    );
     // Now read: somewhere there is an EVENTS_DROPPED with a count.
     let dropped = slow.wait_event(T, "EVENTS_DROPPED", named("EVENTS_DROPPED"));
     assert!(dropped["data"]["count"].as_u64().unwrap() > 0, "{dropped}");

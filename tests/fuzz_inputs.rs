@@ -15,6 +15,8 @@ mod common;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 
 use common::examples::{GOLDEN_DIR, example_context, example_json, examples, files_with_ext};
@@ -25,7 +27,7 @@ use virt_launcher::domxml::Domain;
 use virt_launcher::network::dhcp::wire::{MessageType, client_message};
 use virt_launcher::network::dhcp::{Answerer, ExtraOptions, LeaseConfig, Outcome};
 use virt_launcher::network::dhcpv6::{self, V6Lease};
-use virt_launcher::protocol::parse_request;
+use virt_launcher::protocol::{CommandError, ErrorClass, RequestId, encode_error, parse_request};
 use virt_launcher::vmi::parse_vmi;
 
 /// xorshift64*: small, fast, and the same sequence everywhere.
@@ -267,21 +269,80 @@ fn mutated_request_lines_get_a_reply_or_an_error() {
         b"\xff\xfe",
         b"18446744073709551616",
     ];
-    let mut parsed = 0usize;
+    // What became of the lines: refused as a line (ParseError,
+    // InvalidRequest), refused as a command (CommandNotFound,
+    // InvalidArgument), or a command to run.
+    let mut outcomes: BTreeMap<&str, usize> = BTreeMap::new();
     for _ in 0..5000 * rounds() {
         let base: &&[u8] = rng.pick(&lines);
         let line = mangle(base, &splices, &mut rng);
-        no_panic(
-            || format!("request line {:?}", String::from_utf8_lossy(&line)),
-            || {
-                if let Ok(request) = parse_request(&line) {
-                    parsed += 1;
-                    let _ = Command::parse(&request.execute, request.arguments);
+        let shown = || format!("request line {:?}", String::from_utf8_lossy(&line));
+        no_panic(shown, || {
+            let outcome = match parse_request(&line) {
+                Err(rejected) => {
+                    assert_error_reply(&rejected.error, rejected.id.as_ref(), &shown);
+                    let class = rejected.error.class;
+                    assert!(
+                        matches!(class, ErrorClass::ParseError | ErrorClass::InvalidRequest),
+                        "{class} for {}",
+                        shown()
+                    );
+                    class.as_str()
                 }
-            },
+                Ok(request) => match Command::parse(&request.execute, request.arguments) {
+                    Ok(command) => {
+                        assert_eq!(command.name(), request.execute, "{}", shown());
+                        "a command"
+                    }
+                    Err(error) => {
+                        assert_error_reply(&error, request.id.as_ref(), &shown);
+                        let known = virt_launcher::command::COMMANDS
+                            .iter()
+                            .any(|c| c.name == request.execute);
+                        let expected = if known {
+                            ErrorClass::InvalidArgument
+                        } else {
+                            ErrorClass::CommandNotFound
+                        };
+                        assert_eq!(error.class, expected, "{error} for {}", shown());
+                        error.class.as_str()
+                    }
+                },
+            };
+            *outcomes.entry(outcome).or_default() += 1;
+        });
+    }
+    eprintln!("mutated request lines: {outcomes:?}");
+    // Every outcome happens: the mutations reach each step.
+    for outcome in [
+        "ParseError",
+        "InvalidRequest",
+        "CommandNotFound",
+        "InvalidArgument",
+        "a command",
+    ] {
+        assert!(
+            outcomes.get(outcome).copied().unwrap_or(0) > 20,
+            "too few {outcome}: {outcomes:?}"
         );
     }
-    assert!(parsed > 100, "only {parsed} mutated lines parsed");
+}
+
+/// The error reply the launcher writes for `error`: one JSON line with
+/// the class and description, and the request's id when it had one.
+fn assert_error_reply(error: &CommandError, id: Option<&RequestId>, shown: &impl Fn() -> String) {
+    assert!(
+        !error.desc.is_empty(),
+        "an empty description for {}",
+        shown()
+    );
+    let line = encode_error(error, id);
+    let reply: Value = serde_json::from_str(&line)
+        .unwrap_or_else(|e| panic!("the reply {line:?} to {} is not JSON: {e}", shown()));
+    assert_eq!(reply["error"]["class"], error.class.as_str(), "{line}");
+    assert_eq!(reply["error"]["desc"], error.desc.as_str(), "{line}");
+    let echoed = id.map(|id| serde_json::from_str::<Value>(id.as_str()).unwrap_or(Value::Null));
+    assert_eq!(reply.get("id"), echoed.as_ref(), "{line} for {}", shown());
 }
 
 #[test]
@@ -308,6 +369,7 @@ fn commands_refuse_arguments_of_any_shape_without_panicking() {
         "mountpoints",
         "x",
     ];
+    let (mut accepted, mut refused) = (0usize, 0usize);
     for _ in 0..3000 * rounds() {
         let name = *rng.pick(&names);
         let mut arguments = Map::new();
@@ -315,13 +377,34 @@ fn commands_refuse_arguments_of_any_shape_without_panicking() {
             arguments.insert(rng.pick(&keys).to_string(), nasty_value(&mut rng));
         }
         let shown = Value::Object(arguments.clone());
+        // "x" is no command's argument.
+        let unknown_argument = arguments.contains_key("x");
         no_panic(
             || format!("{name} with arguments {shown}"),
-            || {
-                let _ = Command::parse(name, arguments);
+            || match Command::parse(name, arguments) {
+                Ok(command) => {
+                    assert_eq!(command.name(), name);
+                    assert!(
+                        !unknown_argument,
+                        "{name} accepted the unknown argument x: {shown}"
+                    );
+                    accepted += 1;
+                }
+                Err(error) => {
+                    assert_eq!(
+                        error.class,
+                        ErrorClass::InvalidArgument,
+                        "{name} {shown}: {error}"
+                    );
+                    assert!(!error.desc.is_empty(), "{name} {shown}");
+                    refused += 1;
+                }
             },
         );
     }
+    eprintln!("commands with random arguments: {accepted} accepted, {refused} refused");
+    assert!(accepted > 100, "only {accepted} accepted");
+    assert!(refused > 100, "only {refused} refused");
 }
 
 fn v4_lease(mac: [u8; 6]) -> LeaseConfig {

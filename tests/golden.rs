@@ -1,6 +1,7 @@
 //! Golden tests: every `examples/*.json` converts to exactly
 //! `tests/golden/<example>.xml` and parses back into the same model.
-//! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites the golden files.
+//! `UPDATE_GOLDEN=1 cargo test --test golden` rewrites the golden files
+//! that changed, prints the diff and fails, so each is reviewed.
 //! These run no program and need no libvirt; tests/convert_libvirt.rs feeds
 //! the same XML to libvirt's schema and drivers.
 
@@ -10,6 +11,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use common::diff::line_diff;
 use common::examples::*;
 use virt_launcher::convert::{ConvertContext, DomainType, convert};
 use virt_launcher::domxml::Domain;
@@ -28,6 +30,9 @@ fn there_are_enough_examples() {
     );
 }
 
+/// With `UPDATE_GOLDEN=1` a golden file that changed is rewritten, its
+/// diff printed, and the test fails: a regenerated file is always a change
+/// someone reviewed and committed.
 #[test]
 fn examples_match_golden_xml() {
     let update = std::env::var_os("UPDATE_GOLDEN").is_some_and(|v| v == "1");
@@ -35,20 +40,32 @@ fn examples_match_golden_xml() {
     for (stem, path) in examples() {
         let xml = example_xml(&path, DomainType::Kvm);
         let golden = golden_path(&stem);
+        let diff = match fs::read_to_string(&golden) {
+            Ok(expected) if expected == xml => continue,
+            Ok(expected) => line_diff(&expected, &xml),
+            Err(err) if update => format!("(new file; it could not be read: {err})"),
+            Err(err) => {
+                mismatches.push(format!("{stem}: cannot read {}: {err}", golden.display()));
+                continue;
+            }
+        };
         if update {
             fs::create_dir_all(GOLDEN_DIR).unwrap_or_else(|e| panic!("{GOLDEN_DIR}: {e}"));
             fs::write(&golden, &xml).unwrap_or_else(|e| panic!("{}: {e}", golden.display()));
-            continue;
         }
-        match fs::read_to_string(&golden) {
-            Ok(expected) if expected == xml => {}
-            Ok(_) => mismatches.push(format!("{stem}: differs from {}", golden.display())),
-            Err(err) => mismatches.push(format!("{stem}: cannot read {}: {err}", golden.display())),
-        }
+        mismatches.push(format!("{}:\n{diff}", golden.display()));
+    }
+    if update {
+        assert!(
+            mismatches.is_empty(),
+            "UPDATE_GOLDEN=1 rewrote {} golden file(s); review the change and commit it:\n{}",
+            mismatches.len(),
+            mismatches.join("\n")
+        );
     }
     assert!(
         mismatches.is_empty(),
-        "{}\n(run `UPDATE_GOLDEN=1 cargo test --test golden` after checking the change)",
+        "{}\n(run `UPDATE_GOLDEN=1 cargo test --test golden`, then review and commit the change)",
         mismatches.join("\n")
     );
 }

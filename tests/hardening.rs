@@ -721,21 +721,41 @@ fn a_symlink_in_place_of_a_launcher_directory_is_refused_not_followed() {
     assert!(!tree.path("created-by-root").exists());
 }
 
+/// The reply to a sync refused at the define, the step after the disks
+/// were prepared: libvirt's refusal of the duplicate UUID.
+fn assert_refused_at_define(reply: &Value) {
+    let error = &reply["error"];
+    assert_eq!(error["class"], "Internal", "{reply}");
+    assert_eq!(
+        error["desc"],
+        "libvirt call failed: operation failed: domain 'test' is already defined with uuid 6695eb01-f6a4-8304-79aa-97f2502e193f",
+        "{reply}"
+    );
+    assert!(
+        error["causes"][0]
+            .as_str()
+            .is_some_and(|c| c.starts_with("virDomainDefineXMLFlags failed: ")),
+        "not the define that failed: {reply}"
+    );
+}
+
 #[test]
 fn a_failed_sync_keeps_an_image_it_did_not_create() {
     let tree = TempTree::new("rollback");
     let iso = tree.path("ephemeral/cloud-init-data/default/demo/noCloud.iso");
     fs::create_dir_all(iso.parent().unwrap()).unwrap();
     fs::write(&iso, b"left by an earlier launcher").unwrap();
-    let mut launcher = Launcher::start_in(tree, &test_args(&[]));
+    // Debug: the log names each file a rollback restores or removes.
+    let mut launcher = Launcher::start_in_env(tree, &test_args(&[]), Some("debug"));
     launcher.wait_ready(T);
     let mut client = launcher.client();
     // The test driver's own domain "test" has this UUID: the definition is
-    // refused after the disks were prepared.
+    // refused after the disks were prepared (the image was written, then
+    // rolled back).
     let mut vmi = cloud_init_vmi();
     vmi["spec"]["domain"]["firmware"] = json!({"uuid": "6695eb01-f6a4-8304-79aa-97f2502e193f"});
     let reply = client.request("sync", json!({ "vmi": vmi }));
-    assert!(reply.get("error").is_some(), "{reply}");
+    assert_refused_at_define(&reply);
     assert_eq!(fs::read(&iso).unwrap(), b"left by an earlier launcher");
     let dir = iso.parent().unwrap();
     let mut left: Vec<String> = fs::read_dir(dir)
@@ -747,8 +767,18 @@ fn a_failed_sync_keeps_an_image_it_did_not_create() {
     // And without an earlier image the failed sync leaves none.
     fs::remove_file(&iso).unwrap();
     let reply = client.request("sync", json!({ "vmi": vmi }));
-    assert!(reply.get("error").is_some(), "{reply}");
+    assert_refused_at_define(&reply);
     assert!(!iso.exists());
+    // The image was written before the failure, and rolled back after it:
+    // the earlier one put back, the new one removed.
+    let log = launcher.log_text();
+    for rolled_back in ["restored", "removed"] {
+        assert!(
+            log.contains(&format!("disks: {rolled_back} {}", iso.display())),
+            "no rollback ({rolled_back}) of {}:\n{log}",
+            iso.display()
+        );
+    }
 }
 
 #[test]

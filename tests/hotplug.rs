@@ -415,8 +415,13 @@ fn test_driver_launcher(env: &[&str]) -> Launcher {
     launcher
 }
 
+/// Host devices start with the domain, checked by libvirt's schema; a
+/// device added while it runs is sent to libvirt's driver, which refuses
+/// it. A live attach that succeeds is covered only by the unit tests'
+/// scripted hypervisor (src/manager/hotplug/tests.rs): neither the test
+/// driver nor this host (no IOMMU, no mediated devices) can attach one.
 #[test]
-fn host_devices_from_the_environment_start_with_the_domain_and_are_attached_live() {
+fn host_devices_from_the_environment_start_with_the_domain_but_only_the_fake_attaches_one_live() {
     let launcher = test_driver_launcher(&[
         "PCI_RESOURCE_VENDOR_COM_NIC=0000:81:00.1,0000:81:00.2",
         "MDEV_PCI_RESOURCE_NVIDIA_COM_T4=6fd8a4b0-7b04-4a0b-9a5d-7f3fe2a0a001",
@@ -469,8 +474,9 @@ fn host_devices_from_the_environment_start_with_the_domain_and_are_attached_live
         String::from_utf8_lossy(&validate.stderr)
     );
 
-    // A second device while it runs is HotplugHostDevices: the test driver
-    // cannot attach devices, which the error says, naming the device.
+    // A second device while it runs is HotplugHostDevices: the attach
+    // reaches the test driver, which cannot attach devices, and the error
+    // says so, naming the device and its host address.
     vmi["spec"]["domain"]["devices"]["hostDevices"]
         .as_array_mut()
         .unwrap()

@@ -174,11 +174,41 @@ fn a_failed_start_leaves_no_bridge_tap_or_rules() {
     let mut opts = GuestOptions::new("broken");
     opts.interface = json!({"name": "default", "masquerade": {}});
     let mut vmi = guest_vmi(&opts);
-    // QEMU cannot start without its kernel: after the network set-up.
-    vmi["spec"]["domain"]["firmware"]["kernelBoot"]["container"]["kernelPath"] =
-        json!("/nonexistent/vmlinuz");
+    // A kernel QEMU cannot load: the domain is defined after the network
+    // set-up, and QEMU exits as it starts.
+    let kernel = launcher.tree.path("not-a-kernel");
+    std::fs::write(&kernel, vec![0u8; 64 * 1024]).unwrap();
+    vmi["spec"]["domain"]["firmware"]["kernelBoot"]["container"]["kernelPath"] = json!(kernel);
     let reply = client.request_timeout("sync", json!({"vmi": vmi}), STEP);
-    assert!(reply.get("error").is_some(), "sync should fail: {reply}");
+    // QEMU's start failed (not an earlier step), and the definition was
+    // taken back.
+    let error = &reply["error"];
+    assert_eq!(error["class"], "Internal", "{reply}");
+    // (QEMU 7.2 says "linux kernel too old to load a ram disk".)
+    assert!(
+        error["desc"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("libvirt call failed: ") && d.contains("kernel")),
+        "{reply}"
+    );
+    assert!(
+        error["causes"][0]
+            .as_str()
+            .is_some_and(|c| c.starts_with("virDomainCreateWithFlags failed: ")),
+        "not the start that failed: {reply}"
+    );
+    assert_eq!(
+        error["causes"][1], "the domain was undefined again",
+        "{reply}"
+    );
+    // The pod network was set up before the start, and removed after it.
+    let log = launcher.log_text();
+    let set_up = log.find("network: set up 1 interface(s)");
+    let removed = log.find("network: removed the launcher's bridges, taps and rules");
+    assert!(
+        matches!((set_up, removed), (Some(a), Some(b)) if a < b),
+        "the network was not set up and then removed:\n{log}"
+    );
     assert_eq!(net.leftovers(), Vec::<String>::new());
 }
 

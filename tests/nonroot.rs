@@ -170,13 +170,12 @@ fn sigterm_powers_the_guest_off_and_no_process_of_the_user_is_left() {
         &[],
     );
     g.launcher.signal("TERM");
-    let started = g
-        .watcher
+    g.watcher
         .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
-    let stopped = g
-        .watcher
+    // Detail Shutdown: the guest powered itself off by ACPI (a forced stop
+    // is Destroyed). How long it took: scripts/bench.sh nonroot.
+    g.watcher
         .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
-    assert!(event_time(&stopped) - event_time(&started) < 20.0);
     assert_eq!(g.launcher.wait_exit(STEP), 0);
     assert!(!g.launcher.ready_socket().exists());
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -448,43 +447,71 @@ fn what_needs_root_is_refused_at_sync_before_anything_happens() {
     assert!(left.is_empty(), "files left behind: {left:?}");
     launcher.signal("TERM");
     assert_eq!(launcher.wait_exit(STEP), 0);
+}
 
-    // KVM only where the user can open /dev/kvm; without
-    // --allow-emulation a sync says why not.
-    let (mut launcher, mut client) = {
-        let launcher = Launcher::start_as(
-            &user,
-            TempTree::new("nr-kvm"),
-            &["--spawn-libvirt", "--name", "nrkvm", "--namespace", "e2e"].map(String::from),
-        );
-        let mut launcher = launcher;
-        launcher.wait_ready(STEP);
-        let client = launcher.client();
-        (launcher, client)
-    };
-    let kvm_usable = user
-        .command("sh")
+/// Whether `user` can open /dev/kvm for reading and writing.
+fn kvm_usable_by(user: &TestUser) -> bool {
+    user.command("sh")
         .args(["-c", "test -r /dev/kvm && test -w /dev/kvm"])
         .status()
         .unwrap()
-        .success();
+        .success()
+}
+
+/// A launcher with its own daemons as `user`, without --force-emulation
+/// (KVM where it works), and its reply to a sync of the test guest.
+fn sync_without_emulation_flags(user: &TestUser, tag: &str) -> (Launcher, Client, Value) {
+    let mut launcher = Launcher::start_as(
+        user,
+        TempTree::new(tag),
+        &["--spawn-libvirt", "--name", "nrkvm", "--namespace", "e2e"].map(String::from),
+    );
+    launcher.wait_ready(STEP);
+    let mut client = launcher.client();
     let reply = client.request_timeout(
         "sync",
         json!({"vmi": guest_vmi(&GuestOptions::new("nrkvm"))}),
         STEP,
     );
-    if kvm_usable {
-        assert!(reply.get("return").is_some(), "{reply}");
-        let domain = client.ok("query-domain", Value::Null);
-        assert_eq!(domain["spec"]["@type"], "kvm", "{domain}");
-        client.ok("kill", Value::Null);
-    } else {
-        assert_eq!(reply["error"]["class"], "Unavailable", "{reply}");
-        let desc = reply["error"]["desc"].as_str().unwrap();
-        assert!(desc.contains("/dev/kvm: Permission denied"), "{desc}");
-        assert!(desc.contains("--allow-emulation"), "{desc}");
-        launcher.signal("TERM");
-    }
+    (launcher, client, reply)
+}
+
+/// Both sides on one host: a user who may not open /dev/kvm gets a sync
+/// refused that says why (without --allow-emulation); the same user,
+/// given read and write access to the node (an ACL entry for it alone),
+/// gets a KVM domain. Needs /dev/kvm, not open to everyone (the CI host's
+/// is root's, mode 0600); the guest itself need not boot under KVM.
+#[test]
+fn kvm_is_refused_to_a_user_who_cannot_open_dev_kvm_and_used_when_it_can() {
+    let kvm = std::path::Path::new("/dev/kvm");
+    assert!(
+        kvm.exists(),
+        "this test needs /dev/kvm (its KVM side runs on it, with --spawn-libvirt as the user)"
+    );
+    let user = TestUser::create("k");
+    assert!(
+        !kvm_usable_by(&user),
+        "every user may open /dev/kvm here ({:o}): the refusal cannot be shown",
+        fs::metadata(kvm).unwrap().permissions().mode()
+    );
+    let (mut launcher, _client, reply) = sync_without_emulation_flags(&user, "nr-kvm-no");
+    assert_eq!(reply["error"]["class"], "Unavailable", "{reply}");
+    let desc = reply["error"]["desc"].as_str().unwrap();
+    assert!(desc.contains("/dev/kvm: Permission denied"), "{desc}");
+    assert!(desc.contains("--allow-emulation"), "{desc}");
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+
+    let _grant = user.grant_device(kvm);
+    assert!(
+        kvm_usable_by(&user),
+        "the ACL entry did not let the user open /dev/kvm"
+    );
+    let (mut launcher, mut client, reply) = sync_without_emulation_flags(&user, "nr-kvm-yes");
+    assert!(reply.get("return").is_some(), "{reply}");
+    let domain = client.ok("query-domain", Value::Null);
+    assert_eq!(domain["spec"]["@type"], "kvm", "{domain}");
+    client.ok("kill", Value::Null);
     assert_eq!(launcher.wait_exit(STEP), 0);
 }
 

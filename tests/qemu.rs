@@ -66,7 +66,6 @@ fn boots_connects_the_agent_reports_stats_and_pauses() {
 #[test]
 fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
     let mut g = boot(TempTree::new("q-term"), &GuestOptions::new("term"), &[]);
-    let sent = Instant::now();
     g.launcher.signal("TERM");
     let started = g
         .watcher
@@ -75,21 +74,48 @@ fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
     let stopped = g
         .watcher
         .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    // Detail Shutdown: the guest powered itself off (a forced stop at the
+    // end of the grace period is Destroyed). How long it took is a figure
+    // of scripts/bench.sh (qemu).
     assert_eq!(stopped["data"]["state"], "Shutoff");
-    let took = event_time(&stopped) - event_time(&started);
-    assert!(took < 20.0, "the guest took {took:.1} s to power off");
     assert_eq!(g.launcher.wait_exit(STEP), 0);
-    assert!(sent.elapsed() < Duration::from_secs(30));
     assert!(!g.launcher.ready_socket().exists());
     wait_no_qemu("e2e_term", Duration::from_secs(5));
     assert!(g.launcher.log_text().contains("the guest powered off"));
 }
 
+/// The guest's serial console as QEMU logged it (KubeVirt's
+/// `<private-dir>/<uid>/virt-serial0-log`); empty until there is one.
+fn console_log(launcher: &Launcher) -> String {
+    let private = launcher.tree.path("private");
+    std::fs::read_dir(&private)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path().join("virt-serial0-log"))
+        .find(|path| path.exists())
+        .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+        .unwrap_or_default()
+}
+
+/// How many times the launcher's log says it pressed the ACPI power button.
+fn acpi_presses(launcher: &Launcher) -> usize {
+    launcher
+        .log_text()
+        .matches("manager: ACPI power button press ")
+        .count()
+}
+
 #[test]
 fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
     // The first ACPI press comes before the guest's acpid runs; the
-    // repeats every 5 s must still power it off.
-    let launcher = start_qemu_launcher(TempTree::new("q-early"), "early", &[]);
+    // repeats every 5 s must still power it off. A grace period long
+    // enough for the guest to finish booting on a loaded machine.
+    let launcher = start_qemu_launcher(
+        TempTree::new("q-early"),
+        "early",
+        &["--grace-period-seconds", "110"],
+    );
     let mut launcher = launcher;
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
@@ -101,8 +127,40 @@ fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
     );
     watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
     launcher.signal("TERM");
+    let deadline = Instant::now() + STEP;
+    while acpi_presses(&launcher) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no ACPI press logged after SIGTERM:\n{}",
+            launcher.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Read after the first press: the guest had not finished booting
+    // then (its init prints "tg: guest up" and only then starts acpid),
+    // so nothing in it could hear that press.
+    let console = console_log(&launcher);
+    assert!(
+        !console.contains("tg: guest up"),
+        "the guest was already up at the first press, which proves nothing:\n{console}"
+    );
     watcher.wait_event(BOOT, "Stopped", lifecycle("Stopped", "Shutdown"));
     assert_eq!(launcher.wait_exit(STEP), 0);
+    // The launcher pressed again, and the guest, once up, heard a press
+    // and powered itself off.
+    let presses = acpi_presses(&launcher);
+    assert!(
+        presses >= 2,
+        "{presses} ACPI press(es): the first one, missed, was never repeated:\n{}",
+        launcher.log_text()
+    );
+    let console = console_log(&launcher);
+    let up = console.find("tg: guest up");
+    let heard = console.find("tg: ACPI power button: powering off");
+    assert!(
+        matches!((up, heard), (Some(up), Some(heard)) if up < heard),
+        "the guest's console does not show it up and then hearing the button:\n{console}"
+    );
 }
 
 #[test]
@@ -195,20 +253,26 @@ fn lifecycle_event(event: &str) -> impl Fn(&Value) -> bool {
     move |e| e["event"] == "DOMAIN_LIFECYCLE" && e["data"]["event"] == event.as_str()
 }
 
+/// The guest kernel's boot id: a new one at every boot.
+fn boot_id(client: &mut Client) -> String {
+    let (code, out) = guest_sh(client, "cat /proc/sys/kernel/random/boot_id");
+    assert_eq!(code, 0, "{out}");
+    let id = out.trim().to_string();
+    assert_eq!(id.len(), 36, "not a boot id: {id:?}");
+    id
+}
+
 #[test]
 fn reset_reboot_delete_and_kill_on_a_live_guest() {
     let mut g = boot(TempTree::new("q-ops"), &GuestOptions::new("ops"), &[]);
-    let uptime = |c: &mut Client| -> f64 {
-        let (_, out) = guest_sh(c, "cut -d' ' -f1 /proc/uptime");
-        out.trim().parse().unwrap()
-    };
-    // reset: a hard reset; the guest boots again and its agent returns.
-    let before = uptime(&mut g.client);
-    assert!(before > 1.0);
+    // reset: a hard reset; the guest boots again (a new boot id) and its
+    // agent returns.
+    let first_boot = boot_id(&mut g.client);
     g.client.ok("reset", Value::Null);
     g.watcher
         .wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
-    assert!(uptime(&mut g.client) < before + 60.0);
+    let after_reset = boot_id(&mut g.client);
+    assert_ne!(after_reset, first_boot, "the guest did not boot again");
 
     // reboot: through the agent, since it is connected.
     let reboot = g.client.ok("reboot", Value::Null);
@@ -220,6 +284,11 @@ fn reset_reboot_delete_and_kill_on_a_live_guest() {
     assert_eq!(
         g.client.ok("query-status", Value::Null)["domain"]["state"],
         "Running"
+    );
+    assert_ne!(
+        boot_id(&mut g.client),
+        after_reset,
+        "the guest did not reboot"
     );
 
     // delete: the definition goes, the guest keeps running.
@@ -264,12 +333,10 @@ fn a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops() {
     g.watcher
         .wait_event(STEP, "LIBVIRT_DISCONNECTED", named("LIBVIRT_DISCONNECTED"));
     // query-status answers while libvirt is away, from the launcher's view.
-    let t = Instant::now();
     let during = g.client.ok("query-status", Value::Null);
+    // Answered before the daemon's restart, not after it: libvirt is still
+    // away in the reply.
     assert_eq!(during["libvirt"]["connected"], false, "{during}");
-    // Without waiting for the daemon's restart (a second or more); a
-    // generous bound on a loaded machine.
-    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
     assert_eq!(during["domain"]["state"], "Running");
     g.watcher
         .wait_event(STEP, "LIBVIRT_RECONNECTED", named("LIBVIRT_RECONNECTED"));
@@ -338,10 +405,19 @@ fn runs_on_the_hosts_libvirt_daemon_without_spawning_one() {
         "sync on the host daemon failed: {ret}"
     );
     watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
-    assert_eq!(
-        client.ok("query-status", Value::Null)["libvirt"]["uri"],
-        "qemu:///system"
-    );
+    let status = client.ok("query-status", Value::Null);
+    assert_eq!(status["libvirt"]["uri"], "qemu:///system");
+    assert_eq!(status["libvirt"]["spawned"], Value::Null, "{status}");
+    // No daemon of its own under the launcher (QEMU is the host daemon's
+    // child): none of the processes --spawn-libvirt starts.
+    let daemons: Vec<String> = common::processes::descendants(launcher.pid())
+        .iter()
+        .filter(|p| {
+            ["libvirtd", "virtqemud", "virtlogd", "vl-pidns-init"].contains(&p.comm.as_str())
+        })
+        .map(|p| format!("{} {}", p.pid, p.cmdline))
+        .collect();
+    assert!(daemons.is_empty(), "the launcher spawned {daemons:?}");
     launcher.signal("TERM");
     watcher.wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
     assert_eq!(launcher.wait_exit(STEP), 0);

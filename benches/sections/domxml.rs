@@ -1,7 +1,8 @@
 //! Reading domain XML (`Domain::from_xml`, what every `query-domain` miss,
 //! sync and hotplug plan does with libvirt's live XML): our reader beside
 //! quick-xml's serde deserializer, which it replaced, on the live XML of a
-//! QEMU domain and on the largest golden file.
+//! QEMU domain and on the largest golden file; and the time per element of
+//! ever wider documents (the reader's time is linear in their size).
 
 use std::fs;
 use std::path::Path;
@@ -46,4 +47,36 @@ pub fn reading() {
             quick_xml.as_secs_f64() * 1e6
         );
     }
+    // Wide documents: many siblings of distinct names (unknown to the
+    // model) beside many of one name. Linear reading keeps the time per
+    // element the same as the document grows.
+    let live = fs::read_to_string(root.join("src/domxml/testdata/live-qemu.xml")).unwrap();
+    let per_element: Vec<(usize, f64)> = [5_000, 20_000, 80_000]
+        .iter()
+        .map(|&n| {
+            let xml = wide(&live, n);
+            let took = per_call(5, || {
+                std::hint::black_box(Domain::from_xml(std::hint::black_box(&xml)).unwrap());
+            });
+            (n, took.as_secs_f64() * 1e9 / (2 * n) as f64)
+        })
+        .collect();
+    let shown: Vec<String> = per_element
+        .iter()
+        .map(|(n, ns)| format!("{} elements {ns:.0} ns", 2 * n))
+        .collect();
+    println!(
+        "  wide devices (distinct names beside one repeated name), per element: {}   [linear: about the same for each size]",
+        shown.join(", ")
+    );
+}
+
+/// `live` with `n` elements of distinct names and `n` elements of one
+/// name added to its devices.
+fn wide(live: &str, n: usize) -> String {
+    let mut extra = String::with_capacity(n * 40);
+    for i in 0..n {
+        extra.push_str(&format!("<vl-unknown-{i}/><vl-repeated id='{i}'/>"));
+    }
+    live.replacen("</devices>", &format!("{extra}</devices>"), 1)
 }

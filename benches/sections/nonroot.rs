@@ -2,7 +2,8 @@
 //! launcher with its own daemons, as root and as an unprivileged user made
 //! for the bench; and `virt-launcher probe` from exec to exit against a
 //! booted guest whose agent is connected, run as that user, beside the
-//! binary's bare exec (`--version`), which is the floor.
+//! binary's bare exec (`--version`), which is the floor; then SIGTERM to
+//! that guest's launcher -> the guest powered off by ACPI.
 
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -10,11 +11,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-use super::common::guest::{GuestOptions, boot_as};
+use super::common::guest::{GuestOptions, STEP, boot_as};
 use super::common::unprivileged::TestUser;
-use super::common::{BIN, Launcher, TempTree};
+use super::common::{BIN, Launcher, TempTree, lifecycle, named};
 
 const RUNS: usize = 10;
 const EXECS: usize = 50;
@@ -149,6 +148,18 @@ pub fn nonroot() {
     } else {
         println!("  (the static build, scripts/build-static.sh, is not built: no figure for it)");
     }
-    g.client.ok("kill", Value::Null);
+    // SIGTERM: the guest, run by the user's QEMU, powers off by ACPI
+    // (tests/nonroot.rs checks that it does, by the Stopped event's detail).
+    g.launcher.signal("TERM");
+    let started = g
+        .watcher
+        .wait_event(STEP, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    let stopped = g
+        .watcher
+        .wait_event(STEP, "Stopped", lifecycle("Stopped", "Shutdown"));
+    println!(
+        "  SIGTERM as the user: SHUTDOWN_STARTED -> Stopped (Shutdown) {:.2} s   [target < 20 s]",
+        super::event_seconds(&stopped) - super::event_seconds(&started)
+    );
     g.launcher.wait_exit(Duration::from_secs(60));
 }

@@ -474,22 +474,45 @@ virt\-launcher unfreeze \-\-socket $SOCK
 .fi
 "#;
 
+/// The line diff the integration tests print for a regenerated file.
+#[cfg(test)]
+#[path = "../../tests/common/diff.rs"]
+mod diff;
+
 #[cfg(test)]
 mod tests {
+    use super::diff::line_diff;
     use super::*;
 
+    /// With `UPDATE_MAN` set, a page that changed is written, its diff
+    /// printed, and the test fails: a regenerated page is always a change
+    /// someone reviewed and committed.
     #[test]
     fn checked_in_man_page_is_current() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/man/virt-launcher.8");
         let on_disk = std::fs::read_to_string(path).unwrap_or_default();
         let generated = man_page();
-        if std::env::var_os("UPDATE_MAN").is_some() {
-            std::fs::write(path, &generated).expect("write man page");
+        if on_disk == generated {
             return;
         }
-        assert!(
-            on_disk == generated,
-            "man/virt-launcher.8 is out of date: run `cargo run -- --generate-man > man/virt-launcher.8` (or UPDATE_MAN=1 cargo test)"
+        let diff = line_diff(&on_disk, &generated);
+        if std::env::var_os("UPDATE_MAN").is_some() {
+            std::fs::write(path, &generated).expect("write man page");
+            panic!(
+                "UPDATE_MAN: man/virt-launcher.8 rewritten; review the change and commit it:\n{diff}"
+            );
+        }
+        panic!(
+            "man/virt-launcher.8 is out of date: run `cargo run -- --generate-man > man/virt-launcher.8` (or UPDATE_MAN=1 cargo test), review and commit the change:\n{diff}"
+        );
+    }
+
+    #[test]
+    fn the_diff_of_a_regenerated_file_shows_removed_and_added_lines() {
+        assert_eq!(line_diff("a\nb\nc\n", "a\nb\nc\n"), "");
+        assert_eq!(
+            line_diff("a\nb\nc\n", "a\nx\nc\nd\n"),
+            "-    2: b\n+    2: x\n+    4: d\n"
         );
     }
 

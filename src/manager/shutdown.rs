@@ -44,6 +44,9 @@ pub(super) struct GracefulStop {
     /// When the graceful stop after a signal began and when its grace
     /// period ends.
     pub(super) window: Option<(Instant, Instant)>,
+    /// ACPI power button presses since the signal, numbered in the log: a
+    /// guest still booting misses the first ones.
+    pub(super) presses: u32,
 }
 
 impl GracefulStop {
@@ -52,6 +55,7 @@ impl GracefulStop {
             period: flag.unwrap_or(DEFAULT_GRACE_PERIOD),
             intent: None,
             window: None,
+            presses: 0,
         }
     }
 }
@@ -157,6 +161,12 @@ impl DomainManager {
         if self.jobs.is_running(Operation::AcpiShutdown) {
             return;
         }
+        self.stop.presses = self.stop.presses.saturating_add(1);
+        log::info!(
+            "manager: ACPI power button press {} (again every {} s until the guest powers off)",
+            self.stop.presses,
+            self.timing.acpi_repeat.as_secs()
+        );
         let name = self.config.domain_name.clone();
         let frozen = self.agent.cache.fsfreeze_status == Some(FreezeStatus::Frozen);
         let timeout = self.timing.acpi_repeat;

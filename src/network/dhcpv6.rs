@@ -293,8 +293,65 @@ mod tests {
                 }
                 p
             };
-            let _ = answer(&lease(), &packet);
+            match (answer(&lease(), &packet), expected_refusal(&packet)) {
+                (Err(got), Some(expected)) => assert_eq!(got, expected, "{packet:02x?}"),
+                (Ok(reply), None) => assert_answers(&packet, &reply),
+                (got, expected) => {
+                    panic!("{packet:02x?}: answered {got:02x?}, expected refusal {expected:?}")
+                }
+            }
         }
         assert!(answer(&lease(), &valid).is_ok());
+    }
+
+    /// Why a server must refuse `packet`, worked out apart from `answer`:
+    /// `None` for a client message it must answer.
+    fn expected_refusal(packet: &[u8]) -> Option<V6Error> {
+        let Some((&kind, rest)) = packet.split_first().filter(|_| packet.len() >= 4) else {
+            return Some(V6Error::TooShort(packet.len()));
+        };
+        if !matches!(kind, 1 | 3..=6 | 8 | 9 | 11) {
+            return Some(V6Error::NotAClientMessage(kind));
+        }
+        let mut options = &rest[3..];
+        let mut client_id = false;
+        while !options.is_empty() {
+            let Some(header) = options.get(..4) else {
+                return Some(V6Error::TruncatedOption(0));
+            };
+            let code = u16::from_be_bytes([header[0], header[1]]);
+            let len = usize::from(u16::from_be_bytes([header[2], header[3]]));
+            let Some(next) = options.get(4 + len..) else {
+                return Some(V6Error::TruncatedOption(code));
+            };
+            client_id |= code == 1;
+            options = next;
+        }
+        (!client_id && kind != 11).then_some(V6Error::NoClientId)
+    }
+
+    /// `reply` answers the client message `packet`: an Advertise or Reply
+    /// with its transaction id, the server's identifier and, if the
+    /// client sent one, the client's.
+    fn assert_answers(packet: &[u8], reply: &[u8]) {
+        assert!(
+            matches!(reply[0], msg::ADVERTISE | msg::REPLY),
+            "{packet:02x?} -> {reply:02x?}"
+        );
+        assert_eq!(reply[1..4], packet[1..4], "transaction id");
+        let codes: Vec<u16> = options(&reply[4..])
+            .unwrap_or_else(|e| panic!("{e}: {reply:02x?}"))
+            .iter()
+            .map(|(code, _)| *code)
+            .collect();
+        assert!(codes.contains(&opt::SERVER_ID), "{reply:02x?}");
+        let asked = options(&packet[4..]).unwrap_or_default();
+        if let Some((_, id)) = asked.iter().find(|(code, _)| *code == opt::CLIENT_ID) {
+            let echoed = options(&reply[4..]).unwrap_or_default();
+            assert!(
+                echoed.contains(&(opt::CLIENT_ID, *id)) || id.is_empty(),
+                "{reply:02x?}"
+            );
+        }
     }
 }

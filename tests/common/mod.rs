@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod daemon;
+pub mod diff;
 pub mod examples;
 pub mod guest;
 pub mod podnet;

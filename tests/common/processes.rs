@@ -94,6 +94,20 @@ pub fn all_processes() -> Vec<Process> {
         .collect()
 }
 
+/// Every live process descended from `pid` (children, their children...).
+pub fn descendants(pid: u32) -> Vec<Process> {
+    let all = all_processes();
+    let mut found: Vec<Process> = Vec::new();
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        for child in all.iter().filter(|p| p.ppid == parent && !p.is_zombie()) {
+            parents.push(child.pid);
+            found.push(child.clone());
+        }
+    }
+    found
+}
+
 /// The init of `launcher`'s daemons' PID namespace (its child named
 /// vl-pidns-init), once it exists.
 pub fn daemons_init(launcher_pid: u32) -> Option<Process> {

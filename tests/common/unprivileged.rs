@@ -147,6 +147,94 @@ impl TestUser {
     }
 }
 
+/// Read and write access to a device node for one user alone, as an entry
+/// of the node's POSIX access ACL (everyone else keeps what the mode
+/// gives), taken back on drop: a test can then run both sides of "the
+/// user can open it" on the same host.
+pub struct DeviceGrant {
+    node: std::ffi::CString,
+    mode: u32,
+}
+
+/// The access ACL's extended attribute and its entry tags (linux/posix_acl.h,
+/// posix_acl_xattr.h).
+const ACL_XATTR: &std::ffi::CStr = c"system.posix_acl_access";
+const ACL_VERSION: u32 = 2;
+const ACL_USER_OBJ: u16 = 0x01;
+const ACL_USER: u16 = 0x02;
+const ACL_GROUP_OBJ: u16 = 0x04;
+const ACL_MASK: u16 = 0x10;
+const ACL_OTHER: u16 = 0x20;
+const ACL_UNDEFINED_ID: u32 = u32::MAX;
+
+impl TestUser {
+    /// Lets this user read and write the device node `node` until the
+    /// grant is dropped.
+    pub fn grant_device(&self, node: &Path) -> DeviceGrant {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(node)
+            .unwrap_or_else(|e| panic!("{}: {e}", node.display()))
+            .permissions()
+            .mode()
+            & 0o7777;
+        let bits = |shift: u32| u16::try_from((mode >> shift) & 0o7).unwrap_or(0);
+        let mut acl = ACL_VERSION.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (ACL_USER_OBJ, bits(6), ACL_UNDEFINED_ID),
+            (ACL_USER, 0o6, self.uid),
+            (ACL_GROUP_OBJ, bits(3), ACL_UNDEFINED_ID),
+            (ACL_MASK, 0o6 | bits(3), ACL_UNDEFINED_ID),
+            (ACL_OTHER, bits(0), ACL_UNDEFINED_ID),
+        ] {
+            acl.extend_from_slice(&tag.to_le_bytes());
+            acl.extend_from_slice(&perm.to_le_bytes());
+            acl.extend_from_slice(&id.to_le_bytes());
+        }
+        let path = std::ffi::CString::new(node.as_os_str().as_bytes()).expect("a path without NUL");
+        // SAFETY: both strings are NUL-terminated and live through the
+        // call; `acl` is `acl.len()` readable bytes.
+        let set = unsafe {
+            libc::setxattr(
+                path.as_ptr(),
+                ACL_XATTR.as_ptr(),
+                acl.as_ptr().cast(),
+                acl.len(),
+                0,
+            )
+        };
+        assert_eq!(
+            set,
+            0,
+            "setting an ACL entry on {} for uid {}: {}",
+            node.display(),
+            self.uid,
+            std::io::Error::last_os_error()
+        );
+        DeviceGrant { node: path, mode }
+    }
+}
+
+impl Drop for DeviceGrant {
+    fn drop(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: both strings are NUL-terminated and live through the call.
+        let removed = unsafe { libc::removexattr(self.node.as_ptr(), ACL_XATTR.as_ptr()) };
+        // The ACL's mask became the mode's group bits: put the mode back.
+        let path = Path::new(std::ffi::OsStr::from_bytes(self.node.as_bytes()));
+        let restored = std::fs::set_permissions(path, std::fs::Permissions::from_mode(self.mode));
+        if (removed != 0 || restored.is_err()) && !std::thread::panicking() {
+            panic!(
+                "could not take back the ACL entry on {} (mode {:o}): {} {restored:?}",
+                path.display(),
+                self.mode,
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
 /// The real uid of process `pid`.
 pub fn process_uid(pid: u32) -> Option<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

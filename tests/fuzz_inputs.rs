@@ -1,7 +1,8 @@
 //! Inputs from outside the launcher never make it panic: VMIs mutated at
 //! random (a client's `sync`), request lines (a client's socket), DHCP and
-//! DHCPv6 datagrams (the guest), domain XML (libvirt's, read back) and the
-//! files of config map, secret and cloud-init volumes (ISO images). Each
+//! DHCPv6 datagrams (the guest), domain XML (libvirt's, read back), the
+//! files of config map, secret and cloud-init volumes (ISO images) and
+//! KubeVirt's protobuf requests (virt-handler's gRPC calls). Each
 //! case either succeeds or gives an error; a panic fails the test and
 //! prints the input that caused it.
 //!
@@ -24,6 +25,13 @@ use virt_launcher::command::Command;
 use virt_launcher::convert::{DomainType, convert};
 use virt_launcher::disks::iso9660::{IsoFile, write_iso};
 use virt_launcher::domxml::Domain;
+use virt_launcher::kubevirt::proto::cmd::{
+    Cell, ClusterConfig, Cpu, DiskInfo, ExecRequest, FreezeRequest, InterfaceBindingMigration,
+    Memory, MigrationRequest, Pages, Sibling, Smbios, Topology, VirtualMachineOptions,
+    VmStatsRequest, Vmi, VmiRequest,
+};
+use virt_launcher::kubevirt::proto::notify::Response as NotifyResponse;
+use virt_launcher::kubevirt::proto::{CmdMethod, CmdRequest, DecodeErrorKind};
 use virt_launcher::network::dhcp::wire::{MessageType, client_message};
 use virt_launcher::network::dhcp::{Answerer, ExtraOptions, LeaseConfig, Outcome};
 use virt_launcher::network::dhcpv6::{self, V6Lease};
@@ -712,5 +720,183 @@ fn any_volume_files_become_an_image_or_a_clear_refusal() {
     assert!(
         written > 100 && refused > 100,
         "{written} written, {refused} refused"
+    );
+}
+
+/// A VMIRequest with every option set, as virt-handler's sync sends.
+fn full_vmi_request() -> VmiRequest {
+    let cell = Cell {
+        id: 1,
+        memory: Some(Memory {
+            amount: 1 << 20,
+            unit: "KiB".into(),
+        }),
+        pages: vec![Pages {
+            count: 512,
+            unit: "KiB".into(),
+            size: 2048,
+        }],
+        distances: vec![Sibling { id: 0, value: 21 }, Sibling { id: 1, value: 10 }],
+        cpus: vec![Cpu {
+            id: 3,
+            siblings: vec![3, 7],
+        }],
+    };
+    VmiRequest {
+        vmi: Some(Vmi {
+            vmi_json: br#"{"metadata":{"name":"vmi1"},"spec":{"domain":{"devices":{}}}}"#.to_vec(),
+        }),
+        options: Some(VirtualMachineOptions {
+            virtual_machine_smbios: Some(Smbios {
+                manufacturer: "KubeVirt".into(),
+                family: "KubeVirt".into(),
+                ..Smbios::default()
+            }),
+            mem_balloon_stats_period: 10,
+            preallocated_volumes: vec!["disk0".into()],
+            topology: Some(Topology {
+                numa_cells: vec![cell.clone(), cell],
+            }),
+            disks_info: [(
+                "disk0".to_string(),
+                DiskInfo {
+                    format: "qcow2".into(),
+                    backing_file: "/base.img".into(),
+                    actual_size: 1 << 20,
+                    virtual_size: 1 << 30,
+                },
+            )]
+            .into(),
+            cluster_config: Some(ClusterConfig {
+                free_page_reporting_disabled: true,
+                ..ClusterConfig::default()
+            }),
+            interface_domain_attachment: [("default".to_string(), "tap".to_string())].into(),
+            interface_migration: [(
+                "default".to_string(),
+                InterfaceBindingMigration {
+                    method: "link-refresh".into(),
+                },
+            )]
+            .into(),
+            plugins_json: b"{}".to_vec(),
+            grace_host_device_aliases: vec!["gpu0".into()],
+            ..VirtualMachineOptions::default()
+        }),
+    }
+}
+
+/// Protobuf's hard cases: an 11-byte varint, a length of 2^64 - 1, a
+/// group, wire types 6 and 7, field number 0, a string field holding a
+/// varint, a run of nested empty messages, bytes that are not UTF-8.
+const PROTOBUF_SPLICES: [&[u8]; 10] = [
+    &[
+        0x10, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00,
+    ],
+    &[
+        0x0a, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+    ],
+    &[0x0b, 0x08, 0x01, 0x0c],
+    &[0x0e],
+    &[0x0f],
+    &[0x00, 0x01],
+    &[0x0a, 0x02, 0x08, 0x01],
+    &[0x22, 0x06, 0x0a, 0x04, 0x0a, 0x02, 0x0a, 0x00],
+    &[0xff, 0xfe, 0xc3, 0x28],
+    &[0x82, 0x01, 0x00],
+];
+
+#[test]
+fn mangled_grpc_requests_decode_or_fail_cleanly() {
+    let mut rng = Rng(0x5eed_0008);
+    let valid: Vec<CmdRequest> = vec![
+        CmdRequest::SyncVirtualMachine(full_vmi_request()),
+        CmdRequest::FreezeVirtualMachine(FreezeRequest {
+            vmi: full_vmi_request().vmi,
+            unfreeze_timeout_seconds: -1,
+        }),
+        CmdRequest::MigrateVirtualMachine(MigrationRequest {
+            vmi: full_vmi_request().vmi,
+            options: br#"{"Bandwidth":"64Mi"}"#.to_vec(),
+        }),
+        CmdRequest::Exec(ExecRequest {
+            domain_name: "default_vmi1".into(),
+            command: "/bin/echo".into(),
+            args: vec!["a b".into(), String::new()],
+            timeout_seconds: 10,
+        }),
+        CmdRequest::GetVMStats(VmStatsRequest {
+            domain_stats: Some(Default::default()),
+            guest_get_memory_blocks: Some(Default::default()),
+            ..VmStatsRequest::default()
+        }),
+    ];
+    let valid_bytes: Vec<Vec<u8>> = valid.iter().map(CmdRequest::encode).collect();
+    for (request, bytes) in valid.iter().zip(&valid_bytes) {
+        assert_eq!(
+            CmdRequest::decode(request.method(), bytes).as_ref(),
+            Ok(request)
+        );
+    }
+    // The shapes the reader must refuse, each on its own.
+    for (splice, kind) in [
+        (0, DecodeErrorKind::VarintOverflow),
+        (
+            1,
+            DecodeErrorKind::LengthPastEnd {
+                length: u64::MAX,
+                left: 0,
+            },
+        ),
+        (2, DecodeErrorKind::UnsupportedWireType(3)),
+        (4, DecodeErrorKind::UnsupportedWireType(7)),
+        (5, DecodeErrorKind::InvalidFieldNumber(0)),
+    ] {
+        let mut bytes = valid_bytes[0].clone();
+        bytes.extend_from_slice(PROTOBUF_SPLICES[splice]);
+        let error = CmdRequest::decode(CmdMethod::SyncVirtualMachine, &bytes).unwrap_err();
+        assert_eq!(error.kind, kind, "{error}");
+    }
+    let (mut decoded, mut refused) = (0usize, 0usize);
+    for _ in 0..20_000 * rounds() {
+        // Mostly the method the bytes were made for, else any of them.
+        let base = rng.below(valid.len());
+        let method = if rng.below(2) == 0 {
+            valid[base].method()
+        } else {
+            *rng.pick(CmdMethod::ALL)
+        };
+        let bytes: Vec<u8> = if rng.below(10) == 0 {
+            (0..rng.below(200)).map(|_| rng.byte()).collect()
+        } else {
+            mangle(&valid_bytes[base], &PROTOBUF_SPLICES, &mut rng)
+        };
+        no_panic(
+            || format!("{method:?} request {bytes:02x?}"),
+            || match CmdRequest::decode(method, &bytes) {
+                // What decodes survives its own round trip: nothing read
+                // is lost or changed on the way to the manager.
+                Ok(request) => {
+                    decoded += 1;
+                    assert_eq!(CmdRequest::decode(method, &request.encode()), Ok(request));
+                }
+                Err(error) => {
+                    refused += 1;
+                    assert!(error.to_string().starts_with("protobuf "), "{error}");
+                }
+            },
+        );
+        // The launcher reads the notify server's answers too.
+        no_panic(
+            || format!("notify response {bytes:02x?}"),
+            || {
+                let _ = NotifyResponse::decode(&bytes);
+            },
+        );
+    }
+    eprintln!("mangled gRPC requests: {decoded} decoded, {refused} refused");
+    assert!(
+        decoded > 1000 && refused > 1000,
+        "{decoded} decoded, {refused} refused"
     );
 }

@@ -100,6 +100,31 @@ pub fn write_all(
     Ok(())
 }
 
+/// KubeVirt mode: the daemon's configuration as KubeVirt's launcher makes
+/// it, a copy of the image's `/etc/libvirt/<daemon>.conf` in `runtime_dir`
+/// with the log filters appended; returns its path.
+pub fn write_pod_daemon_conf(
+    runtime_dir: &Path,
+    daemon: &Daemon,
+    log_filters: Option<&str>,
+) -> Result<PathBuf, String> {
+    let source = Path::new("/etc/libvirt").join(format!("{}.conf", daemon.name));
+    let mut conf = match fs::read_to_string(&source) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("cannot read {}: {e}", source.display())),
+    };
+    if let Some(filters) = log_filters {
+        if !conf.is_empty() && !conf.ends_with('\n') {
+            conf.push('\n');
+        }
+        conf.push_str(&format!("log_filters = {}\n", quote(filters)));
+    }
+    let path = runtime_dir.join(format!("{}.conf", daemon.name));
+    fs::write(&path, conf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,6 +29,7 @@ mod capabilities;
 mod config;
 pub mod init;
 mod namespace;
+mod placement;
 mod supervisor;
 
 use std::fs;
@@ -42,6 +43,7 @@ use serde_json::{Value, json};
 use crate::os;
 use crate::threads::FatalSender;
 use namespace::DaemonNamespaces;
+use placement::Placement;
 use supervisor::{DaemonSpec, Supervisor};
 
 /// How long a daemon may take to report ready. A cold QEMU capabilities
@@ -51,6 +53,9 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long the namespace's init may take to set up its mounts, and to
 /// exit (with everything left in the namespace) when the launcher ends it.
 const INIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Where a pod's libvirt daemon keeps its sockets, pid files and the
+/// configuration KubeVirt's launcher copies there.
+const POD_RUNTIME_DIR: &str = "/var/run/libvirt";
 
 /// The fixed paths a privileged libvirt daemon uses, and the launcher
 /// directory each is replaced with inside the daemons' namespace (in
@@ -126,7 +131,7 @@ pub struct LibvirtDaemons {
     pub host_uuid: String,
     libvirtd: Supervisor,
     virtlogd: Supervisor,
-    namespaces: Arc<DaemonNamespaces>,
+    placement: Arc<Placement>,
     /// The daemon started without a valid capabilities entry and probes
     /// QEMU itself.
     cold_start: bool,
@@ -183,12 +188,12 @@ impl LibvirtDaemons {
             mounts.push((PathBuf::from("/dev/null"), emulator));
         }
         let driver_dir = qemu_driver_only(&runtime_dir);
-        let namespaces = Arc::new(DaemonNamespaces::create(
+        let placement = Arc::new(Placement::Namespaces(DaemonNamespaces::create(
             &mounts,
             mode == DaemonMode::Session,
             INIT_TIMEOUT,
             fatal,
-        )?);
+        )?));
         let mut env: Vec<(String, String)> = match mode {
             DaemonMode::System => Vec::new(),
             DaemonMode::Session => SESSION_ENV
@@ -203,65 +208,34 @@ impl LibvirtDaemons {
                 dir.to_string_lossy().into_owned(),
             ));
         }
-
-        // Both start at once; the libvirt daemon needs virtlogd only when
-        // it starts a domain.
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
-        let virtlogd = Supervisor::spawn(
-            DaemonSpec {
-                name: "virtlogd",
-                binary: virtlogd_bin,
-                args: vec![
-                    "-f".into(),
-                    "/etc/libvirt/virtlogd.conf".into(),
-                    "-p".into(),
-                    "/run/libvirt/virtlogd.pid".into(),
-                ],
-                env: virtlogd_env,
-                notify_socket: notify("virtlogd"),
-                start_cpu: None,
-            },
-            namespaces.clone(),
-            fatal,
-        )
-        .inspect_err(|_| namespaces.end(INIT_TIMEOUT))?;
-        let libvirtd = Supervisor::spawn(
-            DaemonSpec {
-                name: daemon.name,
-                binary: daemon.binary.clone(),
-                args: vec![
-                    "-f".into(),
-                    format!("/etc/libvirt/{}.conf", daemon.name),
-                    "-p".into(),
-                    format!("/run/libvirt/{}.pid", daemon.name),
-                ],
-                env,
-                notify_socket: notify(daemon.name),
-                start_cpu: seeded.start_cpu,
-            },
-            namespaces.clone(),
-            fatal,
-        );
-        let libvirtd = match libvirtd {
-            Ok(starting) => starting,
-            Err(e) => {
-                virtlogd.abandon();
-                namespaces.end(INIT_TIMEOUT);
-                return Err(e);
-            }
+        let virtlogd = DaemonSpec {
+            name: "virtlogd",
+            binary: virtlogd_bin,
+            args: vec![
+                "-f".into(),
+                "/etc/libvirt/virtlogd.conf".into(),
+                "-p".into(),
+                "/run/libvirt/virtlogd.pid".into(),
+            ],
+            env: virtlogd_env,
+            notify_socket: notify("virtlogd"),
+            start_cpu: None,
         };
-        let virtlogd = match virtlogd.wait_ready(READY_TIMEOUT) {
-            Ok(ready) => ready,
-            Err(e) => {
-                libvirtd.abandon();
-                namespaces.end(INIT_TIMEOUT);
-                return Err(e);
-            }
+        let libvirtd = DaemonSpec {
+            name: daemon.name,
+            binary: daemon.binary.clone(),
+            args: vec![
+                "-f".into(),
+                format!("/etc/libvirt/{}.conf", daemon.name),
+                "-p".into(),
+                format!("/run/libvirt/{}.pid", daemon.name),
+            ],
+            env,
+            notify_socket: notify(daemon.name),
+            start_cpu: seeded.start_cpu,
         };
-        let libvirtd = libvirtd.wait_ready(READY_TIMEOUT).inspect_err(|_| {
-            virtlogd.stop(STOP_GRACE);
-            namespaces.end(INIT_TIMEOUT);
-        })?;
+        let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
         // The same socket name in both modes; session mode's URI, as
         // KubeVirt's non-root launcher connects.
         let socket = runtime_dir.join("run").join(daemon.socket);
@@ -272,8 +246,73 @@ impl LibvirtDaemons {
             host_uuid,
             libvirtd,
             virtlogd,
-            namespaces,
+            placement,
             cold_start: seeded.cold.is_some(),
+        })
+    }
+
+    /// KubeVirt mode: starts virtlogd and the libvirt daemon as KubeVirt's
+    /// launcher does inside its pod, as plain children on the container's
+    /// own paths (the pod is their isolation): the daemon with a copy of
+    /// the image's configuration in /var/run/libvirt (plus the log filters),
+    /// virtlogd with the image's own. Root only, as the pod's default.
+    pub fn start_in_pod(
+        log_filters: Option<&str>,
+        fatal: &FatalSender,
+    ) -> Result<LibvirtDaemons, String> {
+        let mode = DaemonMode::for_this_process();
+        if mode != DaemonMode::System {
+            return Err(
+                "in KubeVirt mode the launcher starts its daemons as root, as KubeVirt's root pod does; \
+                 a non-root pod is not supported yet"
+                    .into(),
+            );
+        }
+        let daemon = config::Daemon::find()?;
+        let virtlogd_bin = find_binary("virtlogd")?;
+        let runtime_dir = PathBuf::from(POD_RUNTIME_DIR);
+        fs::create_dir_all(&runtime_dir)
+            .map_err(|e| format!("cannot create {}: {e}", runtime_dir.display()))?;
+        let daemon_conf = config::write_pod_daemon_conf(&runtime_dir, &daemon, log_filters)?;
+        let virtlogd_conf = Path::new("/etc/libvirt/virtlogd.conf");
+        let mut virtlogd_args = Vec::new();
+        if virtlogd_conf.is_file() {
+            virtlogd_args = vec!["-f".into(), virtlogd_conf.display().to_string()];
+        }
+        let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
+        let virtlogd = DaemonSpec {
+            name: "virtlogd",
+            binary: virtlogd_bin,
+            args: virtlogd_args,
+            env: Vec::new(),
+            notify_socket: notify("virtlogd"),
+            start_cpu: None,
+        };
+        let libvirtd = DaemonSpec {
+            name: daemon.name,
+            binary: daemon.binary.clone(),
+            args: vec!["-f".into(), daemon_conf.display().to_string()],
+            env: Vec::new(),
+            notify_socket: notify(daemon.name),
+            start_cpu: None,
+        };
+        let placement = Arc::new(Placement::Pod);
+        let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
+        let host_uuid = fs::read_to_string("/etc/machine-id")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+        Ok(LibvirtDaemons {
+            uri: format!(
+                "qemu+unix:///system?socket={}",
+                runtime_dir.join(daemon.socket).display()
+            ),
+            mode,
+            runtime_dir,
+            host_uuid,
+            libvirtd,
+            virtlogd,
+            placement,
+            cold_start: false,
         })
     }
 
@@ -286,7 +325,7 @@ impl LibvirtDaemons {
         &self,
         command: std::process::Command,
     ) -> std::io::Result<std::process::Child> {
-        self.namespaces.spawn(command)
+        self.placement.spawn(command)
     }
 
     pub fn release_start_cpu(&self) {
@@ -336,7 +375,7 @@ impl LibvirtDaemons {
             self.libvirtd.wait_stopped(STOP_GRACE);
             self.virtlogd.wait_stopped(STOP_GRACE);
         });
-        time("namespace", &|| self.namespaces.end(INIT_TIMEOUT));
+        time("namespace", &|| self.placement.end(INIT_TIMEOUT));
         log::debug!("daemons: stopped ({})", steps.join(", "));
     }
 
@@ -346,9 +385,10 @@ impl LibvirtDaemons {
     fn leftover_qemu(&self) -> Vec<u32> {
         // The QEMU driver's state directory: /run/libvirt/qemu, or in
         // session mode $XDG_RUNTIME_DIR/libvirt/qemu/run.
-        let dir = match self.mode {
-            DaemonMode::System => self.runtime_dir.join("run/qemu"),
-            DaemonMode::Session => self.runtime_dir.join("run/qemu/run"),
+        let dir = match (&*self.placement, self.mode) {
+            (Placement::Pod, _) => self.runtime_dir.join("qemu"),
+            (_, DaemonMode::System) => self.runtime_dir.join("run/qemu"),
+            (_, DaemonMode::Session) => self.runtime_dir.join("run/qemu/run"),
         };
         let Ok(entries) = fs::read_dir(&dir) else {
             return Vec::new();
@@ -362,7 +402,7 @@ impl LibvirtDaemons {
                     .trim()
                     .parse::<u32>()
                     .ok()?;
-                self.namespaces.host_pid(inner)
+                self.placement.host_pid(inner)
             })
             .filter(|pid| {
                 fs::read(format!("/proc/{pid}/cmdline"))
@@ -397,7 +437,7 @@ impl LibvirtDaemons {
             "mode": self.mode.as_str(),
             "runtime_dir": self.runtime_dir,
             "host_uuid": self.host_uuid,
-            "init_pid": self.namespaces.init_pid(),
+            "init_pid": self.placement.init_pid(),
             "daemons": [one(&self.libvirtd), one(&self.virtlogd)],
         })
     }
@@ -410,12 +450,47 @@ impl LibvirtDaemons {
     /// Where the daemon keeps the QEMU log of a domain: /var/log/libvirt,
     /// or in session mode $XDG_CACHE_HOME/libvirt/qemu/log.
     pub fn qemu_log(&self, domain: &str) -> PathBuf {
-        let dir = match self.mode {
-            DaemonMode::System => self.runtime_dir.join("log/qemu"),
-            DaemonMode::Session => self.runtime_dir.join("cache/qemu/log"),
+        let dir = match (&*self.placement, self.mode) {
+            (Placement::Pod, _) => PathBuf::from("/var/log/libvirt/qemu"),
+            (_, DaemonMode::System) => self.runtime_dir.join("log/qemu"),
+            (_, DaemonMode::Session) => self.runtime_dir.join("cache/qemu/log"),
         };
         dir.join(format!("{domain}.log"))
     }
+}
+
+/// Starts both daemons side by side (the libvirt daemon needs virtlogd
+/// only when it starts a domain) and waits until both report ready; stops
+/// what started if either fails.
+fn start_pair(
+    libvirtd: DaemonSpec,
+    virtlogd: DaemonSpec,
+    placement: &Arc<Placement>,
+    fatal: &FatalSender,
+) -> Result<(Supervisor, Supervisor), String> {
+    let virtlogd = Supervisor::spawn(virtlogd, placement.clone(), fatal)
+        .inspect_err(|_| placement.end(INIT_TIMEOUT))?;
+    let libvirtd = match Supervisor::spawn(libvirtd, placement.clone(), fatal) {
+        Ok(starting) => starting,
+        Err(e) => {
+            virtlogd.abandon();
+            placement.end(INIT_TIMEOUT);
+            return Err(e);
+        }
+    };
+    let virtlogd = match virtlogd.wait_ready(READY_TIMEOUT) {
+        Ok(ready) => ready,
+        Err(e) => {
+            libvirtd.abandon();
+            placement.end(INIT_TIMEOUT);
+            return Err(e);
+        }
+    };
+    let libvirtd = libvirtd.wait_ready(READY_TIMEOUT).inspect_err(|_| {
+        virtlogd.stop(STOP_GRACE);
+        placement.end(INIT_TIMEOUT);
+    })?;
+    Ok((libvirtd, virtlogd))
 }
 
 /// The (launcher directory, path the daemons see) pairs to mount. As

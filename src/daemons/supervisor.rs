@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 
-use super::namespace::DaemonNamespaces;
+use super::placement::Placement;
 use crate::os;
 use crate::protocol::codec::{Frame, LineReader};
 use crate::threads::{self, FatalSender};
@@ -47,7 +47,7 @@ impl DaemonSpec {
     /// manager's reconnect.
     fn spawn(
         &self,
-        namespaces: &DaemonNamespaces,
+        placement: &Placement,
         report_ready: bool,
         last_error: &Arc<Mutex<Option<String>>>,
         fatal: &FatalSender,
@@ -66,7 +66,7 @@ impl DaemonSpec {
                 os::before_exec(&mut command, vec![os::BeforeExec::CpuAffinity(cpus)]);
             }
         }
-        let mut child = namespaces.spawn(command)?;
+        let mut child = placement.spawn(command)?;
         if let Some(stderr) = child.stderr.take() {
             let name = self.name;
             let last_error = last_error.clone();
@@ -118,18 +118,18 @@ pub struct Starting {
 }
 
 impl Supervisor {
-    /// Starts the daemon in `namespaces` and supervises it; `wait_ready`
+    /// Starts the daemon where `placement` says and supervises it; `wait_ready`
     /// then waits until it reports ready (so that two daemons start side
     /// by side).
     pub fn spawn(
         spec: DaemonSpec,
-        namespaces: Arc<DaemonNamespaces>,
+        placement: Arc<Placement>,
         fatal: &FatalSender,
     ) -> Result<Starting, String> {
         let notify = bind_notify(&spec.notify_socket)?;
         let last_error = Arc::new(Mutex::new(None));
         let child = spec
-            .spawn(&namespaces, true, &last_error, fatal)
+            .spawn(&placement, true, &last_error, fatal)
             .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
         let pid = Arc::new(Mutex::new(Some(child.id())));
         let restarts = Arc::new(AtomicU32::new(0));
@@ -138,7 +138,7 @@ impl Supervisor {
         let (done_tx, done_rx) = bounded(1);
         let watcher = Watcher {
             spec: spec.clone(),
-            namespaces,
+            placement,
             pid: pid.clone(),
             last_error: last_error.clone(),
             restarts: restarts.clone(),
@@ -289,7 +289,7 @@ impl Supervisor {
 /// The supervisor thread's state.
 struct Watcher {
     spec: DaemonSpec,
-    namespaces: Arc<DaemonNamespaces>,
+    placement: Arc<Placement>,
     pid: Arc<Mutex<Option<u32>>>,
     last_error: Arc<Mutex<Option<String>>>,
     restarts: Arc<AtomicU32>,
@@ -346,7 +346,7 @@ impl Watcher {
                     let _ = self.done_tx.send(());
                     return;
                 }
-                if self.namespaces.has_ended() {
+                if self.placement.has_ended() {
                     // The launcher is exiting (see the init's watcher);
                     // wait for the stop instead of failing every delay.
                     log::error!("daemons: the daemons' namespace has ended; not restarting {name}");
@@ -355,7 +355,7 @@ impl Watcher {
                 }
                 match self
                     .spec
-                    .spawn(&self.namespaces, false, &self.last_error, &self.fatal)
+                    .spawn(&self.placement, false, &self.last_error, &self.fatal)
                 {
                     Ok(c) => {
                         self.set_pid(Some(c.id()));

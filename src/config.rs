@@ -66,6 +66,11 @@ pub struct Config {
     pub ovmf_path: Option<PathBuf>,
     /// --cpuset-file; None reads the cgroup's.
     pub cpuset_file: Option<PathBuf>,
+    /// KubeVirt mode and KubeVirt's own flags (`--kubevirt`).
+    pub kubevirt: crate::cli::KubevirtArgs,
+    /// KubeVirt mode without --connect or --spawn-libvirt: the launcher
+    /// starts its daemons as plain children, as in KubeVirt's pod.
+    pub pod_daemons: bool,
 }
 
 impl Config {
@@ -132,6 +137,26 @@ impl Config {
                     .into(),
             ));
         }
+        let pod_daemons = args.kubevirt.mode && !args.spawn_libvirt && args.connect.is_none();
+        if pod_daemons && nonroot {
+            return Err(UsageError(
+                "--kubevirt: without --connect or --spawn-libvirt the launcher starts its libvirt daemons \
+                 as KubeVirt's root pod does, which needs root; a non-root pod is not supported yet"
+                    .into(),
+            ));
+        }
+        // KubeVirt's launcher reads its log verbosity from the environment.
+        let verbosity = match std::env::var("VIRT_LAUNCHER_LOG_VERBOSITY") {
+            Ok(level) => {
+                let level: u64 = level.trim().parse().map_err(|_| {
+                    UsageError(format!(
+                        "VIRT_LAUNCHER_LOG_VERBOSITY={level:?}: expected a whole number"
+                    ))
+                })?;
+                args.verbosity.max(crate::cli::klog_verbosity(level))
+            }
+            Err(_) => args.verbosity,
+        };
         let connect_uri = args.connect.clone().unwrap_or_else(|| {
             if running_as_root() {
                 "qemu:///system".to_string()
@@ -165,11 +190,13 @@ impl Config {
             max_line_bytes: args.max_line_bytes,
             client_idle_timeout: args.client_idle_timeout,
             libvirt_log_filters: args.libvirt_log_filters,
-            verbosity: args.verbosity,
+            verbosity,
             agent_intervals: args.agent_intervals,
             service_account_dir: args.service_account_dir,
             ovmf_path: args.ovmf_path,
             cpuset_file: args.cpuset_file,
+            kubevirt: args.kubevirt,
+            pod_daemons,
         })
     }
 }

@@ -45,10 +45,35 @@ pub struct Args {
     pub libvirt_log_filters: Option<String>,
     pub verbosity: u8,
     pub agent_intervals: AgentIntervals,
+    /// KubeVirt mode and the flags of KubeVirt's own launcher.
+    pub kubevirt: KubevirtArgs,
     /// The informational switches; `parse` turns them into an [`super::Action`].
     pub help: bool,
     pub version: bool,
     pub generate_man: bool,
+}
+
+/// KubeVirt mode (`--kubevirt`, or the binary called as
+/// `virt-launcher-monitor`) and the flags virt-controller renders for
+/// KubeVirt's launcher that mean nothing elsewhere.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KubevirtArgs {
+    pub mode: bool,
+    /// `--hook-sidecars`: hook sidecars to wait for.
+    pub hook_sidecars: u32,
+    pub run_as_nonroot: bool,
+    /// `--hypervisor`: the hypervisor KubeVirt's cluster configuration names.
+    pub hypervisor: String,
+    /// `--disk-memory-limit`: bytes `qemu-img info` may use on a disk image.
+    pub disk_memory_limit: Option<u64>,
+    pub firmware_auto_selection: bool,
+    pub vm_stats_collector: bool,
+    pub image_volume: bool,
+    pub upgrade_ordinal_ifaces: bool,
+    pub vgpu_dedicated_hook: bool,
+    pub allow_cross_arch_emulation: bool,
+    pub simulate_crash: bool,
+    pub keep_after_failure: bool,
 }
 
 /// Whether the launcher creates the pod networking of masquerade and
@@ -437,6 +462,111 @@ pub static FLAGS: &[FlagSpec] = &[
             Ok(())
         }
     ),
+    switch!(
+        "kubevirt",
+        "KubeVirt mode, for a launcher in a KubeVirt pod driven by virt-handler (also on when the binary is called virt-launcher-monitor, as virt-controller starts the pod): the command socket sockets/launcher-sock speaks KubeVirt's gRPC protocol (cmd v1 and CmdInfo) instead of JSON, and the JSON protocol moves to sockets/launcher-json-sock (listening as launcher-json-init-sock until ready); domain events go to virt-handler through KUBEVIRT_SHARE_DIR/domain-notify-pipe.sock; and, without --connect or --spawn-libvirt, the launcher starts virtqemud (else libvirtd) and virtlogd as plain supervised children on the container's own paths, as KubeVirt's launcher does inside its pod (as root).",
+        |a, on| a.kubevirt.mode = on
+    ),
+    value_flag!(
+        "hook-sidecars",
+        "N",
+        Some("0"),
+        "KubeVirt's number of hook sidecars to wait for. Hook sidecars are not supported yet: more than 0 exits with status 2.",
+        |a, v| {
+            a.kubevirt.hook_sidecars = match v.parse::<u32>() {
+                Ok(0) => 0,
+                Err(_) => return Err("expected a whole number".into()),
+                Ok(n) => {
+                    return Err(format!(
+                        "{n} hook sidecars requested; hook sidecars (hooks.kubevirt.io/hookSidecars) are not supported yet"
+                    ));
+                }
+            };
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "hypervisor",
+        "NAME",
+        Some("kvm"),
+        "KubeVirt's hypervisor name. Only kvm (QEMU through libvirt, with or without /dev/kvm) is supported; any other exits with status 2.",
+        |a, v| {
+            if v != "kvm" {
+                return Err(format!("{v:?}: only the kvm hypervisor is supported"));
+            }
+            a.kubevirt.hypervisor = v.to_string();
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "disk-memory-limit",
+        "BYTES",
+        None,
+        "KubeVirt's memory limit for inspecting a disk image (qemu-img info). Accepted for KubeVirt's command line; the launcher reads image headers itself and runs no qemu-img info.",
+        |a, v| {
+            let limit = v
+                .parse::<u64>()
+                .map_err(|_| "expected a whole number of bytes".to_string())?;
+            a.kubevirt.disk_memory_limit = Some(limit);
+            Ok(())
+        }
+    ),
+    switch!(
+        "run-as-nonroot",
+        "KubeVirt's non-root pod. The launcher decides by its own user (non-root mode when not root); with this switch and root, it logs that the pod asked for non-root.",
+        |a, on| a.kubevirt.run_as_nonroot = on
+    ),
+    switch!(
+        "firmware-auto-selection",
+        "KubeVirt's libvirt firmware auto-selection. Accepted; the launcher always picks the EFI firmware files itself (--ovmf-path).",
+        |a, on| a.kubevirt.firmware_auto_selection = on
+    ),
+    switch!(
+        "vm-stats-collector",
+        "KubeVirt's GetVMStats feature gate. Accepted; GetVMStats is not supported yet and answers so.",
+        |a, on| a.kubevirt.vm_stats_collector = on
+    ),
+    switch!(
+        "image-volume",
+        "KubeVirt's image volumes in place of containerDisk sidecars. Accepted; container disks are read from --container-disk-dir either way.",
+        |a, on| a.kubevirt.image_volume = on
+    ),
+    switch!(
+        "upgrade-ordinal-ifaces",
+        "KubeVirt's pre-migration hook renaming ordinal pod interfaces. Accepted without effect: the launcher names interfaces itself.",
+        |a, on| a.kubevirt.upgrade_ordinal_ifaces = on
+    ),
+    switch!(
+        "vgpu-dedicated-hook",
+        "KubeVirt's pre-migration hook for vGPU mediated-device UUIDs. Accepted without effect.",
+        |a, on| a.kubevirt.vgpu_dedicated_hook = on
+    ),
+    switch!(
+        "allow-cross-arch-emulation",
+        "KubeVirt's cross-architecture emulation. Accepted; the launcher runs x86_64 guests only.",
+        |a, on| a.kubevirt.allow_cross_arch_emulation = on
+    ),
+    switch!(
+        "simulate-crash",
+        "As KubeVirt's launcher: fail at once, for tests of the pod's failure handling (exit status 1 after the flags are read).",
+        |a, on| a.kubevirt.simulate_crash = on
+    ),
+    switch!(
+        "keep-after-failure",
+        "As KubeVirt's virt-launcher-monitor: after a failure (any exit status but 0), stay alive instead of exiting, for debugging, until SIGTERM or SIGKILL.",
+        |a, on| a.kubevirt.keep_after_failure = on
+    ),
+    value_flag!(
+        "v",
+        "LEVEL",
+        None,
+        "KubeVirt's (klog's) log verbosity: 0 to 3 as the default, 4 to 5 as -v (debug), 6 and more as -vv (trace). VIRT_LAUNCHER_LOG_VERBOSITY, as KubeVirt reads it, sets the same.",
+        |a, v| {
+            let level: u64 = v.parse().map_err(|_| format!("{v:?} is not a number"))?;
+            a.verbosity = a.verbosity.max(klog_verbosity(level));
+            Ok(())
+        }
+    ),
     FlagSpec {
         long: "verbose",
         short: Some('v'),
@@ -466,6 +596,16 @@ pub static FLAGS: &[FlagSpec] = &[
         |a, on| a.generate_man = on
     ),
 ];
+
+/// klog's verbosity levels as the launcher's: KubeVirt logs its details at
+/// 4 and more.
+pub fn klog_verbosity(level: u64) -> u8 {
+    match level {
+        0..=3 => 0,
+        4..=5 => 1,
+        _ => 2,
+    }
+}
 
 fn non_empty(v: &str) -> Result<String, String> {
     if v.is_empty() {
@@ -517,6 +657,7 @@ impl Args {
                 version: zero,
                 fsfreeze: zero,
             },
+            kubevirt: KubevirtArgs::default(),
             help: false,
             version: false,
             generate_man: false,

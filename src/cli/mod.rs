@@ -19,7 +19,7 @@ mod parse;
 pub mod subcommands;
 pub mod values;
 
-pub use defs::{Args, FLAGS, FlagKind, FlagSpec, PodNetworkMode};
+pub use defs::{Args, FLAGS, FlagKind, FlagSpec, KubevirtArgs, PodNetworkMode, klog_verbosity};
 pub use help::help_text;
 pub use parse::{Action, UsageError, parse};
 pub use subcommands::{ClientTarget, CtlRequest, Subcommand};

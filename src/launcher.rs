@@ -30,7 +30,7 @@ use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind};
 use crate::manager::{
     Control, DomainManager, ExitRequest, HostFacts, Inbox, ManagerInput, ManagerParts,
 };
-use crate::server::socket::CommandSocket;
+use crate::server::socket::{CommandSocket, SocketNames};
 use crate::server::{self, ServerShared};
 use crate::signals;
 use crate::threads::{self, Fatal};
@@ -61,6 +61,12 @@ impl Failure {
 
 /// Runs the launcher with the process arguments; returns the exit status.
 pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
+    // virt-controller starts a KubeVirt pod with /usr/bin/virt-launcher-monitor
+    // and KubeVirt's flags: called so, the launcher is in KubeVirt mode.
+    let called_as_monitor = argv
+        .first()
+        .and_then(|arg0| std::path::Path::new(arg0).file_name())
+        .is_some_and(|name| name == MONITOR_NAME);
     let action = match cli::parse(argv.into_iter().skip(1)) {
         Ok(action) => action,
         Err(e) => {
@@ -82,8 +88,16 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
             return 0;
         }
         Action::Subcommand(subcommand) => return crate::client::run(subcommand),
-        Action::Run(args) => args,
+        Action::Run(mut args) => {
+            args.kubevirt.mode |= called_as_monitor;
+            args
+        }
     };
+    if args.kubevirt.simulate_crash {
+        eprintln!("virt-launcher: --simulate-crash: failing at once, as asked");
+        return ExitCode::Internal.code();
+    }
+    let keep_after_failure = args.kubevirt.keep_after_failure;
     let config = match Config::resolve(*args) {
         Ok(c) => c,
         Err(e) => {
@@ -92,12 +106,32 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
         }
     };
     logging::init(config.verbosity);
-    match run(config) {
+    let code = match run(config) {
         Ok(code) => code.code(),
         Err(failure) => {
             log::error!("{}", failure.message);
             failure.code.code()
         }
+    };
+    if code != 0 && keep_after_failure {
+        wait_for_termination(code);
+    }
+    code
+}
+
+/// The name virt-controller starts a KubeVirt pod's launcher by.
+const MONITOR_NAME: &str = "virt-launcher-monitor";
+
+/// `--keep-after-failure`: as KubeVirt's monitor, stays alive after a
+/// failure (so the pod and its files can be inspected) until SIGTERM,
+/// SIGINT or SIGKILL.
+fn wait_for_termination(code: i32) {
+    log::warn!("--keep-after-failure: exit status {code} withheld; waiting for SIGTERM or SIGINT");
+    match signal_hook::iterator::Signals::new([libc::SIGTERM, libc::SIGINT]) {
+        Ok(mut signals) => {
+            let _ = signals.forever().next();
+        }
+        Err(e) => log::error!("--keep-after-failure: cannot wait for a signal: {e}"),
     }
 }
 
@@ -174,7 +208,22 @@ fn run_locked(
     // goes: after the daemons (and so QEMU) stopped, or on unwinding.
     let network = NetworkGuard(crate::network::NetworkSlot::default());
     let mut config = config;
-    let daemons = if config.spawn_libvirt {
+    let daemons = if config.pod_daemons {
+        let daemons =
+            LibvirtDaemons::start_in_pod(config.libvirt_log_filters.as_deref(), &fatal_tx)
+                .map_err(|e| {
+                    Failure::new(
+                        ExitCode::LibvirtUnavailable,
+                        format!("cannot start the pod's libvirt daemons: {e}"),
+                    )
+                })?;
+        log::info!(
+            "libvirt daemons started as the pod's ({:.0} ms)",
+            started.elapsed().as_secs_f64() * 1000.0
+        );
+        config.connect_uri = daemons.uri.clone();
+        Some(Arc::new(daemons))
+    } else if config.spawn_libvirt {
         let daemons = LibvirtDaemons::start(
             &config.dirs.private,
             config.libvirt_log_filters.as_deref(),
@@ -263,11 +312,28 @@ fn run_with_libvirt(
     let loop_running = hypervisor::backend::start_events(&fatal_tx)
         .map_err(|e| Failure::new(ExitCode::Internal, e))?;
 
-    let mut socket = CommandSocket::bind(&config.dirs.share)
+    // In KubeVirt mode virt-handler's gRPC has KubeVirt's socket names and
+    // the JSON protocol a socket of its own beside it.
+    let json_names = if config.kubevirt.mode {
+        SocketNames::JSON_BESIDE_GRPC
+    } else {
+        SocketNames::LAUNCHER
+    };
+    let mut socket = CommandSocket::bind(&config.dirs.share, json_names)
         .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
     let listener = socket
         .take_listener()
         .ok_or_else(|| Failure::new(ExitCode::Internal, "socket listener missing"))?;
+    let mut grpc_socket = None;
+    if config.kubevirt.mode {
+        match CommandSocket::bind(&config.dirs.share, SocketNames::LAUNCHER) {
+            Ok(bound) => grpc_socket = Some(bound),
+            Err(e) => {
+                socket.remove();
+                return Err(Failure::new(ExitCode::Setup, e.to_string()));
+            }
+        }
+    }
     let outcome = serve(
         Arc::new(config),
         hypervisor,
@@ -275,7 +341,7 @@ fn run_with_libvirt(
         network,
         reporter,
         listener,
-        &socket,
+        (&socket, grpc_socket.as_mut()),
         loop_running,
         (inbox, inbox_rx),
         fatal_tx,
@@ -283,6 +349,9 @@ fn run_with_libvirt(
         started,
     );
     socket.remove();
+    if let Some(grpc_socket) = &grpc_socket {
+        grpc_socket.remove();
+    }
     outcome
 }
 
@@ -360,7 +429,7 @@ fn serve(
     network: crate::network::NetworkSlot,
     reporter: signals::StateReporter,
     listener: std::os::unix::net::UnixListener,
-    socket: &CommandSocket,
+    (socket, grpc_socket): (&CommandSocket, Option<&mut CommandSocket>),
     loop_running: Receiver<()>,
     (inbox, inbox_rx): (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
@@ -412,6 +481,26 @@ fn serve(
     let shared = Arc::new(shared);
     server::spawn_acceptor(listener, shared.clone())
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the server: {e}")))?;
+    let mut grpc_ready = None;
+    if let Some(grpc_socket) = grpc_socket {
+        let listener = grpc_socket
+            .take_listener()
+            .ok_or_else(|| Failure::new(ExitCode::Internal, "gRPC socket listener missing"))?;
+        let handler = crate::kubevirt::cmd_handler(inbox.requests(), config.clone());
+        crate::grpc::spawn_acceptor(
+            listener,
+            handler,
+            crate::grpc::Limits::default(),
+            fatal_tx.clone(),
+        )
+        .map_err(|e| {
+            Failure::new(
+                ExitCode::Internal,
+                format!("cannot start the gRPC server: {e}"),
+            )
+        })?;
+        grpc_ready = Some(&*grpc_socket);
+    }
 
     // Ready = the event loop dispatches and a ping through the real socket
     // reaches the manager and comes back.
@@ -441,9 +530,37 @@ fn serve(
     socket
         .mark_ready()
         .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+    // virt-handler looks only for the gRPC socket's ready name: it is
+    // renamed last, once a version negotiation and a ping through it work.
+    let mut notifier = None;
+    if let Some(grpc_socket) = grpc_ready {
+        crate::kubevirt::self_ping(&grpc_socket.paths.init, READY_TIMEOUT).map_err(|e| {
+            Failure::new(
+                ExitCode::Setup,
+                format!("the gRPC command socket does not answer: {e}"),
+            )
+        })?;
+        grpc_socket
+            .mark_ready()
+            .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+        notifier = Some(
+            crate::kubevirt::notify::Notifier::spawn(
+                &config,
+                hub.clone(),
+                inbox.requests(),
+                &fatal_tx,
+            )
+            .map_err(|e| {
+                Failure::new(
+                    ExitCode::Internal,
+                    format!("cannot start the domain notifier: {e}"),
+                )
+            })?,
+        );
+    }
     log::info!(
         "ready: {} ({:.1} ms after start)",
-        socket.paths.ready.display(),
+        grpc_ready.unwrap_or(socket).paths.ready.display(),
         started.elapsed().as_secs_f64() * 1000.0
     );
 
@@ -494,6 +611,11 @@ fn serve(
             }
         }
     };
+    // virt-handler learns that the domain is gone from the notifier's
+    // last event, sent before anything is torn down.
+    if let Some(notifier) = notifier {
+        notifier.finish(DRAIN_TIMEOUT);
+    }
     // Answer every request already read, and let subscribers receive the
     // final events, before the socket goes.
     let draining = Instant::now();
@@ -504,6 +626,7 @@ fn serve(
         log::warn!("a subscriber did not take its last events within 2 s");
     }
     server::flush_warnings();
+    crate::grpc::server::flush_warnings();
     log::debug!(
         "replies and events drained in {:.1} ms",
         draining.elapsed().as_secs_f64() * 1e3

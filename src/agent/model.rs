@@ -4,13 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::hypervisor::Stat;
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+// Deserialize: the KubeVirt front end reads the JSON replies back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct GuestOsInfo {
     pub name: String,
     pub kernel_release: String,
@@ -22,8 +23,9 @@ pub struct GuestOsInfo {
     pub id: String,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
+// Deserialize: the KubeVirt front end reads the JSON replies back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub struct GuestInterface {
     pub interface_name: String,
     pub mac: String,

@@ -236,6 +236,32 @@ in\-process \fBtest:///default\fR and exits with status 4 saying to use
 of silence and declares the connection lost after 5 unanswered probes, as
 libvirt's client does; the launcher then reconnects, leaving the guest
 running.
+.SS KubeVirt mode
+With \fB\-\-kubevirt\fR, or when the binary is called
+\fBvirt\-launcher\-monitor\fR (as virt\-controller starts a KubeVirt pod,
+with KubeVirt's flags, all accepted), the launcher is a drop\-in for KubeVirt's
+own in its pod, driven by virt\-handler. \fIsockets/launcher\-sock\fR then
+speaks KubeVirt's gRPC protocol (HTTP/2 without TLS on the unix socket; the
+services \fBkubevirt.cmd.info.CmdInfo\fR, which negotiates version 1, and
+\fBkubevirt.cmd.v1.Cmd\fR with its 36 calls, each run as the matching
+command of the JSON protocol; a call it cannot do yet answers
+\fBsuccess: false\fR naming it), listening as
+\fIsockets/launcher\-init\-sock\fR until a version negotiation and a Ping
+through it answer. The JSON protocol moves to
+\fIsockets/launcher\-json\-sock\fR (\fIlauncher\-json\-init\-sock\fR
+until ready), which \fBctl\fR, \fBprobe\fR and \fBfreeze\fR find by
+\fB\-\-kubevirt\-share\-dir\fR. The launcher tells virt\-handler about its
+domain through \fIKUBEVIRT_SHARE_DIR\fR/domain\-notify\-pipe.sock: ADDED
+once the domain exists, MODIFIED on each change of KubeVirt's api.Domain
+(state, devices, the guest agent's interfaces and OS), and last a MODIFIED of
+a domain that no longer exists with its deletion time; a notify socket that
+is missing or silent never holds up the launcher, which retries every
+second. Without \fB\-\-connect\fR or \fB\-\-spawn\-libvirt\fR it starts
+virtqemud (else libvirtd) with a copy of \fI/etc/libvirt/virtqemud.conf\fR in
+\fI/var/run/libvirt\fR, and virtlogd, as plain supervised children, as
+KubeVirt's launcher does inside its pod (as root). Once its domain stopped,
+it waits up to 15 s for virt\-handler to delete it before exiting, as
+KubeVirt's launcher waits for its final notification.
 "#;
 
 const OPTIONS_TEXT: &str = r#"A flag's value follows it as the next argument (\fB\-\-name vm1\fR) or
@@ -334,6 +360,16 @@ The command socket (0600), before and after readiness. Only a socket is
 removed from these paths at start\-up, as stale; anything else there stops
 the launcher with status 3.
 .TP
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-json\-init\-sock
+.TQ
+\fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-json\-sock
+In KubeVirt mode (\fB\-\-kubevirt\fR), the JSON protocol's socket, before
+and after readiness; \fIlauncher\-sock\fR is then KubeVirt's gRPC socket.
+.TP
+\fIKUBEVIRT_SHARE_DIR\fR/domain\-notify\-pipe.sock
+In KubeVirt mode: virt\-handler's notify socket, where the launcher sends
+its domain events (not created by the launcher).
+.TP
 \fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-sock.lock
 .TQ
 \fIPRIVATE_DIR\fR/virt\-launcher.lock
@@ -430,6 +466,11 @@ Read by the libvirt client library of the \fBvirt\fR build;
 \fB\-\-libvirt\-log\-filters\fR sets the first. The \fBwire\fR build has no
 client library; the flag still configures the daemons of
 \fB\-\-spawn\-libvirt\fR.
+.TP
+\fBVIRT_LAUNCHER_LOG_VERBOSITY\fR
+KubeVirt's log verbosity (a whole number, as \fB\-\-v\fR takes): 4 and 5
+log as \fB\-v\fR, 6 and more as \fB\-vv\fR. Anything but a whole number
+exits with status 2.
 .TP
 \fBXDG_RUNTIME_DIR\fR, \fBHOME\fR
 Where the \fBwire\fR build looks for a session daemon's socket

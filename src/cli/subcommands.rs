@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use super::parse::UsageError;
 use super::values::{parse_bool, parse_duration, parse_duration_or_zero};
 use crate::command::MAX_GUEST_TIMEOUT_SECONDS;
-use crate::server::socket::SocketPaths;
+use crate::server::socket::{SocketNames, SocketPaths};
 
 /// One flag of a subcommand.
 pub struct SubFlag {
@@ -343,7 +343,9 @@ fn lookup(
     Err(format!("unknown flag {arg}; see {} --help", spec.name))
 }
 
-/// `--socket`, else `sockets/launcher-sock` under the share directory.
+/// `--socket`, else under the share directory `sockets/launcher-json-sock`
+/// where it exists (a launcher in KubeVirt mode, whose `launcher-sock`
+/// speaks gRPC), else `sockets/launcher-sock`.
 fn socket_path(socket: Option<&str>, share_dir: Option<&str>) -> Result<PathBuf, String> {
     match (socket, share_dir) {
         (Some(_), Some(_)) => Err(
@@ -355,7 +357,12 @@ fn socket_path(socket: Option<&str>, share_dir: Option<&str>) -> Result<PathBuf,
         (None, Some("")) => Err("--kubevirt-share-dir: must not be empty".into()),
         (None, share) => {
             let share = share.unwrap_or(SHARE_DIR.default.unwrap_or("/var/run/kubevirt"));
-            Ok(SocketPaths::new(std::path::Path::new(share)).ready)
+            let share = std::path::Path::new(share);
+            let beside_grpc = SocketPaths::new(share, SocketNames::JSON_BESIDE_GRPC).ready;
+            if beside_grpc.exists() {
+                return Ok(beside_grpc);
+            }
+            Ok(SocketPaths::new(share, SocketNames::LAUNCHER).ready)
         }
     }
 }

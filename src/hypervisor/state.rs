@@ -29,6 +29,15 @@ macro_rules! wire_names {
                     $($name::$variant => stringify!($variant),)+
                 }
             }
+
+            /// The value a name on the wire stands for (a reply read back
+            /// by another front end).
+            pub fn from_name(name: &str) -> Option<$name> {
+                match name {
+                    $(stringify!($variant) => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
         }
     };
 }

@@ -221,7 +221,11 @@ impl DomainManager {
             )));
         }
         if !read_only {
-            if self.phase == Phase::Exiting {
+            // KubeVirt mode: virt-handler deletes the stopped domain the
+            // exit waits for.
+            let awaited_delete =
+                self.exit.awaiting_delete && operation == Some(DomainOperation::Delete);
+            if self.phase == Phase::Exiting && !awaited_delete {
                 return Err(CommandError::invalid_state(format!(
                     "{name}: the launcher is exiting"
                 )));

@@ -28,7 +28,16 @@ pub(super) struct ExitState {
     /// domain's definition is removed.
     pending: Option<ExitRequest>,
     cleanup_started: bool,
+    /// KubeVirt mode: the stopped domain is left for virt-handler's
+    /// `DeleteVirtualMachine`, which the exit waits for (at most
+    /// `KUBEVIRT_DELETE_WAIT`), as KubeVirt's launcher waits for its final
+    /// notification.
+    pub(super) awaiting_delete: bool,
 }
+
+/// How long a launcher in KubeVirt mode waits, once its domain stopped,
+/// for virt-handler to delete it (KubeVirt's launcher: 15 s).
+const KUBEVIRT_DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 impl ExitState {
     pub(super) fn new(to_main: Sender<ExitRequest>) -> ExitState {
@@ -36,6 +45,7 @@ impl ExitState {
             to_main,
             pending: None,
             cleanup_started: false,
+            awaiting_delete: false,
         }
     }
 
@@ -119,7 +129,17 @@ impl DomainManager {
         self.phase = Phase::Exiting;
         self.timers = Timers::default();
         self.exit.pending = Some(ExitRequest { code, reason });
-        self.timers.arm_in(Timer::ExitNow, self.timing.exit_cleanup);
+        let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();
+        if self.config.kubevirt.mode && stopped_and_defined {
+            log::info!(
+                "manager: waiting up to {} s for virt-handler to delete the stopped domain",
+                KUBEVIRT_DELETE_WAIT.as_secs()
+            );
+            self.exit.awaiting_delete = true;
+            self.timers.arm_in(Timer::ExitNow, KUBEVIRT_DELETE_WAIT);
+        } else {
+            self.timers.arm_in(Timer::ExitNow, self.timing.exit_cleanup);
+        }
         self.start_exit_cleanup();
         self.exit_when_settled();
     }
@@ -171,6 +191,7 @@ impl DomainManager {
         // A migration's outcome (MIGRATION_COMPLETED) follows the
         // source domain's Stopped/Migrated event; wait for it too.
         let settled = !self.jobs.has_waiting_clients()
+            && !self.exit.awaiting_delete
             && !self.jobs.is_running(Operation::UndefineOnExit)
             && !self.migration_running_as_source();
         if settled {

@@ -381,6 +381,7 @@ impl DomainManager {
                 // Undefined now, even before libvirt's Undefined event
                 // arrives: a second delete must not reach libvirt.
                 self.domain.defined = false;
+                self.exit.awaiting_delete = false;
             }
             Operation::Sync => self.on_sync_finished(output.result.is_ok()),
             Operation::QueryDomain => {

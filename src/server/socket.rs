@@ -11,8 +11,28 @@ use std::path::{Path, PathBuf};
 
 use crate::safe_fs;
 
-pub const INIT_SOCKET_NAME: &str = "launcher-init-sock";
-pub const READY_SOCKET_NAME: &str = "launcher-sock";
+/// A command socket's two names: where it listens while the launcher
+/// starts, and the name it is renamed to once it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketNames {
+    pub init: &'static str,
+    pub ready: &'static str,
+}
+
+impl SocketNames {
+    /// The socket virt-handler looks for (KubeVirt's names): the JSON
+    /// protocol's, or in KubeVirt mode the gRPC one's.
+    pub const LAUNCHER: SocketNames = SocketNames {
+        init: "launcher-init-sock",
+        ready: "launcher-sock",
+    };
+    /// The JSON protocol's socket in KubeVirt mode, where gRPC has
+    /// `LAUNCHER`'s names.
+    pub const JSON_BESIDE_GRPC: SocketNames = SocketNames {
+        init: "launcher-json-init-sock",
+        ready: "launcher-json-sock",
+    };
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SocketPaths {
@@ -22,11 +42,11 @@ pub struct SocketPaths {
 }
 
 impl SocketPaths {
-    pub fn new(share_dir: &Path) -> SocketPaths {
+    pub fn new(share_dir: &Path, names: SocketNames) -> SocketPaths {
         let dir = share_dir.join("sockets");
         SocketPaths {
-            init: dir.join(INIT_SOCKET_NAME),
-            ready: dir.join(READY_SOCKET_NAME),
+            init: dir.join(names.init),
+            ready: dir.join(names.ready),
             dir,
         }
     }
@@ -88,12 +108,12 @@ pub struct CommandSocket {
 }
 
 impl CommandSocket {
-    /// Clears sockets a dead launcher left behind and listens on
-    /// `launcher-init-sock` with mode 0600. The caller holds the socket
-    /// directory's lock (`crate::lock`), which proves that any socket
-    /// found here is stale.
-    pub fn bind(share_dir: &Path) -> Result<CommandSocket, SocketError> {
-        let paths = SocketPaths::new(share_dir);
+    /// Clears sockets a dead launcher left behind and listens on the
+    /// socket's init name (`launcher-init-sock`) with mode 0600. The caller
+    /// holds the socket directory's lock (`crate::lock`), which proves
+    /// that any socket found here is stale.
+    pub fn bind(share_dir: &Path, names: SocketNames) -> Result<CommandSocket, SocketError> {
+        let paths = SocketPaths::new(share_dir, names);
         safe_fs::ensure_dir(&paths.dir, 0o755)
             .map_err(io_err("create the socket directory", &paths.dir))?;
         for stale in [&paths.init, &paths.ready] {
@@ -103,7 +123,7 @@ impl CommandSocket {
         // so nobody can connect before the mode is 0600.
         let temp = paths
             .dir
-            .join(format!(".{INIT_SOCKET_NAME}.{}", std::process::id()));
+            .join(format!(".{}.{}", names.init, std::process::id()));
         remove_stale_socket(&temp)?;
         let listener = UnixListener::bind(&temp).map_err(io_err("listen on", &temp))?;
         fs::set_permissions(&temp, Permissions::from_mode(0o600))
@@ -189,7 +209,7 @@ mod tests {
     #[test]
     fn bind_ready_remove() {
         let dir = temp_dir("cycle");
-        let socket = CommandSocket::bind(&dir).unwrap();
+        let socket = CommandSocket::bind(&dir, SocketNames::LAUNCHER).unwrap();
         let meta = fs::metadata(&socket.paths.init).unwrap();
         assert!(meta.file_type().is_socket());
         assert_eq!(meta.permissions().mode() & 0o777, 0o600);
@@ -203,26 +223,26 @@ mod tests {
     #[test]
     fn stale_sockets_are_removed_and_anything_else_refused() {
         let dir = temp_dir("stale");
-        let first = CommandSocket::bind(&dir).unwrap();
+        let first = CommandSocket::bind(&dir, SocketNames::LAUNCHER).unwrap();
         first.mark_ready().unwrap();
         // A launcher that died: its socket file stays behind.
         let ready = first.paths.ready.clone();
         drop(first);
         assert!(ready.exists());
-        let second = CommandSocket::bind(&dir).unwrap();
+        let second = CommandSocket::bind(&dir, SocketNames::LAUNCHER).unwrap();
         assert!(!ready.exists(), "stale socket should be gone");
         assert!(second.paths.init.exists());
         second.remove();
         // Not sockets: left alone and refused.
         fs::write(&ready, b"keep me").unwrap();
-        match CommandSocket::bind(&dir) {
+        match CommandSocket::bind(&dir, SocketNames::LAUNCHER) {
             Err(SocketError::NotASocket { kind, .. }) => assert_eq!(kind, "a regular file"),
             other => panic!("{:?}", other.map(|_| ())),
         }
         assert_eq!(fs::read(&ready).unwrap(), b"keep me");
         fs::remove_file(&ready).unwrap();
         symlink("/etc/passwd", &ready).unwrap();
-        let err = CommandSocket::bind(&dir)
+        let err = CommandSocket::bind(&dir, SocketNames::LAUNCHER)
             .err()
             .expect("refused")
             .to_string();

@@ -1,0 +1,494 @@
+//! KubeVirt's `Cmd` service (cmd v1) and `CmdInfo`, over the domain
+//! manager: each RPC becomes the JSON protocol's command (the same
+//! validation, caches, state checks and errors), and its reply KubeVirt's
+//! response message. Like KubeVirt's launcher, a failed call is answered
+//! with gRPC status OK and `success: false` with the reason (only `Exec`
+//! and `GuestPing` also fail at the gRPC level); a call this launcher
+//! cannot do yet says so the same way, naming the RPC.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::api;
+use super::proto::cmd::*;
+use super::proto::info::{CmdInfoResponse, SUPPORTED_CMD_VERSIONS};
+use super::proto::methods::{CmdMethod, CmdRequest, LauncherMethod};
+use crate::agent::model::{GuestInterface, GuestOsInfo};
+use crate::command::{Command, ManagerRequest, ReplyTo};
+use crate::config::Config;
+use crate::grpc::{Code, Handler, Status};
+use crate::hypervisor::{DomainState, DomainStatus, StateReason};
+use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::sink::Sink;
+
+/// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services.
+pub fn cmd_handler(manager: Sink<ManagerRequest>, config: Arc<Config>) -> Arc<dyn Handler> {
+    Arc::new(CmdService(ManagerClient::new(manager, config)))
+}
+
+struct CmdService(ManagerClient);
+
+impl std::ops::Deref for CmdService {
+    type Target = ManagerClient;
+    fn deref(&self) -> &ManagerClient {
+        &self.0
+    }
+}
+
+/// Runs the JSON protocol's commands on the domain manager and reads their
+/// replies back into KubeVirt's shapes; the gRPC service and the notifier
+/// share it.
+pub struct ManagerClient {
+    manager: Sink<ManagerRequest>,
+    config: Arc<Config>,
+}
+
+impl Handler for CmdService {
+    fn call(&self, method: &str, request: &[u8]) -> Result<Vec<u8>, Status> {
+        let Some(method) = LauncherMethod::from_path(method) else {
+            return Err(Status::unimplemented(method));
+        };
+        match method {
+            LauncherMethod::Info => Ok(CmdInfoResponse {
+                supported_cmd_versions: SUPPORTED_CMD_VERSIONS.to_vec(),
+            }
+            .encode()),
+            LauncherMethod::Cmd(method) => {
+                let request = CmdRequest::decode(method, request).map_err(|e| {
+                    Status::new(Code::InvalidArgument, format!("{}: {e}", method.name()))
+                })?;
+                self.dispatch(request)
+            }
+        }
+    }
+}
+
+/// `Response{success: true}`.
+fn ok() -> Response {
+    Response {
+        success: true,
+        message: String::new(),
+    }
+}
+
+fn failed(message: impl Into<String>) -> Response {
+    Response {
+        success: false,
+        message: message.into(),
+    }
+}
+
+/// A command's result as KubeVirt's `Response`.
+fn response(result: &CommandResult) -> Response {
+    match result {
+        Ok(_) => ok(),
+        Err(e) => failed(describe(e)),
+    }
+}
+
+fn describe(e: &CommandError) -> String {
+    format!("{}: {}", e.class.as_str(), e.desc)
+}
+
+/// What KubeVirt's launcher answers for an RPC it cannot serve.
+fn unsupported(method: CmdMethod) -> Response {
+    failed(format!(
+        "{} is not supported by this launcher (virt-launcher {}) yet",
+        method.name(),
+        env!("CARGO_PKG_VERSION")
+    ))
+}
+
+/// The VMI a request carries, as KubeVirt's launcher reads it.
+fn vmi_of(vmi: Option<&Vmi>) -> Result<Value, Response> {
+    let invalid = || failed("No valid vmi object present in command server request");
+    let vmi = vmi.ok_or_else(invalid)?;
+    match serde_json::from_slice::<Value>(&vmi.vmi_json) {
+        Ok(value) if value.is_object() => Ok(value),
+        _ => Err(invalid()),
+    }
+}
+
+impl ManagerClient {
+    pub fn new(manager: Sink<ManagerRequest>, config: Arc<Config>) -> ManagerClient {
+        ManagerClient { manager, config }
+    }
+
+    /// Runs one command of the JSON protocol and waits for its reply (the
+    /// manager answers every request, or drops it with an error).
+    fn run(&self, name: &str, arguments: Value) -> CommandResult {
+        let arguments = match arguments {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        let Command::Manager(command) = Command::parse(name, arguments)? else {
+            return Err(CommandError::internal(format!(
+                "{name} is not a command of the domain manager"
+            )));
+        };
+        let (reply, answer) = ReplyTo::channel();
+        self.manager
+            .send(ManagerRequest { command, reply })
+            .map_err(|_| {
+                CommandError::new(ErrorClass::Unavailable, "the domain manager has stopped")
+            })?;
+        answer.recv().unwrap_or_else(|_| {
+            Err(CommandError::internal(format!(
+                "{name}: the domain manager dropped the request"
+            )))
+        })
+    }
+
+    /// A command whose `NotFound` (no domain) is success, as KubeVirt's
+    /// idempotent kill, delete and shutdown are.
+    fn run_idempotent(&self, name: &str) -> Response {
+        match self.run(name, json!({})) {
+            Err(e) if e.class == ErrorClass::NotFound => ok(),
+            result => response(&result),
+        }
+    }
+
+    /// The domain as KubeVirt's `api.Domain` JSON; `None` when there is none.
+    fn kubevirt_domain(&self) -> Result<Option<String>, String> {
+        let Some(domain) = self.read_domain()? else {
+            return Ok(None);
+        };
+        serde_json::to_string(&domain)
+            .map(Some)
+            .map_err(|e| format!("cannot encode the domain: {e}"))
+    }
+
+    /// The live domain with its state and what the guest agent reported.
+    pub fn read_domain(&self) -> Result<Option<api::Domain>, String> {
+        let reply = match self.run("query-domain", json!({ "fields": ["xml", "state"] })) {
+            Ok(reply) => reply.into_object(),
+            Err(e) if e.class == ErrorClass::NotFound => return Ok(None),
+            Err(e) => return Err(describe(&e)),
+        };
+        let xml = reply.get("xml").and_then(Value::as_str).unwrap_or_default();
+        let status = status_of(&reply);
+        if status.state == DomainState::NoState && xml.is_empty() {
+            return Ok(None);
+        }
+        let spec = api::DomainSpec::from_xml(xml)
+            .map_err(|e| format!("cannot read the domain XML as KubeVirt's api.DomainSpec: {e}"))?;
+        let (namespace, name) = api::split_domain_name(&spec.name);
+        let mut domain = api::Domain::reference(namespace, name);
+        domain.spec = spec;
+        domain.set_status(status);
+        // What the guest agent reported, once it has: the interfaces and
+        // the OS, as KubeVirt's launcher merges them into the status.
+        if let Ok(reply) = self.run("query-interfaces", json!({})) {
+            let interfaces: Vec<GuestInterface> = reply
+                .into_object()
+                .get("interfaces")
+                .and_then(|v| Vec::<GuestInterface>::deserialize(v).ok())
+                .unwrap_or_default();
+            if !interfaces.is_empty() {
+                domain.status.interfaces =
+                    Some(interfaces.iter().map(api::interface_status).collect());
+            }
+        }
+        if let Ok(reply) = self.run("query-os-info", json!({}))
+            && let Some(os) = reply
+                .into_object()
+                .get("os")
+                .and_then(|v| GuestOsInfo::deserialize(v).ok())
+        {
+            domain.status.os_info = api::os_info(&os);
+        }
+        Ok(Some(domain))
+    }
+}
+
+impl CmdService {
+    fn dispatch(&self, request: CmdRequest) -> Result<Vec<u8>, Status> {
+        use CmdRequest as R;
+        let method = request.method();
+        let plain = |response: Response| Ok(response.encode());
+        match request {
+            R::SyncVirtualMachine(r)
+            | R::HotplugHostDevices(r)
+            | R::SyncVirtualMachineCPUs(r)
+            | R::SyncVirtualMachineMemory(r) => {
+                // A sync applies whatever changed: hotplugged host devices,
+                // vCPUs and memory among it.
+                match vmi_of(r.vmi.as_ref()) {
+                    Ok(vmi) => plain(response(&self.run("sync", json!({ "vmi": vmi })))),
+                    Err(refused) => plain(refused),
+                }
+            }
+            R::PauseVirtualMachine(_) => plain(response(&self.run("pause", json!({})))),
+            R::UnpauseVirtualMachine(_) => plain(response(&self.run("unpause", json!({})))),
+            R::ResetVirtualMachine(_) => plain(response(&self.run("reset", json!({})))),
+            R::SoftRebootVirtualMachine(_) => plain(response(&self.run("reboot", json!({})))),
+            R::ShutdownVirtualMachine(_) => plain(self.run_idempotent("shutdown")),
+            R::KillVirtualMachine(_) => plain(self.run_idempotent("kill")),
+            R::DeleteVirtualMachine(_) => plain(self.run_idempotent("delete")),
+            R::FreezeVirtualMachine(r) => {
+                let timeout = u64::try_from(r.unfreeze_timeout_seconds).unwrap_or(0);
+                plain(response(&self.run(
+                    "freeze",
+                    json!({ "unfreeze_timeout_seconds": timeout }),
+                )))
+            }
+            R::UnfreezeVirtualMachine(_) => plain(response(&self.run("unfreeze", json!({})))),
+            R::CancelVirtualMachineMigration(_) => {
+                // KubeVirt's cancel never fails: nothing to cancel is done.
+                if let Err(e) = self.run("migrate-cancel", json!({})) {
+                    log::debug!("kubevirt: CancelVirtualMachineMigration: {}", describe(&e));
+                }
+                plain(ok())
+            }
+            R::SignalTargetPodCleanup(_) => plain(ok()),
+            R::Ping(_) => plain(ok()),
+            R::GetDomain(_) => Ok(self.get_domain().encode()),
+            R::GetDomainStats(_) => Ok(self.get_domain_stats().encode()),
+            R::GetGuestInfo(_) => Ok(self.get_guest_info().encode()),
+            R::GetUsers(_) => Ok(self.get_users().encode()),
+            R::GetFilesystems(_) => Ok(self.get_filesystems().encode()),
+            R::Exec(r) => self.exec(&r),
+            R::GuestPing(r) => self.guest_ping(&r),
+            R::GetQemuVersion(_) => Ok(self.qemu_version().encode()),
+            R::MigrateVirtualMachine(_)
+            | R::SyncMigrationTarget(_)
+            | R::FinalizeVirtualMachineMigration(_)
+            | R::VirtualMachineMemoryDump(_)
+            | R::InjectLaunchSecret(_)
+            | R::BackupVirtualMachine(_) => plain(unsupported(method)),
+            R::GetSEVInfo(_) => Ok(SevInfoResponse {
+                response: Some(unsupported(method)),
+                ..Default::default()
+            }
+            .encode()),
+            R::GetLaunchMeasurement(_) => Ok(LaunchMeasurementResponse {
+                response: Some(unsupported(method)),
+                ..Default::default()
+            }
+            .encode()),
+            R::GetDomainDirtyRateStats(_) => Ok(DirtyRateStatsResponse {
+                response: Some(unsupported(method)),
+                ..Default::default()
+            }
+            .encode()),
+            R::GetScreenshot(_) => Ok(ScreenshotResponse {
+                response: Some(unsupported(method)),
+                ..Default::default()
+            }
+            .encode()),
+            R::RedefineCheckpoint(_) => Ok(RedefineCheckpointResponse {
+                response: Some(unsupported(method)),
+                ..Default::default()
+            }
+            .encode()),
+            R::GetVMStats(_) => Ok(VmStatsResponse {
+                response: Some(unsupported(method)),
+                ..Default::default()
+            }
+            .encode()),
+        }
+    }
+
+    fn get_domain(&self) -> DomainResponse {
+        let (response, domain) = match self.kubevirt_domain() {
+            Ok(Some(domain)) => (ok(), domain),
+            // No domain: an empty answer, as KubeVirt's launcher gives.
+            Ok(None) => (ok(), String::new()),
+            Err(message) => (failed(message), String::new()),
+        };
+        DomainResponse {
+            response: Some(response),
+            domain,
+        }
+    }
+
+    fn get_domain_stats(&self) -> DomainStatsResponse {
+        let result = (|| -> Result<String, String> {
+            let reply = match self.run("query-stats", json!({})) {
+                Ok(reply) => reply.into_object(),
+                Err(e) if e.class == ErrorClass::NotFound => return Ok(String::new()),
+                Err(e) => return Err(describe(&e)),
+            };
+            let bulk = reply
+                .get("stats")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let described = self
+                .run("query-domain", json!({ "fields": ["uuid", "xml"] }))
+                .map(|r| r.into_object())
+                .unwrap_or_default();
+            let uuid = described
+                .get("uuid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let spec = described
+                .get("xml")
+                .and_then(Value::as_str)
+                .and_then(|xml| api::DomainSpec::from_xml(xml).ok());
+            let stats = api::DomainStats::from_sources(&api::StatsSources {
+                name: &self.config.domain_name,
+                uuid,
+                bulk: &bulk,
+                domain: spec.as_ref(),
+                host_cpus: api::host_cpu_count(),
+                load: None,
+                migration: None,
+            });
+            serde_json::to_string(&stats).map_err(|e| format!("cannot encode the stats: {e}"))
+        })();
+        let (response, domain_stats) = match result {
+            Ok(stats) => (ok(), stats),
+            Err(message) => (failed(message), String::new()),
+        };
+        DomainStatsResponse {
+            response: Some(response),
+            domain_stats,
+        }
+    }
+
+    /// A guest-agent query's answer as JSON text: `member` of the reply,
+    /// or the whole reply; an agent that is not there answers `empty`, as
+    /// KubeVirt's agent cache does before its first poll.
+    fn agent_json(&self, command: &str, member: Option<&str>, empty: &str) -> (Response, String) {
+        match self.run(command, json!({})) {
+            Ok(reply) => {
+                let object = reply.into_object();
+                let value = match member {
+                    Some(member) => object.get(member).cloned().unwrap_or(Value::Null),
+                    None => Value::Object(object),
+                };
+                match serde_json::to_string(&value) {
+                    Ok(text) => (ok(), text),
+                    Err(e) => (
+                        failed(format!("cannot encode {command}: {e}")),
+                        String::new(),
+                    ),
+                }
+            }
+            Err(e) if matches!(e.class, ErrorClass::Unavailable | ErrorClass::NotFound) => {
+                (ok(), empty.to_string())
+            }
+            Err(e) => (failed(describe(&e)), String::new()),
+        }
+    }
+
+    fn get_guest_info(&self) -> GuestInfoResponse {
+        let (response, guest_info_response) = self.agent_json("query-guest-info", None, "{}");
+        GuestInfoResponse {
+            response: Some(response),
+            guest_info_response,
+        }
+    }
+
+    fn get_users(&self) -> GuestUserListResponse {
+        let (response, guest_user_list_response) =
+            self.agent_json("query-users", Some("users"), "[]");
+        GuestUserListResponse {
+            response: Some(response),
+            guest_user_list_response,
+        }
+    }
+
+    fn get_filesystems(&self) -> GuestFilesystemsResponse {
+        let (response, guest_filesystems_response) =
+            self.agent_json("query-filesystems", Some("filesystems"), "[]");
+        GuestFilesystemsResponse {
+            response: Some(response),
+            guest_filesystems_response,
+        }
+    }
+
+    /// A request naming another domain than this launcher's.
+    fn other_domain(&self, domain_name: &str) -> Option<Status> {
+        (!domain_name.is_empty() && domain_name != self.config.domain_name).then(|| {
+            Status::new(
+                Code::NotFound,
+                format!(
+                    "domain {domain_name} is not this launcher's ({})",
+                    self.config.domain_name
+                ),
+            )
+        })
+    }
+
+    fn exec(&self, request: &ExecRequest) -> Result<Vec<u8>, Status> {
+        if let Some(status) = self.other_domain(&request.domain_name) {
+            return Err(status);
+        }
+        let timeout = u64::try_from(request.timeout_seconds).unwrap_or(0).max(1);
+        let result = self.run(
+            "guest-exec",
+            json!({
+                "command": request.command,
+                "args": request.args,
+                "timeout_seconds": timeout,
+            }),
+        );
+        match result {
+            Ok(reply) => {
+                let reply = reply.into_object();
+                let exit_code = reply
+                    .get("exit_code")
+                    .and_then(Value::as_i64)
+                    .and_then(|c| i32::try_from(c).ok())
+                    .unwrap_or(-1);
+                let std_out = reply
+                    .get("stdout")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                Ok(ExecResponse {
+                    response: Some(ok()),
+                    exit_code,
+                    std_out,
+                }
+                .encode())
+            }
+            Err(e) => Err(Status::new(Code::Unknown, describe(&e))),
+        }
+    }
+
+    fn guest_ping(&self, request: &GuestPingRequest) -> Result<Vec<u8>, Status> {
+        if let Some(status) = self.other_domain(&request.domain_name) {
+            return Err(status);
+        }
+        let timeout = u64::try_from(request.timeout_seconds).unwrap_or(0).max(1);
+        match self.run("guest-ping", json!({ "timeout_seconds": timeout })) {
+            Ok(_) => Ok(GuestPingResponse {
+                response: Some(ok()),
+            }
+            .encode()),
+            Err(e) => Err(Status::new(Code::Unknown, describe(&e))),
+        }
+    }
+
+    fn qemu_version(&self) -> QemuVersionResponse {
+        match self.run("query-version", json!({})) {
+            Ok(reply) => QemuVersionResponse {
+                response: Some(ok()),
+                version: reply
+                    .into_object()
+                    .get("hypervisor")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            },
+            Err(e) => QemuVersionResponse {
+                response: Some(failed(describe(&e))),
+                version: String::new(),
+            },
+        }
+    }
+}
+
+/// The state and reason of a `query-domain` reply.
+fn status_of(reply: &Map<String, Value>) -> DomainStatus {
+    let word = |key: &str| reply.get(key).and_then(Value::as_str).unwrap_or_default();
+    DomainStatus::new(
+        DomainState::from_name(word("state")).unwrap_or(DomainState::NoState),
+        StateReason::from_name(word("reason")).unwrap_or(StateReason::Unknown),
+    )
+}

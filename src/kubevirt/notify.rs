@@ -143,7 +143,10 @@ impl NotifyState {
     fn refresh(&mut self) {
         match self.reader.read_domain() {
             Ok(Some(domain)) => {
-                let domain = domain.for_notification();
+                let mut domain = domain.for_notification();
+                // Notifications carry the agent's freeze status too
+                // (GetDomain does not, as in KubeVirt).
+                domain.status.fs_freeze_status.status = self.reader.fs_freeze_status();
                 let Ok(json) = serde_json::to_string(&domain) else {
                     return;
                 };

@@ -201,6 +201,21 @@ impl ManagerClient {
         }
         Ok(Some(domain))
     }
+
+    /// The guest agent's last `guest-fsfreeze-status` (`thawed`,
+    /// `frozen`), empty before the agent reported one.
+    pub fn fs_freeze_status(&self) -> String {
+        self.run("query-guest-info", json!({}))
+            .ok()
+            .and_then(|reply| {
+                reply
+                    .into_object()
+                    .get("fsFreezeStatus")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            })
+            .unwrap_or_default()
+    }
 }
 
 impl CmdService {

@@ -18,6 +18,7 @@ pub mod exit;
 pub mod hotplug;
 pub mod hypervisor;
 pub mod launcher;
+pub mod limits;
 pub mod lock;
 pub mod logging;
 pub mod manager;

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::values::{
-    parse_byte_size, parse_count, parse_duration, parse_idle_timeout, parse_log_filters,
-    parse_seconds,
+    MAX_CLIENTS, parse_byte_size, parse_count, parse_duration, parse_idle_timeout,
+    parse_log_filters, parse_seconds,
 };
 use crate::config::AgentIntervals;
 
@@ -277,7 +277,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-timeout",
         "DURATION",
         Some("3m"),
-        "How long to wait for a domain to be defined and started (by --vmi or a sync command) before giving up with exit status 5; also the deadline of each sync. More than zero.",
+        "How long to wait for a domain to be defined and started (by --vmi or a sync command) before giving up with exit status 5; also the deadline of each sync. More than zero, at most 87600h.",
         |a, v| {
             a.qemu_timeout = parse_duration(v)?;
             Ok(())
@@ -295,7 +295,7 @@ pub static FLAGS: &[FlagSpec] = &[
         },
         default: None,
         default_doc: Some("the VMI's spec.terminationGracePeriodSeconds, else 30"),
-        help: "After SIGTERM, SIGINT, SIGHUP or SIGQUIT, how long the guest has to power off after the ACPI request before it is forced off. 0 forces it off at once.",
+        help: "After SIGTERM, SIGINT, SIGHUP or SIGQUIT, how long the guest has to power off after the ACPI request before it is forced off: 0 (forced off at once) to 315360000 (ten years).",
     },
     value_flag!(
         "vmi",
@@ -351,9 +351,9 @@ pub static FLAGS: &[FlagSpec] = &[
         "max-clients",
         "N",
         Some("16"),
-        "Most command-socket connections served at once. One more gets a Busy error line and is closed.",
+        "Most command-socket connections served at once, 1 to 65536. One more gets a Busy error line and is closed.",
         |a, v| {
-            a.max_clients = parse_count(v)?;
+            a.max_clients = parse_count(v, MAX_CLIENTS)?;
             Ok(())
         }
     ),
@@ -361,7 +361,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "max-line-bytes",
         "BYTES",
         Some("1MiB"),
-        "Longest request line accepted. A longer line gets RequestTooLarge and is discarded.",
+        "Longest request line accepted: at least 64 bytes, at most 1024MiB. A longer line gets RequestTooLarge and is discarded.",
         |a, v| {
             a.max_line_bytes = parse_byte_size(v)?;
             Ok(())
@@ -371,7 +371,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "client-idle-timeout",
         "DURATION",
         Some("0"),
-        "Close a command-socket connection that has not subscribed to events and has sent nothing for this long, so idle clients cannot hold every slot of --max-clients. 0 never closes an idle connection. A started line must always be finished within 30 s.",
+        "Close a command-socket connection that has not subscribed to events and has sent nothing for this long (at most 87600h), so idle clients cannot hold every slot of --max-clients. 0 never closes an idle connection. A started line must always be finished within 30 s.",
         |a, v| {
             a.client_idle_timeout = parse_idle_timeout(v)?;
             Ok(())
@@ -391,7 +391,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-sys-interval",
         "DURATION",
         Some("120s"),
-        "Guest-agent poll interval for interfaces, OS info, hostname and timezone. More than zero.",
+        "Guest-agent poll interval for interfaces, OS info, hostname and timezone. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.sys = parse_duration(v)?;
             Ok(())
@@ -401,7 +401,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-file-interval",
         "DURATION",
         Some("300s"),
-        "Guest-agent poll interval for the filesystem list. More than zero.",
+        "Guest-agent poll interval for the filesystem list. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.file = parse_duration(v)?;
             Ok(())
@@ -411,7 +411,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-user-interval",
         "DURATION",
         Some("10s"),
-        "Guest-agent poll interval for logged-in users. More than zero.",
+        "Guest-agent poll interval for logged-in users. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.user = parse_duration(v)?;
             Ok(())
@@ -421,7 +421,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-version-interval",
         "DURATION",
         Some("300s"),
-        "Guest-agent poll interval for the agent version and supported commands. More than zero.",
+        "Guest-agent poll interval for the agent version and supported commands. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.version = parse_duration(v)?;
             Ok(())
@@ -431,7 +431,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-fsfreeze-status-interval",
         "DURATION",
         Some("5s"),
-        "Guest-agent poll interval for the filesystem freeze status. More than zero.",
+        "Guest-agent poll interval for the filesystem freeze status. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.fsfreeze = parse_duration(v)?;
             Ok(())

@@ -213,6 +213,53 @@ fn the_largest_numbers_in_range_run_and_stop_cleanly() {
 }
 
 #[test]
+fn a_vmi_grace_period_out_of_range_is_refused_and_sigterm_still_stops_gracefully() {
+    let mut launcher = Launcher::start_in(TempTree::new("vmi-grace"), &test_args(&[]));
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    for bad in [
+        json!(i64::MAX),
+        json!(u64::MAX),
+        json!(315_360_001),
+        json!(-1),
+        json!(1e308),
+    ] {
+        let mut vmi = demo_vmi();
+        vmi["spec"]["terminationGracePeriodSeconds"] = bad.clone();
+        let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+        assert_eq!(class, "InvalidArgument", "{bad}: {desc}");
+        assert!(
+            desc.contains("spec.terminationGracePeriodSeconds"),
+            "{bad}: {desc}"
+        );
+    }
+    let mut vmi = demo_vmi();
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(i64::MAX);
+    let (_, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert!(
+        desc.ends_with("spec.terminationGracePeriodSeconds: 9223372036854775807 is out of range (0 to 315360000, ten years)"),
+        "{desc}"
+    );
+    // The largest grace period is taken; the guest powers off at the ACPI
+    // request, well within it.
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(315_360_000);
+    client.ok("sync", json!({ "vmi": vmi }));
+    client.ok("subscribe", Value::Null);
+    launcher.signal("TERM");
+    let started = client.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(
+        started["data"]["grace_period_seconds"], 315_360_000,
+        "{started}"
+    );
+    assert_eq!(launcher.wait_exit(T), 0, "{}", launcher.log_text());
+    assert!(
+        !launcher.log_text().contains("panicked"),
+        "{}",
+        launcher.log_text()
+    );
+}
+
+#[test]
 fn a_lone_dash_after_a_flag_is_a_missing_value_not_a_directory() {
     let tree = TempTree::new("dash");
     let args = test_args(&["--private-dir", "-"]);

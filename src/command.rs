@@ -93,6 +93,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "query-domain",
         summary: "The live domain: name, uuid, state, reason, the domain XML and its parsed form, served from a cache that every event changing the domain invalidates (age_ms says how old); arguments.fields picks parts, arguments.max_age_ms bounds the age.",
         parse: |a| {
+            a.integers(&[("max_age_ms", 0, MAX_AGE_MS)])?;
             let args: DomainQueryArgs = a.typed()?;
             Ok(DomainCommand::QueryDomain(args.into_query()?).into())
         },
@@ -101,6 +102,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "query-stats",
         summary: "libvirt bulk statistics of the domain (cpu, balloon, vcpu, block, interface), named as virsh domstats names them, from a sample a background job refreshes while clients ask (age_ms says how old); arguments.max_age_ms bounds the age (0: a fresh sample).",
         parse: |a| {
+            a.integers(&[("max_age_ms", 0, MAX_AGE_MS)])?;
             let args: StatsQueryArgs = a.typed()?;
             Ok(DomainCommand::QueryStats {
                 max_age: args.max_age_ms.map(Duration::from_millis),
@@ -112,9 +114,12 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "guest-ping",
         summary: "Ping the QEMU guest agent (arguments.timeout_seconds, default 5).",
         parse: |a| {
+            a.integers(&[("timeout_seconds", 1, MAX_GUEST_TIMEOUT_SECONDS)])?;
             let args: GuestPingArgs = a.typed()?;
-            let timeout_seconds = bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?;
-            Ok(GuestCommand::Ping { timeout_seconds }.into())
+            Ok(GuestCommand::Ping {
+                timeout_seconds: args.timeout_seconds,
+            }
+            .into())
         },
     },
     CommandSpec {
@@ -146,13 +151,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "guest-exec",
         summary: "Run arguments.command with arguments.args in the guest through the agent and wait up to arguments.timeout_seconds (default 30): exit code, stdout and stderr. A non-zero exit is a result, not an error.",
         parse: |a| {
+            a.integers(&[("timeout_seconds", 1, MAX_GUEST_TIMEOUT_SECONDS)])?;
             let args: GuestExecArgs = a.typed()?;
             if args.command.is_empty() {
                 return Err(CommandError::invalid_argument(
                     "arguments.command must name the program to run in the guest",
                 ));
             }
-            bounded_seconds("timeout_seconds", args.timeout_seconds, 1)?;
             Ok(GuestCommand::Exec(args).into())
         },
     },
@@ -160,11 +165,10 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "freeze",
         summary: "Freeze the guest's filesystems; they thaw by themselves after arguments.unfreeze_timeout_seconds (0: never).",
         parse: |a| {
+            a.integers(&[("unfreeze_timeout_seconds", 0, MAX_GUEST_TIMEOUT_SECONDS)])?;
             let args: FreezeArgs = a.typed()?;
-            let unfreeze_timeout_seconds =
-                bounded_seconds("unfreeze_timeout_seconds", args.unfreeze_timeout_seconds, 0)?;
             Ok(GuestCommand::Freeze {
-                unfreeze_timeout_seconds,
+                unfreeze_timeout_seconds: args.unfreeze_timeout_seconds,
             }
             .into())
         },
@@ -183,6 +187,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         name: "migrate",
         summary: "On the source launcher: live-migrate the guest to arguments.target (prepare-migration-target's reply), with KubeVirt's migration options. Returns at once; progress and the outcome come as MIGRATION_* events. After success the launcher exits with status 0.",
         parse: |a| {
+            a.integers(MigrationOptions::INTEGER_RANGES)?;
             let options: MigrationOptions = a.typed()?;
             if options.target.libvirt_uri.is_empty() {
                 return Err(CommandError::invalid_argument(
@@ -585,6 +590,11 @@ fn default_exec_timeout() -> u64 {
 /// Longest wait a guest command may ask for.
 pub const MAX_GUEST_TIMEOUT_SECONDS: u64 = 3600;
 
+/// `max_age_ms` of `query-domain` and `query-stats`: at most ten years, the
+/// longest duration any input may give (an answer that old is never kept;
+/// a larger number would mean the same).
+pub const MAX_AGE_MS: u64 = crate::limits::MAX_SECONDS * 1000;
+
 /// A command's arguments, with the command's name for error messages.
 struct Arguments {
     command: &'static str,
@@ -601,6 +611,35 @@ impl Arguments {
                 self.command
             ))),
         }
+    }
+
+    /// The whole-number arguments `ranges` names (name, least, most),
+    /// checked before [`Self::typed`] so that one out of its range, negative,
+    /// fractional, too large for any integer or not a number at all is
+    /// refused naming the argument and its range. An absent or null one is
+    /// left to the command's default.
+    fn integers(&self, ranges: &[(&str, u64, u64)]) -> Result<(), CommandError> {
+        for &(name, least, most) in ranges {
+            let value = match self.map.get(name) {
+                None | Some(Value::Null) => continue,
+                Some(value) => value,
+            };
+            let whole = value.is_u64() || value.is_i64();
+            match value.as_u64() {
+                Some(n) if (least..=most).contains(&n) => {}
+                _ if whole => {
+                    return Err(CommandError::invalid_argument(format!(
+                        "arguments.{name}: {value} is out of range ({least} to {most})"
+                    )));
+                }
+                _ => {
+                    return Err(CommandError::invalid_argument(format!(
+                        "arguments.{name}: expected a whole number from {least} to {most}, got {value}"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn typed<T: DeserializeOwned>(self) -> Result<T, CommandError> {
@@ -701,15 +740,6 @@ struct FreezeArgs {
 #[serde(deny_unknown_fields)]
 struct SubscribeArgs {
     events: Option<Vec<String>>,
-}
-
-fn bounded_seconds(name: &str, value: u64, min: u64) -> Result<u64, CommandError> {
-    if value < min || value > MAX_GUEST_TIMEOUT_SECONDS {
-        return Err(CommandError::invalid_argument(format!(
-            "arguments.{name}: {value} is out of range ({min} to {MAX_GUEST_TIMEOUT_SECONDS})"
-        )));
-    }
-    Ok(value)
 }
 
 /// `subscribe`'s event names: known, not empty, each once.
@@ -1037,6 +1067,96 @@ mod tests {
         ] {
             let err = Command::parse(bad.0, args(bad.1.clone())).unwrap_err();
             assert_eq!(err.class, ErrorClass::InvalidArgument, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_whole_number_argument_has_a_range_named_in_the_error() {
+        let ten_years = 315_360_000u64;
+        let target = json!({"libvirt_uri": "qemu+unix:///system"});
+        // (command, argument, least, most, other arguments it needs)
+        let cases = [
+            ("query-domain", "max_age_ms", 0, ten_years * 1000, json!({})),
+            ("query-stats", "max_age_ms", 0, ten_years * 1000, json!({})),
+            ("guest-ping", "timeout_seconds", 1, 3600, json!({})),
+            (
+                "guest-exec",
+                "timeout_seconds",
+                1,
+                3600,
+                json!({"command": "x"}),
+            ),
+            ("freeze", "unfreeze_timeout_seconds", 0, 3600, json!({})),
+            (
+                "migrate",
+                "bandwidth_mib_per_s",
+                0,
+                1 << 20,
+                json!({"target": target}),
+            ),
+            (
+                "migrate",
+                "completion_timeout_per_gib",
+                0,
+                ten_years,
+                json!({"target": target}),
+            ),
+            (
+                "migrate",
+                "progress_timeout",
+                0,
+                ten_years,
+                json!({"target": target}),
+            ),
+            (
+                "migrate",
+                "max_downtime_ms",
+                0,
+                2_000_000,
+                json!({"target": target}),
+            ),
+        ];
+        let with = |base: &Value, name: &str, value: Value| {
+            let mut map = args(base.clone());
+            map.insert(name.to_string(), value);
+            map
+        };
+        for (command, name, least, most, base) in cases {
+            for ok in [least, most] {
+                let parsed = Command::parse(command, with(&base, name, json!(ok)));
+                assert!(parsed.is_ok(), "{command} {name}={ok}: {parsed:?}");
+            }
+            let mut out_of_range = vec![json!(most + 1), json!(u64::MAX), json!(i64::MIN)];
+            if least > 0 {
+                out_of_range.push(json!(least - 1));
+            } else {
+                out_of_range.push(json!(-1));
+            }
+            for bad in out_of_range {
+                let err = Command::parse(command, with(&base, name, bad.clone())).unwrap_err();
+                assert_eq!(err.class, ErrorClass::InvalidArgument);
+                assert_eq!(
+                    err.desc,
+                    format!("arguments.{name}: {bad} is out of range ({least} to {most})"),
+                    "{command}"
+                );
+            }
+            for bad in [
+                json!(1e308),
+                json!(0.5),
+                json!("5"),
+                json!([1]),
+                json!(true),
+            ] {
+                let err = Command::parse(command, with(&base, name, bad.clone())).unwrap_err();
+                assert_eq!(
+                    err.desc,
+                    format!(
+                        "arguments.{name}: expected a whole number from {least} to {most}, got {bad}"
+                    ),
+                    "{command}"
+                );
+            }
         }
     }
 

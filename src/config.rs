@@ -148,11 +148,8 @@ impl Config {
         // KubeVirt's launcher reads its log verbosity from the environment.
         let verbosity = match std::env::var("VIRT_LAUNCHER_LOG_VERBOSITY") {
             Ok(level) => {
-                let level: u64 = level.trim().parse().map_err(|_| {
-                    UsageError(format!(
-                        "VIRT_LAUNCHER_LOG_VERBOSITY={level:?}: expected a whole number"
-                    ))
-                })?;
+                let level = crate::cli::parse_klog_level(level.trim())
+                    .map_err(|why| UsageError(format!("VIRT_LAUNCHER_LOG_VERBOSITY: {why}")))?;
                 args.verbosity.max(crate::cli::klog_verbosity(level))
             }
             Err(_) => args.verbosity,

@@ -20,6 +20,7 @@ pub mod hotplug;
 pub mod hypervisor;
 pub mod kubevirt;
 pub mod launcher;
+pub mod limits;
 pub mod lock;
 pub mod logging;
 pub mod manager;

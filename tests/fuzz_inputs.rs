@@ -10,6 +10,12 @@
 //! `VL_FUZZ_ROUNDS=20 cargo test --test fuzz_inputs` (the default is 1;
 //! each round is a few thousand cases per target). The test profile checks
 //! arithmetic overflow, which a release build would let wrap silently.
+//!
+//! Numbers get a pass of their own, not left to chance: every numeric field
+//! of docs/vmi.md's "Numbers" table, every numeric flag and subcommand flag
+//! and every whole-number socket argument, at the edges of every integer
+//! type (0, -1, i64::MAX, u64::MAX, 1e308, huge unit multipliers, ...).
+//! Each is refused or accepted within its documented range.
 
 mod common;
 
@@ -114,7 +120,9 @@ fn nasty_value(rng: &mut Rng) -> Value {
         "default",
         "pod",
     ];
-    match rng.below(14) {
+    match rng.below(16) {
+        14 => json!(i64::MAX),
+        15 => json!(-1e308),
         0 => Value::Null,
         1 => json!(true),
         2 => json!(0),
@@ -370,6 +378,11 @@ fn commands_refuse_arguments_of_any_shape_without_panicking() {
         "target_uri",
         "bandwidth_mib",
         "max_downtime_ms",
+        "max_age_ms",
+        "unfreeze_timeout_seconds",
+        "bandwidth_mib_per_s",
+        "completion_timeout_per_gib",
+        "progress_timeout",
         "options",
         "time",
         "disk",
@@ -899,4 +912,383 @@ fn mangled_grpc_requests_decode_or_fail_cleanly() {
         decoded > 1000 && refused > 1000,
         "{decoded} decoded, {refused} refused"
     );
+}
+
+/// Numbers at and past the edges of every integer type, in every shape a
+/// JSON number or a Kubernetes quantity can take.
+fn extreme_numbers() -> Vec<Value> {
+    let mut out: Vec<Value> = [
+        0i64,
+        1,
+        -1,
+        2,
+        223,
+        224,
+        254,
+        255,
+        4095,
+        4096,
+        4097,
+        16_383,
+        16_384,
+        65_535,
+        65_536,
+        315_360_000,
+        315_360_001,
+        3_155_760_000,
+        3_155_760_001,
+        -3_155_760_000,
+        -3_155_760_001,
+        4_294_967_295,
+        4_294_967_296,
+        i64::from(i32::MIN),
+        i64::MAX,
+        i64::MIN,
+    ]
+    .into_iter()
+    .map(Value::from)
+    .collect();
+    out.push(json!(u64::MAX));
+    out.extend([1e308, -1e308, 0.5, 1.5, 4096.0, -0.0].map(|f| json!(f)));
+    out.extend(
+        [
+            "1",
+            "0",
+            "-1",
+            "1e400",
+            "1e-400",
+            "18446744073709551616Ki",
+            "99999999999Ei",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-5Gi",
+            "0.000001m",
+            "100m",
+            "4Pi",
+            "4097",
+            "8Ei",
+            "1Mi",
+            "2Mi",
+            "1Gi",
+            "",
+        ]
+        .map(|s| json!(s)),
+    );
+    out.push(Value::Null);
+    out
+}
+
+/// One row of docs/vmi.md's "Numbers" table.
+struct DocumentedNumber {
+    /// `spec.domain.devices.interfaces[].acpiIndex`
+    field: String,
+    /// The whole-number range, when the row gives one ("0 to 16383").
+    range: Option<(i128, i128)>,
+    /// A Kubernetes quantity (a string such as "1Gi"), not a plain integer.
+    quantity: bool,
+}
+
+fn documented_numbers() -> Vec<DocumentedNumber> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/vmi.md");
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let section = text
+        .split("\n## Numbers\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/vmi.md has a Numbers section");
+    section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let field = cells[0].trim_matches('`').to_string();
+            let range = cells[1].split_once(" to ").and_then(|(a, b)| {
+                Some((
+                    a.trim().parse::<i128>().ok()?,
+                    b.trim().parse::<i128>().ok()?,
+                ))
+            });
+            DocumentedNumber {
+                field,
+                range,
+                quantity: cells
+                    .get(2)
+                    .is_some_and(|notes| notes.starts_with("a quantity")),
+            }
+        })
+        .collect()
+}
+
+/// A VMI that reaches every field of the Numbers table (each list's first
+/// element), valid as it is; `volume` is the first volume.
+fn numbers_vmi(volume: Value) -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "numbers", "namespace": "default", "uid": "0c0f4a3e-5b1d-4f6a-9d2e-7a8b9c0d1e2f"},
+        "spec": {
+            "terminationGracePeriodSeconds": 30,
+            "domain": {
+                "cpu": {"sockets": 1, "cores": 1, "threads": 1, "maxSockets": 2},
+                "memory": {"guest": "128Mi", "maxGuest": "256Mi"},
+                "resources": {
+                    "requests": {"memory": "128Mi", "cpu": "1"},
+                    "limits": {"memory": "128Mi", "cpu": "1"}
+                },
+                "clock": {"utc": {"offsetSeconds": 0}},
+                "features": {"hyperv": {"spinlocks": {"spinlocks": 8191}}},
+                "ioThreads": {"supplementalPoolThreadCount": 1},
+                "devices": {
+                    "disks": [{
+                        "name": "vol",
+                        "disk": {"bus": "virtio"},
+                        "bootOrder": 1,
+                        "blockSize": {"custom": {"logical": 512, "physical": 4096}}
+                    }],
+                    "interfaces": [{
+                        "name": "default",
+                        "masquerade": {},
+                        "bootOrder": 2,
+                        "acpiIndex": 1,
+                        "ports": [{"port": 80}],
+                        "portRanges": [{"protocol": "TCP", "start": 1000, "end": 2000}],
+                        "dhcpOptions": {"privateOptions": [{"option": 240, "value": "x"}]}
+                    }]
+                }
+            },
+            "networks": [{"name": "default", "pod": {}}],
+            "volumes": [volume]
+        }
+    })
+}
+
+/// Sets `field` (`a.b[].c`, each `[]` the list's first element) to `value`,
+/// creating the objects on the way.
+fn set_field(doc: &mut Value, field: &str, value: Value) {
+    let mut at = doc;
+    for part in field.split('.') {
+        let (name, first) = match part.strip_suffix("[]") {
+            Some(name) => (name, true),
+            None => (part, false),
+        };
+        if !at.is_object() {
+            *at = json!({});
+        }
+        at = &mut at[name];
+        if first {
+            at = &mut at[0];
+        }
+    }
+    *at = value;
+}
+
+/// Parses, converts and plans the pod networking of `doc`, as `sync` does
+/// before libvirt sees it; Ok when all of them accept it.
+fn sync_checks(doc: &Value) -> Result<(), String> {
+    let vmi = parse_vmi(doc).map_err(|e| e.to_string())?;
+    convert(&vmi, &example_context(&vmi, DomainType::Kvm)).map_err(|e| e.to_string())?;
+    let (interfaces, networks) = (&vmi.spec.domain.devices.interfaces, &vmi.spec.networks);
+    virt_launcher::network::plan::plan(&vmi, interfaces, networks, |_| 1)
+        .map_err(|e| format!("{}: {}", e.path, e.message))?;
+    Ok(())
+}
+
+#[test]
+fn every_number_of_a_vmi_at_its_extremes_is_in_its_documented_range_or_refused() {
+    let rows = documented_numbers();
+    assert!(rows.len() >= 20, "docs/vmi.md lists {} numbers", rows.len());
+    let (mut accepted, mut refused) = (0usize, 0usize);
+    for row in &rows {
+        let volume = if row.field.contains("hostDisk") {
+            json!({"name": "vol", "hostDisk": {"path": "/var/tmp/vl-numbers.img", "type": "DiskOrCreate", "capacity": "1Gi"}})
+        } else {
+            json!({"name": "vol", "emptyDisk": {"capacity": "1Gi"}})
+        };
+        let base = numbers_vmi(volume);
+        if let Err(e) = sync_checks(&base) {
+            panic!("the base VMI for {} is refused: {e}", row.field);
+        }
+        for value in extreme_numbers() {
+            let mut doc = base.clone();
+            set_field(&mut doc, &row.field, value.clone());
+            let mut outcome = Err(String::new());
+            no_panic(
+                || format!("{} = {value}", row.field),
+                || outcome = sync_checks(&doc),
+            );
+            let Ok(()) = outcome else {
+                refused += 1;
+                continue;
+            };
+            accepted += 1;
+            if row.quantity || value.is_null() {
+                continue;
+            }
+            // A plain integer field takes whole numbers in its range only.
+            let whole = value
+                .as_i64()
+                .map(i128::from)
+                .or(value.as_u64().map(i128::from));
+            let Some(n) = whole else {
+                panic!(
+                    "{} accepted {value}, which is not a whole number",
+                    row.field
+                );
+            };
+            if let Some((least, most)) = row.range {
+                assert!(
+                    (least..=most).contains(&n),
+                    "{} accepted {n}, outside its documented {least} to {most}",
+                    row.field
+                );
+            }
+        }
+    }
+    eprintln!("VMI numbers: {accepted} accepted, {refused} refused");
+    assert!(
+        accepted > 50 && refused > 200,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+#[test]
+fn every_numeric_flag_at_its_extremes_is_parsed_within_its_range_or_refused() {
+    use virt_launcher::cli::subcommands::{SUBCOMMANDS, Subcommand};
+    use virt_launcher::cli::{Action, FLAGS, FlagKind, parse};
+    use virt_launcher::limits::{MAX_DURATION, later};
+    let values = [
+        "0",
+        "-1",
+        "1",
+        "63",
+        "64",
+        "65536",
+        "65537",
+        "315360000",
+        "315360001",
+        "9223372036854775807",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999999999999",
+        "1e308",
+        "1.5",
+        "5000000000000000h",
+        "18446744073709551615h",
+        "18446744073709551615ms",
+        "18446744073709551615s18446744073709551615h",
+        "87600h",
+        "87600h1ms",
+        "1024MiB",
+        "1025MiB",
+        "18446744073709551615MiB",
+        "18446744073709551615KiB",
+        "",
+        "-",
+    ];
+    let now = std::time::Instant::now();
+    let durations_fit = |durations: &[std::time::Duration]| {
+        for d in durations {
+            assert!(*d <= MAX_DURATION, "{d:?} accepted");
+            assert!(now.checked_add(*d).is_some());
+            let _ = later(now, *d);
+        }
+    };
+    for flag in FLAGS {
+        if !matches!(flag.kind, FlagKind::Value { .. }) {
+            continue;
+        }
+        for value in values {
+            let argv = [
+                "--name".to_string(),
+                "a".to_string(),
+                "--namespace".to_string(),
+                "b".to_string(),
+                format!("--{}={value}", flag.long),
+            ];
+            let mut outcome = None;
+            no_panic(
+                || format!("--{}={value}", flag.long),
+                || outcome = Some(parse(argv.clone())),
+            );
+            if let Some(Ok(Action::Run(args))) = outcome {
+                let mut durations = vec![
+                    args.qemu_timeout,
+                    args.agent_intervals.sys,
+                    args.agent_intervals.file,
+                    args.agent_intervals.user,
+                    args.agent_intervals.version,
+                    args.agent_intervals.fsfreeze,
+                ];
+                durations.extend(args.client_idle_timeout);
+                durations.extend(
+                    args.grace_period_seconds
+                        .map(std::time::Duration::from_secs),
+                );
+                durations_fit(&durations);
+                assert!((1..=65_536).contains(&args.max_clients));
+                assert!((64..=1 << 30).contains(&args.max_line_bytes));
+            }
+        }
+    }
+    for sub in SUBCOMMANDS {
+        for flag in sub.flags.iter().filter(|f| f.value.is_some()) {
+            for value in values {
+                let argv = [sub.name.to_string(), format!("--{}={value}", flag.long)];
+                let mut outcome = None;
+                no_panic(
+                    || format!("{} --{}={value}", sub.name, flag.long),
+                    || outcome = Some(parse(argv.clone())),
+                );
+                let target = match outcome {
+                    Some(Ok(Action::Subcommand(
+                        Subcommand::Probe(t) | Subcommand::Unfreeze(t),
+                    ))) => t,
+                    Some(Ok(Action::Subcommand(Subcommand::Ctl { target, .. }))) => target,
+                    Some(Ok(Action::Subcommand(Subcommand::Freeze {
+                        target,
+                        unfreeze_timeout_seconds,
+                    }))) => {
+                        assert!(unfreeze_timeout_seconds <= 3600);
+                        target
+                    }
+                    _ => continue,
+                };
+                durations_fit(&[target.timeout]);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_whole_number_argument_at_its_extremes_is_parsed_or_refused() {
+    let target = json!({"libvirt_uri": "qemu+unix:///system"});
+    let cases = [
+        ("query-domain", "max_age_ms", json!({})),
+        ("query-stats", "max_age_ms", json!({})),
+        ("guest-ping", "timeout_seconds", json!({})),
+        ("guest-exec", "timeout_seconds", json!({"command": "x"})),
+        ("freeze", "unfreeze_timeout_seconds", json!({})),
+        ("migrate", "bandwidth_mib_per_s", json!({"target": target})),
+        (
+            "migrate",
+            "completion_timeout_per_gib",
+            json!({"target": target}),
+        ),
+        ("migrate", "progress_timeout", json!({"target": target})),
+        ("migrate", "max_downtime_ms", json!({"target": target})),
+    ];
+    for (command, name, base) in cases {
+        for value in extreme_numbers() {
+            let Value::Object(mut arguments) = base.clone() else {
+                unreachable!("the bases are objects")
+            };
+            arguments.insert(name.to_string(), value.clone());
+            no_panic(
+                || format!("{command} with {name} = {value}"),
+                || {
+                    let _ = Command::parse(command, arguments);
+                },
+            );
+        }
+    }
 }

@@ -128,6 +128,162 @@ fn flag_values_are_checked_before_anything_starts() {
 }
 
 #[test]
+fn absurd_numbers_are_usage_errors_before_anything_is_created() {
+    let tree = TempTree::new("numbers");
+    let ten_years = "must be at most 87600h (ten years)";
+    let seconds = "expected a whole number of seconds, 0 to 315360000 (ten years)";
+    let bytes = "must be at least 64 bytes and at most 1024MiB";
+    let clients = "expected a whole number from 1 to 65536";
+    let mut cases = vec![
+        ("--qemu-timeout", "5000000000000000h", ten_years),
+        ("--qemu-timeout", "18446744073709551615", ten_years),
+        ("--client-idle-timeout", "18446744073709551615", ten_years),
+        ("--grace-period-seconds", "18446744073709551615", seconds),
+        ("--grace-period-seconds", "9223372036854775807", seconds),
+        ("--grace-period-seconds", "315360001", seconds),
+        ("--max-line-bytes", "18446744073709551615", bytes),
+        ("--max-line-bytes", "63", bytes),
+        ("--max-line-bytes", "1025MiB", bytes),
+        ("--max-clients", "18446744073709551616", clients),
+        ("--max-clients", "65537", clients),
+    ];
+    for interval in [
+        "--qemu-agent-sys-interval",
+        "--qemu-agent-file-interval",
+        "--qemu-agent-user-interval",
+        "--qemu-agent-version-interval",
+        "--qemu-fsfreeze-status-interval",
+    ] {
+        cases.push((interval, "18446744073709551615ms", ten_years));
+    }
+    for (flag, value, range) in cases {
+        // A launcher that took the value would stop on its own within 2 s
+        // (status 5): the flag under test comes later and wins.
+        let args = test_args(&["--qemu-timeout=2s", &format!("{flag}={value}")]);
+        let (status, stderr) = run_to_exit(
+            &tree,
+            &os(&args.iter().map(String::as_str).collect::<Vec<_>>()),
+        );
+        assert_eq!(status, Some(2), "{flag}={value}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{flag}: invalid value \"{value}\": {range}")),
+            "{flag}={value}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert!(!tree.path("share").exists(), "{flag}={value} created files");
+        assert!(
+            !tree.path("private").exists(),
+            "{flag}={value} created files"
+        );
+    }
+}
+
+#[test]
+fn the_largest_numbers_in_range_run_and_stop_cleanly() {
+    // Every number at the top of its documented range: the launcher
+    // starts, runs a domain, and a signal's graceful stop (with a grace
+    // period of ten years) ends it with status 0.
+    let mut launcher = Launcher::start_in(
+        TempTree::new("largest"),
+        &test_args(&[
+            "--qemu-timeout=87600h",
+            "--grace-period-seconds=315360000",
+            "--max-line-bytes=1024MiB",
+            "--max-clients=65536",
+            "--client-idle-timeout=87600h",
+            "--qemu-agent-sys-interval=87600h",
+            "--qemu-fsfreeze-status-interval=315360000",
+        ]),
+    );
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    client.ok("sync", json!({ "vmi": demo_vmi() }));
+    client.ok("subscribe", Value::Null);
+    launcher.signal("TERM");
+    let started = client.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(
+        started["data"]["grace_period_seconds"], 315_360_000,
+        "{started}"
+    );
+    assert_eq!(launcher.wait_exit(T), 0, "{}", launcher.log_text());
+    assert!(
+        !launcher.log_text().contains("panicked"),
+        "{}",
+        launcher.log_text()
+    );
+}
+
+#[test]
+fn a_vmi_grace_period_out_of_range_is_refused_and_sigterm_still_stops_gracefully() {
+    let mut launcher = Launcher::start_in(TempTree::new("vmi-grace"), &test_args(&[]));
+    launcher.wait_ready(T);
+    let mut client = launcher.client();
+    for bad in [
+        json!(i64::MAX),
+        json!(u64::MAX),
+        json!(315_360_001),
+        json!(-1),
+        json!(1e308),
+    ] {
+        let mut vmi = demo_vmi();
+        vmi["spec"]["terminationGracePeriodSeconds"] = bad.clone();
+        let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+        assert_eq!(class, "InvalidArgument", "{bad}: {desc}");
+        assert!(
+            desc.contains("spec.terminationGracePeriodSeconds"),
+            "{bad}: {desc}"
+        );
+    }
+    let mut vmi = demo_vmi();
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(i64::MAX);
+    let (_, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert!(
+        desc.ends_with("spec.terminationGracePeriodSeconds: 9223372036854775807 is out of range (0 to 315360000, ten years)"),
+        "{desc}"
+    );
+    // The largest grace period is taken; the guest powers off at the ACPI
+    // request, well within it.
+    vmi["spec"]["terminationGracePeriodSeconds"] = json!(315_360_000);
+    client.ok("sync", json!({ "vmi": vmi }));
+    client.ok("subscribe", Value::Null);
+    launcher.signal("TERM");
+    let started = client.wait_event(T, "SHUTDOWN_STARTED", named("SHUTDOWN_STARTED"));
+    assert_eq!(
+        started["data"]["grace_period_seconds"], 315_360_000,
+        "{started}"
+    );
+    assert_eq!(launcher.wait_exit(T), 0, "{}", launcher.log_text());
+    assert!(
+        !launcher.log_text().contains("panicked"),
+        "{}",
+        launcher.log_text()
+    );
+}
+
+#[test]
+fn a_lone_dash_after_a_flag_is_a_missing_value_not_a_directory() {
+    let tree = TempTree::new("dash");
+    // The launcher that took "-" as its directory stopped on its own
+    // within 2 s (status 5).
+    let args = test_args(&["--qemu-timeout=2s", "--private-dir", "-"]);
+    let out = Command::new(BIN)
+        .args(dir_flags(&tree))
+        .args(&args)
+        .current_dir(&tree.root)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run virt-launcher");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--private-dir needs a value (DIR), but the next argument \"-\" is a flag; write --private-dir=VALUE"),
+        "{stderr}"
+    );
+    assert!(!tree.path("-").exists(), "a directory named - was created");
+    assert!(!tree.path("share").exists(), "files were created");
+}
+
+#[test]
 fn an_argument_that_is_not_utf8_is_a_usage_error() {
     let tree = TempTree::new("utf8");
     let mut args = os(&["--connect", "test:///default", "--namespace", "b"]);

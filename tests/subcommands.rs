@@ -543,3 +543,47 @@ fn every_subcommand_has_its_own_help_and_refuses_bad_flags() {
         assert!(r.stdout.contains(&format!("\n  {sub} ")), "{}", r.stdout);
     }
 }
+
+#[test]
+fn absurd_timeouts_and_a_lone_dash_are_usage_errors_not_panics() {
+    // Each subcommand against a socket that does not exist: a value that
+    // parsed would fail with status 1 at once, so status 2 and the range
+    // in the message show the value was refused as a bad command line.
+    let dir = TempTree::new("absurd");
+    let socket = dir.path("no-launcher.sock");
+    let socket = socket.to_str().expect("UTF-8 path");
+    for sub in ["probe", "freeze", "unfreeze", "ctl"] {
+        for huge in ["18446744073709551615", "5000000000000000h", "87601h"] {
+            let r = run(&[sub, "--socket", socket, "--timeout", huge]);
+            assert_eq!(r.code, 2, "{sub} --timeout {huge}: {}", r.stderr);
+            assert_eq!(
+                r.stderr,
+                format!(
+                    "virt-launcher: {sub}: --timeout: invalid value \"{huge}\": must be at most 87600h (ten years)\n"
+                )
+            );
+        }
+        // The largest timeout is accepted: the missing launcher is the
+        // failure, at once.
+        let r = run(&[sub, "--socket", socket, "--timeout", "87600h"]);
+        assert_eq!(r.code, 1, "{sub}: {}", r.stderr);
+        one_line_reason(&r, sub);
+        // A lone "-" after a flag is a missing value, as the man page says.
+        let r = run(&[sub, "--socket", "-"]);
+        assert_eq!(r.code, 2, "{sub}: {}", r.stderr);
+        assert!(r.stderr.contains("--socket needs a value"), "{}", r.stderr);
+    }
+    let r = run(&[
+        "freeze",
+        "--socket",
+        socket,
+        "--unfreeze-timeout",
+        "18446744073709551615",
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.ends_with("must be at most 3600 s (1h)\n"),
+        "{}",
+        r.stderr
+    );
+}

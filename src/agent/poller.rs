@@ -98,8 +98,8 @@ impl Schedule {
             .filter(|e| e.enabled && e.due <= now)
         {
             due.push(e.kind);
-            e.due = now + e.period;
-            e.period = (e.period * 2).min(e.max);
+            e.due = crate::limits::later(now, e.period);
+            e.period = e.period.saturating_mul(2).min(e.max);
         }
         due
     }

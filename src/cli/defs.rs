@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::values::{
-    parse_byte_size, parse_count, parse_duration, parse_idle_timeout, parse_log_filters,
-    parse_seconds,
+    MAX_CLIENTS, parse_byte_size, parse_count, parse_duration, parse_idle_timeout,
+    parse_log_filters, parse_seconds,
 };
 use crate::config::AgentIntervals;
 
@@ -302,7 +302,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-timeout",
         "DURATION",
         Some("3m"),
-        "How long to wait for a domain to be defined and started (by --vmi or a sync command) before giving up with exit status 5; also the deadline of each sync. More than zero.",
+        "How long to wait for a domain to be defined and started (by --vmi or a sync command) before giving up with exit status 5; also the deadline of each sync. More than zero, at most 87600h.",
         |a, v| {
             a.qemu_timeout = parse_duration(v)?;
             Ok(())
@@ -320,7 +320,7 @@ pub static FLAGS: &[FlagSpec] = &[
         },
         default: None,
         default_doc: Some("the VMI's spec.terminationGracePeriodSeconds, else 30"),
-        help: "After SIGTERM, SIGINT, SIGHUP or SIGQUIT, how long the guest has to power off after the ACPI request before it is forced off. 0 forces it off at once.",
+        help: "After SIGTERM, SIGINT, SIGHUP or SIGQUIT, how long the guest has to power off after the ACPI request before it is forced off: 0 (forced off at once) to 315360000 (ten years).",
     },
     value_flag!(
         "vmi",
@@ -376,9 +376,9 @@ pub static FLAGS: &[FlagSpec] = &[
         "max-clients",
         "N",
         Some("16"),
-        "Most command-socket connections served at once. One more gets a Busy error line and is closed.",
+        "Most command-socket connections served at once, 1 to 65536. One more gets a Busy error line and is closed.",
         |a, v| {
-            a.max_clients = parse_count(v)?;
+            a.max_clients = parse_count(v, MAX_CLIENTS)?;
             Ok(())
         }
     ),
@@ -386,7 +386,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "max-line-bytes",
         "BYTES",
         Some("1MiB"),
-        "Longest request line accepted. A longer line gets RequestTooLarge and is discarded.",
+        "Longest request line accepted: at least 64 bytes, at most 1024MiB. A longer line gets RequestTooLarge and is discarded.",
         |a, v| {
             a.max_line_bytes = parse_byte_size(v)?;
             Ok(())
@@ -396,7 +396,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "client-idle-timeout",
         "DURATION",
         Some("0"),
-        "Close a command-socket connection that has not subscribed to events and has sent nothing for this long, so idle clients cannot hold every slot of --max-clients. 0 never closes an idle connection. A started line must always be finished within 30 s.",
+        "Close a command-socket connection that has not subscribed to events and has sent nothing for this long (at most 87600h), so idle clients cannot hold every slot of --max-clients. 0 never closes an idle connection. A started line must always be finished within 30 s.",
         |a, v| {
             a.client_idle_timeout = parse_idle_timeout(v)?;
             Ok(())
@@ -416,7 +416,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-sys-interval",
         "DURATION",
         Some("120s"),
-        "Guest-agent poll interval for interfaces, OS info, hostname and timezone. More than zero.",
+        "Guest-agent poll interval for interfaces, OS info, hostname and timezone. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.sys = parse_duration(v)?;
             Ok(())
@@ -426,7 +426,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-file-interval",
         "DURATION",
         Some("300s"),
-        "Guest-agent poll interval for the filesystem list. More than zero.",
+        "Guest-agent poll interval for the filesystem list. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.file = parse_duration(v)?;
             Ok(())
@@ -436,7 +436,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-user-interval",
         "DURATION",
         Some("10s"),
-        "Guest-agent poll interval for logged-in users. More than zero.",
+        "Guest-agent poll interval for logged-in users. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.user = parse_duration(v)?;
             Ok(())
@@ -446,7 +446,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-agent-version-interval",
         "DURATION",
         Some("300s"),
-        "Guest-agent poll interval for the agent version and supported commands. More than zero.",
+        "Guest-agent poll interval for the agent version and supported commands. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.version = parse_duration(v)?;
             Ok(())
@@ -456,7 +456,7 @@ pub static FLAGS: &[FlagSpec] = &[
         "qemu-fsfreeze-status-interval",
         "DURATION",
         Some("5s"),
-        "Guest-agent poll interval for the filesystem freeze status. More than zero.",
+        "Guest-agent poll interval for the filesystem freeze status. More than zero, at most 87600h.",
         |a, v| {
             a.agent_intervals.fsfreeze = parse_duration(v)?;
             Ok(())
@@ -469,9 +469,9 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     value_flag!(
         "hook-sidecars",
-        "N",
+        "COUNT",
         Some("0"),
-        "KubeVirt's number of hook sidecars to wait for. Hook sidecars are not supported yet: more than 0 exits with status 2.",
+        "KubeVirt's number of hook sidecars to wait for: only 0, since hook sidecars are not supported yet; any other whole number exits with status 2.",
         |a, v| {
             a.kubevirt.hook_sidecars = match v.parse::<u32>() {
                 Ok(0) => 0,
@@ -500,13 +500,17 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     value_flag!(
         "disk-memory-limit",
-        "BYTES",
+        "INTEGER",
         None,
-        "KubeVirt's memory limit for inspecting a disk image (qemu-img info). Accepted for KubeVirt's command line; the launcher reads image headers itself and runs no qemu-img info.",
+        "KubeVirt's memory limit in bytes for inspecting a disk image (qemu-img info), 0 to 9223372036854775807. Accepted for KubeVirt's command line; the launcher reads image headers itself and runs no qemu-img info.",
         |a, v| {
             let limit = v
                 .parse::<u64>()
-                .map_err(|_| "expected a whole number of bytes".to_string())?;
+                .ok()
+                .filter(|l| i64::try_from(*l).is_ok())
+                .ok_or_else(|| {
+                    "expected a whole number of bytes from 0 to 9223372036854775807".to_string()
+                })?;
             a.kubevirt.disk_memory_limit = Some(limit);
             Ok(())
         }
@@ -560,9 +564,9 @@ pub static FLAGS: &[FlagSpec] = &[
         "v",
         "LEVEL",
         None,
-        "KubeVirt's (klog's) log verbosity: 0 to 3 as the default, 4 to 5 as -v (debug), 6 and more as -vv (trace). VIRT_LAUNCHER_LOG_VERBOSITY, as KubeVirt reads it, sets the same.",
+        "KubeVirt's (klog's) log verbosity, 0 to 2147483647: 0 to 3 as the default, 4 to 5 as -v (debug), 6 and more as -vv (trace). VIRT_LAUNCHER_LOG_VERBOSITY, as KubeVirt reads it, sets the same.",
         |a, v| {
-            let level: u64 = v.parse().map_err(|_| format!("{v:?} is not a number"))?;
+            let level = parse_klog_level(v)?;
             a.verbosity = a.verbosity.max(klog_verbosity(level));
             Ok(())
         }
@@ -596,6 +600,14 @@ pub static FLAGS: &[FlagSpec] = &[
         |a, on| a.generate_man = on
     ),
 ];
+
+/// A klog verbosity level: a whole number that fits Go's int32.
+pub fn parse_klog_level(v: &str) -> Result<u64, String> {
+    v.parse::<u64>()
+        .ok()
+        .filter(|l| i32::try_from(*l).is_ok())
+        .ok_or_else(|| format!("{v:?} is not a whole number from 0 to 2147483647"))
+}
 
 /// klog's verbosity levels as the launcher's: KubeVirt logs its details at
 /// 4 and more.

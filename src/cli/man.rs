@@ -15,7 +15,7 @@ use crate::events::EventKind;
 use crate::exit::ExitCode;
 
 /// The page's date (`.TH`). Update it when the page's content changes.
-pub const MAN_DATE: &str = "2026-11-30";
+pub const MAN_DATE: &str = "2026-12-01";
 
 /// Longest text line the generator writes.
 const MAX_LINE: usize = 80;
@@ -266,14 +266,16 @@ KubeVirt's launcher waits for its final notification.
 
 const OPTIONS_TEXT: &str = r#"A flag's value follows it as the next argument (\fB\-\-name vm1\fR) or
 after an equals sign (\fB\-\-name=vm1\fR). A separate argument that starts
-with \fB\-\fR is always read as a flag, never as a value: \fB\-\-uid
-\-\-allow\-emulation\fR is a missing value; write \fB\-\-uid=\-x\fR for a
-value that starts with \fB\-\fR. On/off flags take no value, or
+with \fB\-\fR, a lone \fB\-\fR included, is always read as a flag, never as
+a value: \fB\-\-uid \-\-allow\-emulation\fR and \fB\-\-private\-dir \-\fR
+are missing values; write \fB\-\-uid=\-x\fR for a value that starts with
+\fB\-\fR. On/off flags take no value, or
 \fB=true\fR or \fB=false\fR (also 1, t, T, TRUE, True and 0, f, F, FALSE,
 False, as Go's flag package reads them); \fB=false\fR is the same as leaving
 the flag out. Every argument must be UTF\-8. A bad command line exits with
 status 2 and a message naming the flag, before any file is created. The value
-syntaxes (DURATION, BYTES, N, SECONDS) are defined under \fBVALUES\fR below.
+syntaxes (DURATION, BYTES, N, SECONDS) and their ranges are defined under
+\fBVALUES\fR below; a value out of its range is a bad command line too.
 "#;
 
 const VALUES_TEXT: &str = r#".SH VALUES
@@ -282,17 +284,19 @@ const VALUES_TEXT: &str = r#".SH VALUES
 One or more whole numbers, each followed by a unit: \fBms\fR
 (milliseconds), \fBs\fR (seconds), \fBm\fR (minutes) or \fBh\fR (hours),
 added up: \fB500ms\fR, \fB90s\fR, \fB5m\fR, \fB1h\fR, \fB4m30s\fR. A plain
-whole number is seconds (\fB287\fR). No fractions, signs or spaces.
+whole number is seconds (\fB287\fR). No fractions, signs or spaces. At most
+\fB87600h\fR (ten years), however it is written.
 .TP
 \fIBYTES\fR
 A whole number of bytes, optionally followed by \fBKiB\fR (1024) or
-\fBMiB\fR (1048576): \fB65536\fR, \fB64KiB\fR, \fB1MiB\fR.
+\fBMiB\fR (1048576): \fB65536\fR, \fB64KiB\fR, \fB1MiB\fR. From 64 bytes to
+\fB1024MiB\fR.
 .TP
 \fIN\fR
-A whole number, at least 1.
+A whole number from 1 to 65536.
 .TP
 \fISECONDS\fR
-A whole number of seconds, 0 or more.
+A whole number of seconds from 0 to 315360000 (ten years).
 "#;
 
 const SOCKET_TEXT: &str = r#"The socket is \fIKUBEVIRT_SHARE_DIR\fR\fB/sockets/launcher\-sock\fR (mode
@@ -584,6 +588,53 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn every_numeric_flag_states_the_range_the_parser_enforces() {
+        use crate::cli::{Args, FlagKind};
+        let flat = man_page().split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut numeric = 0;
+        for flag in FLAGS {
+            // The bounds the entry must name, and a value just out of range.
+            let (bounds, past): (&[&str], &[&str]) = match flag.value_name() {
+                Some("DURATION") => (&["87600h"], &["87601h", "18446744073709551615"]),
+                Some("SECONDS") => (&["0", "315360000"], &["315360001", "-1"]),
+                Some("N") => (&["1", "65536"], &["65537", "0"]),
+                Some("BYTES") => (&["64 bytes", "1024MiB"], &["63", "1025MiB"]),
+                _ => continue,
+            };
+            numeric += 1;
+            let FlagKind::Value { apply, .. } = flag.kind else {
+                panic!("--{} has a value name but is a switch", flag.long);
+            };
+            for bound in bounds {
+                assert!(flag.help.contains(bound), "--{}: {}", flag.long, flag.help);
+                assert!(
+                    flat.contains(&roff(bound)),
+                    "--{}: {bound} not in the man page",
+                    flag.long
+                );
+            }
+            for value in past {
+                let err = apply(&mut Args::defaults(), value)
+                    .expect_err(&format!("--{}={value} was accepted", flag.long));
+                let last = bounds.last().copied().unwrap_or_default();
+                assert!(
+                    err.contains(last)
+                        || err.contains("more than zero")
+                        || err.contains("at least 1"),
+                    "--{}={value}: {err}",
+                    flag.long
+                );
+            }
+        }
+        assert_eq!(numeric, 10, "the numeric flags changed: update this test");
+        // The one flag with a minimum other than 0 or 1 says so.
+        assert!(
+            flat.contains("Longest request line accepted: at least 64 bytes, at most 1024MiB"),
+            "{flat}"
+        );
     }
 
     #[test]

@@ -19,7 +19,9 @@ mod parse;
 pub mod subcommands;
 pub mod values;
 
-pub use defs::{Args, FLAGS, FlagKind, FlagSpec, KubevirtArgs, PodNetworkMode, klog_verbosity};
+pub use defs::{
+    Args, FLAGS, FlagKind, FlagSpec, KubevirtArgs, PodNetworkMode, klog_verbosity, parse_klog_level,
+};
 pub use help::help_text;
 pub use parse::{Action, UsageError, parse};
 pub use subcommands::{ClientTarget, CtlRequest, Subcommand};

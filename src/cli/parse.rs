@@ -5,9 +5,10 @@
 //! The rules, all ending in a [`UsageError`] (exit status 2) that names the
 //! flag:
 //! - `--flag VALUE` and `--flag=VALUE` for flags that take a value. A
-//!   separate value never starts with `-`: `--uid --allow-emulation` is a
-//!   missing value, not the uid "--allow-emulation". A value that really
-//!   starts with `-` is written `--flag=-value`.
+//!   separate value never starts with `-` (a lone `-` included):
+//!   `--uid --allow-emulation` is a missing value, not the uid
+//!   "--allow-emulation". A value that really starts with `-` is written
+//!   `--flag=-value`.
 //! - `--switch`, `--switch=true`, `--switch=false` for on/off flags, all of
 //!   them (`--verbose=false` adds nothing, `--version=3` is an error).
 //! - `-v`, `-vv`, `-vvv` count; `-h` is `--help`.
@@ -112,10 +113,12 @@ where
     })
 }
 
-/// Whether a separate argument is a flag rather than a value. A lone `-` is
-/// a value (no flag is spelled that way).
-fn looks_like_a_flag(arg: &str) -> bool {
-    arg.len() > 1 && arg.starts_with('-')
+/// Whether a separate argument is a flag rather than a value: anything
+/// that starts with `-`, a lone `-` included (no flag gives it a meaning,
+/// and `--private-dir -` is more likely a slip than a directory named
+/// `-`, which `--private-dir=-` still names).
+pub(super) fn looks_like_a_flag(arg: &str) -> bool {
+    arg.starts_with('-')
 }
 
 fn missing_value(spec: &FlagSpec, value_name: &str, next: Option<&String>) -> UsageError {
@@ -254,9 +257,18 @@ mod tests {
         assert!(err.contains("--uid=VALUE"), "{err}");
         assert!(usage_error(&["--name", "-v"]).starts_with("--name needs a value"));
         assert!(usage_error(&["--vmi", "-h"]).starts_with("--vmi needs a value"));
-        // The = form carries any value; a lone "-" is a value too.
+        // The = form carries any value, a lone "-" too; a separate "-" is
+        // read as a flag, as the man page says.
         assert_eq!(run(&["--uid=--odd"]).uid.as_deref(), Some("--odd"));
-        assert_eq!(run(&["--uid", "-"]).uid.as_deref(), Some("-"));
+        assert_eq!(run(&["--uid=-"]).uid.as_deref(), Some("-"));
+        let err = usage_error(&["--private-dir", "-"]);
+        assert!(
+            err.starts_with("--private-dir needs a value (DIR)"),
+            "{err}"
+        );
+        assert!(err.contains("\"-\" is a flag"), "{err}");
+        assert!(err.contains("--private-dir=VALUE"), "{err}");
+        assert!(usage_error(&["-"]).contains("unknown flag -;"));
         assert!(usage_error(&["--grace-period-seconds", "-1"]).contains("needs a value"));
     }
 

@@ -4,7 +4,8 @@
 //! `client` module's job.
 //!
 //! The flag syntax is the launcher's (`--flag VALUE`, `--flag=VALUE`, a
-//! separate value never starts with `-`, switches take `=true`/`=false`);
+//! separate value never starts with `-`, not even a lone `-`, switches take
+//! `=true`/`=false`);
 //! a subcommand's operands are the arguments that are not flags, and `--`
 //! ends the flags.
 
@@ -13,8 +14,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::parse::UsageError;
-use super::values::{parse_bool, parse_duration, parse_duration_or_zero};
+use super::parse::{UsageError, looks_like_a_flag};
+use super::values::{parse_bool, parse_duration, parse_duration_saturating};
 use crate::command::MAX_GUEST_TIMEOUT_SECONDS;
 use crate::server::socket::{SocketNames, SocketPaths};
 
@@ -93,7 +94,7 @@ pub static SUBCOMMANDS: &[SubcommandSpec] = &[
                 short: None,
                 value: Some("DURATION"),
                 default: Some("5s"),
-                help: "How long the probe may take in all. More than zero.",
+                help: "How long the probe may take in all. More than zero, at most 87600h.",
             },
             HELP,
         ],
@@ -118,7 +119,7 @@ pub static SUBCOMMANDS: &[SubcommandSpec] = &[
                 short: None,
                 value: Some("DURATION"),
                 default: Some("60s"),
-                help: "How long the launcher may take to answer. More than zero.",
+                help: "How long the launcher may take to answer. More than zero, at most 87600h.",
             },
             HELP,
         ],
@@ -136,7 +137,7 @@ pub static SUBCOMMANDS: &[SubcommandSpec] = &[
                 short: None,
                 value: Some("DURATION"),
                 default: Some("60s"),
-                help: "How long the launcher may take to answer. More than zero.",
+                help: "How long the launcher may take to answer. More than zero, at most 87600h.",
             },
             HELP,
         ],
@@ -168,7 +169,7 @@ pub static SUBCOMMANDS: &[SubcommandSpec] = &[
                 short: None,
                 value: Some("DURATION"),
                 default: Some("5m"),
-                help: "How long the launcher may take to answer (with --events: to accept the subscription). More than zero.",
+                help: "How long the launcher may take to answer (with --events: to accept the subscription). More than zero, at most 87600h.",
             },
             HELP,
         ],
@@ -312,11 +313,6 @@ pub fn parse(spec: &'static SubcommandSpec, argv: &[String]) -> Result<Subcomman
     })
 }
 
-/// A separate argument that starts with `-` is a flag (a lone `-` is not).
-fn looks_like_a_flag(arg: &str) -> bool {
-    arg.len() > 1 && arg.starts_with('-')
-}
-
 fn lookup(
     spec: &'static SubcommandSpec,
     arg: &str,
@@ -369,7 +365,7 @@ fn socket_path(socket: Option<&str>, share_dir: Option<&str>) -> Result<PathBuf,
 
 /// `--unfreeze-timeout`: whole seconds, 0 to the protocol's limit.
 fn unfreeze_seconds(v: &str) -> Result<u64, String> {
-    let d = parse_duration_or_zero(v)?;
+    let d = parse_duration_saturating(v)?;
     if d.subsec_nanos() != 0 {
         return Err("must be whole seconds".into());
     }
@@ -557,6 +553,31 @@ mod tests {
         );
         assert!(err("freeze", &["--unfreeze-timeout", "1500ms"]).contains("whole seconds"));
         assert!(err("freeze", &["--unfreeze-timeout", "2h"]).contains("at most 3600"));
+        for huge in [
+            "18446744073709551615",
+            "5000000000000000h",
+            "99999999999999999999",
+        ] {
+            let message = err("freeze", &["--unfreeze-timeout", huge]);
+            assert!(
+                message.ends_with("must be at most 3600 s (1h)"),
+                "{message}"
+            );
+            for sub in ["probe", "freeze", "unfreeze", "ctl"] {
+                let message = err(sub, &["--timeout", huge]);
+                assert!(
+                    message.starts_with(&format!("{sub}: --timeout: invalid value")),
+                    "{message}"
+                );
+                assert!(
+                    message.ends_with("must be at most 87600h (ten years)"),
+                    "{message}"
+                );
+            }
+        }
+        // A lone "-" is read as a flag, never as a value or an operand.
+        assert!(err("probe", &["--socket", "-"]).contains("--socket needs a value"));
+        assert_eq!(err("ctl", &["-"]), "ctl: unknown flag -; see ctl --help");
         assert!(err("ctl", &["--raw=maybe"]).contains("--raw: invalid value"));
         assert!(err("ctl", &["a=1"]).contains("is not a command name"));
         assert!(err("ctl", &["guest-ping", "nokey"]).contains("is not KEY=VALUE"));

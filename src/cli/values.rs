@@ -3,9 +3,21 @@
 
 use std::time::Duration;
 
-/// A duration of more than zero (see [`parse_duration_or_zero`] for the
-/// syntax). Zero is refused: a zero deadline or poll interval has no useful
-/// meaning, and a flag that needs "never" says so with its own parser.
+use crate::limits::{MAX_DURATION, MAX_DURATION_TEXT, MAX_SECONDS};
+
+/// Most command-socket connections `--max-clients` may allow: each is a
+/// thread and a file descriptor.
+pub const MAX_CLIENTS: usize = 65_536;
+
+/// `--max-line-bytes`: the shortest limit (a request line's envelope needs
+/// some room) and the longest (each client may buffer one whole line).
+pub const MIN_LINE_BYTES: usize = 64;
+pub const MAX_LINE_BYTES: usize = 1 << 30;
+
+/// A duration of more than zero and at most [`MAX_DURATION`] (see
+/// [`parse_duration_or_zero`] for the syntax). Zero is refused: a zero
+/// deadline or poll interval has no useful meaning, and a flag that needs
+/// "never" says so with its own parser.
 pub fn parse_duration(v: &str) -> Result<Duration, String> {
     match parse_duration_or_zero(v)? {
         Duration::ZERO => Err("must be more than zero".into()),
@@ -19,62 +31,88 @@ pub fn parse_idle_timeout(v: &str) -> Result<Option<Duration>, String> {
 }
 
 /// Durations as KubeVirt's controller writes them: `90s`, `5m`, `1h`,
-/// `4m47s`, `500ms`, or plain seconds (`287`).
+/// `4m47s`, `500ms`, or plain seconds (`287`); at most [`MAX_DURATION`].
 pub fn parse_duration_or_zero(v: &str) -> Result<Duration, String> {
+    let d = parse_duration_saturating(v)?;
+    if d > MAX_DURATION {
+        return Err(format!("must be at most {MAX_DURATION_TEXT}"));
+    }
+    Ok(d)
+}
+
+/// The duration syntax without a maximum: a sum too large for `Duration`
+/// is `Duration::MAX`, for the caller to refuse with its own range.
+pub fn parse_duration_saturating(v: &str) -> Result<Duration, String> {
     const HINT: &str = "expected a duration such as 90s, 5m, 1h, 4m30s or plain seconds";
     if v.is_empty() {
         return Err(HINT.into());
     }
-    if v.bytes().all(|b| b.is_ascii_digit()) {
-        return v
-            .parse::<u64>()
-            .map(Duration::from_secs)
-            .map_err(|_| "number too large".into());
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = v;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(HINT.into());
+    // Digits beyond u64 are a number too large, not a syntax error; the
+    // sum saturates and is then held to the maximum.
+    let number = |digits: &str| digits.parse::<u64>().unwrap_or(u64::MAX);
+    let total = if v.bytes().all(|b| b.is_ascii_digit()) {
+        Duration::from_secs(number(v))
+    } else {
+        let mut total = Duration::ZERO;
+        let mut rest = v;
+        while !rest.is_empty() {
+            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 {
+                return Err(HINT.into());
+            }
+            let n = number(&rest[..digits]);
+            rest = &rest[digits..];
+            let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
+            let unit = &rest[..unit_len];
+            rest = &rest[unit_len..];
+            let part = match unit {
+                "ms" => Duration::from_millis(n),
+                "s" => Duration::from_secs(n),
+                "m" => Duration::from_secs(n.saturating_mul(60)),
+                "h" => Duration::from_secs(n.saturating_mul(3600)),
+                _ => return Err(HINT.into()),
+            };
+            total = total.saturating_add(part);
         }
-        let number: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| "number too large".to_string())?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
-            "ms" => Duration::from_millis(number),
-            "s" => Duration::from_secs(number),
-            "m" => Duration::from_secs(number.saturating_mul(60)),
-            "h" => Duration::from_secs(number.saturating_mul(3600)),
-            _ => return Err(HINT.into()),
-        };
-        total = total.saturating_add(part);
-    }
+        total
+    };
     Ok(total)
 }
 
-/// A whole number of seconds, zero allowed.
+/// A whole number of seconds, 0 to [`MAX_SECONDS`].
 pub fn parse_seconds(v: &str) -> Result<u64, String> {
-    v.parse::<u64>()
-        .map_err(|_| "expected a whole number of seconds (0 or more)".into())
-}
-
-/// A count of at least one.
-pub fn parse_count(v: &str) -> Result<usize, String> {
-    match v.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(_) => Err("expected a whole number".into()),
+    let range = || format!("expected a whole number of seconds, 0 to {MAX_SECONDS} (ten years)");
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(range());
+    }
+    match v.parse::<u64>() {
+        Ok(n) if n <= MAX_SECONDS => Ok(n),
+        _ => Err(range()),
     }
 }
 
-/// A size in bytes, optionally with KiB or MiB.
+/// A count from 1 to `max`.
+pub fn parse_count(v: &str, max: usize) -> Result<usize, String> {
+    let range = || format!("expected a whole number from 1 to {max}");
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(range());
+    }
+    match v.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(range()),
+    }
+}
+
+/// A size in bytes, optionally with KiB or MiB, from [`MIN_LINE_BYTES`] to
+/// [`MAX_LINE_BYTES`] (the one flag that takes a size).
 pub fn parse_byte_size(v: &str) -> Result<usize, String> {
     const HINT: &str = "expected a size in bytes such as 1048576, 512KiB or 1MiB";
+    let range = || {
+        format!(
+            "must be at least {MIN_LINE_BYTES} bytes and at most {}MiB",
+            MAX_LINE_BYTES >> 20
+        )
+    };
     let (number, multiplier) = if let Some(n) = v.strip_suffix("MiB") {
         (n, 1 << 20)
     } else if let Some(n) = v.strip_suffix("KiB") {
@@ -82,10 +120,17 @@ pub fn parse_byte_size(v: &str) -> Result<usize, String> {
     } else {
         (v, 1)
     };
-    let n: usize = number.parse().map_err(|_| HINT.to_string())?;
-    let bytes = n.checked_mul(multiplier).ok_or("size too large")?;
-    if bytes < 64 {
-        return Err("must be at least 64 bytes".into());
+    if number.is_empty() || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(HINT.into());
+    }
+    // All digits: a number that does not fit is too large, not malformed.
+    let bytes = number
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .unwrap_or(usize::MAX);
+    if !(MIN_LINE_BYTES..=MAX_LINE_BYTES).contains(&bytes) {
+        return Err(range());
     }
     Ok(bytes)
 }
@@ -169,6 +214,75 @@ mod tests {
     }
 
     #[test]
+    fn every_number_has_a_range_and_the_message_gives_it() {
+        let ten_years = Duration::from_secs(315_360_000);
+        assert_eq!(parse_duration("87600h"), Ok(ten_years));
+        assert_eq!(parse_duration("315360000"), Ok(ten_years));
+        assert_eq!(parse_duration_or_zero("87599h60m"), Ok(ten_years));
+        for too_long in [
+            "87600h1ms",
+            "87601h",
+            "315360001",
+            "18446744073709551615",
+            "18446744073709551616",
+            "5000000000000000h",
+            "18446744073709551615h18446744073709551615h",
+            "18446744073709551615ms",
+            "99999999999999999999999999999s",
+        ] {
+            let why = "must be at most 87600h (ten years)".to_string();
+            assert_eq!(parse_duration(too_long), Err(why.clone()), "{too_long}");
+            assert_eq!(parse_idle_timeout(too_long), Err(why), "{too_long}");
+        }
+        assert_eq!(parse_seconds("315360000"), Ok(315_360_000));
+        for bad in [
+            "315360001",
+            "18446744073709551615",
+            "9223372036854775807",
+            "+5",
+            "",
+        ] {
+            let err = parse_seconds(bad).unwrap_err();
+            assert!(err.contains("0 to 315360000"), "{bad}: {err}");
+        }
+        assert_eq!(parse_count("65536", MAX_CLIENTS), Ok(65_536));
+        for bad in [
+            "65537",
+            "18446744073709551615",
+            "99999999999999999999999",
+            "+1",
+        ] {
+            let err = parse_count(bad, MAX_CLIENTS).unwrap_err();
+            assert_eq!(err, "expected a whole number from 1 to 65536", "{bad}");
+        }
+        assert_eq!(parse_byte_size("64"), Ok(64));
+        assert_eq!(parse_byte_size("1024MiB"), Ok(1 << 30));
+        for bad in [
+            "63",
+            "0KiB",
+            "1073741825",
+            "1025MiB",
+            "18446744073709551615",
+            "18446744073709551615KiB",
+            "99999999999999999999999MiB",
+        ] {
+            let err = parse_byte_size(bad).unwrap_err();
+            assert_eq!(
+                err, "must be at least 64 bytes and at most 1024MiB",
+                "{bad}"
+            );
+        }
+        for bad in ["-1", "1.5MiB", "MiB", "+64", "1e9"] {
+            assert!(
+                parse_byte_size(bad)
+                    .unwrap_err()
+                    .starts_with("expected a size"),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn log_filters_follow_libvirts_parser() {
         // Accepted by libvirt 9.0's virLogParseFilters (checked with virsh).
         for good in [
@@ -207,9 +321,9 @@ mod tests {
         assert!(parse_byte_size("1GB").is_err());
         assert!(parse_byte_size("10").is_err());
         assert!(parse_byte_size("99999999999999999999MiB").is_err());
-        assert_eq!(parse_count("3"), Ok(3));
-        assert!(parse_count("0").is_err());
-        assert!(parse_count("-1").is_err());
+        assert_eq!(parse_count("3", 10), Ok(3));
+        assert!(parse_count("0", 10).is_err());
+        assert!(parse_count("-1", 10).is_err());
         assert_eq!(parse_seconds("0"), Ok(0));
         assert!(parse_seconds("-1").is_err());
         assert_eq!(parse_bool("true"), Ok(true));

@@ -3,7 +3,6 @@
 //! program (one line per value; `--raw`: the launcher's own lines).
 
 use std::io::{self, IsTerminal, Write};
-use std::time::Instant;
 
 use serde_json::{Map, Value, json};
 
@@ -12,7 +11,7 @@ use super::fail;
 use crate::cli::{ClientTarget, CtlRequest};
 
 pub fn run(target: &ClientTarget, raw: bool, request: CtlRequest) -> i32 {
-    let deadline = Instant::now() + target.timeout;
+    let deadline = crate::limits::deadline_in(target.timeout);
     let mut connection = match Connection::open(&target.socket, deadline) {
         Ok(c) => c,
         Err(e) => return fail("ctl", e.message(target.timeout)),

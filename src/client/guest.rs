@@ -13,7 +13,7 @@ use crate::command::MAX_GUEST_TIMEOUT_SECONDS;
 /// `probe`: exit 0 when the guest agent answers `guest-ping` within the
 /// timeout; the whole exchange shares that one deadline.
 pub fn probe(target: &ClientTarget) -> i32 {
-    let deadline = Instant::now() + target.timeout;
+    let deadline = crate::limits::deadline_in(target.timeout);
     let outcome = Connection::open(&target.socket, deadline).and_then(|mut c| {
         // The agent gets as long as the probe has (whole seconds, at
         // least one); the probe's own deadline still bounds the wait.
@@ -35,7 +35,7 @@ pub fn probe(target: &ClientTarget) -> i32 {
 
 /// `freeze`, as `virt-freezer --freeze`.
 pub fn freeze(target: &ClientTarget, unfreeze_timeout_seconds: u64) -> i32 {
-    let deadline = Instant::now() + target.timeout;
+    let deadline = crate::limits::deadline_in(target.timeout);
     let mut c = match ready_guest(target, deadline, "freeze") {
         Ok(Some(c)) => c,
         Ok(None) => return 0,
@@ -79,7 +79,7 @@ pub fn freeze(target: &ClientTarget, unfreeze_timeout_seconds: u64) -> i32 {
 
 /// `unfreeze`, as `virt-freezer --unfreeze`.
 pub fn unfreeze(target: &ClientTarget) -> i32 {
-    let deadline = Instant::now() + target.timeout;
+    let deadline = crate::limits::deadline_in(target.timeout);
     let mut c = match ready_guest(target, deadline, "unfreeze") {
         Ok(Some(c)) => c,
         Ok(None) => return 0,

@@ -12,6 +12,11 @@ use crate::vmi::{FeatureHyperv, FeatureState, Features, VirtualMachineInstance};
 /// libvirt's lower bound for Hyper-V spinlock retries.
 const MIN_SPINLOCK_RETRIES: u32 = 4096;
 
+/// `clock.utc.offsetSeconds` moves the guest's clock at most a hundred
+/// years (36525 days) either way: libvirt adds it to the host's time as a C
+/// `time_t` without a check, and the guest's RTC starts at that date.
+const MAX_CLOCK_OFFSET_SECONDS: i64 = 36_525 * 24 * 3600;
+
 /// libvirt 11.0.0 added `<tlbflush><direct/><extended/></tlbflush>`.
 const TLBFLUSH_CHILDREN_SINCE: (u32, u32, u32) = (11, 0, 0);
 
@@ -197,10 +202,20 @@ pub(crate) fn configure_clock(
         }
         (Some(utc), None) => Clock {
             offset: "utc".to_string(),
-            adjustment: Some(
-                utc.offset_seconds
-                    .map_or_else(|| "reset".to_string(), |s| s.to_string()),
-            ),
+            adjustment: Some(match utc.offset_seconds {
+                None => "reset".to_string(),
+                Some(s) if (-MAX_CLOCK_OFFSET_SECONDS..=MAX_CLOCK_OFFSET_SECONDS).contains(&s) => {
+                    s.to_string()
+                }
+                Some(s) => {
+                    return Err(ConvertError::new(
+                        "spec.domain.clock.utc.offsetSeconds",
+                        format!(
+                            "{s} is out of range (-{MAX_CLOCK_OFFSET_SECONDS} to {MAX_CLOCK_OFFSET_SECONDS}, a hundred years either way)"
+                        ),
+                    ));
+                }
+            }),
             ..Clock::default()
         },
         (None, Some(zone)) => Clock {
@@ -396,6 +411,21 @@ mod tests {
             .clock;
         assert_eq!(offset.and_then(|c| c.adjustment).as_deref(), Some("-3600"));
         assert!(convert_ok(json!({})).domain.clock.is_none());
+        // A hundred years either way; beyond, the field is named.
+        for ok in [-3_155_760_000i64, 3_155_760_000] {
+            let clock = convert_ok(json!({"domain": {"clock": {"utc": {"offsetSeconds": ok}}}}))
+                .domain
+                .clock;
+            assert_eq!(clock.and_then(|c| c.adjustment), Some(ok.to_string()));
+        }
+        for bad in [-3_155_760_001i64, 3_155_760_001, i64::MAX, i64::MIN] {
+            assert_eq!(
+                convert_err(json!({"domain": {"clock": {"utc": {"offsetSeconds": bad}}}})),
+                format!(
+                    "spec.domain.clock.utc.offsetSeconds: {bad} is out of range (-3155760000 to 3155760000, a hundred years either way)"
+                )
+            );
+        }
         let both = convert_err(json!({"domain": {"clock": {"utc": {}, "timezone": "UTC"}}}));
         assert_eq!(
             both,

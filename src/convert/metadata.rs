@@ -6,6 +6,7 @@ use super::codec::{firmware_uuid_for_name, is_uuid};
 use super::paths::is_safe_component;
 use super::{Checked, ConvertContext, ConvertError, DomainType, Refused};
 use crate::domxml::{Domain, GracePeriodMetadata, KUBEVIRT_XMLNS, KubeVirtMetadata, Metadata};
+use crate::limits::MAX_SECONDS;
 use crate::vmi::{RebootPolicy, VirtualMachineInstance};
 
 pub(crate) fn configure(
@@ -17,6 +18,7 @@ pub(crate) fn configure(
     check_architecture(vmi)?;
     check_hook_sidecars(vmi)?;
     check_start_paused(vmi, ctx)?;
+    check_grace_period(vmi)?;
     domain.domain_type = ctx.domain_type.as_str().to_string();
     domain.name = format!("{}_{}", ctx.namespace, ctx.name);
     domain.uuid = Some(firmware_uuid(vmi, ctx)?);
@@ -37,6 +39,21 @@ pub(crate) fn configure(
         domain.on_reboot = Some("destroy".to_string());
     }
     Ok(())
+}
+
+/// `terminationGracePeriodSeconds` sets how long a signal's graceful stop
+/// waits: 0 to ten years ([`MAX_SECONDS`]), as `--grace-period-seconds`.
+/// Checked even when that flag overrides it, so that whether a VMI is
+/// valid does not depend on the launcher's flags.
+fn check_grace_period(vmi: &VirtualMachineInstance) -> Result<(), ConvertError> {
+    let seconds = vmi.termination_grace_period_seconds();
+    if u64::try_from(seconds).is_ok_and(|s| s <= MAX_SECONDS) {
+        return Ok(());
+    }
+    Err(ConvertError::new(
+        "spec.terminationGracePeriodSeconds",
+        format!("{seconds} is out of range (0 to {MAX_SECONDS}, ten years)"),
+    ))
 }
 
 /// `firmware.uuid`, or the name-derived UUID KubeVirt's VM controller
@@ -154,6 +171,21 @@ mod tests {
             Some(30)
         );
         assert_eq!(domain.on_reboot, None);
+    }
+
+    #[test]
+    fn the_grace_period_is_0_to_ten_years() {
+        for ok in [0, 30, 315_360_000] {
+            convert_ok(json!({"terminationGracePeriodSeconds": ok}));
+        }
+        for bad in [-1, 315_360_001, i64::MAX, i64::MIN] {
+            assert_eq!(
+                convert_err(json!({"terminationGracePeriodSeconds": bad})),
+                format!(
+                    "spec.terminationGracePeriodSeconds: {bad} is out of range (0 to 315360000, ten years)"
+                )
+            );
+        }
     }
 
     #[test]

@@ -115,6 +115,22 @@ pub(crate) fn interfaces_and_networks(
     (devices.interfaces.clone(), vmi.spec.networks.clone())
 }
 
+/// QEMU's largest `acpi-index` (systemd's limit for on-board names).
+const MAX_ACPI_INDEX: u32 = 16_383;
+
+/// `acpiIndex`: 0 is KubeVirt's "none" (its API omits a zero); 1 to
+/// [`MAX_ACPI_INDEX`] otherwise, which QEMU would refuse only at start.
+fn acpi_index(interface: &Interface, path: &str) -> Result<Option<u32>, ConvertError> {
+    match interface.acpi_index {
+        None | Some(0) => Ok(None),
+        Some(index) if index <= MAX_ACPI_INDEX => Ok(Some(index)),
+        Some(index) => Err(ConvertError::new(
+            format!("{path}.acpiIndex"),
+            format!("{index} is out of range (1 to {MAX_ACPI_INDEX}, QEMU's limit; 0: none)"),
+        )),
+    }
+}
+
 fn check_networks(interfaces: &[Interface], networks: &[Network]) -> Result<(), ConvertError> {
     let mut names = BTreeSet::new();
     for (i, network) in networks.iter().enumerate() {
@@ -162,6 +178,8 @@ fn interface_xml(
     path: &str,
 ) -> Result<domxml::Interface, ConvertError> {
     let binding = binding_of(interface, path).map_err(|e| ConvertError::new(e.path, e.message))?;
+    plan::check_ports_and_dhcp_options(interface, path)
+        .map_err(|e| ConvertError::new(e.path, e.message))?;
     if binding != Binding::Bridge && network.pod.is_none() {
         return Err(ConvertError::new(
             path,
@@ -211,7 +229,7 @@ fn interface_xml(
         }),
         alias: Some(Alias::user(&interface.name)),
         boot: interface.boot_order.map(|order| BootOrder { order }),
-        acpi: interface.acpi_index.map(|index| AcpiIndex { index }),
+        acpi: acpi_index(interface, path)?.map(|index| AcpiIndex { index }),
         link: (interface.state == Some(InterfaceState::Down)).then(|| LinkState {
             state: "down".to_string(),
         }),
@@ -551,6 +569,51 @@ mod tests {
         assert!(nic.backend.is_none());
         let none = convert_ok(json!({"domain": {"devices": {"autoattachPodInterface": false}}}));
         assert!(none.domain.devices.interfaces.is_empty());
+    }
+
+    #[test]
+    fn acpi_index_is_1_to_16383_and_0_is_none() {
+        let with = |index: u32| {
+            json!({"domain": {"devices": {"interfaces": [
+                {"name": "default", "masquerade": {}, "acpiIndex": index}]}},
+                "networks": [{"name": "default", "pod": {}}]})
+        };
+        for (index, written) in [(0, None), (1, Some(1)), (16_383, Some(16_383))] {
+            let nic = convert_ok(with(index)).domain.devices.interfaces.remove(0);
+            assert_eq!(nic.acpi.map(|a| a.index), written, "{index}");
+        }
+        // Ports and DHCP options are checked on every driver and binding.
+        let bridged = |extra: serde_json::Value| {
+            let mut spec = json!({"domain": {"devices": {"interfaces": [
+                {"name": "default", "bridge": {}}]}},
+                "networks": [{"name": "default", "pod": {}}]});
+            if let (Some(nic), serde_json::Value::Object(extra)) = (
+                spec["domain"]["devices"]["interfaces"][0].as_object_mut(),
+                extra,
+            ) {
+                nic.extend(extra);
+            }
+            spec
+        };
+        assert_eq!(
+            convert_err(bridged(json!({"ports": [{"port": 0}]}))),
+            "spec.domain.devices.interfaces[0].ports[0].port: 0 is not a port (1-65535)"
+        );
+        assert!(
+            convert_err(bridged(json!({"dhcpOptions": {"privateOptions": [{"option": 9223372036854775807i64, "value": "x"}]}})))
+                .contains("is not a private DHCP option (224-254)")
+        );
+        convert_ok(bridged(
+            json!({"ports": [{"port": 65535}], "dhcpOptions": {"privateOptions": [{"option": 254, "value": "x"}]}}),
+        ));
+        for index in [16_384, u32::MAX] {
+            assert_eq!(
+                convert_err(with(index)),
+                format!(
+                    "spec.domain.devices.interfaces[0].acpiIndex: {index} is out of range (1 to 16383, QEMU's limit; 0: none)"
+                )
+            );
+        }
     }
 
     #[test]

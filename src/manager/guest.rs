@@ -171,7 +171,7 @@ impl DomainManager {
         self.jobs.spawn(
             Operation::GuestPing,
             Some(reply),
-            timeout + Duration::from_secs(5),
+            timeout.saturating_add(Duration::from_secs(5)),
             move |hv| {
                 JobOutput::reply(
                     agent_call(
@@ -193,7 +193,7 @@ impl DomainManager {
         self.jobs.spawn(
             Operation::GuestExec,
             Some(reply),
-            timeout + AGENT_TIMEOUT * 2,
+            timeout.saturating_add(AGENT_TIMEOUT * 2),
             move |hv| {
                 JobOutput::reply(exec_in_guest(hv, &name, &args, timeout).map(JobValue::Executed))
             },
@@ -415,7 +415,7 @@ fn exec_in_guest(
     let pid = ret["pid"].as_i64().ok_or_else(|| {
         CommandError::internal(format!("guest-exec: no pid in the agent's reply {ret}"))
     })?;
-    let deadline = started + timeout;
+    let deadline = crate::limits::later(started, timeout);
     let mut pause = Duration::from_millis(20);
     loop {
         let status = agent_call(

@@ -289,7 +289,7 @@ impl JobRunner {
                         reply,
                         domain_events_at_start: self.domain_events,
                         started: now,
-                        deadline: now + timeout,
+                        deadline: crate::limits::later(now, timeout),
                     },
                 );
             }

@@ -105,13 +105,13 @@ impl DomainManager {
         }
         let grace = self.stop.period;
         let now = Instant::now();
-        let deadline = now + grace;
+        let deadline = crate::limits::later(now, grace);
         self.phase = Phase::ShuttingDown;
         self.stop.window = Some((now, deadline));
         self.stop.intent = Some(StopIntent::Signal);
         let deadline_unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| (d + grace).as_secs())
+            .map(|d| d.saturating_add(grace).as_secs())
             .unwrap_or(0);
         log::info!(
             "manager: {name}: asking the guest to power off; forcing it off in {} s",
@@ -136,7 +136,7 @@ impl DomainManager {
     }
 
     fn arm_acpi_repeat(&mut self, deadline: Instant) {
-        let next = Instant::now() + self.timing.acpi_repeat;
+        let next = crate::limits::deadline_in(self.timing.acpi_repeat);
         if next < deadline {
             self.timers.arm(Timer::RepeatAcpi, next);
         }

@@ -364,10 +364,13 @@ impl DomainManager {
         }))
     }
 
-    /// The grace period for `vmi`: the flag's, else the VMI's own.
+    /// The grace period for `vmi`: the flag's, else the VMI's own. The
+    /// converter refuses a VMI's out of its range (0 to ten years); this
+    /// holds it there anyway, as the stop's deadline is built from it.
     fn grace_period_for(&self, vmi: &crate::vmi::VirtualMachineInstance) -> Duration {
         self.config.grace_period.unwrap_or_else(|| {
-            Duration::from_secs(u64::try_from(vmi.termination_grace_period_seconds()).unwrap_or(0))
+            let seconds = u64::try_from(vmi.termination_grace_period_seconds()).unwrap_or(0);
+            Duration::from_secs(seconds.min(crate::limits::MAX_SECONDS))
         })
     }
 

@@ -36,8 +36,10 @@ impl Timers {
         self.armed.push((at, timer));
     }
 
+    /// Arms `timer` to fire after `delay`; a delay too long for an
+    /// `Instant` fires as late as one can say ([`crate::limits::later`]).
     pub fn arm_in(&mut self, timer: Timer, delay: Duration) {
-        self.arm(timer, Instant::now() + delay);
+        self.arm(timer, crate::limits::deadline_in(delay));
     }
 
     pub fn cancel(&mut self, timer: Timer) {

@@ -41,6 +41,25 @@ pub struct MigrationOptions {
     pub unsafe_migration: bool,
 }
 
+impl MigrationOptions {
+    /// The range of each whole-number option (name, least, most), checked
+    /// before the options are read. Bandwidth: 0 (as absent: unlimited) to
+    /// 1 TiB/s. The timeouts: 0 (no limit) to ten years. Downtime: QEMU's
+    /// own range, up to 2000 s.
+    pub const INTEGER_RANGES: &'static [(&'static str, u64, u64)] = &[
+        ("bandwidth_mib_per_s", 0, MAX_BANDWIDTH_MIB_PER_S),
+        ("completion_timeout_per_gib", 0, crate::limits::MAX_SECONDS),
+        ("progress_timeout", 0, crate::limits::MAX_SECONDS),
+        ("max_downtime_ms", 0, MAX_DOWNTIME_MS),
+    ];
+}
+
+/// `bandwidth_mib_per_s` at most: 1 TiB/s.
+pub const MAX_BANDWIDTH_MIB_PER_S: u64 = 1 << 20;
+
+/// `max_downtime_ms` at most: QEMU's `downtime-limit` takes up to 2000 s.
+pub const MAX_DOWNTIME_MS: u64 = 2_000_000;
+
 /// KubeVirt's defaults.
 fn default_completion_timeout_per_gib() -> u64 {
     150

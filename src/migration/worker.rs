@@ -118,7 +118,8 @@ fn build_request(
         target_uri: target.libvirt_uri.clone(),
         migration_uri: target.migration_uri.clone(),
         dest_xml,
-        bandwidth_mib_per_s: options.bandwidth_mib_per_s,
+        // 0 is KubeVirt's "no limit", as absent.
+        bandwidth_mib_per_s: options.bandwidth_mib_per_s.filter(|b| *b > 0),
         disks_uri: target.disks_uri.clone(),
         block_disks,
         auto_converge: options.allow_auto_converge,
@@ -191,7 +192,10 @@ impl Watch {
             .map_or(0, |total| total.max(self.fallback_bytes));
         if self.completion_timeout_per_gib > 0 && bytes > 0 {
             let gib = bytes as f64 / GIB;
-            let allowed = Duration::from_secs_f64(self.completion_timeout_per_gib as f64 * gib);
+            // libvirt's data_total is any u64: a budget too long for a
+            // Duration is no limit, not a panic.
+            let allowed = Duration::try_from_secs_f64(self.completion_timeout_per_gib as f64 * gib)
+                .unwrap_or(Duration::MAX);
             if now.duration_since(self.started) > allowed {
                 return Some(format!(
                     "did not complete within {:.1} s (completion_timeout_per_gib {} s x {:.2} GiB)",
@@ -395,6 +399,22 @@ mod tests {
         assert_eq!(w.sample(t0 + s(1), Some(0), Some(0)), None);
         assert_eq!(w.sample(t0 + s(2), None, None), None);
         assert!(w.sample(t0 + s(3), Some(MIB), Some(192 * MIB)).is_some());
+    }
+
+    #[test]
+    fn the_largest_budget_and_data_total_do_not_overflow() {
+        let t0 = Instant::now();
+        // Ten years per GiB of all the data libvirt could report: no limit
+        // reached, no panic.
+        let mut w = Watch::new(t0, Duration::ZERO, crate::limits::MAX_SECONDS, u64::MAX);
+        assert_eq!(
+            w.sample(
+                t0 + Duration::from_secs(1000),
+                Some(u64::MAX),
+                Some(u64::MAX)
+            ),
+            None
+        );
     }
 
     #[test]

@@ -316,6 +316,15 @@ fn parse_vm_cidr(cidr: &str, ipv6: bool, path: &str) -> Result<(IpAddr, u8), Pla
     }
 }
 
+/// The checks of an interface's ports, port ranges and DHCP options, for
+/// the converter: they then hold on every driver and binding, not only
+/// where the launcher sets up pod networking.
+pub fn check_ports_and_dhcp_options(interface: &Interface, path: &str) -> Result<(), PlanError> {
+    forwards(interface, path)?;
+    dhcp_options(interface, path)?;
+    Ok(())
+}
+
 /// The DNAT entries of a masquerade interface: each `ports` entry, then
 /// each `portRanges` entry (an empty list forwards every port).
 fn forwards(interface: &Interface, path: &str) -> Result<Vec<Forward>, PlanError> {

@@ -10,10 +10,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use crossbeam_channel::Receiver;
 use serde_json::Value;
 
 use common::TempTree;
+use common::kubevirt::{NotifyServer, kv_call};
 use virt_launcher::grpc::frame::{self, ErrorCode, Frame, FrameReader, ReadError};
 use virt_launcher::grpc::hpack::{self, Decoder, Encoder};
 use virt_launcher::grpc::{self, CallError, Client, Code, Handler, Limits, Status};
@@ -163,63 +163,8 @@ fn test_limits() -> Limits {
     }
 }
 
-fn kvhandler() -> PathBuf {
-    let path = std::env::var_os("VL_KVHANDLER")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kubevirt/kvhandler")
-        });
-    assert!(
-        path.is_file(),
-        "kvhandler is not at {} (set VL_KVHANDLER): these tests need KubeVirt's client",
-        path.display()
-    );
-    path
-}
-
-/// Runs `kvhandler ARGS`, killed after `timeout`; its exit code and the
-/// JSON it printed.
-fn run_kvhandler(args: &[&str], timeout: Duration) -> (i32, Value) {
-    let mut child = Command::new(kvhandler())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // Read while it runs: a large answer does not fit in the pipe.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("kvhandler {args:?} did not finish within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let (stdout, stderr) = (stdout.join().unwrap(), stderr.join().unwrap());
-    let json = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!("kvhandler {args:?}: {e}: stdout {stdout:?}, stderr {stderr:?}")
-    });
-    (status.code().unwrap_or(-1), json)
-}
-
 fn kv(socket: &Path, command: &[&str]) -> (i32, Value) {
-    let mut args = vec!["--socket", socket.to_str().unwrap()];
-    args.extend_from_slice(command);
-    run_kvhandler(&args, Duration::from_secs(30))
+    kv_call(socket, command)
 }
 
 #[test]
@@ -711,16 +656,6 @@ fn the_client_times_out_on_a_server_that_does_not_answer() {
     );
 }
 
-/// Kills a child process when dropped, so a failed test leaves none.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// `DomainEventRequest{domainJSON, eventType}`.
 fn domain_event(domain_json: &str, event_type: &str) -> Vec<u8> {
     let mut out = bytes_field(1, domain_json.as_bytes());
@@ -733,28 +668,11 @@ fn the_client_sends_domain_events_to_kubevirts_notify_server() {
     const HANDLE_DOMAIN_EVENT: &str = "/kubevirt.notify.v1.Notify/HandleDomainEvent";
     let tree = TempTree::new("grpc-notify");
     let share = tree.path("share");
-    let mut child = Command::new(kvhandler())
-        .args(["notify-server", "--share-dir", share.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _server = Reaped(child);
-    let (lines_tx, lines) = crossbeam_channel::unbounded();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let next_event = || -> Value {
-        let line = lines
-            .recv_timeout(Duration::from_secs(10))
-            .expect("the notify server printed no event");
-        serde_json::from_str(&line).unwrap()
+    let mut server = NotifyServer::start(&share);
+    let mut next_event = || -> Value {
+        server
+            .next(Duration::from_secs(10))
+            .expect("the notify server printed no event")
     };
     let mut client = Client::new(share.join("domain-notify-pipe.sock"));
     let small = serde_json::json!({

@@ -146,8 +146,27 @@ impl ManagerClient {
     fn run_idempotent(&self, name: &str) -> Response {
         match self.run(name, json!({})) {
             Err(e) if e.class == ErrorClass::NotFound => ok(),
+            // KubeVirt's kill and shutdown have nothing to do on a domain
+            // that is not running (KillVMI, SignalShutdownVMI), such as one
+            // that stopped and waits for virt-handler's Delete, which the
+            // manager refuses as InvalidState.
+            Err(e)
+                if e.class == ErrorClass::InvalidState
+                    && name != "delete"
+                    && !self.domain_is_active() =>
+            {
+                ok()
+            }
             result => response(&result),
         }
+    }
+
+    /// Whether a QEMU process runs the domain (running, paused, shutting
+    /// down); no domain is not.
+    fn domain_is_active(&self) -> bool {
+        self.run("query-domain", json!({ "fields": ["state"] }))
+            .map(|reply| status_of(&reply.into_object()).state.is_active())
+            .unwrap_or(false)
     }
 
     /// The domain as KubeVirt's `api.Domain` JSON; `None` when there is none.

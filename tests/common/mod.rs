@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod diff;
 pub mod examples;
 pub mod guest;
+pub mod kubevirt;
 pub mod podnet;
 pub mod processes;
 pub mod unprivileged;

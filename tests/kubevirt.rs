@@ -1,0 +1,659 @@
+//! KubeVirt mode end to end: the launcher started as virt-controller starts
+//! it in a KubeVirt pod (called `virt-launcher-monitor`, the pod's command
+//! line, inside scripts/run-in-pod.sh) and driven only by KubeVirt's own
+//! virt-handler client, `kvhandler`, with KubeVirt's notify server
+//! listening, on the real test guest (real libvirt daemons of the pod's
+//! own, QEMU under TCG, the guest's agent). What is asserted is what
+//! virt-handler sees: each RPC's answer, the guest's own view through
+//! Exec, and the domain events.
+//!
+//! The binary under test is `VL_LAUNCHER_BIN` when set (the static wire
+//! build in scripts/test.sh), else cargo's. `kvhandler` is found at
+//! `../shared/kubevirt/kvhandler` or `VL_KVHANDLER`: without it the tests
+//! fail. Run as root (run-in-pod.sh makes a mount namespace):
+//! `cargo test --test kubevirt -- --test-threads=2`.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use common::guest::{BOOT, GuestOptions, STEP, ext4_image, wait_no_qemu};
+use common::kubevirt::{NotifyServer, POD_SHARE_DIR, PodLauncher, pod_vmi, summary};
+use common::{TempTree, expected_backend};
+use virt_launcher::grpc::frame;
+use virt_launcher::grpc::{CallError, Client, Code};
+
+/// The VMI's termination grace period, in the VMI and on the pod's
+/// command line (--grace-period-seconds), as virt-controller renders it.
+const GRACE: u64 = 30;
+
+/// A launcher in its pod, its VMI and virt-handler's notify server.
+struct Pod {
+    launcher: PodLauncher,
+    notify: NotifyServer,
+    /// `--vmi FILE` for the calls that carry the VMI.
+    vmi: String,
+    domain: String,
+}
+
+impl Pod {
+    /// Starts the notify server, then the launcher for `vmi` (made with
+    /// `pod_vmi`), and waits for the launcher to be ready.
+    fn start(tag: &str, name: &str, uid: &str, vmi: &Value) -> Pod {
+        Pod::start_in(TempTree::new(tag), name, uid, vmi)
+    }
+
+    fn start_in(tree: TempTree, name: &str, uid: &str, vmi: &Value) -> Pod {
+        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree));
+        let mut launcher = PodLauncher::start(tree, name, uid, GRACE);
+        launcher.wait_ready(STEP);
+        let vmi = launcher.write_vmi("vmi.json", vmi);
+        let domain = launcher.domain_name();
+        Pod {
+            launcher,
+            notify,
+            vmi,
+            domain,
+        }
+    }
+
+    fn ok(&self, command: &[&str]) -> Value {
+        self.launcher.ok(command)
+    }
+
+    /// `COMMAND --vmi <the VMI>`, which must succeed.
+    fn ok_vmi(&self, command: &str) -> Value {
+        self.ok(&[command, "--vmi", &self.vmi])
+    }
+
+    /// GetDomain's api.Domain, which must exist.
+    fn domain(&self) -> Value {
+        let got = self.ok(&["get-domain"]);
+        assert_eq!(got["exists"], true, "{got}");
+        got["domain"].clone()
+    }
+
+    /// GetDomain's `Status.Status` and `Status.Reason`.
+    fn state(&self) -> (String, String) {
+        let status = &self.domain()["Status"];
+        (
+            status["Status"].as_str().unwrap_or_default().to_string(),
+            status["Reason"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
+    /// Runs `script` with the guest's shell through Exec: (exit code,
+    /// stdout).
+    fn guest_sh(&self, script: &str) -> (i64, String) {
+        let got = self.ok(&[
+            "exec",
+            "--domain",
+            &self.domain,
+            "--timeout",
+            "30",
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ]);
+        (
+            got["exitCode"].as_i64().unwrap_or(-1),
+            got["stdout"].as_str().unwrap_or_default().to_string(),
+        )
+    }
+
+    /// Waits until GuestPing answers: the guest booted and its agent is
+    /// connected.
+    fn wait_agent(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (code, out) =
+                self.launcher
+                    .kv(&["guest-ping", "--domain", &self.domain, "--timeout", "5"]);
+            if code == 0 {
+                assert_eq!(out["ok"], true, "{out}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the guest agent did not answer within {timeout:?}: {out}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// The guest kernel's boot id, through Exec: a new one at every boot.
+    fn boot_id(&self) -> String {
+        let (code, out) = self.guest_sh("cat /proc/sys/kernel/random/boot_id");
+        assert_eq!(code, 0, "{out}");
+        let id = out.trim().to_string();
+        assert_eq!(id.len(), 36, "not a boot id: {id:?}");
+        id
+    }
+
+    /// Waits for the guest to have booted again: its agent back and a boot
+    /// id other than `before`.
+    fn wait_rebooted(&self, before: &str, what: &str) -> String {
+        let deadline = Instant::now() + BOOT;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            self.wait_agent(remaining);
+            let (code, out) = self.launcher.kv(&[
+                "exec",
+                "--domain",
+                &self.domain,
+                "--timeout",
+                "10",
+                "--",
+                "/bin/cat",
+                "/proc/sys/kernel/random/boot_id",
+            ]);
+            // The old agent may still answer for a moment.
+            if code == 0 {
+                let id = out["result"]["stdout"].as_str().unwrap().trim().to_string();
+                if id != before {
+                    return id;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the guest did not boot again (boot id {before}): {out}"
+            );
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+
+    /// Polls GetGuestInfo until `pred` holds (the launcher polls the agent
+    /// every few seconds).
+    fn guest_info_until(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let info = self.ok(&["get-guest-info"]);
+            if pred(&info) {
+                return info;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: GetGuestInfo says {info}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Polls a guest shell command until its output satisfies `pred`.
+    fn guest_until(&self, script: &str, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + STEP;
+        loop {
+            let (_, out) = self.guest_sh(script);
+            if pred(&out) {
+                return out;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: the guest still says {out:?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Syncs the VMI and waits for the notify server's ADDED, then a
+    /// MODIFIED Running.
+    fn sync_to_running(&mut self, uid: &str) {
+        assert_eq!(self.ok(&["sync", "--vmi", &self.vmi]), Value::Null);
+        let added = self.notify.wait(STEP, "ADDED", |e| {
+            e["event"] == "domain" && e["type"] == "ADDED"
+        });
+        let meta = &added["domain"]["ObjectMeta"];
+        assert_eq!(
+            (&meta["name"], &meta["namespace"], &meta["uid"]),
+            (&json!(self.launcher.name), &json!("e2e"), &json!(uid)),
+            "{added}"
+        );
+        self.notify.wait_domain(STEP, "MODIFIED", "Running", None);
+    }
+
+    /// Delete, as virt-handler sends it once the domain stopped: the final
+    /// MODIFIED of a domain that no longer exists, then the launcher's
+    /// exit, status 0.
+    fn delete_and_exit(&mut self) {
+        assert_eq!(self.ok_vmi("delete"), Value::Null);
+        let last = self
+            .notify
+            .wait_domain(STEP, "MODIFIED", "NoState", Some("NonExistent"));
+        let deleted = &last["domain"]["ObjectMeta"]["deletionTimestamp"];
+        assert!(deleted.is_string(), "no deletion time: {last}");
+        assert_eq!(
+            last["domain"]["ObjectMeta"]["name"],
+            json!(self.launcher.name)
+        );
+        assert_eq!(self.launcher.wait_exit(STEP), 0);
+        // Nothing came after the deletion.
+        assert!(
+            self.notify.next(Duration::from_millis(500)).is_none(),
+            "events after the deletion: {}",
+            summary(&self.notify.seen)
+        );
+        wait_no_qemu(&self.domain, Duration::from_secs(10));
+        let log = self.launcher.log_text();
+        assert!(!log.contains("panicked"), "{log}");
+        // The build under test spoke to libvirt with the backend the run
+        // asked for (`VL_LAUNCHER_BACKEND=wire` with the static binary).
+        if let Some(backend) = expected_backend() {
+            assert!(
+                log.contains(&format!("; {backend} backend)")),
+                "not the {backend} backend: {log}"
+            );
+        }
+    }
+}
+
+/// `vmi` with the hotpluggable volume `name` (a PVC, as KubeVirt mounts
+/// it in the pod's hotplug-disks directory) as a disk on `bus`.
+fn with_hotplug_volume(vmi: &Value, name: &str, bus: &str) -> Value {
+    let mut v = vmi.clone();
+    v["spec"]["domain"]["devices"]["disks"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": name, "disk": {"bus": bus}}));
+    v["spec"]["volumes"].as_array_mut().unwrap().push(json!({
+        "name": name,
+        "persistentVolumeClaim": {"claimName": name, "hotpluggable": true}
+    }));
+    v
+}
+
+/// The guest's block devices of `blocks` KiB, from /proc/partitions.
+fn devices_of_size(partitions: &str, blocks: &str) -> Vec<String> {
+    partitions
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && f[2] == blocks).then(|| f[3].to_string())
+        })
+        .collect()
+}
+
+/// The calls this launcher does not support yet, as kvhandler's commands,
+/// the RPC each answers for, and the extra arguments each needs.
+const NOT_SUPPORTED: [(&str, &str, &[&str]); 12] = [
+    ("migrate", "MigrateVirtualMachine", &[]),
+    ("sync-migration-target", "SyncMigrationTarget", &[]),
+    ("finalize-migration", "FinalizeVirtualMachineMigration", &[]),
+    (
+        "memory-dump",
+        "VirtualMachineMemoryDump",
+        &["--path", "/var/run/kubevirt/dump.memory"],
+    ),
+    ("sev-info", "GetSEVInfo", &[]),
+    ("launch-measurement", "GetLaunchMeasurement", &[]),
+    (
+        "inject-launch-secret",
+        "InjectLaunchSecret",
+        &["--options", "EMPTY"],
+    ),
+    ("dirty-rate", "GetDomainDirtyRateStats", &[]),
+    ("screenshot", "GetScreenshot", &[]),
+    ("backup", "BackupVirtualMachine", &["--options", "EMPTY"]),
+    (
+        "redefine-checkpoint",
+        "RedefineCheckpoint",
+        &["--checkpoint", "EMPTY"],
+    ),
+    ("vm-stats", "GetVMStats", &[]),
+];
+
+#[test]
+fn virt_handler_drives_a_guests_whole_life_through_the_pods_launcher() {
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-000000000001";
+    let name = "kvlife";
+    let tree = TempTree::new("kv-life");
+    // A data disk: the agent's freeze has a filesystem to freeze, and
+    // GetFilesystems one to list.
+    let data = tree.path("data.img");
+    ext4_image(&data, 32);
+    let mut opts = GuestOptions::new(name);
+    opts.data_disk = Some(data);
+    opts.grace_seconds = Some(GRACE);
+    let vmi = pod_vmi(&opts, UID);
+    let mut pod = Pod::start_in(tree, name, UID, &vmi);
+
+    // The client negotiated cmd v1 through CmdInfo, then pinged.
+    assert_eq!(pod.ok(&["ping"]), Value::Null);
+    let version = pod.ok(&["qemu-version"]);
+    assert!(
+        version.as_str().unwrap_or_default().starts_with("QEMU "),
+        "{version}"
+    );
+    // No domain yet: GetDomain says so, and so does GetDomainStats.
+    assert_eq!(pod.ok(&["get-domain"])["exists"], false);
+    assert_eq!(pod.ok(&["get-domain-stats"])["exists"], false);
+
+    // Sync: the domain is defined and started.
+    pod.sync_to_running(UID);
+    let domain = pod.domain();
+    assert_eq!(domain["Status"]["Status"], "Running", "{domain}");
+    assert_eq!(domain["Spec"]["Name"], "e2e_kvlife");
+    assert_eq!(domain["Spec"]["Metadata"]["KubeVirt"]["UID"], UID);
+    assert_eq!(
+        (
+            &domain["ObjectMeta"]["name"],
+            &domain["ObjectMeta"]["namespace"]
+        ),
+        (&json!(name), &json!("e2e"))
+    );
+    pod.wait_agent(BOOT);
+
+    // An unchanged VMI synced again changes nothing.
+    assert_eq!(pod.ok_vmi("sync"), Value::Null);
+    assert_eq!(pod.state().0, "Running");
+
+    let stats = pod.ok(&["get-domain-stats"]);
+    assert_eq!(stats["exists"], true, "{stats}");
+    assert_eq!(stats["stats"]["Name"], "e2e_kvlife");
+    assert!(
+        stats["stats"]["Cpu"]["Time"].as_u64().unwrap_or(0) > 0,
+        "{stats}"
+    );
+
+    // What the guest agent reports.
+    let info = pod.guest_info_until("the agent's report", |i| {
+        i["guestAgentVersion"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+            && i["hostname"] == name
+    });
+    assert_eq!(info["fsFreezeStatus"], "thawed", "{info}");
+    let users = pod.ok(&["get-users"]);
+    assert!(
+        users["items"]
+            .as_array()
+            .is_some_and(|items| items.iter().any(|u| u["userName"] == "root")),
+        "root is not logged in: {users}"
+    );
+    let filesystems = pod.ok(&["get-filesystems"]);
+    let items = filesystems["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {filesystems}"));
+    assert!(
+        items
+            .iter()
+            .any(|f| f["mountPoint"] == "/mnt/data" && f["fileSystemType"] == "ext4"),
+        "the data disk is not listed: {filesystems}"
+    );
+    let uname = pod.ok(&[
+        "exec",
+        "--domain",
+        &pod.domain,
+        "--timeout",
+        "10",
+        "--",
+        "/bin/uname",
+        "-a",
+    ]);
+    assert_eq!(uname["exitCode"], 0, "{uname}");
+    let stdout = uname["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with(&format!("Linux {name} ")), "{stdout:?}");
+    assert_eq!(pod.guest_sh("echo out; exit 3"), (3, "out\n".to_string()));
+    assert_eq!(
+        pod.ok(&["guest-ping", "--domain", &pod.domain, "--timeout", "5"]),
+        Value::Null
+    );
+
+    // Pause and unpause: seen in GetDomain and by the notify server.
+    assert_eq!(pod.ok_vmi("pause"), Value::Null);
+    pod.notify
+        .wait_domain(STEP, "MODIFIED", "Paused", Some("User"));
+    assert_eq!(pod.state(), ("Paused".to_string(), "User".to_string()));
+    assert_eq!(pod.ok_vmi("unpause"), Value::Null);
+    pod.notify.wait_domain(STEP, "MODIFIED", "Running", None);
+    assert_eq!(pod.state().0, "Running");
+
+    // Freeze: the agent freezes the guest's filesystems (the launcher
+    // polls its status), and refuses most commands meanwhile.
+    assert_eq!(
+        pod.ok(&["freeze", "--vmi", &pod.vmi, "--unfreeze-timeout", "120"]),
+        Value::Null
+    );
+    pod.guest_info_until("frozen", |i| i["fsFreezeStatus"] == "frozen");
+    pod.notify.wait(STEP, "a frozen domain", |e| {
+        e["type"] == "MODIFIED" && e["domain"]["Status"]["FSFreezeStatus"]["Status"] == "frozen"
+    });
+    let refused = pod
+        .launcher
+        .refused(&["exec", "--domain", &pod.domain, "--", "/bin/true"]);
+    assert!(refused.contains("frozen"), "{refused}");
+    assert_eq!(pod.ok_vmi("unfreeze"), Value::Null);
+    pod.guest_info_until("thawed", |i| i["fsFreezeStatus"] == "thawed");
+    pod.notify.wait(STEP, "a thawed domain", |e| {
+        e["type"] == "MODIFIED" && e["domain"]["Status"]["FSFreezeStatus"]["Status"] == "thawed"
+    });
+    assert_eq!(
+        pod.guest_sh("echo x > /mnt/data/after && sync && cat /mnt/data/after"),
+        (0, "x\n".to_string())
+    );
+
+    // The syncs of a part of the VMI, and host devices: each a sync of
+    // the same VMI here (nothing changed).
+    for call in ["sync-cpus", "sync-memory", "hotplug-host-devices"] {
+        assert_eq!(pod.ok_vmi(call), Value::Null, "{call}");
+    }
+    assert_eq!(pod.state().0, "Running");
+
+    // A volume hotplugged through Sync: KubeVirt mounts the volume's image
+    // in the pod's hotplug-disks directory, and the VMI names it.
+    let hotplug_dir = pod.launcher.share_dir().join("hotplug-disks");
+    fs::create_dir_all(&hotplug_dir).unwrap();
+    fs::File::create(hotplug_dir.join("hp1.img"))
+        .and_then(|f| f.set_len(64 << 20))
+        .unwrap();
+    let before = pod.guest_sh("cat /proc/partitions").1;
+    let plugged = with_hotplug_volume(&vmi, "hp1", "scsi");
+    let plugged_file = pod.launcher.write_vmi("vmi-hotplug.json", &plugged);
+    assert_eq!(pod.ok(&["sync", "--vmi", &plugged_file]), Value::Null);
+    let partitions = pod.guest_until("cat /proc/partitions", "the hotplugged disk", |out| {
+        devices_of_size(out, "65536")
+            .iter()
+            .any(|d| !devices_of_size(&before, "65536").contains(d))
+    });
+    let disks = pod.domain()["Spec"]["Devices"]["Disks"].clone();
+    assert!(
+        disks.as_array().unwrap().iter().any(|d| d["Source"]["File"]
+            == format!("{POD_SHARE_DIR}/hotplug-disks/hp1.img")
+            && d["Target"]["Bus"] == "scsi"),
+        "{disks}"
+    );
+    // Unplugged by the next sync without it.
+    let device = devices_of_size(&partitions, "65536")
+        .into_iter()
+        .find(|d| !devices_of_size(&before, "65536").contains(d))
+        .unwrap();
+    assert_eq!(pod.ok_vmi("sync"), Value::Null);
+    pod.guest_until("cat /proc/partitions", "the unplugged disk", |out| {
+        !out.split_whitespace().any(|w| w == device)
+    });
+
+    // What is not supported yet says so, naming the call.
+    let empty = pod.launcher.write_vmi("empty.json", &json!({}));
+    for (command, rpc, extra) in NOT_SUPPORTED {
+        let mut args = vec![command, "--vmi", &pod.vmi];
+        args.extend(
+            extra
+                .iter()
+                .map(|a| if *a == "EMPTY" { empty.as_str() } else { *a }),
+        );
+        let error = pod.launcher.refused(&args);
+        assert!(
+            error.contains(rpc) && error.contains("not supported"),
+            "{command}: {error}"
+        );
+    }
+    // With no migration, cancelling one and the target pod's clean-up are
+    // done at once.
+    assert_eq!(pod.ok_vmi("cancel-migration"), Value::Null);
+    assert_eq!(pod.ok_vmi("signal-target-pod-cleanup"), Value::Null);
+    assert_eq!(pod.state().0, "Running");
+
+    // Reset: a hard reset, the guest boots again.
+    let first_boot = pod.boot_id();
+    assert_eq!(pod.ok_vmi("reset"), Value::Null);
+    let after_reset = pod.wait_rebooted(&first_boot, "reset");
+    // Soft reboot: the guest reboots itself.
+    assert_eq!(pod.ok_vmi("soft-reboot"), Value::Null);
+    pod.wait_rebooted(&after_reset, "soft-reboot");
+    assert_eq!(pod.state().0, "Running");
+
+    // Shutdown: the ACPI power button; the test guest powers off.
+    assert_eq!(pod.ok_vmi("shutdown"), Value::Null);
+    pod.notify
+        .wait_domain(BOOT, "MODIFIED", "Shutoff", Some("Shutdown"));
+    assert_eq!(pod.state(), ("Shutoff".to_string(), "Shutdown".to_string()));
+    // Kill on a domain already off has nothing to do, as KubeVirt's.
+    assert_eq!(pod.ok_vmi("kill"), Value::Null);
+    pod.delete_and_exit();
+    // The guest was never destroyed: every stop was its own.
+    assert!(
+        !pod.notify
+            .seen
+            .iter()
+            .any(|e| e["domain"]["Status"]["Reason"] == "Destroyed"),
+        "{}",
+        summary(&pod.notify.seen)
+    );
+}
+
+#[test]
+fn sigterm_powers_the_guest_off_by_acpi_and_the_pod_ends_as_kubevirts() {
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-000000000002";
+    let name = "kvterm";
+    let mut opts = GuestOptions::new(name);
+    opts.grace_seconds = Some(GRACE);
+    let mut pod = Pod::start("kv-term", name, UID, &pod_vmi(&opts, UID));
+    pod.sync_to_running(UID);
+    // The guest is up (its ACPI handler with it).
+    pod.wait_agent(BOOT);
+
+    // The pod is deleted: the kubelet's SIGTERM, which run-in-pod.sh
+    // passes on to the launcher.
+    pod.launcher.signal("TERM");
+    pod.notify
+        .wait_domain(BOOT, "MODIFIED", "Shutoff", Some("Shutdown"));
+    assert!(
+        !pod.notify
+            .seen
+            .iter()
+            .any(|e| e["domain"]["Status"]["Reason"] == "Destroyed"),
+        "the guest was destroyed, not shut down: {}",
+        summary(&pod.notify.seen)
+    );
+    // The launcher waits for virt-handler's Delete before its exit.
+    pod.delete_and_exit();
+}
+
+/// Reads from `stream` until the peer closes it; false if it is still
+/// open after `timeout`.
+fn closed_within(stream: &mut UnixStream, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        stream.set_read_timeout(Some(left)).unwrap();
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain() {
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-000000000003";
+    let name = "kvbad";
+    let mut pod = Pod::start("kv-bad", name, UID, &pod_vmi(&GuestOptions::new(name), UID));
+    pod.sync_to_running(UID);
+    let uuid = pod.domain()["Spec"]["UUID"].clone();
+    let socket = pod.launcher.socket();
+
+    // Garbage after the preface: the connection is closed.
+    let mut garbage = UnixStream::connect(&socket).unwrap();
+    let mut out = frame::PREFACE.to_vec();
+    frame::put_settings(&mut out, &[]);
+    out.extend((0u32..4096).map(|i| (i.wrapping_mul(2_654_435_761) >> 13).to_le_bytes()[0]));
+    garbage.write_all(&out).unwrap();
+    assert!(
+        closed_within(&mut garbage, Duration::from_secs(15)),
+        "the garbage's connection is still open"
+    );
+    // Half a frame, then a client that hangs up; and half a frame on a
+    // connection left open while others are served.
+    for hang_up in [true, false] {
+        let mut truncated = UnixStream::connect(&socket).unwrap();
+        let mut out = frame::PREFACE.to_vec();
+        frame::put_settings(&mut out, &[]);
+        out.extend_from_slice(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00\x01\x02");
+        truncated.write_all(&out).unwrap();
+        if !hang_up {
+            assert_eq!(pod.ok(&["ping"]), Value::Null);
+            assert_eq!(pod.state().0, "Running");
+        }
+    }
+    // A method no service has, and a request that is not the call's
+    // message: gRPC errors.
+    let mut client = Client::new(&socket);
+    match client.call("/kubevirt.cmd.v1.Cmd/NoSuchCall", &[], STEP) {
+        Err(CallError::Status(status)) => assert_eq!(status.code, Code::Unimplemented),
+        other => panic!("{other:?}"),
+    }
+    match client.call(
+        "/kubevirt.cmd.v1.Cmd/SyncVirtualMachine",
+        b"\x0a\xff\xff\xff",
+        STEP,
+    ) {
+        Err(CallError::Status(status)) => {
+            assert_eq!(status.code, Code::InvalidArgument, "{}", status.message)
+        }
+        other => panic!("{other:?}"),
+    }
+    // A VMI past the message limit, from virt-handler's own client.
+    let mut huge = pod_vmi(&GuestOptions::new(name), UID);
+    huge["metadata"]["annotations"] = json!({"padding": "p".repeat(5 << 20)});
+    let huge = pod.launcher.write_vmi("huge.json", &huge);
+    let error = pod.launcher.refused(&["sync", "--vmi", &huge]);
+    assert!(error.contains("ResourceExhausted"), "{error}");
+
+    // The launcher still serves, and its domain is still there.
+    assert_eq!(pod.ok(&["ping"]), Value::Null);
+    let domain = pod.domain();
+    assert_eq!(domain["Status"]["Status"], "Running", "{domain}");
+    assert_eq!(domain["Spec"]["UUID"], uuid);
+
+    // Kill: destroyed at once.
+    assert_eq!(pod.ok_vmi("kill"), Value::Null);
+    pod.notify
+        .wait_domain(STEP, "MODIFIED", "Shutoff", Some("Destroyed"));
+    assert_eq!(
+        pod.state(),
+        ("Shutoff".to_string(), "Destroyed".to_string())
+    );
+    // Kill and shutdown of a domain already off have nothing to do, as
+    // KubeVirt's.
+    assert_eq!(pod.ok_vmi("kill"), Value::Null);
+    assert_eq!(pod.ok_vmi("shutdown"), Value::Null);
+    pod.delete_and_exit();
+}

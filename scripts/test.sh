@@ -72,7 +72,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # backend's calls on a real guest: spawned daemons' private sockets and the
 # host's libvirtd, events and the agent, a daemon killed and reconnected, a
 # live migration, disks plugged in and out (DEVICE_REMOVED), vCPUs, virtio-mem
-# and a NIC changed live. (tests/backends.rs, in the first pass, compares both
+# and a NIC changed live, the dirty rate, a memory dump and a screenshot (a
+# libvirt stream). (tests/backends.rs, in the first pass, compares both
 # backends call by call on one guest.) VL_STATIC_SUITES=all runs the whole
 # qemu, agent and migration suites with it instead of this selection.
 wire_started=$(date +%s)
@@ -81,17 +82,18 @@ export VL_LAUNCHER_BIN=$static VL_LAUNCHER_BACKEND=wire
 VL_TEST_URI=test+unix:///default cargo test --locked --test daemon -- --test-threads=2
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
-    cargo test --locked --test qemu --test agent --test migration --test hotplug -- --test-threads=2 \
+    cargo test --locked --test qemu --test agent --test migration --test hotplug --test day2 -- --test-threads=2 \
         --skip host_devices_from_the_environment
 else
-    cargo test --locked --test qemu --test agent --test migration --test hotplug -- --test-threads=2 --exact \
+    cargo test --locked --test qemu --test agent --test migration --test hotplug --test day2 -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
         a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops \
         reports_what_the_guest_really_has_and_runs_guest_commands \
         a_running_guest_moves_to_another_launcher_and_keeps_running \
         disks_plug_in_on_scsi_and_virtio_unplug_and_keep_their_data \
-        vcpus_memory_and_a_nic_change_live
+        vcpus_memory_and_a_nic_change_live \
+        version_dirty_rate_memory_dump_and_screenshot_of_the_test_guest
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

@@ -8,6 +8,7 @@
 //! guest-agent and migration commands go to the domain manager as a
 //! `ManagerRequest`, each with a `ReplyTo` for its one reply.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -107,6 +108,44 @@ pub static COMMANDS: &[CommandSpec] = &[
             }
             .into())
         },
+    },
+    CommandSpec {
+        name: "query-qemu-version",
+        summary: "The version of QEMU behind the libvirt daemon, read from the daemon now, as KubeVirt's GetQemuVersion gives it (\"QEMU 7.2.22\").",
+        parse: |a| a.none(DomainCommand::QueryQemuVersion),
+    },
+    CommandSpec {
+        name: "query-dirty-rate",
+        summary: "Measure how fast the running guest writes to its memory (libvirt's dirty rate, page sampling) over arguments.seconds (default 1, as KubeVirt); refused while the guest migrates.",
+        parse: |a| {
+            let args: DirtyRateArgs = a.typed()?;
+            if !(1..=MAX_DIRTY_RATE_SECONDS).contains(&args.seconds) {
+                return Err(CommandError::invalid_argument(format!(
+                    "arguments.seconds: {} is out of range (1 to {MAX_DIRTY_RATE_SECONDS})",
+                    args.seconds
+                )));
+            }
+            Ok(DomainCommand::QueryDirtyRate {
+                seconds: args.seconds,
+            }
+            .into())
+        },
+    },
+    CommandSpec {
+        name: "memory-dump",
+        summary: "Dump the guest's memory to arguments.path (an ELF core, as KubeVirt's memory dump). Returns at once; progress and the outcome show in query-status and as MEMORY_DUMP_* events.",
+        parse: |a| {
+            let args: MemoryDumpArgs = a.typed()?;
+            Ok(DomainCommand::MemoryDump {
+                path: dump_path(&args.path)?,
+            }
+            .into())
+        },
+    },
+    CommandSpec {
+        name: "screenshot",
+        summary: "A PNG screenshot of the guest's display (base64 in data, with its MIME type and size); refused when the VMI has no graphics device.",
+        parse: |a| a.none(DomainCommand::Screenshot),
     },
     CommandSpec {
         name: "guest-ping",
@@ -275,6 +314,15 @@ pub enum DomainCommand {
         /// the launcher's default.
         max_age: Option<Duration>,
     },
+    QueryQemuVersion,
+    QueryDirtyRate {
+        seconds: u32,
+    },
+    MemoryDump {
+        /// Absolute, in an existing directory, not an existing file.
+        path: PathBuf,
+    },
+    Screenshot,
 }
 
 /// What `query-domain` asks for.
@@ -410,6 +458,10 @@ impl DomainCommand {
             DomainCommand::Delete => "delete",
             DomainCommand::QueryDomain(_) => "query-domain",
             DomainCommand::QueryStats { .. } => "query-stats",
+            DomainCommand::QueryQemuVersion => "query-qemu-version",
+            DomainCommand::QueryDirtyRate { .. } => "query-dirty-rate",
+            DomainCommand::MemoryDump { .. } => "memory-dump",
+            DomainCommand::Screenshot => "screenshot",
         }
     }
 }
@@ -626,6 +678,54 @@ struct VmiArgs {
     vmi: Value,
 }
 
+/// The longest dirty rate measurement: libvirt takes up to 60 s.
+pub const MAX_DIRTY_RATE_SECONDS: u32 = 60;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirtyRateArgs {
+    #[serde(default = "default_dirty_rate_seconds")]
+    seconds: u32,
+}
+
+/// KubeVirt measures for a second.
+fn default_dirty_rate_seconds() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemoryDumpArgs {
+    path: String,
+}
+
+/// Where a memory dump may go: an absolute path of a file that does not
+/// exist yet, in a directory that does (libvirt creates the file; an
+/// earlier dump or anything else there is never overwritten).
+fn dump_path(path: &str) -> Result<PathBuf, CommandError> {
+    let path = Path::new(path);
+    let bad = |why: &str| {
+        Err(CommandError::invalid_argument(format!(
+            "arguments.path: {}: {why}",
+            path.display()
+        )))
+    };
+    if !path.is_absolute() {
+        return bad("must be an absolute path");
+    }
+    if path.file_name().is_none() || path.to_str().is_none_or(|p| p.ends_with('/')) {
+        return bad("must name a file");
+    }
+    if path.symlink_metadata().is_ok() {
+        return bad("already exists; the dump is never written over a file");
+    }
+    match path.parent().map(std::fs::metadata) {
+        Some(Ok(meta)) if meta.is_dir() => Ok(path.to_path_buf()),
+        Some(Ok(_)) => bad("its parent is not a directory"),
+        _ => bad("its directory does not exist"),
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StatsQueryArgs {
@@ -752,6 +852,7 @@ mod tests {
             "sync" | "prepare-migration-target" => args(json!({"vmi": {}})),
             "migrate" => args(json!({"target": {"libvirt_uri": "qemu:///system"}})),
             "guest-exec" => args(json!({"command": "/bin/true"})),
+            "memory-dump" => args(json!({"path": "/tmp/virt-launcher-test-no-such.dump"})),
             _ => Map::new(),
         }
     }
@@ -782,6 +883,13 @@ mod tests {
             DomainCommand::Delete.into(),
             DomainCommand::QueryDomain(DomainQuery::ALL).into(),
             DomainCommand::QueryStats { max_age: None }.into(),
+            DomainCommand::QueryQemuVersion.into(),
+            DomainCommand::QueryDirtyRate { seconds: 1 }.into(),
+            DomainCommand::MemoryDump {
+                path: PathBuf::from("/tmp/x"),
+            }
+            .into(),
+            DomainCommand::Screenshot.into(),
             GuestCommand::Ping { timeout_seconds: 5 }.into(),
             GuestCommand::QueryGuestInfo.into(),
             GuestCommand::QueryUsers.into(),
@@ -831,7 +939,11 @@ mod tests {
                         | DomainCommand::Kill
                         | DomainCommand::Delete
                         | DomainCommand::QueryDomain(_)
-                        | DomainCommand::QueryStats { .. },
+                        | DomainCommand::QueryStats { .. }
+                        | DomainCommand::QueryQemuVersion
+                        | DomainCommand::QueryDirtyRate { .. }
+                        | DomainCommand::MemoryDump { .. }
+                        | DomainCommand::Screenshot,
                     )
                     | ManagerCommand::Guest(
                         GuestCommand::Ping { .. }
@@ -1037,6 +1149,45 @@ mod tests {
         ] {
             let err = Command::parse(bad.0, args(bad.1.clone())).unwrap_err();
             assert_eq!(err.class, ErrorClass::InvalidArgument, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn day_two_arguments() {
+        assert_eq!(
+            Command::parse("query-dirty-rate", Map::new()).unwrap(),
+            DomainCommand::QueryDirtyRate { seconds: 1 }.into()
+        );
+        assert_eq!(
+            Command::parse("query-dirty-rate", args(json!({"seconds": 5}))).unwrap(),
+            DomainCommand::QueryDirtyRate { seconds: 5 }.into()
+        );
+        let dir = crate::scratch::ScratchDir::new("dump-path");
+        let file = dir.join("guest.memory.dump");
+        assert_eq!(
+            Command::parse("memory-dump", args(json!({"path": file}))).unwrap(),
+            DomainCommand::MemoryDump { path: file.clone() }.into()
+        );
+        std::fs::write(&file, b"x").unwrap();
+        let missing_dir = dir.join("no/such/dir.dump");
+        for (bad, why) in [
+            (json!({"seconds": 0}), "out of range"),
+            (json!({"seconds": 61}), "out of range"),
+        ] {
+            let err = Command::parse("query-dirty-rate", args(bad)).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument);
+            assert!(err.desc.contains(why), "{}", err.desc);
+        }
+        for (bad, why) in [
+            (json!({"path": "guest.dump"}), "must be an absolute path"),
+            (json!({"path": file}), "already exists"),
+            (json!({"path": missing_dir}), "directory does not exist"),
+            (json!({"path": "/"}), "must name a file"),
+            (json!({}), "missing field `path`"),
+        ] {
+            let err = Command::parse("memory-dump", args(bad)).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument);
+            assert!(err.desc.contains(why), "{}", err.desc);
         }
     }
 

@@ -152,7 +152,8 @@ fn scenario(execute: &str, example: &Example) -> Scenario {
     match execute {
         "ping" | "query-version" | "query-commands" | "query-status" | "pause" | "reboot"
         | "reset" | "kill" | "delete" | "query-domain" | "query-stats" | "subscribe"
-        | "unsubscribe" => fresh,
+        | "unsubscribe" | "query-qemu-version" | "query-dirty-rate" | "memory-dump"
+        | "screenshot" => fresh,
         // The binary's own client (§1), and §15's session, on a launcher
         // started as §1's first command.
         "ctl" | "subscribe-session" => fresh,
@@ -281,6 +282,9 @@ const VOLATILE: &[&str] = &[
     // How old a cached answer is, and how long each step of a sync took.
     "age_ms",
     "steps_ms",
+    // When a memory dump started and ended.
+    "started",
+    "ended",
 ];
 
 fn type_name(value: &Value) -> &'static str {

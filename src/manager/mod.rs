@@ -15,6 +15,7 @@
 
 mod connection;
 mod devices;
+mod diagnostics;
 mod domain;
 mod domain_cache;
 mod errors;
@@ -24,6 +25,7 @@ mod hotplug;
 pub mod inbox;
 mod jobs;
 mod lifecycle;
+mod memory_dump;
 mod migration;
 mod reply;
 mod shutdown;
@@ -193,6 +195,8 @@ pub struct DomainManager {
     described: domain_cache::DomainCache,
     /// The domain's statistics as `query-stats` last sampled them.
     stats: stats::StatsCache,
+    /// The last memory dump (`memory-dump`).
+    memory_dump: memory_dump::MemoryDumpState,
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
@@ -213,6 +217,7 @@ impl DomainManager {
             network,
             inbox,
         } = parts;
+        let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal.clone(), inbox.job_completions()),
             stop: GracefulStop::new(config.grace_period),
@@ -232,6 +237,7 @@ impl DomainManager {
             hotplug: hotplug::HotplugState::new(inbox.hotplug_progress()),
             described: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
+            memory_dump,
             exit: ExitState::new(exit),
             network,
             fatal,
@@ -292,6 +298,7 @@ impl DomainManager {
                 Timer::AutoThaw => self.on_auto_thaw(),
                 Timer::ExitNow => self.exit_now(),
                 Timer::StatsRefresh => self.on_stats_refresh_due(),
+                Timer::MemoryDumpProgress => self.on_memory_dump_progress_due(),
             }
         }
     }
@@ -389,6 +396,12 @@ impl DomainManager {
                 }
             }
             Operation::StatsRefresh => self.after_stats_refresh(),
+            Operation::MemoryDump => self.on_memory_dump_finished(&output.result),
+            Operation::MemoryDumpProgress => {
+                if let Err(e) = &output.result {
+                    log::debug!("manager: reading the memory dump's progress failed: {e}");
+                }
+            }
             Operation::Pause
             | Operation::Unpause
             | Operation::Shutdown
@@ -401,6 +414,9 @@ impl DomainManager {
             | Operation::GuestExec
             | Operation::Unfreeze
             | Operation::PrepareMigrationTarget
+            | Operation::QueryQemuVersion
+            | Operation::QueryDirtyRate
+            | Operation::Screenshot
             | Operation::StatusRefresh => {}
         }
         match output.observed {
@@ -421,6 +437,7 @@ impl DomainManager {
             Observation::StatsSample { sample, generation } => {
                 self.on_stats_sampled(sample, generation)
             }
+            Observation::JobStats(stats) => self.on_memory_dump_progress(&stats),
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {

@@ -39,6 +39,10 @@ pub enum JobValue {
     TargetPrepared {
         target: TargetAddress,
     },
+    /// `memory-dump`'s dump is written.
+    Dumped {
+        size_bytes: u64,
+    },
 }
 
 /// A domain operation that libvirt carried out.
@@ -238,6 +242,7 @@ impl JobValue {
             JobValue::TargetPrepared { target } => {
                 object(json!({ "target": serde_json::to_value(&target).unwrap_or(Value::Null) }))
             }
+            JobValue::Dumped { size_bytes } => object(json!({ "size_bytes": size_bytes })),
         }
     }
 }

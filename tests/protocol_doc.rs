@@ -509,6 +509,10 @@ fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() 
         "delete",
         "query-domain",
         "query-stats",
+        "query-qemu-version",
+        "query-dirty-rate",
+        "memory-dump",
+        "screenshot",
         "subscribe",
         "unsubscribe",
     ] {

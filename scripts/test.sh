@@ -93,7 +93,7 @@ else
         a_running_guest_moves_to_another_launcher_and_keeps_running \
         disks_plug_in_on_scsi_and_virtio_unplug_and_keep_their_data \
         vcpus_memory_and_a_nic_change_live \
-        version_dirty_rate_memory_dump_and_screenshot_of_the_test_guest
+        version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

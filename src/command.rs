@@ -148,6 +148,14 @@ pub static COMMANDS: &[CommandSpec] = &[
         parse: |a| a.none(DomainCommand::Screenshot),
     },
     CommandSpec {
+        name: "query-vm-stats",
+        summary: "What KubeVirt's GetVMStats collects, each part with its age: the domain statistics (arguments.domain_stats, default true), the dirty rate (arguments.dirty_rate, default false) and the guest agent's answers to the commands in arguments.agent (default all of KubeVirt's).",
+        parse: |a| {
+            let args: VmStatsArgs = a.typed()?;
+            Ok(DomainCommand::QueryVmStats(args.into_query()?).into())
+        },
+    },
+    CommandSpec {
         name: "guest-ping",
         summary: "Ping the QEMU guest agent (arguments.timeout_seconds, default 5).",
         parse: |a| {
@@ -323,7 +331,37 @@ pub enum DomainCommand {
         path: PathBuf,
     },
     Screenshot,
+    QueryVmStats(VmStatsQuery),
 }
+
+/// What `query-vm-stats` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmStatsQuery {
+    pub domain_stats: bool,
+    pub dirty_rate: bool,
+    /// How long a dirty rate measurement takes (KubeVirt: 1 s).
+    pub dirty_rate_seconds: u32,
+    /// Agent commands, each once, from `VM_STATS_AGENT_COMMANDS`.
+    pub agent: Vec<&'static str>,
+}
+
+/// The guest agent commands KubeVirt's GetVMStats may ask.
+pub const VM_STATS_AGENT_COMMANDS: [&str; 14] = [
+    "guest-get-load",
+    "guest-get-cpustats",
+    "guest-get-diskstats",
+    "guest-get-time",
+    "guest-get-vcpus",
+    "guest-get-memory-block-info",
+    "guest-get-users",
+    "guest-get-osinfo",
+    "guest-get-disks",
+    "guest-get-host-name",
+    "guest-get-timezone",
+    "guest-network-get-route",
+    "guest-network-get-interfaces",
+    "guest-get-memory-blocks",
+];
 
 /// What `query-domain` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,6 +500,7 @@ impl DomainCommand {
             DomainCommand::QueryDirtyRate { .. } => "query-dirty-rate",
             DomainCommand::MemoryDump { .. } => "memory-dump",
             DomainCommand::Screenshot => "screenshot",
+            DomainCommand::QueryVmStats(_) => "query-vm-stats",
         }
     }
 }
@@ -678,6 +717,52 @@ struct VmiArgs {
     vmi: Value,
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VmStatsArgs {
+    #[serde(default = "yes")]
+    domain_stats: bool,
+    #[serde(default)]
+    dirty_rate: bool,
+    agent: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl VmStatsArgs {
+    fn into_query(self) -> Result<VmStatsQuery, CommandError> {
+        let agent = match self.agent {
+            None => VM_STATS_AGENT_COMMANDS.to_vec(),
+            Some(names) => {
+                let mut agent = Vec::new();
+                for name in &names {
+                    let known = VM_STATS_AGENT_COMMANDS
+                        .iter()
+                        .find(|c| *c == name)
+                        .ok_or_else(|| {
+                            CommandError::invalid_argument(format!(
+                                "arguments.agent: \"{name}\" is not one of the agent commands KubeVirt's GetVMStats asks: {}",
+                                VM_STATS_AGENT_COMMANDS.join(", ")
+                            ))
+                        })?;
+                    if !agent.contains(known) {
+                        agent.push(*known);
+                    }
+                }
+                agent
+            }
+        };
+        Ok(VmStatsQuery {
+            domain_stats: self.domain_stats,
+            dirty_rate: self.dirty_rate,
+            dirty_rate_seconds: default_dirty_rate_seconds(),
+            agent,
+        })
+    }
+}
+
 /// The longest dirty rate measurement: libvirt takes up to 60 s.
 pub const MAX_DIRTY_RATE_SECONDS: u32 = 60;
 
@@ -890,6 +975,13 @@ mod tests {
             }
             .into(),
             DomainCommand::Screenshot.into(),
+            DomainCommand::QueryVmStats(VmStatsQuery {
+                domain_stats: true,
+                dirty_rate: false,
+                dirty_rate_seconds: 1,
+                agent: Vec::new(),
+            })
+            .into(),
             GuestCommand::Ping { timeout_seconds: 5 }.into(),
             GuestCommand::QueryGuestInfo.into(),
             GuestCommand::QueryUsers.into(),
@@ -943,7 +1035,8 @@ mod tests {
                         | DomainCommand::QueryQemuVersion
                         | DomainCommand::QueryDirtyRate { .. }
                         | DomainCommand::MemoryDump { .. }
-                        | DomainCommand::Screenshot,
+                        | DomainCommand::Screenshot
+                        | DomainCommand::QueryVmStats(_),
                     )
                     | ManagerCommand::Guest(
                         GuestCommand::Ping { .. }
@@ -1178,6 +1271,37 @@ mod tests {
             assert_eq!(err.class, ErrorClass::InvalidArgument);
             assert!(err.desc.contains(why), "{}", err.desc);
         }
+        let all = Command::parse("query-vm-stats", Map::new()).unwrap();
+        assert_eq!(
+            all,
+            DomainCommand::QueryVmStats(VmStatsQuery {
+                domain_stats: true,
+                dirty_rate: false,
+                dirty_rate_seconds: 1,
+                agent: VM_STATS_AGENT_COMMANDS.to_vec(),
+            })
+            .into()
+        );
+        let some = Command::parse(
+            "query-vm-stats",
+            args(json!({"domain_stats": false, "dirty_rate": true,
+                        "agent": ["guest-get-time", "guest-get-load", "guest-get-time"]})),
+        )
+        .unwrap();
+        assert_eq!(
+            some,
+            DomainCommand::QueryVmStats(VmStatsQuery {
+                domain_stats: false,
+                dirty_rate: true,
+                dirty_rate_seconds: 1,
+                agent: vec!["guest-get-time", "guest-get-load"],
+            })
+            .into()
+        );
+        let err =
+            Command::parse("query-vm-stats", args(json!({"agent": ["guest-exec"]}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("guest-exec"), "{}", err.desc);
         for (bad, why) in [
             (json!({"path": "guest.dump"}), "must be an absolute path"),
             (json!({"path": file}), "already exists"),

@@ -1,6 +1,6 @@
 //! Day-2 operations on the real test guest (real libvirt, real QEMU): the
-//! QEMU version, the dirty rate of a busy guest against an idle one, a
-//! memory dump and a screenshot, checked against what the host's own
+//! QEMU version, the VM statistics, the dirty rate of a busy guest against
+//! an idle one, a memory dump and a screenshot, checked against what the host's own
 //! tools say (`qemu-system-x86_64 --version`, the ELF header, `virsh
 //! screenshot`, Python's zlib).
 
@@ -64,7 +64,7 @@ fn image_size(image: &[u8]) -> (u64, u64) {
 }
 
 #[test]
-fn version_dirty_rate_memory_dump_and_screenshot_of_the_test_guest() {
+fn version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest() {
     let opts = GuestOptions::new("daytwo");
     let mut vmi = guest_vmi(&opts);
     vmi["spec"]["domain"]["devices"]["autoattachGraphicsDevice"] = json!(true);
@@ -79,6 +79,40 @@ fn version_dirty_rate_memory_dump_and_screenshot_of_the_test_guest() {
         client.ok("query-qemu-version", Value::Null)["version"],
         json!(host_qemu_version())
     );
+
+    // The VM statistics KubeVirt's GetVMStats collects: what the agent
+    // says is the guest's (its name, OS, clock, vCPU), each with an age.
+    let vm = client.ok("query-vm-stats", Value::Null);
+    eprintln!("query-vm-stats: {vm}");
+    assert!(vm["domain_stats"]["stats"]["cpu.time"].is_u64(), "{vm}");
+    let agent = &vm["agent"];
+    assert_eq!(
+        agent["guest-get-host-name"]["return"]["host-name"],
+        "daytwo"
+    );
+    assert_eq!(agent["guest-get-osinfo"]["return"]["id"], "tg-guest");
+    assert_eq!(
+        agent["guest-get-vcpus"]["return"].as_array().unwrap().len(),
+        1
+    );
+    let host_ns = i128::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap();
+    let guest_ns = i128::from(agent["guest-get-time"]["return"].as_i64().unwrap());
+    assert!(
+        (host_ns - guest_ns).abs() < 120_000_000_000,
+        "guest clock {guest_ns}"
+    );
+    for (command, part) in agent.as_object().unwrap() {
+        assert!(
+            part["age_ms"].is_u64() || part["error"].is_string(),
+            "{command}: {part}"
+        );
+    }
 
     // An idle guest, then one rewriting 64 MiB of tmpfs over and over,
     // with random bytes and zeros in turn (page sampling sees a page

@@ -153,7 +153,7 @@ fn scenario(execute: &str, example: &Example) -> Scenario {
         "ping" | "query-version" | "query-commands" | "query-status" | "pause" | "reboot"
         | "reset" | "kill" | "delete" | "query-domain" | "query-stats" | "subscribe"
         | "unsubscribe" | "query-qemu-version" | "query-dirty-rate" | "memory-dump"
-        | "screenshot" => fresh,
+        | "screenshot" | "query-vm-stats" => fresh,
         // The binary's own client (§1), and §15's session, on a launcher
         // started as §1's first command.
         "ctl" | "subscribe-session" => fresh,
@@ -513,6 +513,7 @@ fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() 
         "query-dirty-rate",
         "memory-dump",
         "screenshot",
+        "query-vm-stats",
         "subscribe",
         "unsubscribe",
     ] {

@@ -95,7 +95,7 @@ fn stat<'a>(stats: &'a [Stat], name: &str) -> Option<&'a Value> {
 
 /// Starts a measurement, waits its period and reads the result, as
 /// KubeVirt's GetDomainDirtyRate does.
-fn measure_dirty_rate(
+pub(super) fn measure_dirty_rate(
     hv: &dyn Hypervisor,
     name: &str,
     seconds: u32,

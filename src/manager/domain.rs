@@ -165,6 +165,12 @@ impl DomainManager {
                     Err(e) => reply.send(Err(e)),
                 };
             }
+            DomainCommand::QueryVmStats(query) => {
+                return match self.check_allowed("query-vm-stats", None) {
+                    Ok(()) => self.query_vm_stats(query, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
             DomainCommand::Screenshot => {
                 return match self.check_allowed("screenshot", None) {
                     Ok(()) => self.screenshot(reply),

@@ -43,6 +43,7 @@ pub enum Operation {
     QueryQemuVersion,
     QueryDirtyRate,
     Screenshot,
+    QueryVmStats,
     /// `memory-dump`'s dump, which the client does not wait for.
     MemoryDump,
     // Work the launcher does by itself, with no client waiting.
@@ -93,6 +94,7 @@ impl Operation {
             Operation::QueryDirtyRate => "query-dirty-rate",
             Operation::Screenshot => "screenshot",
             Operation::MemoryDump => "memory-dump",
+            Operation::QueryVmStats => "query-vm-stats",
             Operation::MemoryDumpProgress => "memory-dump-progress",
             Operation::StatusRefresh => "status-refresh",
             Operation::StatsRefresh => "stats-refresh",
@@ -125,6 +127,7 @@ impl Operation {
                 | Operation::Screenshot
                 | Operation::MemoryDump
                 | Operation::MemoryDumpProgress
+                | Operation::QueryVmStats
         )
     }
 
@@ -385,7 +388,7 @@ mod tests {
 
     /// The operations client commands run, under their commands' names
     /// (query-status shows them as `job`).
-    const CLIENT_OPERATIONS: [Operation; 19] = [
+    const CLIENT_OPERATIONS: [Operation; 20] = [
         Operation::Sync,
         Operation::Pause,
         Operation::Unpause,
@@ -405,6 +408,7 @@ mod tests {
         Operation::QueryDirtyRate,
         Operation::Screenshot,
         Operation::MemoryDump,
+        Operation::QueryVmStats,
     ];
 
     #[test]

@@ -32,6 +32,7 @@ mod shutdown;
 mod stats;
 mod sync;
 mod timers;
+mod vm_stats;
 mod workers;
 
 #[cfg(test)]
@@ -195,6 +196,9 @@ pub struct DomainManager {
     described: domain_cache::DomainCache,
     /// The domain's statistics as `query-stats` last sampled them.
     stats: stats::StatsCache,
+    /// What `query-vm-stats` last read of the guest agent and the dirty
+    /// rate.
+    vm_stats: vm_stats::VmStatsCache,
     /// The last memory dump (`memory-dump`).
     memory_dump: memory_dump::MemoryDumpState,
     exit: ExitState,
@@ -238,6 +242,7 @@ impl DomainManager {
             described: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
             memory_dump,
+            vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
             network,
             fatal,
@@ -396,6 +401,11 @@ impl DomainManager {
                 }
             }
             Operation::StatsRefresh => self.after_stats_refresh(),
+            Operation::QueryVmStats => {
+                if let Ok(JobValue::VmStats(read)) = output.result {
+                    output.result = Ok(JobValue::Reply(self.vm_stats_reply(*read)));
+                }
+            }
             Operation::MemoryDump => self.on_memory_dump_finished(&output.result),
             Operation::MemoryDumpProgress => {
                 if let Err(e) = &output.result {

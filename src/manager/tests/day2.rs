@@ -141,3 +141,71 @@ fn a_screenshot_is_a_png_and_needs_a_graphics_device() {
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     assert_eq!(shot["size_bytes"], json!(png.len()));
 }
+
+#[test]
+fn vm_stats_gather_the_parts_each_with_its_age_and_keep_the_agents_answers() {
+    let h = Harness::start();
+    h.sync();
+    // Without the agent: its parts are errors, the statistics are there.
+    let stats = h.ok("query-vm-stats", json!({"agent": ["guest-get-time"]}));
+    assert_eq!(
+        stats["domain_stats"]["stats"]["state.state"], 1,
+        "{stats:?}"
+    );
+    assert!(stats["domain_stats"]["age_ms"].is_u64());
+    assert_eq!(
+        stats["agent"]["guest-get-time"]["error"],
+        "the guest agent is not connected"
+    );
+    assert_eq!(
+        stats["errors"],
+        json!(["agent guest-get-time: the guest agent is not connected"])
+    );
+    assert!(stats.get("dirty_rate").is_none());
+    assert_eq!(h.fake.calls("agent_command"), 0);
+
+    h.fake.agent_channel(true);
+    h.named("AGENT_CONNECTED");
+    h.fake
+        .queue_agent_reply(r#"{"return":1796000000123456789}"#);
+    h.fake.queue_agent_reply(
+        r#"{"error":{"class":"CommandNotFound","desc":"The command guest-get-load has not been found"}}"#,
+    );
+    h.fake.set_dirty_rate(7);
+    let stats = h.ok(
+        "query-vm-stats",
+        json!({"agent": ["guest-get-time", "guest-get-load"], "dirty_rate": true}),
+    );
+    assert_eq!(
+        stats["agent"]["guest-get-time"]["return"],
+        json!(1_796_000_000_123_456_789u64)
+    );
+    assert!(stats["agent"]["guest-get-time"]["age_ms"].is_u64());
+    assert_eq!(
+        stats["agent"]["guest-get-load"]["error"],
+        "the agent refused: The command guest-get-load has not been found"
+    );
+    assert_eq!(stats["dirty_rate"]["megabytes_per_second"], 7);
+    assert!(stats["dirty_rate"]["age_ms"].is_u64());
+    assert_eq!(stats["errors"].as_array().unwrap().len(), 1, "{stats:?}");
+    assert_eq!(h.fake.calls("agent_command"), 2);
+    assert_eq!(h.fake.calls("start_dirty_rate_calc"), 1);
+
+    // Asked again at once: the time and the dirty rate are kept (KubeVirt
+    // keeps them 60 s and 3 s); what failed is asked again.
+    h.fake
+        .queue_agent_reply(r#"{"return":{"load1":0.5,"load5":0.25,"load15":0.1}}"#);
+    let again = h.ok(
+        "query-vm-stats",
+        json!({"agent": ["guest-get-time", "guest-get-load"], "dirty_rate": true, "domain_stats": false}),
+    );
+    assert_eq!(h.fake.calls("agent_command"), 3);
+    assert_eq!(h.fake.calls("start_dirty_rate_calc"), 1);
+    assert_eq!(
+        again["agent"]["guest-get-time"]["return"],
+        json!(1_796_000_000_123_456_789u64)
+    );
+    assert_eq!(again["agent"]["guest-get-load"]["return"]["load1"], 0.5);
+    assert!(again.get("domain_stats").is_none());
+    assert_eq!(again["errors"], json!([]));
+}

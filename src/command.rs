@@ -133,13 +133,19 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "memory-dump",
-        summary: "Dump the guest's memory to arguments.path (an ELF core, as KubeVirt's memory dump). Returns at once; progress and the outcome show in query-status and as MEMORY_DUMP_* events.",
+        summary: "Dump the guest's memory (an ELF core, as KubeVirt's memory dump) to arguments.path, or into the VMI's memoryDump volume arguments.volume as KubeVirt names it. Returns at once; progress and the outcome show in query-status and as MEMORY_DUMP_* events.",
         parse: |a| {
             let args: MemoryDumpArgs = a.typed()?;
-            Ok(DomainCommand::MemoryDump {
-                path: dump_path(&args.path)?,
-            }
-            .into())
+            let target = match (args.path, args.volume) {
+                (Some(path), None) => DumpTarget::Path(dump_path(&path)?),
+                (None, Some(volume)) => DumpTarget::Volume(volume),
+                _ => {
+                    return Err(CommandError::invalid_argument(
+                        "arguments: give either path (a file) or volume (the VMI's memoryDump volume)",
+                    ));
+                }
+            };
+            Ok(DomainCommand::MemoryDump { target }.into())
         },
     },
     CommandSpec {
@@ -327,11 +333,20 @@ pub enum DomainCommand {
         seconds: u32,
     },
     MemoryDump {
-        /// Absolute, in an existing directory, not an existing file.
-        path: PathBuf,
+        target: DumpTarget,
     },
     Screenshot,
     QueryVmStats(VmStatsQuery),
+}
+
+/// Where `memory-dump` writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DumpTarget {
+    /// Absolute, in an existing directory, not an existing file.
+    Path(PathBuf),
+    /// The VMI's memoryDump volume of this name, mounted by virt-handler
+    /// in the hotplug directory.
+    Volume(String),
 }
 
 /// What `query-vm-stats` asks for.
@@ -781,7 +796,8 @@ fn default_dirty_rate_seconds() -> u32 {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct MemoryDumpArgs {
-    path: String,
+    path: Option<String>,
+    volume: Option<String>,
 }
 
 /// Where a memory dump may go: an absolute path of a file that does not
@@ -971,7 +987,7 @@ mod tests {
             DomainCommand::QueryQemuVersion.into(),
             DomainCommand::QueryDirtyRate { seconds: 1 }.into(),
             DomainCommand::MemoryDump {
-                path: PathBuf::from("/tmp/x"),
+                target: DumpTarget::Path(PathBuf::from("/tmp/x")),
             }
             .into(),
             DomainCommand::Screenshot.into(),
@@ -1259,7 +1275,17 @@ mod tests {
         let file = dir.join("guest.memory.dump");
         assert_eq!(
             Command::parse("memory-dump", args(json!({"path": file}))).unwrap(),
-            DomainCommand::MemoryDump { path: file.clone() }.into()
+            DomainCommand::MemoryDump {
+                target: DumpTarget::Path(file.clone())
+            }
+            .into()
+        );
+        assert_eq!(
+            Command::parse("memory-dump", args(json!({"volume": "dump"}))).unwrap(),
+            DomainCommand::MemoryDump {
+                target: DumpTarget::Volume("dump".into())
+            }
+            .into()
         );
         std::fs::write(&file, b"x").unwrap();
         let missing_dir = dir.join("no/such/dir.dump");
@@ -1307,7 +1333,8 @@ mod tests {
             (json!({"path": file}), "already exists"),
             (json!({"path": missing_dir}), "directory does not exist"),
             (json!({"path": "/"}), "must name a file"),
-            (json!({}), "missing field `path`"),
+            (json!({}), "either path"),
+            (json!({"path": "/tmp/x.dump", "volume": "v"}), "either path"),
         ] {
             let err = Command::parse("memory-dump", args(bad)).unwrap_err();
             assert_eq!(err.class, ErrorClass::InvalidArgument);

@@ -159,9 +159,9 @@ impl DomainManager {
                     Err(e) => reply.send(Err(e)),
                 };
             }
-            DomainCommand::MemoryDump { path } => {
+            DomainCommand::MemoryDump { target } => {
                 return match self.check_allowed("memory-dump", None) {
-                    Ok(()) => self.start_memory_dump(path, reply),
+                    Ok(()) => self.start_memory_dump(target, reply),
                     Err(e) => reply.send(Err(e)),
                 };
             }

@@ -22,7 +22,7 @@ use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::{JobValue, object};
 use super::timers::Timer;
-use crate::command::ReplyTo;
+use crate::command::{DumpTarget, ReplyTo};
 use crate::events::EventKind;
 use crate::hypervisor::Stat;
 use crate::protocol::CommandError;
@@ -52,9 +52,10 @@ pub(super) struct DumpProgress {
 pub(super) struct DumpRecord {
     pub(super) path: PathBuf,
     pub(super) phase: DumpPhase,
-    /// Seconds since the epoch.
-    pub(super) started: f64,
-    pub(super) ended: Option<f64>,
+    /// Milliseconds since the epoch (integers, so the record reads back
+    /// exactly; replies show seconds).
+    pub(super) started_ms: u64,
+    pub(super) ended_ms: Option<u64>,
     pub(super) size_bytes: Option<u64>,
     pub(super) failure: Option<String>,
     /// Only while it runs.
@@ -62,11 +63,17 @@ pub(super) struct DumpRecord {
     pub(super) progress: Option<DumpProgress>,
 }
 
-fn now_seconds() -> f64 {
+fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Milliseconds as the seconds replies show.
+#[allow(clippy::cast_precision_loss)] // exact below 2^53 ms (285,000 years)
+fn seconds(ms: u64) -> f64 {
+    ms as f64 / 1000.0
 }
 
 impl DumpRecord {
@@ -74,8 +81,8 @@ impl DumpRecord {
         DumpRecord {
             path,
             phase: DumpPhase::InProgress,
-            started: now_seconds(),
-            ended: None,
+            started_ms: now_ms(),
+            ended_ms: None,
             size_bytes: None,
             failure: None,
             progress: None,
@@ -83,7 +90,7 @@ impl DumpRecord {
     }
 
     fn end(&mut self, outcome: Result<u64, String>) {
-        self.ended = Some(now_seconds());
+        self.ended_ms = Some(now_ms());
         self.progress = None;
         match outcome {
             Ok(size) => {
@@ -97,8 +104,20 @@ impl DumpRecord {
         }
     }
 
+    /// As `query-status` shows it: times in seconds since the epoch.
     pub(super) fn to_json(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
+        let mut value = json!({
+            "path": self.path,
+            "phase": self.phase,
+            "started": seconds(self.started_ms),
+            "ended": self.ended_ms.map(seconds),
+            "size_bytes": self.size_bytes,
+            "failure": self.failure,
+        });
+        if let Some(progress) = self.progress {
+            value["progress"] = json!(progress);
+        }
+        value
     }
 }
 
@@ -193,11 +212,46 @@ fn progress_of(stats: &[Stat]) -> Option<DumpProgress> {
 }
 
 impl DomainManager {
-    pub(super) fn start_memory_dump(&mut self, path: PathBuf, reply: ReplyTo) {
-        reply.send(self.begin_memory_dump(path).map(|r| object(r).into()));
+    pub(super) fn start_memory_dump(&mut self, target: DumpTarget, reply: ReplyTo) {
+        reply.send(self.begin_memory_dump(target).map(|r| object(r).into()));
     }
 
-    fn begin_memory_dump(&mut self, path: PathBuf) -> Result<Value, CommandError> {
+    /// Where a dump into the VMI's memoryDump volume `volume` goes, named
+    /// as virt-handler names it: `<vmi>-<volume>-<UTC time>.memory.dump`
+    /// in the volume's directory under the hotplug directory.
+    fn volume_dump_path(&self, volume: &str) -> Result<PathBuf, CommandError> {
+        let command = "memory-dump";
+        let declared = self.applied_vmi().is_some_and(|vmi| {
+            vmi["spec"]["volumes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|v| v["name"] == volume && v.get("memoryDump").is_some_and(|m| !m.is_null()))
+        });
+        if !declared {
+            return Err(CommandError::invalid_argument(format!(
+                "arguments.volume: the VMI has no memoryDump volume {volume:?}; sync a VMI that has it first"
+            )));
+        }
+        let dir = self.config.dirs.hotplug_disks.join(volume);
+        if !dir.is_dir() {
+            return Err(CommandError::invalid_state(format!(
+                "{command}: the memoryDump volume {volume:?} is not mounted at {} yet",
+                dir.display()
+            )));
+        }
+        // 2026-11-30T14:22:05.123456Z -> 20261130-142205, Go's
+        // "20060102-150405" as virt-handler formats it.
+        let stamp: String = crate::logging::rfc3339_utc(SystemTime::now())
+            .chars()
+            .take(19)
+            .filter(|c| c.is_ascii_digit() || *c == 'T')
+            .map(|c| if c == 'T' { '-' } else { c })
+            .collect();
+        Ok(dir.join(format!("{}-{volume}-{stamp}.memory.dump", self.config.name)))
+    }
+
+    fn begin_memory_dump(&mut self, target: DumpTarget) -> Result<Value, CommandError> {
         let command = "memory-dump";
         if let Some(running) = self.memory_dump.running() {
             return Err(CommandError::invalid_state(format!(
@@ -222,6 +276,10 @@ impl DomainManager {
                 self.domain.status.reason.as_str()
             )));
         }
+        let path = match target {
+            DumpTarget::Path(path) => path,
+            DumpTarget::Volume(volume) => self.volume_dump_path(&volume)?,
+        };
         let record = DumpRecord::started(path.clone());
         let reply = record.to_json();
         self.memory_dump.last = Some(record);
@@ -275,8 +333,8 @@ impl DomainManager {
                 json!({
                     "path": record.path,
                     "size_bytes": record.size_bytes,
-                    "started": record.started,
-                    "ended": record.ended,
+                    "started": seconds(record.started_ms),
+                    "ended": record.ended_ms.map(seconds),
                 }),
             ),
             _ => (
@@ -284,8 +342,8 @@ impl DomainManager {
                 json!({
                     "path": record.path,
                     "reason": record.failure,
-                    "started": record.started,
-                    "ended": record.ended,
+                    "started": seconds(record.started_ms),
+                    "ended": record.ended_ms.map(seconds),
                 }),
             ),
         };

@@ -209,3 +209,40 @@ fn vm_stats_gather_the_parts_each_with_its_age_and_keep_the_agents_answers() {
     assert!(again.get("domain_stats").is_none());
     assert_eq!(again["errors"], json!([]));
 }
+
+#[test]
+fn a_memory_dump_goes_into_the_vmis_memory_dump_volume_as_kubevirt_names_it() {
+    let h = Harness::start();
+    let mut with_volume = vmi();
+    with_volume["spec"]["volumes"].as_array_mut().unwrap().push(
+        json!({"name": "dump", "memoryDump": {"claimName": "dump-pvc", "hotpluggable": true}}),
+    );
+    h.ok("sync", json!({ "vmi": with_volume }));
+    let err = h.err("memory-dump", json!({"volume": "other"}));
+    assert_eq!(class(&err), ErrorClass::InvalidArgument, "{err}");
+    // virt-handler has not mounted it yet.
+    let err = h.err("memory-dump", json!({"volume": "dump"}));
+    assert_eq!(class(&err), ErrorClass::InvalidState, "{err}");
+    assert!(err.desc.contains("is not mounted"), "{err}");
+    let dir = h.path("hotplug-disks").join("dump");
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = h.ok("memory-dump", json!({"volume": "dump"}));
+    let path = std::path::PathBuf::from(started["path"].as_str().unwrap());
+    assert_eq!(path.parent(), Some(dir.as_path()));
+    // vm-dump-20261201-230102.memory.dump
+    let name = path.file_name().unwrap().to_str().unwrap().to_string();
+    let stamp = name
+        .strip_prefix("vm-dump-")
+        .and_then(|n| n.strip_suffix(".memory.dump"))
+        .unwrap_or_else(|| panic!("{name}"));
+    assert_eq!(stamp.len(), 15, "{name}");
+    assert!(
+        stamp
+            .char_indices()
+            .all(|(i, c)| if i == 8 { c == '-' } else { c.is_ascii_digit() }),
+        "{name}"
+    );
+    let done = h.named("MEMORY_DUMP_COMPLETED");
+    assert_eq!(done["data"]["path"], json!(path));
+    assert!(path.exists());
+}

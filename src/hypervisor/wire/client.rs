@@ -10,9 +10,9 @@
 //!
 //! A call of one of libvirt's `@readstream` procedures (the screenshot)
 //! opens a stream: the daemon answers the call, sends the data as STREAM
-//! messages with the call's serial (status CONTINUE, then an empty OK at
-//! the end), and this side finishes it with an empty OK of its own, which
-//! the daemon confirms with another (`call_reading_stream`).
+//! messages with the call's serial (status CONTINUE, and an empty one at
+//! the end), and this side finishes it with an empty OK, which the daemon
+//! confirms with another (`call_reading_stream`).
 //!
 //! Anything wrong with the byte stream (a length outside the protocol, a
 //! header that does not parse, a program or version this client does not
@@ -131,8 +131,8 @@ type ReplyResult = Result<Vec<u8>, RpcError>;
 enum StreamPacket {
     /// Status CONTINUE: the next bytes.
     Data(Vec<u8>),
-    /// Status OK with no data: the end of the stream, or the daemon's
-    /// confirmation of this side's finish or abort.
+    /// No data: the end of the stream (status CONTINUE), or the daemon's
+    /// confirmation of this side's finish or abort (status OK).
     End,
     /// Status ERROR (or an error REPLY to this side's finish): the
     /// stream failed.
@@ -399,9 +399,9 @@ impl Client {
 
     /// Calls a procedure that answers with a reply and then streams data
     /// to this side (libvirt's `@readstream` procedures), reads the
-    /// stream to its end and finishes it as libvirt's client does: a
-    /// STREAM message with status OK, which the daemon confirms with the
-    /// same. All of it within `deadline`; a stream longer than
+    /// stream to its end (an empty CONTINUE) and finishes it as libvirt's
+    /// client does: an empty STREAM message with status OK, which the
+    /// daemon confirms with the same. All of it within `deadline`; a stream longer than
     /// `max_bytes` is aborted.
     pub fn call_reading_stream(
         &self,
@@ -761,6 +761,14 @@ impl Reader {
         if program == KEEPALIVE {
             return self.handle_keepalive(&header);
         }
+        log::trace!(
+            "libvirt connection: {:?} {:?} procedure {} serial {}, {} bytes",
+            header.kind,
+            header.status,
+            header.procedure,
+            header.serial,
+            payload.len()
+        );
         match header.kind {
             MessageType::Reply => self.handle_reply(&header, payload),
             MessageType::Stream => self.handle_stream(&header, payload),
@@ -808,7 +816,11 @@ impl Reader {
     /// A packet of a stream the daemon sends: to its reader, or dropped if
     /// nobody reads that stream any more (it was aborted or gave up).
     fn handle_stream(&mut self, header: &Header, payload: &[u8]) -> Result<(), String> {
+        // libvirtd's virNetServerProgramSendStreamData: data is CONTINUE,
+        // the end of the data an empty CONTINUE, the confirmation of this
+        // side's finish (or abort) an empty OK.
         let packet = match header.status {
+            MessageStatus::Continue if payload.is_empty() => StreamPacket::End,
             MessageStatus::Continue => StreamPacket::Data(payload.to_vec()),
             MessageStatus::Ok if payload.is_empty() => StreamPacket::End,
             MessageStatus::Ok => {

@@ -1087,7 +1087,9 @@ fn a_screenshot_reads_the_stream_to_its_end_and_finishes_it() {
                     );
                     stream_packet(s, &h, MessageStatus::Continue, b"255\n");
                     stream_packet(s, &h, MessageStatus::Continue, b"\xff\x00\x00\x00\x00\xff");
-                    stream_packet(s, &h, MessageStatus::Ok, b"");
+                    // The end of the data: an empty CONTINUE, as libvirtd
+                    // sends it (an empty OK is only the finish's answer).
+                    stream_packet(s, &h, MessageStatus::Continue, b"");
                 }
                 // The client's finish: confirmed with an empty OK packet.
                 (211, MessageType::Stream) => {

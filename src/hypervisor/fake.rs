@@ -71,6 +71,8 @@ struct FakeState {
     /// was started.
     dirty_rate: u64,
     dirty_rate_started: bool,
+    /// What `job_stats` reports for the running job.
+    job_stats: Vec<Stat>,
 }
 
 pub struct FakeHypervisor {
@@ -103,6 +105,7 @@ impl FakeHypervisor {
                 agent_replies: VecDeque::new(),
                 dirty_rate: 0,
                 dirty_rate_started: false,
+                job_stats: Vec::new(),
             }),
             events,
         }
@@ -187,6 +190,11 @@ impl FakeHypervisor {
     /// The next reconnect attempts that fail.
     pub fn fail_reconnects(&self, count: u32) {
         self.state().reconnect_failures = count;
+    }
+
+    /// What `job_stats` reports for the running job from now on.
+    pub fn set_job_stats(&self, stats: Vec<Stat>) {
+        self.state().job_stats = stats;
     }
 
     /// What the next dirty rate measurement finds.
@@ -736,7 +744,7 @@ impl Hypervisor for FakeHypervisor {
 
     fn job_stats(&self, _name: &str, _completed: bool) -> HvResult<Vec<Stat>> {
         self.enter("job_stats")?;
-        Ok(Vec::new())
+        Ok(self.state().job_stats.clone())
     }
 
     fn abort_job(&self, _name: &str) -> HvResult<()> {

@@ -59,6 +59,17 @@ fn a_memory_dump_runs_in_the_background_one_at_a_time_and_is_recorded() {
     assert_eq!(started["path"], json!(path));
     let status = h.status();
     assert_eq!(status["memory_dump"]["phase"], "InProgress", "{status}");
+    // While it runs, libvirt's job statistics say how far it is.
+    h.fake.set_job_stats(vec![
+        ("type".into(), json!(2)),
+        ("memory_total".into(), json!(134_217_728u64)),
+        ("memory_processed".into(), json!(33_554_432u64)),
+    ]);
+    let status = h.wait_status("progress read", |s| !s["memory_dump"]["progress"].is_null());
+    assert_eq!(
+        status["memory_dump"]["progress"],
+        json!({"memory_processed": 33_554_432u64, "memory_total": 134_217_728u64})
+    );
     // A second one while it runs.
     let err = h.err("memory-dump", json!({ "path": h.path("other.dump") }));
     assert_eq!(class(&err), ErrorClass::InvalidState, "{err}");
@@ -71,6 +82,7 @@ fn a_memory_dump_runs_in_the_background_one_at_a_time_and_is_recorded() {
     let status = h.status();
     assert_eq!(status["memory_dump"]["phase"], "Completed", "{status}");
     assert_eq!(status["memory_dump"]["size_bytes"], 4);
+    assert!(status["memory_dump"].get("progress").is_none(), "{status}");
     // Kept for a restarted launcher.
     let record: Value = serde_json::from_slice(
         &std::fs::read(h.path("private").join(super::super::memory_dump::RECORD)).unwrap(),

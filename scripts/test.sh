@@ -72,7 +72,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # backend's calls on a real guest: spawned daemons' private sockets and the
 # host's libvirtd, events and the agent, a daemon killed and reconnected, a
 # live migration, disks plugged in and out (DEVICE_REMOVED), vCPUs, virtio-mem
-# and a NIC changed live; and the whole KubeVirt suite (tests/kubevirt.rs: the
+# and a NIC changed live, the dirty rate, a memory dump and a screenshot (a
+# libvirt stream); and the whole KubeVirt suite (tests/kubevirt.rs: the
 # launcher in a pod driven by virt-handler's own client). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
 # VL_STATIC_SUITES=all runs the whole qemu, agent and migration suites with it
@@ -87,10 +88,10 @@ VL_TEST_URI=test+unix:///default cargo test --locked --test daemon -- --test-thr
 VL_TEST_URI=test+unix:///default cargo test --locked --test protocol_doc -- --test-threads=2
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
-    cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
+    cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
         -- --test-threads=2 --skip host_devices_from_the_environment
 else
-    cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
+    cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
         -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
@@ -101,7 +102,8 @@ else
         vcpus_memory_and_a_nic_change_live \
         virt_handler_drives_a_guests_whole_life_through_the_pods_launcher \
         sigterm_powers_the_guest_off_by_acpi_and_the_pod_ends_as_kubevirts \
-        bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain
+        bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain \
+        version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

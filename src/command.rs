@@ -8,6 +8,7 @@
 //! guest-agent and migration commands go to the domain manager as a
 //! `ManagerRequest`, each with a `ReplyTo` for its one reply.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
@@ -108,6 +109,58 @@ pub static COMMANDS: &[CommandSpec] = &[
                 max_age: args.max_age_ms.map(Duration::from_millis),
             }
             .into())
+        },
+    },
+    CommandSpec {
+        name: "query-qemu-version",
+        summary: "The version of QEMU behind the libvirt daemon, read from the daemon now, as KubeVirt's GetQemuVersion gives it (\"QEMU 7.2.22\").",
+        parse: |a| a.none(DomainCommand::QueryQemuVersion),
+    },
+    CommandSpec {
+        name: "query-dirty-rate",
+        summary: "Measure how fast the running guest writes to its memory (libvirt's dirty rate, page sampling) over arguments.seconds (default 1, as KubeVirt); refused while the guest migrates.",
+        parse: |a| {
+            let args: DirtyRateArgs = a.typed()?;
+            if !(1..=MAX_DIRTY_RATE_SECONDS).contains(&args.seconds) {
+                return Err(CommandError::invalid_argument(format!(
+                    "arguments.seconds: {} is out of range (1 to {MAX_DIRTY_RATE_SECONDS})",
+                    args.seconds
+                )));
+            }
+            Ok(DomainCommand::QueryDirtyRate {
+                seconds: args.seconds,
+            }
+            .into())
+        },
+    },
+    CommandSpec {
+        name: "memory-dump",
+        summary: "Dump the guest's memory (an ELF core, as KubeVirt's memory dump) to arguments.path, or into the VMI's memoryDump volume arguments.volume as KubeVirt names it. Returns at once; progress and the outcome show in query-status and as MEMORY_DUMP_* events.",
+        parse: |a| {
+            let args: MemoryDumpArgs = a.typed()?;
+            let target = match (args.path, args.volume) {
+                (Some(path), None) => DumpTarget::Path(dump_path(&path)?),
+                (None, Some(volume)) => DumpTarget::Volume(volume),
+                _ => {
+                    return Err(CommandError::invalid_argument(
+                        "arguments: give either path (a file) or volume (the VMI's memoryDump volume)",
+                    ));
+                }
+            };
+            Ok(DomainCommand::MemoryDump { target }.into())
+        },
+    },
+    CommandSpec {
+        name: "screenshot",
+        summary: "A PNG screenshot of the guest's display (base64 in data, with its MIME type and size); refused when the VMI has no graphics device.",
+        parse: |a| a.none(DomainCommand::Screenshot),
+    },
+    CommandSpec {
+        name: "query-vm-stats",
+        summary: "What KubeVirt's GetVMStats collects, each part with its age: the domain statistics (arguments.domain_stats, default true), the dirty rate (arguments.dirty_rate, default false) and the guest agent's answers to the commands in arguments.agent (default all of KubeVirt's).",
+        parse: |a| {
+            let args: VmStatsArgs = a.typed()?;
+            Ok(DomainCommand::QueryVmStats(args.into_query()?).into())
         },
     },
     CommandSpec {
@@ -280,7 +333,55 @@ pub enum DomainCommand {
         /// the launcher's default.
         max_age: Option<Duration>,
     },
+    QueryQemuVersion,
+    QueryDirtyRate {
+        seconds: u32,
+    },
+    MemoryDump {
+        target: DumpTarget,
+    },
+    Screenshot,
+    QueryVmStats(VmStatsQuery),
 }
+
+/// Where `memory-dump` writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DumpTarget {
+    /// Absolute, in an existing directory, not an existing file.
+    Path(PathBuf),
+    /// The VMI's memoryDump volume of this name, mounted by virt-handler
+    /// in the hotplug directory.
+    Volume(String),
+}
+
+/// What `query-vm-stats` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmStatsQuery {
+    pub domain_stats: bool,
+    pub dirty_rate: bool,
+    /// How long a dirty rate measurement takes (KubeVirt: 1 s).
+    pub dirty_rate_seconds: u32,
+    /// Agent commands, each once, from `VM_STATS_AGENT_COMMANDS`.
+    pub agent: Vec<&'static str>,
+}
+
+/// The guest agent commands KubeVirt's GetVMStats may ask.
+pub const VM_STATS_AGENT_COMMANDS: [&str; 14] = [
+    "guest-get-load",
+    "guest-get-cpustats",
+    "guest-get-diskstats",
+    "guest-get-time",
+    "guest-get-vcpus",
+    "guest-get-memory-block-info",
+    "guest-get-users",
+    "guest-get-osinfo",
+    "guest-get-disks",
+    "guest-get-host-name",
+    "guest-get-timezone",
+    "guest-network-get-route",
+    "guest-network-get-interfaces",
+    "guest-get-memory-blocks",
+];
 
 /// What `query-domain` asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -415,6 +516,11 @@ impl DomainCommand {
             DomainCommand::Delete => "delete",
             DomainCommand::QueryDomain(_) => "query-domain",
             DomainCommand::QueryStats { .. } => "query-stats",
+            DomainCommand::QueryQemuVersion => "query-qemu-version",
+            DomainCommand::QueryDirtyRate { .. } => "query-dirty-rate",
+            DomainCommand::MemoryDump { .. } => "memory-dump",
+            DomainCommand::Screenshot => "screenshot",
+            DomainCommand::QueryVmStats(_) => "query-vm-stats",
         }
     }
 }
@@ -667,6 +773,101 @@ struct VmiArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct VmStatsArgs {
+    #[serde(default = "yes")]
+    domain_stats: bool,
+    #[serde(default)]
+    dirty_rate: bool,
+    agent: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl VmStatsArgs {
+    fn into_query(self) -> Result<VmStatsQuery, CommandError> {
+        let agent = match self.agent {
+            None => VM_STATS_AGENT_COMMANDS.to_vec(),
+            Some(names) => {
+                let mut agent = Vec::new();
+                for name in &names {
+                    let known = VM_STATS_AGENT_COMMANDS
+                        .iter()
+                        .find(|c| *c == name)
+                        .ok_or_else(|| {
+                            CommandError::invalid_argument(format!(
+                                "arguments.agent: \"{name}\" is not one of the agent commands KubeVirt's GetVMStats asks: {}",
+                                VM_STATS_AGENT_COMMANDS.join(", ")
+                            ))
+                        })?;
+                    if !agent.contains(known) {
+                        agent.push(*known);
+                    }
+                }
+                agent
+            }
+        };
+        Ok(VmStatsQuery {
+            domain_stats: self.domain_stats,
+            dirty_rate: self.dirty_rate,
+            dirty_rate_seconds: default_dirty_rate_seconds(),
+            agent,
+        })
+    }
+}
+
+/// The longest dirty rate measurement: libvirt takes up to 60 s.
+pub const MAX_DIRTY_RATE_SECONDS: u32 = 60;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DirtyRateArgs {
+    #[serde(default = "default_dirty_rate_seconds")]
+    seconds: u32,
+}
+
+/// KubeVirt measures for a second.
+fn default_dirty_rate_seconds() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemoryDumpArgs {
+    path: Option<String>,
+    volume: Option<String>,
+}
+
+/// Where a memory dump may go: an absolute path of a file that does not
+/// exist yet, in a directory that does (libvirt creates the file; an
+/// earlier dump or anything else there is never overwritten).
+fn dump_path(path: &str) -> Result<PathBuf, CommandError> {
+    let path = Path::new(path);
+    let bad = |why: &str| {
+        Err(CommandError::invalid_argument(format!(
+            "arguments.path: {}: {why}",
+            path.display()
+        )))
+    };
+    if !path.is_absolute() {
+        return bad("must be an absolute path");
+    }
+    if path.file_name().is_none() || path.to_str().is_none_or(|p| p.ends_with('/')) {
+        return bad("must name a file");
+    }
+    if path.symlink_metadata().is_ok() {
+        return bad("already exists; the dump is never written over a file");
+    }
+    match path.parent().map(std::fs::metadata) {
+        Some(Ok(meta)) if meta.is_dir() => Ok(path.to_path_buf()),
+        Some(Ok(_)) => bad("its parent is not a directory"),
+        _ => bad("its directory does not exist"),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StatsQueryArgs {
     max_age_ms: Option<u64>,
 }
@@ -782,6 +983,7 @@ mod tests {
             "sync" | "prepare-migration-target" => args(json!({"vmi": {}})),
             "migrate" => args(json!({"target": {"libvirt_uri": "qemu:///system"}})),
             "guest-exec" => args(json!({"command": "/bin/true"})),
+            "memory-dump" => args(json!({"path": "/tmp/virt-launcher-test-no-such.dump"})),
             _ => Map::new(),
         }
     }
@@ -812,6 +1014,20 @@ mod tests {
             DomainCommand::Delete.into(),
             DomainCommand::QueryDomain(DomainQuery::ALL).into(),
             DomainCommand::QueryStats { max_age: None }.into(),
+            DomainCommand::QueryQemuVersion.into(),
+            DomainCommand::QueryDirtyRate { seconds: 1 }.into(),
+            DomainCommand::MemoryDump {
+                target: DumpTarget::Path(PathBuf::from("/tmp/x")),
+            }
+            .into(),
+            DomainCommand::Screenshot.into(),
+            DomainCommand::QueryVmStats(VmStatsQuery {
+                domain_stats: true,
+                dirty_rate: false,
+                dirty_rate_seconds: 1,
+                agent: Vec::new(),
+            })
+            .into(),
             GuestCommand::Ping { timeout_seconds: 5 }.into(),
             GuestCommand::QueryGuestInfo.into(),
             GuestCommand::QueryUsers.into(),
@@ -861,7 +1077,12 @@ mod tests {
                         | DomainCommand::Kill
                         | DomainCommand::Delete
                         | DomainCommand::QueryDomain(_)
-                        | DomainCommand::QueryStats { .. },
+                        | DomainCommand::QueryStats { .. }
+                        | DomainCommand::QueryQemuVersion
+                        | DomainCommand::QueryDirtyRate { .. }
+                        | DomainCommand::MemoryDump { .. }
+                        | DomainCommand::Screenshot
+                        | DomainCommand::QueryVmStats(_),
                     )
                     | ManagerCommand::Guest(
                         GuestCommand::Ping { .. }
@@ -1157,6 +1378,87 @@ mod tests {
                     "{command}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn day_two_arguments() {
+        assert_eq!(
+            Command::parse("query-dirty-rate", Map::new()).unwrap(),
+            DomainCommand::QueryDirtyRate { seconds: 1 }.into()
+        );
+        assert_eq!(
+            Command::parse("query-dirty-rate", args(json!({"seconds": 5}))).unwrap(),
+            DomainCommand::QueryDirtyRate { seconds: 5 }.into()
+        );
+        let dir = crate::scratch::ScratchDir::new("dump-path");
+        let file = dir.join("guest.memory.dump");
+        assert_eq!(
+            Command::parse("memory-dump", args(json!({"path": file}))).unwrap(),
+            DomainCommand::MemoryDump {
+                target: DumpTarget::Path(file.clone())
+            }
+            .into()
+        );
+        assert_eq!(
+            Command::parse("memory-dump", args(json!({"volume": "dump"}))).unwrap(),
+            DomainCommand::MemoryDump {
+                target: DumpTarget::Volume("dump".into())
+            }
+            .into()
+        );
+        std::fs::write(&file, b"x").unwrap();
+        let missing_dir = dir.join("no/such/dir.dump");
+        for (bad, why) in [
+            (json!({"seconds": 0}), "out of range"),
+            (json!({"seconds": 61}), "out of range"),
+        ] {
+            let err = Command::parse("query-dirty-rate", args(bad)).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument);
+            assert!(err.desc.contains(why), "{}", err.desc);
+        }
+        let all = Command::parse("query-vm-stats", Map::new()).unwrap();
+        assert_eq!(
+            all,
+            DomainCommand::QueryVmStats(VmStatsQuery {
+                domain_stats: true,
+                dirty_rate: false,
+                dirty_rate_seconds: 1,
+                agent: VM_STATS_AGENT_COMMANDS.to_vec(),
+            })
+            .into()
+        );
+        let some = Command::parse(
+            "query-vm-stats",
+            args(json!({"domain_stats": false, "dirty_rate": true,
+                        "agent": ["guest-get-time", "guest-get-load", "guest-get-time"]})),
+        )
+        .unwrap();
+        assert_eq!(
+            some,
+            DomainCommand::QueryVmStats(VmStatsQuery {
+                domain_stats: false,
+                dirty_rate: true,
+                dirty_rate_seconds: 1,
+                agent: vec!["guest-get-time", "guest-get-load"],
+            })
+            .into()
+        );
+        let err =
+            Command::parse("query-vm-stats", args(json!({"agent": ["guest-exec"]}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("guest-exec"), "{}", err.desc);
+        for (bad, why) in [
+            (json!({"path": "guest.dump"}), "must be an absolute path"),
+            (json!({"path": file}), "already exists"),
+            (json!({"path": missing_dir}), "directory does not exist"),
+            (json!({"path": "/"}), "must name a file"),
+            (json!({}), "either path"),
+            (json!({"path": "/tmp/x.dump", "volume": "v"}), "either path"),
+        ] {
+            let err = Command::parse("memory-dump", args(bad)).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument);
+            assert!(err.desc.contains(why), "{}", err.desc);
         }
     }
 

@@ -1,6 +1,30 @@
 //! base64 as Go's `encoding/base64.StdEncoding` reads it, the one decoder
 //! of the launcher: for a VMI's `userDataBase64` (KubeVirt decodes it with
-//! Go) and for the guest agent's `guest-exec` output.
+//! Go) and for the guest agent's `guest-exec` output; and the encoder for
+//! binary data in replies (`screenshot`).
+
+const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 (RFC 4648) with padding, as Go's `StdEncoding` writes
+/// it (and protobuf's JSON mapping writes `bytes`).
+pub fn base64_encode(data: &[u8]) -> String {
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for group in data.chunks(3) {
+        let b = [
+            group[0],
+            group.get(1).copied().unwrap_or(0),
+            group.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        let sextet =
+            |shift: u32| char::from(ALPHABET[usize::try_from((n >> shift) & 63).unwrap_or(0)]);
+        out.push(sextet(18));
+        out.push(sextet(12));
+        out.push(if group.len() > 1 { sextet(6) } else { '=' });
+        out.push(if group.len() > 2 { sextet(0) } else { '=' });
+    }
+    out
+}
 
 /// Standard base64 (RFC 4648) as Go's `StdEncoding` reads it; line breaks
 /// are ignored and padding is optional.
@@ -51,6 +75,24 @@ pub fn base64_decode(text: &str) -> Result<Vec<u8>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encodes_as_rfc_4648_and_round_trips() {
+        // RFC 4648 §10's test vectors.
+        for (plain, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(plain.as_bytes()), encoded);
+        }
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(base64_decode(&base64_encode(&bytes)).unwrap(), bytes);
+    }
 
     #[test]
     fn decodes_with_and_without_padding() {

@@ -29,6 +29,7 @@ pub mod memcpy;
 pub mod migration;
 pub mod network;
 pub mod os;
+pub mod png;
 pub mod protocol;
 pub mod safe_fs;
 #[cfg(test)]

@@ -212,11 +212,22 @@ fn commands_without_a_domain_are_not_found() {
         "delete",
         "query-domain",
         "query-stats",
+        "query-dirty-rate",
+        "screenshot",
+        "query-vm-stats",
     ] {
         let (class, desc) = c.err_class(cmd, Value::Null);
         assert_eq!(class, "NotFound", "{cmd}: {desc}");
         assert!(desc.contains("sync a VMI first"), "{desc}");
     }
+    let (class, desc) = c.err_class("memory-dump", json!({"path": "/tmp/vl-never.memory.dump"}));
+    assert_eq!(class, "NotFound", "memory-dump: {desc}");
+    // The daemon's QEMU (here the test driver's version) needs no domain.
+    let version = c.ok("query-qemu-version", Value::Null)["version"].clone();
+    assert!(
+        version.as_str().is_some_and(|v| v.starts_with("TEST ")),
+        "{version}"
+    );
     let status = c.ok("query-status", Value::Null);
     assert_eq!(status["phase"], "WaitingForDomain");
     assert_eq!(status["domain"]["state"], "NoState");

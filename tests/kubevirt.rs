@@ -280,15 +280,10 @@ fn devices_of_size(partitions: &str, blocks: &str) -> Vec<String> {
 
 /// The calls this launcher does not support yet, as kvhandler's commands,
 /// the RPC each answers for, and the extra arguments each needs.
-const NOT_SUPPORTED: [(&str, &str, &[&str]); 12] = [
+const NOT_SUPPORTED: [(&str, &str, &[&str]); 9] = [
     ("migrate", "MigrateVirtualMachine", &[]),
     ("sync-migration-target", "SyncMigrationTarget", &[]),
     ("finalize-migration", "FinalizeVirtualMachineMigration", &[]),
-    (
-        "memory-dump",
-        "VirtualMachineMemoryDump",
-        &["--path", "/var/run/kubevirt/dump.memory"],
-    ),
     ("sev-info", "GetSEVInfo", &[]),
     ("launch-measurement", "GetLaunchMeasurement", &[]),
     (
@@ -296,8 +291,6 @@ const NOT_SUPPORTED: [(&str, &str, &[&str]); 12] = [
         "InjectLaunchSecret",
         &["--options", "EMPTY"],
     ),
-    ("dirty-rate", "GetDomainDirtyRateStats", &[]),
-    ("screenshot", "GetScreenshot", &[]),
     ("backup", "BackupVirtualMachine", &["--options", "EMPTY"]),
     (
         "redefine-checkpoint",
@@ -492,6 +485,56 @@ fn virt_handler_drives_a_guests_whole_life_through_the_pods_launcher() {
             "{command}: {error}"
         );
     }
+    // The day-2 calls: the dirty rate of the running guest, a screenshot
+    // refused for a VMI without a display, and a memory dump into the pod.
+    let rate = pod.ok(&["dirty-rate"]);
+    assert!(rate.as_i64().is_some_and(|r| r >= 0), "dirty rate: {rate}");
+    let error = pod.launcher.refused(&["screenshot", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("GetScreenshot") && error.contains("no graphics device"),
+        "{error}"
+    );
+    let dump = pod.launcher.share_dir().join("guest.memory.dump");
+    assert_eq!(
+        pod.ok(&[
+            "memory-dump",
+            "--vmi",
+            &pod.vmi,
+            "--path",
+            "/var/run/kubevirt/guest.memory.dump",
+        ]),
+        Value::Null
+    );
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let done = pod.launcher.log_text().contains("MEMORY_DUMP_COMPLETED");
+        if done || Instant::now() > deadline {
+            assert!(done, "no MEMORY_DUMP_COMPLETED within 180 s");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let mut magic = [0u8; 4];
+    fs::File::open(&dump)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .expect("read the memory dump");
+    assert_eq!(&magic, b"\x7fELF", "not an ELF core file");
+    let size = fs::metadata(&dump).expect("stat the memory dump").len();
+    assert!(
+        size >= 192 << 20,
+        "a dump of {size} bytes for a guest of 192 MiB"
+    );
+    let _ = fs::remove_file(&dump);
+    // libvirt paused the guest while QEMU wrote its memory.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pod.state().0 != "Running" {
+        assert!(
+            Instant::now() < deadline,
+            "not Running again after the dump"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
     // With no migration, cancelling one and the target pod's clean-up are
     // done at once.
     assert_eq!(pod.ok_vmi("cancel-migration"), Value::Null);

@@ -159,7 +159,8 @@ fn scenario(execute: &str, example: &Example) -> Scenario {
     match execute {
         "ping" | "query-version" | "query-commands" | "query-status" | "pause" | "reboot"
         | "reset" | "kill" | "delete" | "query-domain" | "query-stats" | "subscribe"
-        | "unsubscribe" => fresh,
+        | "unsubscribe" | "query-qemu-version" | "query-dirty-rate" | "memory-dump"
+        | "screenshot" | "query-vm-stats" => fresh,
         // The binary's own client (§1), and §15's session, on a launcher
         // started as §1's first command.
         "ctl" | "subscribe-session" => fresh,
@@ -295,6 +296,9 @@ const VOLATILE: &[&str] = &[
     "loginTime",
     // How old a cached answer is.
     "age_ms",
+    // When a memory dump started and ended.
+    "started",
+    "ended",
 ];
 
 /// Objects whose keys are fixed but whose values differ from run to run:
@@ -583,6 +587,11 @@ fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() 
             "delete",
             "query-domain",
             "query-stats",
+            "query-qemu-version",
+            "query-dirty-rate",
+            "memory-dump",
+            "screenshot",
+            "query-vm-stats",
             "subscribe",
             "unsubscribe",
             "prepare-migration-target",

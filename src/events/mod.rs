@@ -29,11 +29,13 @@ pub enum EventKind {
     MigrationProgress,
     MigrationCompleted,
     MigrationFailed,
+    MemoryDumpCompleted,
+    MemoryDumpFailed,
     EventsDropped,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 18] = [
+    pub const ALL: [EventKind; 20] = [
         EventKind::DomainLifecycle,
         EventKind::DomainReboot,
         EventKind::AgentConnected,
@@ -51,6 +53,8 @@ impl EventKind {
         EventKind::MigrationProgress,
         EventKind::MigrationCompleted,
         EventKind::MigrationFailed,
+        EventKind::MemoryDumpCompleted,
+        EventKind::MemoryDumpFailed,
         EventKind::EventsDropped,
     ];
 
@@ -73,6 +77,8 @@ impl EventKind {
             EventKind::MigrationProgress => "MIGRATION_PROGRESS",
             EventKind::MigrationCompleted => "MIGRATION_COMPLETED",
             EventKind::MigrationFailed => "MIGRATION_FAILED",
+            EventKind::MemoryDumpCompleted => "MEMORY_DUMP_COMPLETED",
+            EventKind::MemoryDumpFailed => "MEMORY_DUMP_FAILED",
             EventKind::EventsDropped => "EVENTS_DROPPED",
         }
     }
@@ -126,6 +132,12 @@ impl EventKind {
             }
             EventKind::MigrationFailed => {
                 "The migration failed or was cancelled: data has the reason; the guest keeps running on the source."
+            }
+            EventKind::MemoryDumpCompleted => {
+                "A memory dump finished: data has the path, its size in bytes and when it started and ended."
+            }
+            EventKind::MemoryDumpFailed => {
+                "A memory dump failed: data has the path, the reason and when it started and ended."
             }
             EventKind::EventsDropped => {
                 "This subscriber fell behind and data.count older events were dropped."

@@ -434,6 +434,8 @@ fn hotpluggable_volumes(spec: &Value) -> BTreeSet<String> {
             ["persistentVolumeClaim", "dataVolume"]
                 .iter()
                 .any(|source| field(field(v, source), "hotpluggable") == &Value::Bool(true))
+                // A memory dump's volume is no disk of the domain.
+                || !unset(field(v, "memoryDump"))
         })
         .map(name_of)
         .collect()

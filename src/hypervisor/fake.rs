@@ -6,6 +6,7 @@
 //! manager's decisions are tested in milliseconds.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -18,7 +19,7 @@ use super::state::{
 use super::{
     Affect, AgentLifecycle, ConnectionId, DomainState, DomainStatus, DriverKind, GuestInfoKind,
     HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
-    LifecycleEvent, MigrationRequest, RebootMode, Stat, StateReason,
+    LifecycleEvent, MigrationRequest, RebootMode, Screenshot, Stat, StateReason,
 };
 use crate::sink::Sink;
 
@@ -66,6 +67,12 @@ struct FakeState {
     calls: Vec<&'static str>,
     /// Raw replies for agent commands, in order; `{"return":{}}` after.
     agent_replies: VecDeque<String>,
+    /// What a dirty rate measurement finds, in MiB/s; `None` until one
+    /// was started.
+    dirty_rate: u64,
+    dirty_rate_started: bool,
+    /// What `job_stats` reports for the running job.
+    job_stats: Vec<Stat>,
 }
 
 pub struct FakeHypervisor {
@@ -96,6 +103,9 @@ impl FakeHypervisor {
                 holds: HashMap::new(),
                 calls: Vec::new(),
                 agent_replies: VecDeque::new(),
+                dirty_rate: 0,
+                dirty_rate_started: false,
+                job_stats: Vec::new(),
             }),
             events,
         }
@@ -180,6 +190,16 @@ impl FakeHypervisor {
     /// The next reconnect attempts that fail.
     pub fn fail_reconnects(&self, count: u32) {
         self.state().reconnect_failures = count;
+    }
+
+    /// What `job_stats` reports for the running job from now on.
+    pub fn set_job_stats(&self, stats: Vec<Stat>) {
+        self.state().job_stats = stats;
+    }
+
+    /// What the next dirty rate measurement finds.
+    pub fn set_dirty_rate(&self, megabytes_per_second: u64) {
+        self.state().dirty_rate = megabytes_per_second;
     }
 
     pub fn queue_agent_reply(&self, raw: &str) {
@@ -724,7 +744,7 @@ impl Hypervisor for FakeHypervisor {
 
     fn job_stats(&self, _name: &str, _completed: bool) -> HvResult<Vec<Stat>> {
         self.enter("job_stats")?;
-        Ok(Vec::new())
+        Ok(self.state().job_stats.clone())
     }
 
     fn abort_job(&self, _name: &str) -> HvResult<()> {
@@ -737,6 +757,75 @@ impl Hypervisor for FakeHypervisor {
 
     fn migrate_set_max_downtime(&self, _name: &str, _milliseconds: u64) -> HvResult<()> {
         self.enter("migrate_set_max_downtime")
+    }
+
+    fn hypervisor_version(&self) -> HvResult<u64> {
+        self.enter("hypervisor_version")?;
+        Ok(7_002_022)
+    }
+
+    fn start_dirty_rate_calc(&self, name: &str, _seconds: u32) -> HvResult<()> {
+        self.with_domain("start_dirty_rate_calc", name, |d| {
+            if d.status.state != DomainState::Running {
+                return Err(invalid("start_dirty_rate_calc", "domain is not running"));
+            }
+            Ok(())
+        })?;
+        self.state().dirty_rate_started = true;
+        Ok(())
+    }
+
+    fn dirty_rate_stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        self.with_domain("dirty_rate_stats", name, |_| Ok(()))?;
+        let state = self.state();
+        // libvirt's calc_status: 0 unstarted, 2 measured.
+        if !state.dirty_rate_started {
+            return Ok(vec![("dirtyrate.calc_status".to_string(), 0.into())]);
+        }
+        Ok(vec![
+            ("dirtyrate.calc_status".to_string(), 2.into()),
+            (
+                "dirtyrate.calc_start_time".to_string(),
+                1_700_000_000i64.into(),
+            ),
+            ("dirtyrate.calc_period".to_string(), 1.into()),
+            ("dirtyrate.calc_mode".to_string(), "page-sampling".into()),
+            (
+                "dirtyrate.megabytes_per_second".to_string(),
+                state.dirty_rate.into(),
+            ),
+        ])
+    }
+
+    fn dump_memory(&self, name: &str, path: &Path) -> HvResult<()> {
+        self.with_domain("dump_memory", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("dump_memory", "domain is not running"));
+            }
+            Ok(())
+        })?;
+        // An ELF header's magic, as QEMU's dump starts.
+        std::fs::write(path, b"\x7fELF").map_err(|e| {
+            HypervisorError::new(
+                HypervisorErrorKind::Other,
+                "dump_memory",
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })
+    }
+
+    fn screenshot(&self, name: &str, _screen: u32) -> HvResult<Screenshot> {
+        self.with_domain("screenshot", name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid("screenshot", "domain is not running"));
+            }
+            Ok(())
+        })?;
+        // A 2x1 image: one red pixel, one blue.
+        Ok(Screenshot {
+            mime: "image/x-portable-pixmap".into(),
+            data: b"P6\n2 1\n255\n\xff\x00\x00\x00\x00\xff".to_vec(),
+        })
     }
 
     fn reconnect(&self) -> HvResult<ConnectionId> {

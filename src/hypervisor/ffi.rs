@@ -696,3 +696,19 @@ pub fn migrate_set_max_downtime(dom: &Domain, ms: u64) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// `virDomainStartDirtyRateCalc` by page sampling, as KubeVirt measures.
+pub fn start_dirty_rate_calc(dom: &Domain, seconds: c_int) -> Result<(), Error> {
+    // SAFETY: valid domain; plain integer arguments.
+    let rc = unsafe {
+        sys::virDomainStartDirtyRateCalc(
+            dom.as_ptr(),
+            seconds,
+            sys::VIR_DOMAIN_DIRTYRATE_MODE_PAGE_SAMPLING,
+        )
+    };
+    if rc < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}

@@ -7,12 +7,14 @@
 //! KubeVirt's launcher does after a virtqemud restart.
 
 use std::ffi::c_int;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use virt::connect::Connect;
 use virt::domain::Domain;
+use virt::stream::Stream;
 use virt::sys;
 
 use super::ffi;
@@ -20,7 +22,7 @@ use super::state::{LibvirtError, dotted_version};
 use super::{
     Affect, CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult,
     Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
-    MigrationRequest, RebootMode, Stat,
+    MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat, screenshot_too_large,
 };
 use crate::sink::Sink;
 
@@ -607,6 +609,80 @@ impl Hypervisor for LibvirtHypervisor {
     fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()> {
         self.with_domain(name, "virDomainMigrateSetMaxDowntime", |d| {
             ffi::migrate_set_max_downtime(d, milliseconds)
+        })
+    }
+
+    fn hypervisor_version(&self) -> HvResult<u64> {
+        let op = "virConnectGetVersion";
+        let conn = self.connection(op)?;
+        conn.hyp_version()
+            .map(u64::from)
+            .map_err(|e| self.error(op, e))
+    }
+
+    fn start_dirty_rate_calc(&self, name: &str, seconds: u32) -> HvResult<()> {
+        let seconds = c_int::try_from(seconds).unwrap_or(c_int::MAX);
+        self.with_domain(name, "virDomainStartDirtyRateCalc", |d| {
+            ffi::start_dirty_rate_calc(d, seconds)
+        })
+    }
+
+    fn dirty_rate_stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        self.with_domain(name, "virDomainListGetStats", |d| {
+            ffi::domain_stats(d, sys::VIR_DOMAIN_STATS_DIRTYRATE, 0)
+        })
+    }
+
+    fn dump_memory(&self, name: &str, path: &Path) -> HvResult<()> {
+        let op = "virDomainCoreDumpWithFormat";
+        let to = path.to_str().ok_or_else(|| {
+            HypervisorError::new(
+                HypervisorErrorKind::Other,
+                op,
+                format!("{} is not valid UTF-8", path.display()),
+            )
+        })?;
+        self.with_domain(name, op, |d| {
+            d.core_dump_with_format(
+                to,
+                sys::VIR_DOMAIN_CORE_DUMP_FORMAT_RAW,
+                sys::VIR_DUMP_MEMORY_ONLY,
+            )
+        })
+    }
+
+    fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot> {
+        let op = "virDomainScreenshot";
+        let conn = self.connection(op)?;
+        self.with_domain_hv(name, op, |dom| {
+            let stream = Stream::new(&conn, 0).map_err(|e| self.error("virStreamNew", e))?;
+            let mime = dom
+                .screenshot(&stream, screen, 0)
+                .map_err(|e| self.error(op, e))?;
+            let mut data = Vec::new();
+            let mut buf = vec![0u8; 256 * 1024];
+            loop {
+                match stream.recv(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let n = usize::try_from(n).unwrap_or(0).min(buf.len());
+                        data.extend_from_slice(&buf[..n]);
+                        if data.len() > MAX_SCREENSHOT_BYTES {
+                            let _ = stream.abort();
+                            return Err(screenshot_too_large(op));
+                        }
+                    }
+                    Err(e) => {
+                        let err = self.error("virStreamRecv", e);
+                        let _ = stream.abort();
+                        return Err(err);
+                    }
+                }
+            }
+            stream
+                .finish()
+                .map_err(|e| self.error("virStreamFinish", e))?;
+            Ok(Screenshot { mime, data })
         })
     }
 

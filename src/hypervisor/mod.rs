@@ -21,6 +21,7 @@ pub mod trace;
 pub mod wire;
 
 use std::fmt;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -132,6 +133,38 @@ impl Affect {
     pub fn flags(self) -> u32 {
         u32::from(self.live) | (u32::from(self.config) << 1)
     }
+}
+
+/// A screenshot as libvirt hands it over.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Screenshot {
+    /// The image's MIME type as libvirt names it (QEMU's is
+    /// `image/x-portable-pixmap`).
+    pub mime: String,
+    pub data: Vec<u8>,
+}
+
+impl fmt::Debug for Screenshot {
+    /// The size, not the megabytes of pixels (the trace logs results).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Screenshot({}, {} bytes)", self.mime, self.data.len())
+    }
+}
+
+/// The largest screenshot a backend accepts from the daemon: a 4K
+/// display's PPM is 25 MB; anything far beyond is not a screenshot.
+pub const MAX_SCREENSHOT_BYTES: usize = 64 * 1024 * 1024;
+
+/// A screenshot stream that went on past `MAX_SCREENSHOT_BYTES`.
+pub fn screenshot_too_large(operation: &'static str) -> HypervisorError {
+    HypervisorError::new(
+        HypervisorErrorKind::Other,
+        operation,
+        format!(
+            "the screenshot stream went on past {} MiB; gave up reading it",
+            MAX_SCREENSHOT_BYTES >> 20
+        ),
+    )
 }
 
 /// A statistic, as libvirt's typed parameters give it.
@@ -369,6 +402,27 @@ pub trait Hypervisor: Send + Sync {
     fn migrate_start_post_copy(&self, name: &str) -> HvResult<()>;
     /// The longest pause the migration may cause at switch-over.
     fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()>;
+
+    /// The hypervisor's version as the daemon reports it now
+    /// (`virConnectGetVersion`: major * 1,000,000 + minor * 1,000 +
+    /// release). Read afresh, not from `info`: the daemon re-probes its
+    /// QEMU binary when the binary changes on disk.
+    fn hypervisor_version(&self) -> HvResult<u64>;
+    /// Starts measuring how fast the guest dirties its memory, over
+    /// `seconds`, by page sampling (`virDomainStartDirtyRateCalc`).
+    /// Returns at once; `dirty_rate_stats` reports the measurement.
+    fn start_dirty_rate_calc(&self, name: &str, seconds: u32) -> HvResult<()>;
+    /// The `dirtyrate.*` statistics of the domain (the dirty rate group of
+    /// `virDomainListGetStats`).
+    fn dirty_rate_stats(&self, name: &str) -> HvResult<Vec<Stat>>;
+    /// Writes the guest's memory to `path` as an ELF core
+    /// (`virDomainCoreDumpWithFormat`, raw format, memory only, as
+    /// KubeVirt's memory dump does); blocks until the dump is complete.
+    /// libvirt opens `path` itself and hands it to QEMU.
+    fn dump_memory(&self, name: &str, path: &Path) -> HvResult<()>;
+    /// A screenshot of display `screen` (`virDomainScreenshot`): the image
+    /// exactly as QEMU wrote it, read from a libvirt stream.
+    fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot>;
 
     /// Replaces a lost connection: releases the old one (its event and
     /// close callbacks, so nothing of it stays behind) and opens a fresh

@@ -13,12 +13,13 @@
 //! too so that the wrapped backend's own version runs).
 
 use std::fmt::Debug;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
     Affect, ConnectionId, DomainStatus, GuestInfoKind, HvResult, Hypervisor, HypervisorInfo,
-    MigrationRequest, RebootMode, Stat,
+    MigrationRequest, RebootMode, Screenshot, Stat,
 };
 
 /// A hypervisor that logs every call it forwards.
@@ -263,6 +264,44 @@ impl Hypervisor for Traced {
             "virDomainMigrateSetMaxDowntime",
             format!("{name}, {milliseconds} ms"),
             || self.inner.migrate_set_max_downtime(name, milliseconds),
+        )
+    }
+
+    fn hypervisor_version(&self) -> HvResult<u64> {
+        traced("virConnectGetVersion", String::new(), || {
+            self.inner.hypervisor_version()
+        })
+    }
+
+    fn start_dirty_rate_calc(&self, name: &str, seconds: u32) -> HvResult<()> {
+        traced(
+            "virDomainStartDirtyRateCalc",
+            format!("{name}, {seconds} s"),
+            || self.inner.start_dirty_rate_calc(name, seconds),
+        )
+    }
+
+    fn dirty_rate_stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        traced(
+            "virDomainListGetStats",
+            format!("{name}, dirtyrate"),
+            || self.inner.dirty_rate_stats(name),
+        )
+    }
+
+    fn dump_memory(&self, name: &str, path: &Path) -> HvResult<()> {
+        traced(
+            "virDomainCoreDumpWithFormat",
+            format!("{name}, {}", path.display()),
+            || self.inner.dump_memory(name, path),
+        )
+    }
+
+    fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot> {
+        traced(
+            "virDomainScreenshot",
+            format!("{name}, screen {screen}"),
+            || self.inner.screenshot(name, screen),
         )
     }
 

@@ -286,10 +286,16 @@ impl CmdService {
             R::Exec(r) => self.exec(&r),
             R::GuestPing(r) => self.guest_ping(&r),
             R::GetQemuVersion(_) => Ok(self.qemu_version().encode()),
+            R::VirtualMachineMemoryDump(r) => {
+                // Started here, finished in the background: virt-handler
+                // follows it in the domain's metadata, as with KubeVirt.
+                plain(response(
+                    &self.run("memory-dump", json!({ "path": r.dump_path })),
+                ))
+            }
             R::MigrateVirtualMachine(_)
             | R::SyncMigrationTarget(_)
             | R::FinalizeVirtualMachineMigration(_)
-            | R::VirtualMachineMemoryDump(_)
             | R::InjectLaunchSecret(_)
             | R::BackupVirtualMachine(_) => plain(unsupported(method)),
             R::GetSEVInfo(_) => Ok(SevInfoResponse {
@@ -302,16 +308,8 @@ impl CmdService {
                 ..Default::default()
             }
             .encode()),
-            R::GetDomainDirtyRateStats(_) => Ok(DirtyRateStatsResponse {
-                response: Some(unsupported(method)),
-                ..Default::default()
-            }
-            .encode()),
-            R::GetScreenshot(_) => Ok(ScreenshotResponse {
-                response: Some(unsupported(method)),
-                ..Default::default()
-            }
-            .encode()),
+            R::GetDomainDirtyRateStats(_) => Ok(self.dirty_rate().encode()),
+            R::GetScreenshot(_) => Ok(self.screenshot().encode()),
             R::RedefineCheckpoint(_) => Ok(RedefineCheckpointResponse {
                 response: Some(unsupported(method)),
                 ..Default::default()
@@ -499,13 +497,53 @@ impl CmdService {
         }
     }
 
+    /// KubeVirt's one-second dirty rate measurement.
+    fn dirty_rate(&self) -> DirtyRateStatsResponse {
+        match self.run("query-dirty-rate", json!({ "seconds": 1 })) {
+            Ok(reply) => DirtyRateStatsResponse {
+                response: Some(ok()),
+                dirty_rate_mbs: reply
+                    .into_object()
+                    .get("megabytes_per_second")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0),
+            },
+            Err(e) => DirtyRateStatsResponse {
+                response: Some(failed(describe(&e))),
+                dirty_rate_mbs: 0,
+            },
+        }
+    }
+
+    fn screenshot(&self) -> ScreenshotResponse {
+        let taken = self.run("screenshot", json!({})).and_then(|reply| {
+            let reply = reply.into_object();
+            let text = |key: &str| reply.get(key).and_then(Value::as_str).unwrap_or_default();
+            let data = crate::encoding::base64_decode(text("data")).map_err(|e| {
+                CommandError::internal(format!("screenshot: the image is not base64: {e}"))
+            })?;
+            Ok((text("mime").to_string(), data))
+        });
+        match taken {
+            Ok((mime, data)) => ScreenshotResponse {
+                response: Some(ok()),
+                mime,
+                data,
+            },
+            Err(e) => ScreenshotResponse {
+                response: Some(failed(describe(&e))),
+                ..Default::default()
+            },
+        }
+    }
+
     fn qemu_version(&self) -> QemuVersionResponse {
-        match self.run("query-version", json!({})) {
+        match self.run("query-qemu-version", json!({})) {
             Ok(reply) => QemuVersionResponse {
                 response: Some(ok()),
                 version: reply
                     .into_object()
-                    .get("hypervisor")
+                    .get("version")
                     .and_then(Value::as_str)
                     .unwrap_or_default()
                     .to_string(),

@@ -151,6 +151,32 @@ impl DomainManager {
                     Err(e) => reply.send(Err(e)),
                 };
             }
+            // The daemon's, with or without a domain.
+            DomainCommand::QueryQemuVersion => return self.query_qemu_version(reply),
+            DomainCommand::QueryDirtyRate { seconds } => {
+                return match self.check_allowed("query-dirty-rate", None) {
+                    Ok(()) => self.query_dirty_rate(seconds, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::MemoryDump { target } => {
+                return match self.check_allowed("memory-dump", None) {
+                    Ok(()) => self.start_memory_dump(target, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::QueryVmStats(query) => {
+                return match self.check_allowed("query-vm-stats", None) {
+                    Ok(()) => self.query_vm_stats(query, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::Screenshot => {
+                return match self.check_allowed("screenshot", None) {
+                    Ok(()) => self.screenshot(reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
         };
         match self.check_allowed(operation.name(), Some(operation)) {
             Ok(()) => self.start_domain_job(operation, reply),
@@ -201,6 +227,7 @@ impl DomainManager {
             },
             "job": self.jobs.exclusive_running().map(Operation::name),
             "migration": self.migration.record.as_ref().map(|m| m.to_json()),
+            "memory_dump": self.memory_dump.last.as_ref().map(|d| d.to_json()),
             "shutdown": grace,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
         }))

@@ -254,6 +254,7 @@ impl DomainManager {
     pub(super) fn domain_changed(&mut self) {
         self.described.invalidate();
         self.stats.invalidate();
+        self.vm_stats.invalidate();
     }
 }
 

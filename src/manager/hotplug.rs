@@ -209,6 +209,11 @@ impl DomainManager {
         Ok(())
     }
 
+    /// The VMI the running domain was last made from (or changed to).
+    pub(super) fn applied_vmi(&self) -> Option<&Value> {
+        self.hotplug.applied.as_ref().map(|a| &a.vmi)
+    }
+
     /// Where the VMI last applied is kept, so that a restarted launcher
     /// still knows it (the launcher's private directory).
     fn applied_record(&self) -> PathBuf {

@@ -40,7 +40,15 @@ pub enum Operation {
     Freeze,
     Unfreeze,
     PrepareMigrationTarget,
+    QueryQemuVersion,
+    QueryDirtyRate,
+    Screenshot,
+    QueryVmStats,
+    /// `memory-dump`'s dump, which the client does not wait for.
+    MemoryDump,
     // Work the launcher does by itself, with no client waiting.
+    /// Reads a running memory dump's progress.
+    MemoryDumpProgress,
     /// Re-reads the domain's state (at start and after a reconnect).
     StatusRefresh,
     /// Takes a new sample of the domain's statistics for the cache.
@@ -82,6 +90,12 @@ impl Operation {
             Operation::Freeze => "freeze",
             Operation::Unfreeze => "unfreeze",
             Operation::PrepareMigrationTarget => "prepare-migration-target",
+            Operation::QueryQemuVersion => "query-qemu-version",
+            Operation::QueryDirtyRate => "query-dirty-rate",
+            Operation::Screenshot => "screenshot",
+            Operation::MemoryDump => "memory-dump",
+            Operation::QueryVmStats => "query-vm-stats",
+            Operation::MemoryDumpProgress => "memory-dump-progress",
             Operation::StatusRefresh => "status-refresh",
             Operation::StatsRefresh => "stats-refresh",
             Operation::Reconnect => "reconnect",
@@ -108,6 +122,12 @@ impl Operation {
                 | Operation::GuestPing
                 | Operation::GuestExec
                 | Operation::AdoptGuestNics
+                | Operation::QueryQemuVersion
+                | Operation::QueryDirtyRate
+                | Operation::Screenshot
+                | Operation::MemoryDump
+                | Operation::MemoryDumpProgress
+                | Operation::QueryVmStats
         )
     }
 
@@ -153,6 +173,8 @@ pub enum Observation {
         sample: super::stats::StatsSample,
         generation: u64,
     },
+    /// libvirt's statistics of the domain's running job.
+    JobStats(Vec<crate::hypervisor::Stat>),
 }
 
 pub type JobResult = Result<JobValue, CommandError>;
@@ -366,7 +388,7 @@ mod tests {
 
     /// The operations client commands run, under their commands' names
     /// (query-status shows them as `job`).
-    const CLIENT_OPERATIONS: [Operation; 15] = [
+    const CLIENT_OPERATIONS: [Operation; 20] = [
         Operation::Sync,
         Operation::Pause,
         Operation::Unpause,
@@ -382,6 +404,11 @@ mod tests {
         Operation::Freeze,
         Operation::Unfreeze,
         Operation::PrepareMigrationTarget,
+        Operation::QueryQemuVersion,
+        Operation::QueryDirtyRate,
+        Operation::Screenshot,
+        Operation::MemoryDump,
+        Operation::QueryVmStats,
     ];
 
     #[test]

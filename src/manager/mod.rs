@@ -15,6 +15,7 @@
 
 mod connection;
 mod devices;
+mod diagnostics;
 mod domain;
 mod domain_cache;
 mod errors;
@@ -24,12 +25,14 @@ mod hotplug;
 pub mod inbox;
 mod jobs;
 mod lifecycle;
+mod memory_dump;
 mod migration;
 mod reply;
 mod shutdown;
 mod stats;
 mod sync;
 mod timers;
+mod vm_stats;
 mod workers;
 
 #[cfg(test)]
@@ -193,6 +196,11 @@ pub struct DomainManager {
     described: domain_cache::DomainCache,
     /// The domain's statistics as `query-stats` last sampled them.
     stats: stats::StatsCache,
+    /// What `query-vm-stats` last read of the guest agent and the dirty
+    /// rate.
+    vm_stats: vm_stats::VmStatsCache,
+    /// The last memory dump (`memory-dump`).
+    memory_dump: memory_dump::MemoryDumpState,
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
@@ -213,6 +221,7 @@ impl DomainManager {
             network,
             inbox,
         } = parts;
+        let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal.clone(), inbox.job_completions()),
             stop: GracefulStop::new(config.grace_period),
@@ -232,6 +241,8 @@ impl DomainManager {
             hotplug: hotplug::HotplugState::new(inbox.hotplug_progress()),
             described: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
+            memory_dump,
+            vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
             network,
             fatal,
@@ -292,6 +303,7 @@ impl DomainManager {
                 Timer::AutoThaw => self.on_auto_thaw(),
                 Timer::ExitNow => self.exit_now(),
                 Timer::StatsRefresh => self.on_stats_refresh_due(),
+                Timer::MemoryDumpProgress => self.on_memory_dump_progress_due(),
             }
         }
     }
@@ -390,6 +402,17 @@ impl DomainManager {
                 }
             }
             Operation::StatsRefresh => self.after_stats_refresh(),
+            Operation::QueryVmStats => {
+                if let Ok(JobValue::VmStats(read)) = output.result {
+                    output.result = Ok(JobValue::Reply(self.vm_stats_reply(*read)));
+                }
+            }
+            Operation::MemoryDump => self.on_memory_dump_finished(&output.result),
+            Operation::MemoryDumpProgress => {
+                if let Err(e) = &output.result {
+                    log::debug!("manager: reading the memory dump's progress failed: {e}");
+                }
+            }
             Operation::Pause
             | Operation::Unpause
             | Operation::Shutdown
@@ -402,6 +425,9 @@ impl DomainManager {
             | Operation::GuestExec
             | Operation::Unfreeze
             | Operation::PrepareMigrationTarget
+            | Operation::QueryQemuVersion
+            | Operation::QueryDirtyRate
+            | Operation::Screenshot
             | Operation::StatusRefresh => {}
         }
         match output.observed {
@@ -422,6 +448,7 @@ impl DomainManager {
             Observation::StatsSample { sample, generation } => {
                 self.on_stats_sampled(sample, generation)
             }
+            Observation::JobStats(stats) => self.on_memory_dump_progress(&stats),
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {

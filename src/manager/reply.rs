@@ -39,6 +39,13 @@ pub enum JobValue {
     TargetPrepared {
         target: TargetAddress,
     },
+    /// What a `query-vm-stats` job read, which the manager keeps and
+    /// answers from.
+    VmStats(Box<super::vm_stats::VmStatsRead>),
+    /// `memory-dump`'s dump is written.
+    Dumped {
+        size_bytes: u64,
+    },
 }
 
 /// A domain operation that libvirt carried out.
@@ -238,6 +245,9 @@ impl JobValue {
             JobValue::TargetPrepared { target } => {
                 object(json!({ "target": serde_json::to_value(&target).unwrap_or(Value::Null) }))
             }
+            JobValue::Dumped { size_bytes } => object(json!({ "size_bytes": size_bytes })),
+            // The manager answers these itself (`vm_stats_reply`).
+            JobValue::VmStats(_) => Map::new(),
         }
     }
 }

@@ -22,6 +22,8 @@ pub enum Timer {
     ExitNow,
     /// Take a new sample of the domain's statistics (while clients ask).
     StatsRefresh,
+    /// Read a running memory dump's progress.
+    MemoryDumpProgress,
 }
 
 #[derive(Default)]

@@ -962,8 +962,10 @@ pub struct Volume {
     pub sysprep: Option<SysprepSource>,
     #[serde(default)]
     pub downward_metrics: Unsupported,
+    /// A PVC virt-handler mounts in the hotplug directory for
+    /// `memory-dump` to write to; not a disk of the domain.
     #[serde(default)]
-    pub memory_dump: Unsupported,
+    pub memory_dump: Option<PvcSource>,
     /// A directory of the launcher's container shared through virtiofs;
     /// parsed so the converter can refuse it as not supported.
     #[serde(default)]

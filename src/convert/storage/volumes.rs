@@ -89,7 +89,7 @@ pub(super) fn source_kinds(volume: &Volume) -> Vec<&'static str> {
             "downwardMetrics",
             volume.downward_metrics != Default::default(),
         ),
-        ("memoryDump", volume.memory_dump != Default::default()),
+        ("memoryDump", volume.memory_dump.is_some()),
     ];
     present
         .into_iter()
@@ -127,10 +127,27 @@ pub(super) fn disk_entries(
             disk: disk.clone(),
         });
     }
+    // A memoryDump volume is where `memory-dump` writes (virt-handler
+    // mounts it in the hotplug directory), never a disk: KubeVirt adds it
+    // to a running VMI, after the defaulting that gives volumes disks.
+    for entry in &entries {
+        if let Some((index, _)) = volumes
+            .get(entry.disk.name.as_str())
+            .filter(|(_, v)| v.memory_dump.is_some())
+        {
+            return Err(ConvertError::new(
+                format!("{}.name", entry.path),
+                format!(
+                    "spec.volumes[{index}] ({:?}) is a memoryDump volume, which is where a memory dump is written, not a disk",
+                    entry.disk.name
+                ),
+            ));
+        }
+    }
     // In spec.volumes order, like KubeVirt's defaulting.
     let mut without_disk: Vec<(usize, &str)> = volumes
         .iter()
-        .filter(|(name, _)| !names.contains(*name))
+        .filter(|(name, (_, volume))| !names.contains(*name) && volume.memory_dump.is_none())
         .map(|(name, (index, _))| (*index, *name))
         .collect();
     without_disk.sort_unstable();
@@ -721,6 +738,27 @@ mod tests {
             container_path.starts_with("spec.volumes[0].containerPath: a containerPath volume")
                 && container_path.ends_with("is not supported by this launcher"),
             "{container_path}"
+        );
+    }
+
+    #[test]
+    fn a_memory_dump_volume_is_no_disk() {
+        let conversion = convert_ok(json!({"volumes": [
+            {"name": "root", "emptyDisk": {"capacity": "1Gi"}},
+            {"name": "dump", "memoryDump": {"claimName": "dump-pvc", "hotpluggable": true}}]}));
+        let names: Vec<_> = conversion
+            .domain
+            .devices
+            .disks
+            .iter()
+            .map(|d| d.alias.as_ref().map(|a| a.name.clone()))
+            .collect();
+        assert_eq!(names, [Some("ua-root".to_string())]);
+        let as_disk = convert_err(json!({"domain": {"devices": {"disks": [{"name": "dump"}]}},
+            "volumes": [{"name": "dump", "memoryDump": {"claimName": "dump-pvc"}}]}));
+        assert_eq!(
+            as_disk,
+            "spec.domain.devices.disks[0].name: spec.volumes[0] (\"dump\") is a memoryDump volume, which is where a memory dump is written, not a disk"
         );
     }
 

@@ -90,6 +90,20 @@ fn hotpluggable_volumes_and_their_disks_come_and_go() {
 }
 
 #[test]
+fn a_memory_dump_volume_comes_and_goes() {
+    // KubeVirt adds it to the running VMI for a memory dump, with no disk.
+    let add = |v: &mut Value| {
+        v["spec"]["volumes"].as_array_mut().unwrap().push(
+            json!({"name": "dump", "memoryDump": {"claimName": "dump-pvc", "hotpluggable": true}}),
+        );
+    };
+    assert_eq!(changed(add), Ok(()));
+    let mut old = vmi();
+    add(&mut old);
+    assert_eq!(check(&old, &vmi()), Ok(()), "removing it");
+}
+
+#[test]
 fn other_volumes_and_disks_need_a_restart() {
     let err = changed(|v| {
         v["spec"]["volumes"]

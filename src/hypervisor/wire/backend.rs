@@ -7,6 +7,7 @@
 //! built by the same constructors in `hypervisor::state`. So the launcher
 //! above it cannot tell which backend it runs on, except by asking.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -23,8 +24,8 @@ use crate::hypervisor::state::{LibvirtError, dotted_version};
 use crate::hypervisor::{
     Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus,
     DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
-    HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter, MigrationRequest, RebootMode,
-    Stat,
+    HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter, MAX_SCREENSHOT_BYTES,
+    MigrationRequest, RebootMode, Screenshot, Stat,
 };
 use crate::sink::Sink;
 
@@ -293,6 +294,34 @@ impl WireHypervisor {
             Err(e) if e.kind == HypervisorErrorKind::Unsupported => Ok(()),
             other => other,
         }
+    }
+
+    /// `virDomainListGetStats` of domain `name`: the `wanted` groups.
+    fn domain_stats(&self, name: &str, wanted: u32, call_flags: u32) -> HvResult<Vec<Stat>> {
+        let op = proc::CONNECT_GET_ALL_DOMAIN_STATS.api;
+        let client = self.connection(op)?;
+        let (reply, _) = self.call_on_domain(
+            &client,
+            name,
+            &proc::CONNECT_GET_ALL_DOMAIN_STATS,
+            proc::CONNECT_GET_ALL_DOMAIN_STATS.deadline,
+            |dom, e| {
+                // doms<>: a list of one.
+                e.u32(1);
+                dom.encode(e);
+                e.u32(wanted).u32(call_flags);
+            },
+        )?;
+        decode_reply(op, &reply, |d| {
+            // A record is at least a domain (name, UUID, id) and a count.
+            let records = d.array_len(limits::DOMAIN_LIST_MAX, 28)?;
+            let mut out = Vec::new();
+            for _ in 0..records {
+                decode_domain(d)?;
+                out.extend(d.typed_params(limits::GET_ALL_DOMAIN_STATS_MAX)?);
+            }
+            Ok(out)
+        })
     }
 
     fn domain_action(
@@ -847,32 +876,9 @@ impl Hypervisor for WireHypervisor {
             | flags::DOMAIN_STATS_VCPU
             | flags::DOMAIN_STATS_INTERFACE
             | flags::DOMAIN_STATS_BLOCK;
-        let op = proc::CONNECT_GET_ALL_DOMAIN_STATS.api;
-        let client = self.connection(op)?;
-        let (reply, _) = self.call_on_domain(
-            &client,
-            name,
-            &proc::CONNECT_GET_ALL_DOMAIN_STATS,
-            proc::CONNECT_GET_ALL_DOMAIN_STATS.deadline,
-            |dom, e| {
-                // doms<>: a list of one.
-                e.u32(1);
-                dom.encode(e);
-                // NOWAIT: what is available rather than queue behind a
-                // running job.
-                e.u32(wanted).u32(flags::GET_ALL_DOMAINS_STATS_NOWAIT);
-            },
-        )?;
-        decode_reply(op, &reply, |d| {
-            // A record is at least a domain (name, UUID, id) and a count.
-            let records = d.array_len(limits::DOMAIN_LIST_MAX, 28)?;
-            let mut out = Vec::new();
-            for _ in 0..records {
-                decode_domain(d)?;
-                out.extend(d.typed_params(limits::GET_ALL_DOMAIN_STATS_MAX)?);
-            }
-            Ok(out)
-        })
+        // NOWAIT: what is available rather than queue behind a running
+        // job.
+        self.domain_stats(name, wanted, flags::GET_ALL_DOMAINS_STATS_NOWAIT)
     }
 
     fn attach_device(&self, name: &str, xml: &str, affect: Affect) -> HvResult<()> {
@@ -1009,6 +1015,75 @@ impl Hypervisor for WireHypervisor {
     fn migrate_set_max_downtime(&self, name: &str, milliseconds: u64) -> HvResult<()> {
         self.domain_action(name, &proc::DOMAIN_MIGRATE_SET_MAX_DOWNTIME, |e| {
             e.u64(milliseconds).u32(0);
+        })
+    }
+
+    fn hypervisor_version(&self) -> HvResult<u64> {
+        let op = proc::CONNECT_GET_VERSION.api;
+        let client = self.connection(op)?;
+        let reply =
+            call(&client, &proc::CONNECT_GET_VERSION, |_| {}).map_err(|e| self.error(op, e))?;
+        decode_reply(op, &reply, |d| d.u64())
+    }
+
+    fn start_dirty_rate_calc(&self, name: &str, seconds: u32) -> HvResult<()> {
+        let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
+        self.domain_action(name, &proc::DOMAIN_START_DIRTY_RATE_CALC, |e| {
+            e.i32(seconds)
+                .u32(flags::DOMAIN_DIRTYRATE_MODE_PAGE_SAMPLING);
+        })
+    }
+
+    fn dirty_rate_stats(&self, name: &str) -> HvResult<Vec<Stat>> {
+        self.domain_stats(name, flags::DOMAIN_STATS_DIRTYRATE, 0)
+    }
+
+    fn dump_memory(&self, name: &str, path: &Path) -> HvResult<()> {
+        let op = proc::DOMAIN_CORE_DUMP_WITH_FORMAT.api;
+        let to = path.to_str().ok_or_else(|| {
+            HypervisorError::new(
+                HypervisorErrorKind::Other,
+                op,
+                format!("{} is not valid UTF-8", path.display()),
+            )
+        })?;
+        self.domain_action(name, &proc::DOMAIN_CORE_DUMP_WITH_FORMAT, |e| {
+            e.string(to)
+                .u32(flags::DOMAIN_CORE_DUMP_FORMAT_RAW)
+                .u32(flags::DUMP_MEMORY_ONLY);
+        })
+    }
+
+    fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot> {
+        let procedure = &proc::DOMAIN_SCREENSHOT;
+        let op = procedure.api;
+        let client = self.connection(op)?;
+        let attempt = |dom: &DomainRef| {
+            let mut e = Encoder::new();
+            dom.encode(&mut e);
+            e.u32(screen).u32(0);
+            client
+                .call_reading_stream(
+                    procedure,
+                    &e.into_bytes(),
+                    procedure.deadline,
+                    MAX_SCREENSHOT_BYTES,
+                )
+                .map_err(|e| self.error(op, e))
+        };
+        let (streamed, _) = self.on_domain(&client, name, op, attempt, no_domain)?;
+        let streamed = streamed?;
+        let mime = decode_reply(op, &streamed.reply, |d| d.opt_string())?;
+        Ok(Screenshot {
+            // libvirt's own client fails on a missing MIME type too.
+            mime: mime.ok_or_else(|| {
+                HypervisorError::new(
+                    HypervisorErrorKind::Other,
+                    op,
+                    "the daemon named no MIME type for the screenshot",
+                )
+            })?,
+            data: streamed.data,
         })
     }
 

@@ -8,6 +8,12 @@
 //! `interval` without any message from the daemon a PING goes out, and
 //! after `count` unanswered ones the connection is declared dead.
 //!
+//! A call of one of libvirt's `@readstream` procedures (the screenshot)
+//! opens a stream: the daemon answers the call, sends the data as STREAM
+//! messages with the call's serial (status CONTINUE, and an empty one at
+//! the end), and this side finishes it with an empty OK, which the daemon
+//! confirms with another (`call_reading_stream`).
+//!
 //! Anything wrong with the byte stream (a length outside the protocol, a
 //! header that does not parse, a program or version this client does not
 //! speak, a reply nobody asked for, EOF, an I/O error) closes the
@@ -119,6 +125,29 @@ impl fmt::Display for RpcError {
 
 type ReplyResult = Result<Vec<u8>, RpcError>;
 
+/// One packet of a stream the daemon sends (`VIR_NET_STREAM` messages
+/// with the serial of the call that opened the stream).
+#[derive(Debug)]
+enum StreamPacket {
+    /// Status CONTINUE: the next bytes.
+    Data(Vec<u8>),
+    /// No data: the end of the stream (status CONTINUE), or the daemon's
+    /// confirmation of this side's finish or abort (status OK).
+    End,
+    /// Status ERROR (or an error REPLY to this side's finish): the
+    /// stream failed.
+    Error(RemoteError),
+}
+
+/// A call whose reply is followed by a stream of data (libvirt's
+/// `@readstream` procedures, such as the screenshot): the reply's payload
+/// and the stream's bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamedReply {
+    pub reply: Vec<u8>,
+    pub data: Vec<u8>,
+}
+
 struct Waiting {
     procedure: Procedure,
     reply: Sender<ReplyResult>,
@@ -128,6 +157,8 @@ struct Waiting {
 /// so no call can start waiting after the connection closed.
 struct Calls {
     waiting: HashMap<u32, Waiting>,
+    /// Streams being read, by the serial of the call that opened them.
+    streams: HashMap<u32, Sender<StreamPacket>>,
     next_serial: u32,
     /// Serials of calls that gave up waiting; their late replies are
     /// dropped quietly.
@@ -160,6 +191,9 @@ impl Shared {
                 return;
             }
             calls.closed = Some((reason, why.to_string()));
+            // Dropping the senders tells stream readers the connection
+            // is gone.
+            calls.streams.clear();
             std::mem::take(&mut calls.waiting)
         };
         for (_, w) in waiting {
@@ -232,6 +266,7 @@ impl Client {
             writer: Mutex::new(stream),
             calls: Mutex::new(Calls {
                 waiting: HashMap::new(),
+                streams: HashMap::new(),
                 next_serial: 0,
                 abandoned: VecDeque::new(),
                 closed: None,
@@ -269,6 +304,18 @@ impl Client {
     /// can be in flight at once (the daemon runs them on its workers in
     /// parallel). Every `PendingCall` must be given to `wait_reply`.
     pub fn send_call(&self, procedure: &Procedure, args: &[u8]) -> Result<PendingCall, RpcError> {
+        self.send_call_with(procedure, args, None)
+    }
+
+    /// `send_call`, with the packets of the stream the call opens (if
+    /// `stream` is given) sent there; registered before the call goes
+    /// out, because the daemon may send data before its reply.
+    fn send_call_with(
+        &self,
+        procedure: &Procedure,
+        args: &[u8],
+        stream: Option<Sender<StreamPacket>>,
+    ) -> Result<PendingCall, RpcError> {
         let (tx, rx) = bounded(1);
         let serial = {
             let mut calls = lock(&self.shared.calls);
@@ -284,6 +331,9 @@ impl Client {
                     reply: tx,
                 },
             );
+            if let Some(stream) = stream {
+                calls.streams.insert(serial, stream);
+            }
             serial
         };
         let frame = Header {
@@ -296,7 +346,10 @@ impl Client {
         }
         .frame(args);
         if frame.len() > limits::MESSAGE_MAX + LENGTH_BYTES {
-            lock(&self.shared.calls).waiting.remove(&serial);
+            let mut calls = lock(&self.shared.calls);
+            calls.waiting.remove(&serial);
+            calls.streams.remove(&serial);
+            drop(calls);
             return Err(RpcError::Protocol(format!(
                 "the call's arguments make a message of {} bytes; the protocol allows {}",
                 frame.len(),
@@ -342,6 +395,118 @@ impl Client {
                 Err(RpcError::ConnectionLost(why))
             }
         }
+    }
+
+    /// Calls a procedure that answers with a reply and then streams data
+    /// to this side (libvirt's `@readstream` procedures), reads the
+    /// stream to its end (an empty CONTINUE) and finishes it as libvirt's
+    /// client does: an empty STREAM message with status OK, which the
+    /// daemon confirms with the same. All of it within `deadline`; a stream longer than
+    /// `max_bytes` is aborted.
+    pub fn call_reading_stream(
+        &self,
+        procedure: &Procedure,
+        args: &[u8],
+        deadline: Duration,
+        max_bytes: usize,
+    ) -> Result<StreamedReply, RpcError> {
+        let started = Instant::now();
+        let (tx, packets) = crossbeam_channel::unbounded();
+        let pending = self.send_call_with(procedure, args, Some(tx))?;
+        let serial = pending.serial;
+        let result = self.read_stream(procedure, pending, &packets, started, deadline, max_bytes);
+        let mut calls = lock(&self.shared.calls);
+        calls.streams.remove(&serial);
+        if result.is_err() {
+            // Whatever the daemon still sends for this stream (the
+            // confirmation of an abort, an error reply) is dropped.
+            calls.abandoned.push_back(serial);
+            if calls.abandoned.len() > ABANDONED_REMEMBERED {
+                calls.abandoned.pop_front();
+            }
+        }
+        result
+    }
+
+    fn read_stream(
+        &self,
+        procedure: &Procedure,
+        pending: PendingCall,
+        packets: &Receiver<StreamPacket>,
+        started: Instant,
+        deadline: Duration,
+        max_bytes: usize,
+    ) -> Result<StreamedReply, RpcError> {
+        let serial = pending.serial;
+        let reply = self.wait_reply(pending, deadline)?;
+        let next = || {
+            let left = deadline.saturating_sub(started.elapsed());
+            match packets.recv_timeout(left) {
+                Ok(packet) => Ok(packet),
+                Err(RecvTimeoutError::Timeout) => Err(RpcError::Timeout(deadline)),
+                Err(RecvTimeoutError::Disconnected) => Err(RpcError::ConnectionLost(
+                    self.shared
+                        .closed()
+                        .map_or_else(|| "the connection closed".into(), |(_, why)| why),
+                )),
+            }
+        };
+        let mut data = Vec::new();
+        loop {
+            match next() {
+                Ok(StreamPacket::Data(chunk)) => {
+                    data.extend_from_slice(&chunk);
+                    if data.len() > max_bytes {
+                        self.send_stream_end(procedure, serial, MessageStatus::Error)?;
+                        return Err(RpcError::Protocol(format!(
+                            "{}: the stream went on past {max_bytes} bytes; aborted it",
+                            procedure.api
+                        )));
+                    }
+                }
+                Ok(StreamPacket::End) => break,
+                Ok(StreamPacket::Error(e)) => return Err(RpcError::Remote(e)),
+                Err(e) => {
+                    if matches!(e, RpcError::Timeout(_)) {
+                        self.send_stream_end(procedure, serial, MessageStatus::Error)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        self.send_stream_end(procedure, serial, MessageStatus::Ok)?;
+        match next()? {
+            StreamPacket::End => Ok(StreamedReply { reply, data }),
+            StreamPacket::Error(e) => Err(RpcError::Remote(e)),
+            StreamPacket::Data(_) => Err(RpcError::Protocol(format!(
+                "{}: the daemon sent stream data after the stream's end",
+                procedure.api
+            ))),
+        }
+    }
+
+    /// This side's end of a stream: status OK finishes it, ERROR aborts
+    /// it (libvirt's `virStreamFinish` and `virStreamAbort`).
+    fn send_stream_end(
+        &self,
+        procedure: &Procedure,
+        serial: u32,
+        status: MessageStatus,
+    ) -> Result<(), RpcError> {
+        let frame = Header {
+            program: procedure.program.number,
+            version: procedure.program.version,
+            procedure: procedure.number,
+            kind: MessageType::Stream,
+            serial,
+            status,
+        }
+        .frame(&[]);
+        self.shared.send(&frame).map_err(|e| {
+            let why = format!("ending the stream of {} failed: {e}", procedure.api);
+            self.shared.close(CloseReason::Error, &why);
+            RpcError::ConnectionLost(why)
+        })
     }
 
     /// Closes the connection without notifying the listener. Calls still
@@ -596,8 +761,17 @@ impl Reader {
         if program == KEEPALIVE {
             return self.handle_keepalive(&header);
         }
+        log::trace!(
+            "libvirt connection: {:?} {:?} procedure {} serial {}, {} bytes",
+            header.kind,
+            header.status,
+            header.procedure,
+            header.serial,
+            payload.len()
+        );
         match header.kind {
             MessageType::Reply => self.handle_reply(&header, payload),
+            MessageType::Stream => self.handle_stream(&header, payload),
             MessageType::Message if program == procedures::REMOTE => {
                 self.listener.event(header.procedure, payload);
                 Ok(())
@@ -639,11 +813,71 @@ impl Reader {
         }
     }
 
+    /// A packet of a stream the daemon sends: to its reader, or dropped if
+    /// nobody reads that stream any more (it was aborted or gave up).
+    fn handle_stream(&mut self, header: &Header, payload: &[u8]) -> Result<(), String> {
+        // libvirtd's virNetServerProgramSendStreamData: data is CONTINUE,
+        // the end of the data an empty CONTINUE, the confirmation of this
+        // side's finish (or abort) an empty OK.
+        let packet = match header.status {
+            MessageStatus::Continue if payload.is_empty() => StreamPacket::End,
+            MessageStatus::Continue => StreamPacket::Data(payload.to_vec()),
+            MessageStatus::Ok if payload.is_empty() => StreamPacket::End,
+            MessageStatus::Ok => {
+                return Err(format!(
+                    "stream message with status OK and {} bytes (serial {}); the end of a stream carries none",
+                    payload.len(),
+                    header.serial
+                ));
+            }
+            MessageStatus::Error => {
+                let mut d = Decoder::new(payload);
+                let error = RemoteError::decode(&mut d)
+                    .and_then(|e| d.finish().map(|()| e))
+                    .map_err(|e| format!("undecodable stream error from the daemon: {e}"))?;
+                StreamPacket::Error(error)
+            }
+        };
+        let calls = lock(&self.shared.calls);
+        match calls.streams.get(&header.serial) {
+            Some(stream) => {
+                let _ = stream.send(packet);
+                Ok(())
+            }
+            None if calls.abandoned.contains(&header.serial) => Ok(()),
+            None => Err(format!(
+                "stream message with serial {} (procedure {}) that no stream is open for",
+                header.serial, header.procedure
+            )),
+        }
+    }
+
     fn handle_reply(&mut self, header: &Header, payload: &[u8]) -> Result<(), String> {
         let waiting = {
             let mut calls = lock(&self.shared.calls);
             match calls.waiting.remove(&header.serial) {
                 Some(w) => w,
+                // An error answer to this side's finish of a stream.
+                None if calls.streams.contains_key(&header.serial) => {
+                    let packet = match header.status {
+                        MessageStatus::Error => {
+                            let mut d = Decoder::new(payload);
+                            match RemoteError::decode(&mut d) {
+                                Ok(e) => StreamPacket::Error(e),
+                                Err(e) => {
+                                    return Err(format!(
+                                        "undecodable error reply to a stream's end: {e}"
+                                    ));
+                                }
+                            }
+                        }
+                        _ => StreamPacket::End,
+                    };
+                    if let Some(stream) = calls.streams.get(&header.serial) {
+                        let _ = stream.send(packet);
+                    }
+                    return Ok(());
+                }
                 None if calls.abandoned.contains(&header.serial) => {
                     log::debug!(
                         "libvirt connection: late reply to serial {} (its caller gave up)",

@@ -13,7 +13,7 @@
 //! |---|---|
 //! | `codec` | XDR primitives, the message header and frame, `remote_error`, typed parameters, domain references |
 //! | `procedures` | program and procedure numbers, limits, flags, error codes (libvirt 9.0's, stable since) |
-//! | `client` | one socket: serials, the reader thread, keepalive, deadlines, closing on bad bytes |
+//! | `client` | one socket: serials, the reader thread, keepalive, deadlines, streams the daemon sends (a screenshot), closing on bad bytes |
 //! | `uri` | which socket a URI reaches and the name opened on it |
 //! | `backend` | `WireHypervisor`: the trait's calls, error kinds, events |
 //!

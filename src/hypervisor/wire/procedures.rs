@@ -92,6 +92,7 @@ pub const DOMAIN_SET_VCPUS_FLAGS: Procedure = remote(199, "virDomainSetVcpusFlag
 pub const DOMAIN_GET_STATE: Procedure = remote(212, "virDomainGetState");
 pub const DOMAIN_UNDEFINE_FLAGS: Procedure = remote(231, "virDomainUndefineFlags");
 pub const DOMAIN_DESTROY_FLAGS: Procedure = remote(234, "virDomainDestroyFlags");
+pub const DOMAIN_SCREENSHOT: Procedure = remote(211, "virDomainScreenshot");
 pub const DOMAIN_RESET: Procedure = remote(245, "virDomainReset");
 pub const DOMAIN_SHUTDOWN_FLAGS: Procedure = remote(258, "virDomainShutdownFlags");
 pub const DOMAIN_GET_JOB_STATS: Procedure = remote(298, "virDomainGetJobStats");
@@ -101,6 +102,12 @@ pub const DOMAIN_MIGRATE_PERFORM3_PARAMS: Procedure = Procedure {
     deadline: Duration::from_secs(24 * 3600),
     ..remote(305, "virDomainMigrateToURI3")
 };
+/// A memory dump: one call that returns when QEMU has written all of the
+/// guest's memory, so its deadline is the dump's, not a call's.
+pub const DOMAIN_CORE_DUMP_WITH_FORMAT: Procedure = Procedure {
+    deadline: Duration::from_secs(24 * 3600),
+    ..remote(334, "virDomainCoreDumpWithFormat")
+};
 pub const DOMAIN_SET_TIME: Procedure = remote(338, "virDomainSetTime");
 pub const CONNECT_GET_ALL_DOMAIN_STATS: Procedure = remote(344, "virDomainListGetStats");
 pub const DOMAIN_DEFINE_XML_FLAGS: Procedure = remote(350, "virDomainDefineXMLFlags");
@@ -108,6 +115,7 @@ pub const DOMAIN_MIGRATE_START_POST_COPY: Procedure = remote(364, "virDomainMigr
 pub const DOMAIN_GET_GUEST_INFO: Procedure = remote(418, "virDomainGetGuestInfo");
 pub const DOMAIN_AGENT_SET_RESPONSE_TIMEOUT: Procedure =
     remote(420, "virDomainAgentSetResponseTimeout");
+pub const DOMAIN_START_DIRTY_RATE_CALC: Procedure = remote(427, "virDomainStartDirtyRateCalc");
 
 // Events.
 pub const CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY: Procedure =
@@ -191,6 +199,7 @@ pub mod flags {
     pub const DOMAIN_STATS_VCPU: u32 = 8;
     pub const DOMAIN_STATS_INTERFACE: u32 = 16;
     pub const DOMAIN_STATS_BLOCK: u32 = 32;
+    pub const DOMAIN_STATS_DIRTYRATE: u32 = 512;
     pub const GET_ALL_DOMAINS_STATS_NOWAIT: u32 = 1 << 29;
     pub const DOMAIN_JOB_STATS_COMPLETED: u32 = 1;
     pub const GUEST_INFO_USERS: u32 = 1;
@@ -206,6 +215,9 @@ pub mod flags {
     pub const MIGRATE_UNSAFE: u32 = 512;
     pub const MIGRATE_AUTO_CONVERGE: u32 = 8192;
     pub const MIGRATE_POSTCOPY: u32 = 32768;
+    pub const DOMAIN_CORE_DUMP_FORMAT_RAW: u32 = 0;
+    pub const DUMP_MEMORY_ONLY: u32 = 16;
+    pub const DOMAIN_DIRTYRATE_MODE_PAGE_SAMPLING: u32 = 0;
 }
 
 /// Migration parameter names (`VIR_MIGRATE_PARAM_*`).

@@ -162,6 +162,21 @@ impl Hypervisor for Scripted {
     fn migrate_set_max_downtime(&self, _: &str, _: u64) -> HvResult<()> {
         Self::unsupported("downtime")
     }
+    fn hypervisor_version(&self) -> HvResult<u64> {
+        Self::unsupported("version")
+    }
+    fn start_dirty_rate_calc(&self, _: &str, _: u32) -> HvResult<()> {
+        Self::unsupported("dirty rate")
+    }
+    fn dirty_rate_stats(&self, _: &str) -> HvResult<Vec<crate::hypervisor::Stat>> {
+        Self::unsupported("dirty rate")
+    }
+    fn dump_memory(&self, _: &str, _: &std::path::Path) -> HvResult<()> {
+        Self::unsupported("dump")
+    }
+    fn screenshot(&self, _: &str, _: u32) -> HvResult<crate::hypervisor::Screenshot> {
+        Self::unsupported("screenshot")
+    }
     fn reconnect(&self) -> HvResult<ConnectionId> {
         Self::unsupported("reconnect")
     }

@@ -7,6 +7,7 @@ mod caches;
 mod commands;
 mod connection;
 mod consistency;
+mod day2;
 mod hotplug;
 mod stops;
 

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::*;
 use crate::hypervisor::DomainState;
-use crate::hypervisor::wire::codec::{Header, UUID_BYTES};
+use crate::hypervisor::wire::codec::{Header, MessageStatus, MessageType, UUID_BYTES};
 use crate::hypervisor::wire::fake::{FakeDaemon, Received};
 use crate::hypervisor::wire::procedures::errors;
 use crate::scratch::ScratchDir;
@@ -997,4 +997,165 @@ fn a_domain_read_has_its_xml_and_state_calls_in_flight_at_once() {
     assert_eq!(uuid, "abababab-abab-abab-abab-abababababab");
     assert_eq!(status, Some(DomainStatus::from_libvirt(1, 1)));
     assert_eq!(other.unwrap_err(), HypervisorErrorKind::NoDomain);
+}
+
+/// A STREAM message of the call `call` opened.
+fn stream_packet(s: &mut Session, call: &Header, status: MessageStatus, payload: &[u8]) {
+    let frame = Header {
+        kind: MessageType::Stream,
+        status,
+        ..*call
+    }
+    .frame(payload);
+    s.daemon.send_raw(&frame);
+}
+
+#[test]
+fn day_two_calls_send_what_libvirts_client_sends() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if !standard(s, call) {
+                let reply = match call.header.procedure {
+                    344 => enc(|e| {
+                        e.u32(1);
+                        dom(OUR_DOMAIN).encode(e);
+                        e.typed_params(&[TypedParam::ullong("dirtyrate.megabytes_per_second", 42)]);
+                    }),
+                    _ => Vec::new(),
+                };
+                s.daemon.reply(&call.header, &reply);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    // The opening read the version once (the test driver's, 2); this
+    // reads it again.
+    assert_eq!(hv.hypervisor_version().unwrap(), 2);
+    assert!(fake.payload_of(4).is_empty());
+
+    hv.start_dirty_rate_calc(OUR_DOMAIN, 1).unwrap();
+    let payload = fake.payload_of(427);
+    let mut d = Decoder::new(&payload);
+    assert_eq!(decode_domain(&mut d).unwrap(), dom(OUR_DOMAIN));
+    // One second, page sampling.
+    assert_eq!((d.i32().unwrap(), d.u32().unwrap()), (1, 0));
+    d.finish().unwrap();
+
+    assert_eq!(
+        hv.dirty_rate_stats(OUR_DOMAIN).unwrap(),
+        vec![("dirtyrate.megabytes_per_second".to_string(), json!(42))]
+    );
+    let payload = fake.payload_of(344);
+    let mut d = Decoder::new(&payload);
+    assert_eq!(d.u32().unwrap(), 1);
+    decode_domain(&mut d).unwrap();
+    // VIR_DOMAIN_STATS_DIRTYRATE, and waiting for the domain's job lock.
+    assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (512, 0));
+
+    hv.dump_memory(OUR_DOMAIN, Path::new("/dumps/vm.memory.dump"))
+        .unwrap();
+    let payload = fake.payload_of(334);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    assert_eq!(d.string().unwrap(), "/dumps/vm.memory.dump");
+    // Raw format, VIR_DUMP_MEMORY_ONLY.
+    assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (0, 16));
+    d.finish().unwrap();
+}
+
+#[test]
+fn a_screenshot_reads_the_stream_to_its_end_and_finishes_it() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if standard(s, call) {
+                return Flow::Continue;
+            }
+            let h = call.header;
+            match (h.procedure, h.kind) {
+                (211, MessageType::Call) => {
+                    // Data may come before the reply (the daemon streams
+                    // from its event loop while a worker answers).
+                    stream_packet(s, &h, MessageStatus::Continue, b"P6\n2 1\n");
+                    s.daemon.reply(
+                        &h,
+                        &enc(|e| {
+                            e.opt_string(Some("image/x-portable-pixmap"));
+                        }),
+                    );
+                    stream_packet(s, &h, MessageStatus::Continue, b"255\n");
+                    stream_packet(s, &h, MessageStatus::Continue, b"\xff\x00\x00\x00\x00\xff");
+                    // The end of the data: an empty CONTINUE, as libvirtd
+                    // sends it (an empty OK is only the finish's answer).
+                    stream_packet(s, &h, MessageStatus::Continue, b"");
+                }
+                // The client's finish: confirmed with an empty OK packet.
+                (211, MessageType::Stream) => {
+                    assert_eq!(h.status, MessageStatus::Ok);
+                    assert!(call.payload.is_empty());
+                    stream_packet(s, &h, MessageStatus::Ok, b"");
+                }
+                // Running (1), booted (1).
+                _ => s.daemon.reply(&h, &[0, 0, 0, 1, 0, 0, 0, 1]),
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let shot = hv.screenshot(OUR_DOMAIN, 0).unwrap();
+    assert_eq!(shot.mime, "image/x-portable-pixmap");
+    assert_eq!(shot.data, b"P6\n2 1\n255\n\xff\x00\x00\x00\x00\xff");
+    let payload = fake.payload_of(211);
+    // The last 211 is the finish (empty); the call came before it.
+    assert!(payload.is_empty());
+    let calls = fake.calls.lock().unwrap().clone();
+    let call = calls
+        .iter()
+        .find(|(_, p, payload)| *p == 211 && !payload.is_empty())
+        .unwrap();
+    let mut d = Decoder::new(&call.2);
+    decode_domain(&mut d).unwrap();
+    assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (0, 0));
+    // The connection is still good for the next call.
+    assert!(hv.domain_status(OUR_DOMAIN).is_ok());
+}
+
+#[test]
+fn a_failed_screenshot_stream_is_an_error_and_the_connection_stays() {
+    let fake = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if standard(s, call) {
+                return Flow::Continue;
+            }
+            let h = call.header;
+            match (h.procedure, h.kind) {
+                (211, MessageType::Call) => {
+                    s.daemon.reply(
+                        &h,
+                        &enc(|e| {
+                            e.opt_string(Some("image/x-portable-pixmap"));
+                        }),
+                    );
+                    stream_packet(s, &h, MessageStatus::Continue, b"P6\n");
+                    let error = crate::hypervisor::wire::fake::error_payload(
+                        1,
+                        "internal error: unable to read screenshot",
+                    );
+                    stream_packet(s, &h, MessageStatus::Error, &error);
+                }
+                (211, MessageType::Stream) => {}
+                _ => s.daemon.reply(&h, &[0, 0, 0, 1, 0, 0, 0, 1]),
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&fake);
+    let err = hv.screenshot(OUR_DOMAIN, 0).unwrap_err();
+    assert_eq!(err.operation, "virDomainScreenshot");
+    assert!(err.message.contains("unable to read screenshot"), "{err}");
+    assert!(hv.is_connected());
+    assert!(hv.domain_status(OUR_DOMAIN).is_ok());
 }

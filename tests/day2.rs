@@ -1,0 +1,308 @@
+//! Day-2 operations on the real test guest (real libvirt, real QEMU): the
+//! QEMU version, the VM statistics, the dirty rate of a busy guest against
+//! an idle one, a memory dump and a screenshot, checked against what the host's own
+//! tools say (`qemu-system-x86_64 --version`, the ELF header, `virsh
+//! screenshot`, Python's zlib).
+
+mod common;
+
+use std::fs;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use common::guest::{GuestOptions, STEP, boot_vmi, guest_sh, guest_vmi};
+use common::{Client, TempTree, named};
+
+/// The guest's memory (tests/common/guest.rs gives it 192Mi).
+const GUEST_MEMORY: u64 = 192 << 20;
+
+fn uri_of(client: &mut Client) -> String {
+    client.ok("query-status", Value::Null)["libvirt"]["uri"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// "QEMU 7.2.22" from "QEMU emulator version 7.2.22 (Debian ...)".
+fn host_qemu_version() -> String {
+    let out = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .expect("run qemu-system-x86_64 --version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let version = text
+        .split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no version in {text}"));
+    format!("QEMU {version}")
+}
+
+/// The dirty rate measured over `seconds`.
+fn dirty_rate(client: &mut Client, seconds: u64) -> i64 {
+    let reply = client.request_timeout("query-dirty-rate", json!({ "seconds": seconds }), STEP);
+    eprintln!("query-dirty-rate: {reply}");
+    reply["return"]["megabytes_per_second"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("query-dirty-rate: {reply}"))
+}
+
+/// (width, height) of the image `virsh screenshot` saved: a PNG (libvirt
+/// asks QEMU for one where QEMU can write it) or a binary PPM.
+fn image_size(image: &[u8]) -> (u64, u64) {
+    if image.starts_with(b"\x89PNG\r\n\x1a\n") {
+        let word = |at: usize| u64::from(u32::from_be_bytes(image[at..at + 4].try_into().unwrap()));
+        return (word(16), word(20));
+    }
+    let text = String::from_utf8_lossy(&image[..image.len().min(64)]).into_owned();
+    let mut words = text.split_whitespace();
+    assert_eq!(words.next(), Some("P6"), "neither PNG nor PPM: {text}");
+    let width = words.next().unwrap().parse().unwrap();
+    let height = words.next().unwrap().parse().unwrap();
+    (width, height)
+}
+
+#[test]
+fn version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest() {
+    let opts = GuestOptions::new("daytwo");
+    let mut vmi = guest_vmi(&opts);
+    vmi["spec"]["domain"]["devices"]["autoattachGraphicsDevice"] = json!(true);
+    let tree = TempTree::new("day2");
+    let dumps = tree.path("dumps");
+    fs::create_dir_all(&dumps).unwrap();
+    let mut g = boot_vmi(TempTree::new("day2-run"), &opts.name, vmi, &[]);
+    let client = &mut g.client;
+
+    // The QEMU the daemon runs, as the host's binary says.
+    assert_eq!(
+        client.ok("query-qemu-version", Value::Null)["version"],
+        json!(host_qemu_version())
+    );
+
+    // The VM statistics KubeVirt's GetVMStats collects: what the agent
+    // says is the guest's (its name, OS, clock, vCPU), each with an age.
+    let vm = client.ok("query-vm-stats", Value::Null);
+    eprintln!("query-vm-stats: {vm}");
+    assert!(vm["domain_stats"]["stats"]["cpu.time"].is_u64(), "{vm}");
+    let agent = &vm["agent"];
+    assert_eq!(
+        agent["guest-get-host-name"]["return"]["host-name"],
+        "daytwo"
+    );
+    assert_eq!(agent["guest-get-osinfo"]["return"]["id"], "tg-guest");
+    assert_eq!(
+        agent["guest-get-vcpus"]["return"].as_array().unwrap().len(),
+        1
+    );
+    let host_ns = i128::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    )
+    .unwrap();
+    let guest_ns = i128::from(agent["guest-get-time"]["return"].as_i64().unwrap());
+    assert!(
+        (host_ns - guest_ns).abs() < 120_000_000_000,
+        "guest clock {guest_ns}"
+    );
+    for (command, part) in agent.as_object().unwrap() {
+        assert!(
+            part["age_ms"].is_u64() || part["error"].is_string(),
+            "{command}: {part}"
+        );
+    }
+
+    // An idle guest, then one rewriting 64 MiB of tmpfs over and over,
+    // with random bytes and zeros in turn (page sampling sees a page
+    // dirty only when its contents change, and measures the share of a
+    // sample of pages dirtied in the period: the busy guest dirties a
+    // third of its memory each second).
+    let idle = (0..2).map(|_| dirty_rate(client, 1)).min().unwrap();
+    let (code, _) = guest_sh(
+        client,
+        "dd if=/dev/urandom of=/dev/shm/pattern bs=1M count=16 2>/dev/null && \
+         (while :; do for at in 0 16 32 48; do \
+         dd if=/dev/shm/pattern of=/dev/shm/dirty bs=1M seek=$at conv=notrunc 2>/dev/null; done; \
+         dd if=/dev/zero of=/dev/shm/dirty bs=1M count=64 conv=notrunc 2>/dev/null; done) \
+         </dev/null >/dev/null 2>&1 & echo $! >/dev/shm/writer.pid",
+    );
+    assert_eq!(code, 0);
+    let busy = (0..3).map(|_| dirty_rate(client, 1)).max().unwrap();
+    eprintln!("dirty rate: idle {idle} MB/s, busy {busy} MB/s");
+    assert!(
+        busy > idle,
+        "a guest writing memory dirties it faster than an idle one: busy {busy} MB/s, idle {idle} MB/s"
+    );
+    guest_sh(
+        client,
+        "kill $(cat /dev/shm/writer.pid); rm -f /dev/shm/dirty /dev/shm/pattern",
+    );
+
+    // A memory dump, and a second one while it runs: sent together, so
+    // the second reaches the launcher while the first is being written.
+    let path = dumps.join("daytwo.memory.dump");
+    let second = dumps.join("second.memory.dump");
+    let line = |id: u64, p: &std::path::Path| {
+        format!(
+            "{}\n",
+            json!({"execute": "memory-dump", "arguments": {"path": p}, "id": id})
+        )
+    };
+    client.send_raw(format!("{}{}", line(901, &path), line(902, &second)).as_bytes());
+    let first = client.read_reply(STEP);
+    eprintln!("memory-dump: {first}");
+    assert_eq!(first["id"], 901, "{first}");
+    assert_eq!(first["return"]["phase"], "InProgress", "{first}");
+    let refused = client.read_reply(STEP);
+    eprintln!("memory-dump again: {refused}");
+    assert_eq!(refused["id"], 902, "{refused}");
+    assert_eq!(refused["error"]["class"], "InvalidState", "{refused}");
+    let done = g.watcher.wait_event(
+        STEP,
+        "MEMORY_DUMP_COMPLETED",
+        named("MEMORY_DUMP_COMPLETED"),
+    );
+    assert_eq!(done["data"]["path"], json!(path));
+    let size = fs::metadata(&path).unwrap().len();
+    assert_eq!(done["data"]["size_bytes"], json!(size));
+    // The guest's RAM, as the ELF's loadable segments say: the ones
+    // below the end of the guest's memory add up to it (less the legacy
+    // VGA hole); the file is those segments, the display's video RAM and
+    // the ELF headers and notes.
+    let (ram, loaded) = elf_load_segments(&path, GUEST_MEMORY);
+    assert!(
+        (GUEST_MEMORY - (1 << 20)..=GUEST_MEMORY).contains(&ram),
+        "{ram} bytes of RAM in the dump for {GUEST_MEMORY} bytes of guest memory"
+    );
+    assert!(
+        (loaded..loaded + (1 << 20)).contains(&size),
+        "a dump of {size} bytes for {loaded} bytes of segments"
+    );
+    eprintln!("dump: {done}");
+    let header = fs::read(&path).unwrap()[..20].to_vec();
+    assert_eq!(&header[..4], b"\x7fELF", "not an ELF file");
+    // 64-bit, little-endian, a core file (e_type 4), for x86-64 (62).
+    assert_eq!((header[4], header[5]), (2, 1));
+    assert_eq!(u16::from_le_bytes([header[16], header[17]]), 4);
+    assert_eq!(u16::from_le_bytes([header[18], header[19]]), 62);
+    assert!(!second.exists());
+    let status = client.ok("query-status", Value::Null);
+    eprintln!("status after the dump: {status}");
+    assert_eq!(status["memory_dump"]["phase"], "Completed", "{status}");
+    assert_eq!(status["memory_dump"]["size_bytes"], json!(size));
+    fs::remove_file(&path).unwrap();
+
+    // A screenshot: a PNG of the size QEMU's own screendump has.
+    let shot = client.ok("screenshot", Value::Null);
+    eprintln!(
+        "screenshot: mime {} {}x{} {} bytes, data starts {}",
+        shot["mime"],
+        shot["width"],
+        shot["height"],
+        shot["size_bytes"],
+        &shot["data"].as_str().unwrap()[..40]
+    );
+    assert_eq!(shot["mime"], "image/png");
+    let ppm_path = tree.path("virsh-screenshot");
+    let uri = uri_of(client);
+    let out = Command::new("virsh")
+        .args(["-c", &uri, "screenshot", "e2e_daytwo"])
+        .arg(&ppm_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "virsh screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (width, height) = image_size(&fs::read(&ppm_path).unwrap());
+    assert_eq!(
+        (shot["width"].clone(), shot["height"].clone()),
+        (json!(width), json!(height))
+    );
+    // Python's zlib inflates it, and the pixels are the rows announced.
+    let png_path = tree.path("shot.png");
+    let png = decode_base64(shot["data"].as_str().unwrap());
+    assert_eq!(shot["size_bytes"], json!(png.len()));
+    fs::write(&png_path, &png).unwrap();
+    let check = Command::new("python3")
+        .arg("-c")
+        .arg(
+            "import struct, sys, zlib\n\
+             d = open(sys.argv[1], 'rb').read()\n\
+             assert d[:8] == b'\\x89PNG\\r\\n\\x1a\\n'\n\
+             i, idat, size = 8, b'', None\n\
+             while i < len(d):\n\
+             \x20   n, t = struct.unpack('>I4s', d[i:i+8])\n\
+             \x20   body = d[i+8:i+8+n]\n\
+             \x20   assert zlib.crc32(d[i+4:i+8+n]) == struct.unpack('>I', d[i+8+n:i+12+n])[0], t\n\
+             \x20   if t == b'IHDR': size = struct.unpack('>II', body[:8])\n\
+             \x20   if t == b'IDAT': idat += body\n\
+             \x20   i += 12 + n\n\
+             w, h = size\n\
+             raw = zlib.decompress(idat)\n\
+             assert len(raw) == h * (1 + 3 * w), (len(raw), w, h)\n\
+             print(w, h)\n",
+        )
+        .arg(&png_path)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "python3 could not decode the PNG: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&check.stdout).trim(),
+        format!("{width} {height}")
+    );
+}
+
+/// From an ELF64 core's program headers: the bytes of the loadable
+/// segments that lie below `end` (guest-physical), and of all of them.
+fn elf_load_segments(path: &std::path::Path, end: u64) -> (u64, u64) {
+    let data = fs::read(path).unwrap();
+    let u16_at = |at: usize| u64::from(u16::from_le_bytes(data[at..at + 2].try_into().unwrap()));
+    let u64_at = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+    let phoff = usize::try_from(u64_at(32)).unwrap();
+    let (phentsize, phnum) = (u16_at(54), u16_at(56));
+    assert!(phnum > 0 && phnum < 0xffff, "{phnum} program headers");
+    let (mut below, mut all) = (0, 0);
+    for n in 0..phnum {
+        let at = phoff + usize::try_from(n * phentsize).unwrap();
+        // PT_LOAD
+        if u32::from_le_bytes(data[at..at + 4].try_into().unwrap()) != 1 {
+            continue;
+        }
+        let (paddr, filesz) = (u64_at(at + 24), u64_at(at + 32));
+        all += filesz;
+        if paddr + filesz <= end {
+            below += filesz;
+        }
+    }
+    (below, all)
+}
+
+fn decode_base64(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        b'/' => 63,
+        _ => panic!("not base64: {c}"),
+    };
+    let mut out = Vec::new();
+    let (mut buffer, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|c| *c != b'=') {
+        buffer = (buffer << 6) | u32::from(value(c));
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((buffer >> bits) & 0xff).unwrap());
+        }
+    }
+    out
+}

@@ -4,7 +4,7 @@
 //! The reader owns everything that arrives: the HPACK decoder, the
 //! receive windows, the requests being assembled. It never writes: frames
 //! it owes the peer (SETTINGS and PING acknowledgements, WINDOW_UPDATEs,
-//! resets) go to the writer as [`Out`] messages, in order. A complete
+//! resets) go to the writer as `Out` messages, in order. A complete
 //! request goes to a worker; the worker's answer goes to the writer.
 //!
 //! The writer alone writes to the socket and owns what flow control

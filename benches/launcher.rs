@@ -11,10 +11,11 @@
 //! --spawn-libvirt as an unprivileged user beside root, and
 //! `virt-launcher probe` exec -> exit), `network` (pod networking:
 //! set-up time, DHCP answer time, TCP throughput per binding), `vs-go`
-//! (issue 16's rows beside KubeVirt's Go launcher) and `backends` (the
-//! default and the static build side by side). Pass section names to run
-//! only those; `conversion` runs the conversion, domain XML reading and
-//! ISO figures alone.
+//! (issue 16's rows beside KubeVirt's Go launcher), `backends` (the
+//! default and the static build side by side) and `kubevirt` (KubeVirt
+//! mode through virt-handler's client, beside KubeVirt's launcher). Pass
+//! section names to run only those; `conversion` runs the conversion,
+//! domain XML reading and ISO figures alone.
 
 #[path = "sections/backends.rs"]
 mod backends;
@@ -30,6 +31,8 @@ mod exit;
 mod hotplug;
 #[path = "sections/iso9660.rs"]
 mod iso9660;
+#[path = "sections/kubevirt.rs"]
+mod kubevirt;
 #[path = "sections/network.rs"]
 mod network;
 #[path = "sections/nonroot.rs"]
@@ -108,6 +111,9 @@ fn main() {
     }
     if run("backends") {
         backends::backends();
+    }
+    if run("kubevirt") {
+        kubevirt::kubevirt();
     }
 }
 

@@ -9,7 +9,9 @@
 # agent-polling soak long). A section name runs only that section:
 # `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`, `exit`,
 # `sigkill`, `hotplug`, `nonroot`, `network`, `vs-go` (issue 16's rows beside
-# KubeVirt's Go launcher, each with its target) or `backends`. The
+# KubeVirt's Go launcher, each with its target), `backends` or `kubevirt`
+# (KubeVirt mode through kvhandler beside virt-launcher-go: round trips,
+# Sync -> Running, Kill -> exit, the pod's memory). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail
@@ -19,8 +21,10 @@ if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; 
     cat target/test-guest.log >&2
     exit 1
 fi
-# The static (wire backend) binary, for the backends and vs-go sections.
-if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]] || [[ " $* " == *" vs-go "* ]]; then
+# The static (wire backend) binary, for the backends, vs-go and kubevirt
+# sections.
+if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]] || [[ " $* " == *" vs-go "* ]] ||
+    [[ " $* " == *" kubevirt "* ]]; then
     VL_STATIC_BIN=$(scripts/build-static.sh)
     export VL_STATIC_BIN
 fi

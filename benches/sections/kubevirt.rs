@@ -68,6 +68,8 @@ const KV_VIRTLOGD: u64 = 25;
 /// One launcher build in the comparison.
 struct Kind {
     label: &'static str,
+    /// For its scratch directory's name.
+    tag: &'static str,
     /// `None`: KubeVirt's launcher, through run-go-launcher.sh.
     bin: Option<PathBuf>,
 }
@@ -255,7 +257,7 @@ struct Pod {
 
 impl Pod {
     fn start(kind: &Kind) -> Pod {
-        let tree = TempTree::new(&format!("kv-{}", kind.label.replace(' ', "-")));
+        let tree = TempTree::new(&format!("kv-{}", kind.tag));
         let run = tree.path("root/run");
         let boot = run.join("kubevirt/container-disks/kernel-boot");
         for dir in [
@@ -734,14 +736,15 @@ pub fn kubevirt() {
     images();
     let mut kinds = vec![Kind {
         label: "this (release)",
+        tag: "release",
         bin: Some(PathBuf::from(BIN)),
     }];
-    if let Some(bin) = std::env::var_os("VL_STATIC_BIN")
-        .map(PathBuf::from)
-        .filter(|b| b.exists())
-    {
+    // bench.sh names it relative to the checkout: the pod's link to it
+    // lives elsewhere.
+    if let Some(bin) = std::env::var_os("VL_STATIC_BIN").and_then(|b| fs::canonicalize(b).ok()) {
         kinds.push(Kind {
             label: "this (static, wire)",
+            tag: "static",
             bin: Some(bin),
         });
     }
@@ -749,6 +752,7 @@ pub fn kubevirt() {
     if go {
         kinds.push(Kind {
             label: "virt-launcher-go",
+            tag: "go",
             bin: None,
         });
     }

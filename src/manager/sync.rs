@@ -485,10 +485,34 @@ fn sync_domain(
                 && !status.is_paused_by_user()
                 && status.reason != StateReason::Migration =>
         {
-            steps
-                .time("resume", || hv.resume(name))
-                .map_err(|e| hypervisor_error(&e))?;
-            SyncAction::Resumed
+            match steps.time("resume", || hv.resume(name)) {
+                Ok(()) => SyncAction::Resumed,
+                // A daemon that restarted while QEMU was starting reports the
+                // half-started domain as paused, then gives it up: the resume
+                // finds it gone. What is true now decides.
+                Err(e) if e.kind == HypervisorErrorKind::InvalidOperation => {
+                    let now = steps
+                        .time("read_state", || hv.domain_status(name))
+                        .map_err(|e| hypervisor_error(&e))?;
+                    match now {
+                        Some(status) if status.state.is_active() => {
+                            return Err(hypervisor_error(&e));
+                        }
+                        Some(_) => {
+                            steps
+                                .time("undefine", || hv.undefine(name))
+                                .map_err(|e| hypervisor_error(&e))?;
+                            create_domain(hv, plan, steps)?;
+                            SyncAction::RedefinedAndStarted
+                        }
+                        None => {
+                            create_domain(hv, plan, steps)?;
+                            SyncAction::DefinedAndStarted
+                        }
+                    }
+                }
+                Err(e) => return Err(hypervisor_error(&e)),
+            }
         }
         Some(_) => SyncAction::None,
     };

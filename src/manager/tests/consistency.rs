@@ -314,3 +314,46 @@ fn migration_commands_check_their_input_before_the_launchers_state() {
         "prepare-migration-target: this launcher already runs a domain (phase Running, domain Running); a target must be a fresh launcher"
     );
 }
+
+#[test]
+fn a_paused_domain_that_libvirt_gives_up_during_the_resume_is_started_again() {
+    // A daemon restarted while QEMU was starting: it reports the domain
+    // paused, then gives it up; sync's resume finds it gone.
+    let h = Harness::with(Setup::default().before_start(|fake| {
+        fake.preexisting(
+            DOMAIN,
+            DomainStatus::new(DomainState::Paused, StateReason::StartingUp),
+            false,
+        );
+    }));
+    h.wait_status("the paused domain adopted", |s| {
+        s["domain"]["state"] == "Paused"
+    });
+    let gate = h.fake.hold("resume");
+    let syncing = {
+        let arguments = match json!({ "vmi": vmi() }) {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        match crate::command::Command::parse("sync", arguments) {
+            Ok(crate::command::Command::Manager(command)) => h.send(command),
+            other => panic!("sync is not a manager command: {other:?}"),
+        }
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while h.fake.calls("resume") == 0 {
+        assert!(std::time::Instant::now() < deadline, "sync never resumed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h.fake
+        .stops_unheard(crate::hypervisor::state::StoppedDetail::Failed);
+    gate.release();
+    let reply = syncing
+        .recv_timeout(WAIT)
+        .expect("a reply to sync")
+        .map(crate::protocol::Return::into_object)
+        .unwrap_or_else(|e| panic!("sync failed: {e}"));
+    assert_eq!(reply["action"], "redefined-and-started", "{reply:?}");
+    assert_eq!(reply["state"], "Running", "{reply:?}");
+    assert_eq!(h.fake.status().map(|s| s.state), Some(DomainState::Running));
+}

@@ -130,6 +130,13 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # qemu, agent and migration suites with it instead of this selection.
 wire_started=$(date +%s)
 static=$(scripts/build-static.sh)
+# The static build's own allocator (src/block_cache.rs) under load from
+# many threads, in the binary itself (a hidden mode): blocks of every
+# class, freed by other threads, realloc chains, every byte checked.
+"$static" __allocator-self-test
+# Its unit tests under Miri (undefined behaviour, data races, leaks; about
+# 2 minutes). src/memcpy.rs's use inline assembly, which Miri cannot run.
+run_tests cargo +nightly miri test --locked --lib --no-default-features --features wire block_cache
 export VL_LAUNCHER_BIN=$static VL_LAUNCHER_BACKEND=wire
 VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test daemon -- --test-threads=2
 # docs/protocol.md's examples of the static build's output (the first pass

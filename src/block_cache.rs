@@ -52,9 +52,9 @@ const GRAIN: usize = 16;
 const SMALL_CLASSES: usize = SMALL_MAX / GRAIN;
 /// What a small class cuts from the region when its free list is empty.
 const SLAB: usize = 32 * 1024;
-/// The most memory small blocks keep for good: 4 MiB. 500 fresh
-/// `query-domain`s on the test driver touch 320 KiB of it; the whole static
-/// launcher is 3.5 MiB with the test guest after 10 minutes of agent polls.
+/// The most memory small blocks keep for good. It is far more than a busy
+/// launcher's requests touch (docs/figures.md), and untouched pages cost
+/// nothing.
 pub const SMALL_REGION: usize = 4 << 20;
 
 /// Where the small classes' slabs come from: a range of memory taken from

@@ -1,6 +1,10 @@
-//! Build script: one job, for the static musl build only (see
-//! scripts/static-link.ld): drop the unwind tables of Rust's code, which a
-//! build whose panics abort never reads.
+//! Build script: two jobs, for the static musl build only. It drops the
+//! unwind tables of Rust's code, which a build whose panics abort never
+//! reads (see scripts/static-link.ld), and it has the linker write its map
+//! with a cross-reference table (`virt-launcher.map` in `OUT_DIR`), which
+//! names the object that defined each symbol: the binary is stripped as it
+//! is linked, so scripts/build-static.sh reads there that `memcpy` and
+//! `memmove` are src/memcpy.rs's and not musl's.
 //!
 //! Cargo does not tell a build script the profile's name or its panic
 //! strategy (`CARGO_CFG_PANIC` reflects the target, not the profile), so
@@ -21,6 +25,9 @@ fn main() {
     if musl && size_profile {
         let dir = env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".to_string());
         println!("cargo:rustc-link-arg-bins=-Wl,-T,{dir}/scripts/static-link.ld");
+        if let Ok(out) = env::var("OUT_DIR") {
+            println!("cargo:rustc-link-arg-bins=-Wl,-Map,{out}/virt-launcher.map,--cref");
+        }
         println!("cargo:rustc-cfg=vl_no_unwind_tables");
     }
 }

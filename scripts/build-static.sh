@@ -4,7 +4,10 @@
 # spoken directly: no libvirt library, no shared library at all). Adds the
 # musl target with rustup when it is missing. Prints the binary's path on
 # the last line of stdout; checks that file(1) calls it statically linked
-# and ldd(1) finds nothing to load.
+# and ldd(1) finds nothing to load, and that its memcpy and memmove are
+# src/memcpy.rs's, not musl's (the binary is stripped as it is linked, so
+# the check reads the linker's map, which build.rs asks for: its
+# cross-reference table names the object that defined each symbol).
 #
 #   scripts/build-static.sh            # -> target/x86_64-unknown-linux-musl/static/virt-launcher
 #
@@ -19,8 +22,32 @@ if ! rustup target list --installed | grep -qx "$target"; then
     echo "build-static: adding the Rust target $target" >&2
     rustup target add "$target" >&2
 fi
-cargo build --profile static --locked --no-default-features --features wire --target "$target" >&2
+# JSON on stdout (diagnostics rendered on stderr as usual): it says where
+# the build script's OUT_DIR, and so the linker's map, is.
+messages=$(cargo build --profile static --locked --no-default-features --features wire \
+    --target "$target" --message-format=json-render-diagnostics)
 bin=${CARGO_TARGET_DIR:-target}/$target/static/virt-launcher
+out_dir=$(printf '%s\n' "$messages" | grep '"reason":"build-script-executed"' \
+    | grep '"package_id":"[^"]*virt-launcher' | sed -n 's/.*"out_dir":"\([^"]*\)".*/\1/p' | tail -1)
+map=$out_dir/virt-launcher.map
+if [ -z "$out_dir" ] || [ ! -f "$map" ]; then
+    echo "build-static: no linker map for $bin (build.rs writes it to OUT_DIR: ${out_dir:-not found})" >&2
+    exit 1
+fi
+# The defining object of each symbol: the first file of its line in the
+# map's cross-reference table. Ours is the crate's LTO object
+# (deps/virt_launcher-*.rcgu.o); musl's would be libc.a(memcpy.lo).
+for symbol in memcpy memmove; do
+    definer=$(awk -v symbol="$symbol" '/^Cross Reference Table/ { table = 1 }
+        table && $1 == symbol && NF == 2 { print $2; exit }' "$map")
+    case "$(basename "$definer")" in
+        virt_launcher-*.rcgu.o) ;;
+        *)
+            echo "build-static: $symbol in $bin is defined by ${definer:-nothing}, not by src/memcpy.rs (linker map: $map)" >&2
+            exit 1
+            ;;
+    esac
+done
 kind=$(file -b "$bin")
 case "$kind" in
     *"statically linked"* | *"static-pie linked"*) ;;
@@ -33,5 +60,5 @@ if ldd_out=$(ldd "$bin" 2>&1); then
     esac
 fi
 size=$(stat -c %s "$bin")
-echo "build-static: $bin: $kind; ldd: ${ldd_out:-not a dynamic executable}; $((size / 1024)) KiB" >&2
+echo "build-static: $bin: $kind; ldd: ${ldd_out:-not a dynamic executable}; memcpy and memmove from src/memcpy.rs; $((size / 1024)) KiB" >&2
 echo "$bin"

@@ -246,3 +246,21 @@ if ! rustc --edition 2021 --target "$MUSL_TARGET" -C target-feature=+crt-static 
     exit 1
 fi
 echo "setup-host: $MUSL_TARGET builds static executables; libvirtd serves test+unix:///default"
+
+# Miri, which scripts/test.sh runs the static build's allocator's unit tests
+# under (src/block_cache.rs: unsafe code, atomics, threads): a nightly
+# toolchain's component, with the standard library's sources it builds its
+# sysroot from. The machine image carries a nightly toolchain beside the
+# stable one; rustup fetches the components (or the toolchain, if it is
+# missing).
+if ! cargo +nightly miri --version >/dev/null 2>&1; then
+    echo "setup-host: adding Miri (the nightly toolchain's miri and rust-src components)"
+    if rustup toolchain list | grep -q '^nightly'; then
+        rustup component add --toolchain nightly miri rust-src >/dev/null
+    else
+        rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null
+    fi
+fi
+cargo +nightly miri --version >/dev/null ||
+    { echo "setup-host: Miri does not run (cargo +nightly miri --version)" >&2; exit 1; }
+echo "setup-host: $(cargo +nightly miri --version)"

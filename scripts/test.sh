@@ -1,12 +1,65 @@
 #!/usr/bin/env bash
-# Runs every test: unit tests, the daemon on libvirt's test driver, the
-# end-to-end tests that boot the test guest under real libvirt and QEMU,
-# and the socat smoke tours; then the same real suites again with the
-# static musl binary (wire backend, scripts/build-static.sh). Needs the host
-# set-up (scripts/setup-host.sh, which .ci/run runs first).
+# scripts/test.sh [--fast]
+#
+# With no argument (what .ci/run runs), every test: unit tests, the daemon
+# on libvirt's test driver, the end-to-end tests that boot the test guest
+# under real libvirt and QEMU, and the socat smoke tours; then the same real
+# suites again with the static musl binary (wire backend,
+# scripts/build-static.sh). Needs the host set-up (scripts/setup-host.sh,
+# which .ci/run runs first). VL_TESTS=all: a test whose prerequisite is
+# missing fails, and none may be skipped (tests/common/needs.rs).
+#
+# --fast: the tier that needs only Rust, a C linker and libvirt's library
+# (libvirt-dev, which the default build links): every test binary with
+# VL_TESTS=fast, so that the unit tests, the golden and fuzz suites, the
+# module rules and every test on libvirt's in-process test driver run, and
+# the tests that need root, QEMU, the host's libvirtd or the test guest
+# are skipped (one line per suite says so). A test that needs a program
+# (socat, qemu-img, isoinfo, kvhandler, ...) runs where it is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
+
+case "${1:-}" in
+"") ;;
+--fast)
+    export VL_TESTS=fast
+    # Built first, so that the time to build and the time to run are told
+    # apart (the second is what a change costs once built).
+    cargo test --locked --no-run
+    built=$(date +%s)
+    cargo test --locked -- --test-threads=2
+    echo "test.sh --fast: passed in $(( $(date +%s) - started )) s" \
+        "($(( built - started )) s to build, $(( $(date +%s) - built )) s to run)"
+    exit 0
+    ;;
+*)
+    echo "usage: scripts/test.sh [--fast]" >&2
+    exit 2
+    ;;
+esac
+
+# The full run asks for every test: one whose prerequisite is missing
+# fails instead of being skipped.
+export VL_TESTS=all
+# Runs a `cargo test` (or a test binary) of the full run, and fails if any
+# test was skipped (tests/common/needs.rs prints "skipping the tests that
+# need ..." when it skips one): nothing may be skipped in CI.
+run_tests() {
+    if [ "${VL_TESTS:-}" != all ]; then
+        echo "test.sh: VL_TESTS is '${VL_TESTS:-}' in the full run, where it must be 'all'" >&2
+        exit 1
+    fi
+    local log
+    log=$(mktemp)
+    "$@" 2>&1 | tee "$log"
+    if grep 'skipping the tests that need' "$log" >&2; then
+        rm -f "$log"
+        echo "test.sh: tests were skipped in the full run (above)" >&2
+        exit 1
+    fi
+    rm -f "$log"
+}
 # The non-root tests (tests/nonroot.rs, and the daemon suite below) run the
 # launcher and the test guest as unprivileged users: they must be able to
 # reach this checkout (and its target/).
@@ -41,9 +94,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 # program on PATH (cargo itself needs the linker, so it only builds them).
 lib_tests=$(cargo test --lib --locked --no-run --message-format=json \
     | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
-env -i HOME="$HOME" PATH=/nonexistent "$lib_tests" --test-threads=2
+run_tests env -i HOME="$HOME" PATH=/nonexistent "$lib_tests" --test-threads=2
 # Two test threads: the guests run under plain emulation on two cores.
-cargo test --locked -- --test-threads=2
+run_tests cargo test --locked -- --test-threads=2
 # The daemon suite once more as an unprivileged user made for it (and
 # removed after): the launcher without root, on the test driver.
 # (tests/nonroot.rs runs the real-guest scenarios as such users.)
@@ -55,8 +108,8 @@ test_user=vltestd$$
 useradd --system --user-group --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin "$test_user"
 trap 'userdel "$test_user" 2>/dev/null || userdel --force "$test_user" || true' EXIT
-(cd /tmp && setpriv --reuid="$(id -u "$test_user")" --regid="$(id -g "$test_user")" \
-    --clear-groups -- env -i HOME=/nonexistent PATH="$PATH" TMPDIR=/tmp \
+(cd /tmp && run_tests setpriv --reuid="$(id -u "$test_user")" --regid="$(id -g "$test_user")" \
+    --clear-groups -- env -i HOME=/nonexistent PATH="$PATH" TMPDIR=/tmp VL_TESTS=all \
     "$daemon_tests" --test-threads=2)
 userdel "$test_user"
 trap - EXIT
@@ -80,18 +133,25 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # instead of this selection.
 wire_started=$(date +%s)
 static=$(scripts/build-static.sh)
+# The static build's own allocator (src/block_cache.rs) under load from
+# many threads, in the binary itself (a hidden mode): blocks of every
+# class, freed by other threads, realloc chains, every byte checked.
+"$static" __allocator-self-test
+# Its unit tests under Miri (undefined behaviour, data races, leaks; about
+# 2 minutes). src/memcpy.rs's use inline assembly, which Miri cannot run.
+run_tests cargo +nightly miri test --locked --lib --no-default-features --features wire block_cache
 export VL_LAUNCHER_BIN=$static VL_LAUNCHER_BACKEND=wire
-VL_TEST_URI=test+unix:///default cargo test --locked --test daemon -- --test-threads=2
+VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test daemon -- --test-threads=2
 # docs/protocol.md's examples of the static build's output (the first pass
 # checked the default build's, and says how many it left to this one), and
 # the guest agent's examples on the real guest through the wire backend.
-VL_TEST_URI=test+unix:///default cargo test --locked --test protocol_doc -- --test-threads=2
+VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test protocol_doc -- --test-threads=2
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
-    cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
+    run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
         -- --test-threads=2 --skip host_devices_from_the_environment
 else
-    cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
+    run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
         -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
@@ -109,7 +169,7 @@ fi
 # user (its session daemon's socket), a migration between two such
 # launchers, and the user's own qemu:///session found as libvirt's client
 # finds it (the whole of tests/nonroot.rs passed this way; ~50 s).
-cargo test --locked --test nonroot -- --test-threads=2 --exact \
+run_tests cargo test --locked --test nonroot -- --test-threads=2 --exact \
     boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands \
     a_guest_migrates_between_two_nonroot_launchers \
     without_spawn_libvirt_a_nonroot_launcher_uses_the_users_session_daemon

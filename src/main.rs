@@ -27,6 +27,9 @@ fn main() {
     if let Some(code) = virt_launcher::daemons::init::run_if_requested() {
         std::process::exit(code);
     }
+    if let Some(code) = allocator_self_test_if_requested() {
+        std::process::exit(code);
+    }
     // args_os: an argument that is not UTF-8 is a usage error, not a panic.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let code = match panic::catch_unwind(|| virt_launcher::launcher::main(argv)) {
@@ -40,4 +43,21 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// `virt-launcher __allocator-self-test`, a hidden mode: the stress of
+/// src/block_cache.rs on this binary's block cache, from many threads. In
+/// the static build that is the global allocator itself, which serves the
+/// test's own threads, channels and vectors too (scripts/test.sh runs it
+/// there); other builds have none, and stress one of their own.
+fn allocator_self_test_if_requested() -> Option<i32> {
+    use virt_launcher::block_cache::stress;
+    if std::env::args_os().nth(1)? != stress::MODE {
+        return None;
+    }
+    #[cfg(target_env = "musl")]
+    let cache = &ALLOCATOR;
+    #[cfg(not(target_env = "musl"))]
+    let cache = &virt_launcher::block_cache::BlockCache::new();
+    Some(stress::self_test(cache))
 }

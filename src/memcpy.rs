@@ -6,11 +6,11 @@
 //! of cycles. The launcher's JSON and XML work is made of such copies
 //! (serde_json writes a string as up to three pieces, quick-xml and
 //! `String` clones copy names and values of a few bytes), and in a profile
-//! of a cached `query-domain` on the static binary `memcpy` was a fifth of
-//! the time, making the wire build several times slower than the glibc
-//! build on the same work. This one copies up to 32 bytes with two
-//! overlapping loads and stores and longer runs with `rep movsb`, which
-//! current x86_64 CPUs run fast (ERMS), as glibc does.
+//! of a cached `query-domain` on the static binary `memcpy` took a large
+//! share of the time, making the wire build several times slower than the
+//! glibc build on the same work (docs/figures.md). This one copies up to
+//! 32 bytes with two overlapping loads and stores and longer runs with
+//! `rep movsb`, which current x86_64 CPUs run fast (ERMS), as glibc does.
 //!
 //! musl's `memmove` hands a copy that may go forwards to that `memcpy`, and
 //! copies the others (the destination above an overlapping source)

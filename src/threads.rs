@@ -4,14 +4,14 @@
 //! which exits with a non-zero status instead of hanging with a dead part.
 //!
 //! The static build is compiled with `panic = "abort"` (Cargo.toml's
-//! `static` profile): without unwinding's landing pads it is about 0.5 MiB
-//! smaller. There a panic cannot be caught, so [`exit_on_panic`] installs a
-//! hook that logs it the same way and ends the process at once with the
-//! internal-error status, rather than letting `abort` kill it with SIGABRT.
-//! What the default build does after a caught panic (answering requests
-//! already read, removing the socket) is skipped; what must not outlive the
-//! launcher (its libvirt daemons and their QEMU, passt) dies with it as
-//! after a SIGKILL.
+//! `static` profile): without unwinding's landing pads it is much smaller
+//! (docs/figures.md). There a panic cannot be caught, so [`exit_on_panic`]
+//! installs a hook that logs it the same way and ends the process at once
+//! with the internal-error status, rather than letting `abort` kill it with
+//! SIGABRT. What the default build does after a caught panic (answering
+//! requests already read, removing the socket) is skipped; what must not
+//! outlive the launcher (its libvirt daemons and their QEMU, passt) dies
+//! with it as after a SIGKILL.
 
 use std::any::Any;
 use std::io;

@@ -47,6 +47,9 @@ fn wait_query(
 
 #[test]
 fn reports_what_the_guest_really_has_and_runs_guest_commands() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let versions = guest_versions();
     let tree = TempTree::new("a-info");
     let disk = tree.path("data.img");
@@ -222,6 +225,9 @@ fn reports_what_the_guest_really_has_and_runs_guest_commands() {
 
 #[test]
 fn without_its_agent_the_guest_is_unavailable_but_the_launcher_stays_fast() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(
         TempTree::new("a-gone"),
         &GuestOptions::new("agentless"),
@@ -294,6 +300,9 @@ fn clock_offset(client: &mut Client) -> f64 {
 
 #[test]
 fn unpause_sets_the_guest_clock_from_the_host() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(TempTree::new("a-clock"), &GuestOptions::new("clock"), &[]);
     let skew = |c: &mut Client| -> f64 {
         let (_, out) = guest_sh(c, "date +%s");
@@ -363,6 +372,9 @@ fn subcommand(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn the_probe_freeze_unfreeze_and_ctl_subcommands_reach_the_real_agent() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let tree = TempTree::new("a-sub");
     let disk = tree.path("data.img");
     ext4_image(&disk, 64);

@@ -113,6 +113,9 @@ fn next_lifecycle(rx: &Receiver<HypervisorEvent>) -> LifecycleEvent {
 
 #[test]
 fn both_backends_give_the_same_values_on_the_same_guest() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("twins");
     let mut booted = boot(TempTree::new("backends"), &opts, &[]);
     let uri = booted.client.ok("query-status", Value::Null)["libvirt"]["uri"]

@@ -11,8 +11,8 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use common::guest::{GuestOptions, STEP, boot_vmi, guest_sh, guest_vmi};
-use common::{Client, TempTree, named};
+use common::guest::{GuestOptions, REAL_GUEST, STEP, boot_vmi, guest_sh, guest_vmi};
+use common::{Client, TempTree, named, require};
 
 /// The guest's memory (tests/common/guest.rs gives it 192Mi).
 const GUEST_MEMORY: u64 = 192 << 20;
@@ -65,6 +65,9 @@ fn image_size(image: &[u8]) -> (u64, u64) {
 
 #[test]
 fn version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("daytwo");
     let mut vmi = guest_vmi(&opts);
     vmi["spec"]["domain"]["devices"]["autoattachGraphicsDevice"] = json!(true);

@@ -21,6 +21,9 @@ use virt_launcher::disks::{
 mod test_plans;
 use test_plans::*;
 
+mod common;
+use common::{Need, require};
+
 fn sparse(path: &Path, size: u64) {
     let file = fs::File::create(path).unwrap_or_else(|e| panic!("{e}"));
     file.set_len(size).unwrap_or_else(|e| panic!("{e}"));
@@ -80,6 +83,9 @@ fn fixtures_with_base(scratch: &Scratch) {
 
 #[test]
 fn prepare_creates_everything_and_rollback_removes_exactly_that() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let scratch = Scratch::new("full");
     fixtures_with_base(&scratch);
     let before = everything_under(&scratch.0);
@@ -117,6 +123,9 @@ fn prepare_creates_everything_and_rollback_removes_exactly_that() {
 
 #[test]
 fn a_failure_midway_removes_what_was_created() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let scratch = Scratch::new("midway");
     fixtures_with_base(&scratch);
     a_late_failure_leaves_nothing(&scratch, &full_plan(&scratch));
@@ -124,6 +133,9 @@ fn a_failure_midway_removes_what_was_created() {
 
 #[test]
 fn existing_disks_are_kept_and_not_rolled_back() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let scratch = Scratch::new("keep");
     fixtures_with_base(&scratch);
     fs::write(scratch.path("host/data.img"), b"guest data").unwrap_or_else(|e| panic!("{e}"));
@@ -142,6 +154,9 @@ fn existing_disks_are_kept_and_not_rolled_back() {
 
 #[test]
 fn a_chained_base_image_is_refused() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let scratch = Scratch::new("chained");
     let base = scratch.path("base.qcow2");
     let chained = scratch.path("chained.qcow2");
@@ -180,6 +195,9 @@ fn a_chained_base_image_is_refused() {
 
 #[test]
 fn qemu_img_failure_is_reported_with_its_output() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let scratch = Scratch::new("qemufail");
     let mut plan = DiskPlan::default();
     plan.make_dir(scratch.path("new"), "ephemeral volume \"data\"");

@@ -117,6 +117,9 @@ fn stop(mut booted: Booted) {
 
 #[test]
 fn windows11_tpm_example_boots_with_a_tpm_the_guest_sees() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let vmi = bootable("windows11-tpm", "ex-tpm");
     let tree = TempTree::new("ex-tpm");
     let private = tree.path("private");
@@ -181,6 +184,9 @@ fn vcpu_affinity(pid: u32) -> Vec<(String, String)> {
 
 #[test]
 fn dedicated_cpu_example_runs_each_vcpu_on_its_own_host_cpu() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let vmi = bootable("dedicated-cpu", "ex-pinned");
     let tree = TempTree::new("ex-pinned");
     let cpuset = tree.path("cpuset.cpus");
@@ -209,6 +215,9 @@ fn dedicated_cpu_example_runs_each_vcpu_on_its_own_host_cpu() {
 
 #[test]
 fn examples_with_default_buses_sysprep_and_two_cloud_init_volumes_boot() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // Default buses: every disk without one is on sata.
     let vmi = bootable("multi-disk-default-buses", "ex-buses");
     let mut booted = boot_vmi(TempTree::new("ex-buses"), &vmi, &[]);

@@ -6,7 +6,8 @@
 //! a client whose window is small.
 //!
 //! `kvhandler` is found at `../shared/kubevirt/kvhandler` beside the
-//! repository, or at `VL_KVHANDLER`; the tests fail without it.
+//! repository, or at `VL_KVHANDLER`; the tests that run it are skipped
+//! without it unless `VL_TESTS=all` asks for them (tests/common/needs.rs).
 
 mod common;
 
@@ -20,8 +21,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use serde_json::Value;
 
-use common::TempTree;
 use common::kubevirt::{NotifyServer, kv_call};
+use common::{Need, TempTree, require};
 use virt_launcher::grpc::frame::{self, ErrorCode, Frame, FrameReader, ReadError};
 use virt_launcher::grpc::hpack::{self, Decoder, Encoder};
 use virt_launcher::grpc::{self, CallError, Client, Code, Handler, Limits, Status};
@@ -169,6 +170,9 @@ fn kv(socket: &Path, command: &[&str]) -> (i32, Value) {
 
 #[test]
 fn kvhandler_pings_after_negotiating_the_version() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     let (code, out) = kv(&served.socket, &["ping"]);
     assert_eq!(out["ok"], true, "{out}");
@@ -180,6 +184,9 @@ fn kvhandler_pings_after_negotiating_the_version() {
 
 #[test]
 fn an_unknown_method_is_unimplemented() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     let (code, out) = kv(&served.socket, &["qemu-version"]);
     assert_eq!(code, 1, "{out}");
@@ -208,6 +215,9 @@ fn an_unknown_method_is_unimplemented() {
 
 #[test]
 fn large_messages_cross_both_ways_with_grpc_go() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     // A response past grpc-go's 64 KiB window: the server waits for its
     // WINDOW_UPDATEs.
@@ -241,6 +251,9 @@ fn large_messages_cross_both_ways_with_grpc_go() {
 
 #[test]
 fn an_oversized_request_is_refused_and_the_connection_goes_on() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(Limits {
         max_message_bytes: 64 << 10,
         ..test_limits()
@@ -482,6 +495,9 @@ fn a_slow_call_does_not_hold_up_a_ping_on_the_same_connection() {
 
 #[test]
 fn garbage_and_a_bad_preface_get_a_goaway_and_a_close() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     let mut raw = Raw::connect(&served.socket, &[]);
     raw.send(b"\x00\x00\x05\x01\x05\x00\x00\x00\x01\xff\xff\xff\xff\xff");
@@ -534,6 +550,9 @@ fn garbage_and_a_bad_preface_get_a_goaway_and_a_close() {
 
 #[test]
 fn a_truncated_frame_is_given_up_on_after_the_frame_timeout() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     let mut raw = Raw::connect(&served.socket, &[]);
     // Half of a PING, then silence with the connection open.
@@ -598,6 +617,9 @@ fn a_response_waits_for_the_clients_window() {
 
 #[test]
 fn a_client_that_grants_no_window_is_dropped() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     let mut raw = Raw::connect(&served.socket, &[]);
     raw.request(1, BIG, &[]);
@@ -610,6 +632,9 @@ fn a_client_that_grants_no_window_is_dropped() {
 
 #[test]
 fn a_client_that_stops_reading_is_dropped_and_others_are_served() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     let served = Served::start(test_limits());
     let raw = Raw::connect(&served.socket, &[]);
     // PINGs whose acknowledgements are never read: the server's writes
@@ -680,6 +705,9 @@ fn domain_event(domain_json: &str, event_type: &str) -> Vec<u8> {
 
 #[test]
 fn the_client_sends_domain_events_to_kubevirts_notify_server() {
+    if !require(&[Need::Kvhandler]) {
+        return;
+    }
     const HANDLE_DOMAIN_EVENT: &str = "/kubevirt.notify.v1.Notify/HandleDomainEvent";
     let tree = TempTree::new("grpc-notify");
     let share = tree.path("share");

@@ -939,6 +939,9 @@ fn a_failed_sync_keeps_an_image_it_did_not_create() {
 
 #[test]
 fn a_full_disk_while_writing_the_cloud_init_iso_is_internal() {
+    if !require(&[Need::Root]) {
+        return;
+    }
     let tree = TempTree::new("enospc");
     let ephemeral = tree.path("ephemeral");
     fs::create_dir_all(&ephemeral).unwrap();
@@ -979,6 +982,9 @@ fn a_full_disk_while_writing_the_cloud_init_iso_is_internal() {
 
 #[test]
 fn an_unprivileged_user_cannot_hold_the_lock_after_an_unclean_exit() {
+    if !require(&[Need::Root]) {
+        return;
+    }
     let mut first = Launcher::start_in(TempTree::new("nobody"), &test_args(&[]));
     first.wait_ready(T);
     first.signal("KILL");

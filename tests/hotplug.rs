@@ -77,6 +77,9 @@ fn with_volume(vmi: &Value, name: &str, bus: &str) -> Value {
 
 #[test]
 fn disks_plug_in_on_scsi_and_virtio_unplug_and_keep_their_data() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("hpdisk");
     let base = guest_vmi(&opts);
     // A device plugin "assigned" a PCI device this host does not have.
@@ -242,6 +245,9 @@ fn live_vcpus(client: &mut Client) -> u64 {
 
 #[test]
 fn vcpus_memory_and_a_nic_change_live() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("hpcpu");
     let mut base = guest_vmi(&opts);
     base["spec"]["domain"]["cpu"] =
@@ -422,6 +428,9 @@ fn test_driver_launcher(env: &[&str]) -> Launcher {
 /// driver nor this host (no IOMMU, no mediated devices) can attach one.
 #[test]
 fn host_devices_from_the_environment_start_with_the_domain_but_only_the_fake_attaches_one_live() {
+    if !require(&[Need::Program("virt-xml-validate")]) {
+        return;
+    }
     let launcher = test_driver_launcher(&[
         "PCI_RESOURCE_VENDOR_COM_NIC=0000:81:00.1,0000:81:00.2",
         "MDEV_PCI_RESOURCE_NVIDIA_COM_T4=6fd8a4b0-7b04-4a0b-9a5d-7f3fe2a0a001",

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use common::{BIN, TempTree};
+use common::{BIN, Need, TempTree, require};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -37,6 +37,9 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn install_puts_the_binary_and_the_man_page_where_man_finds_them() {
+    if !require(&[Need::Program("man")]) {
+        return;
+    }
     let tree = TempTree::new("install");
     let destdir = tree.path("stage");
     run(Command::new(format!("{ROOT}/scripts/install.sh"))
@@ -126,6 +129,9 @@ fn without_overstrike(text: &str) -> String {
 
 #[test]
 fn man_page_is_clean_under_groff_and_mandoc() {
+    if !require(&[Need::Program("groff"), Need::Program("mandoc")]) {
+        return;
+    }
     let page = format!("{ROOT}/man/virt-launcher.8");
     // groff: every warning category (-ww) to stderr; none may appear.
     let groff = run(Command::new("groff").args(["-man", "-Tutf8", "-ww", &page]));

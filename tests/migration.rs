@@ -20,6 +20,9 @@ fn uptime(client: &mut Client) -> f64 {
 
 #[test]
 fn a_running_guest_moves_to_another_launcher_and_keeps_running() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let images_dir = TempTree::new("m-live");
     let disk = images_dir.path("data.img");
     ext4_image(&disk, 64);
@@ -157,6 +160,9 @@ fn assert_target_left_no_files(tree: &TempTree) {
 
 #[test]
 fn migrate_cancel_keeps_the_guest_on_the_source() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut p = pair("m-cancel", "cancelled");
     // 1 MiB/s: 192 MiB would take minutes.
     p.a.client.ok(
@@ -211,6 +217,9 @@ fn migrate_cancel_keeps_the_guest_on_the_source() {
 
 #[test]
 fn a_stalled_migration_fails_on_its_progress_timeout() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut p = pair("m-stall", "stalled");
     // A completion budget far beyond the test's length: only the progress
     // timeout can end this migration.
@@ -273,6 +282,9 @@ fn a_stalled_migration_fails_on_its_progress_timeout() {
 
 #[test]
 fn a_slow_migration_fails_on_its_completion_timeout() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut p = pair("m-slow", "slow");
     // 2 s per GiB of ~192 MiB allows under half a second; at 2 MiB/s the
     // copy needs well over a minute.
@@ -294,6 +306,9 @@ fn a_slow_migration_fails_on_its_completion_timeout() {
 
 #[test]
 fn bad_migrations_are_refused_and_the_guest_keeps_running() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut p = pair("m-bad", "refused");
     // A target nobody listens on.
     let (class, desc) = p.a.client.err_class(
@@ -355,6 +370,9 @@ fn bad_migrations_are_refused_and_the_guest_keeps_running() {
 
 #[test]
 fn a_local_disk_is_copied_by_block_migration() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // An emptyDisk lives in the launcher's own ephemeral directory, so the
     // target has its own (empty) copy: its contents must travel.
     let mut opts = GuestOptions::new("blocky");
@@ -408,6 +426,9 @@ fn a_local_disk_is_copied_by_block_migration() {
 
 #[test]
 fn a_target_can_give_up_and_leaves_the_guest_on_the_source() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("giveup");
     let mut a = boot(TempTree::new("m-giveup-a"), &opts, &[]);
 
@@ -493,6 +514,9 @@ fn a_target_can_give_up_and_leaves_the_guest_on_the_source() {
 
 #[test]
 fn a_prepared_target_that_waits_too_long_cleans_up_and_exits_5() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("waiter");
     let (mut b, _client, mut watch, _) =
         prepared_target_with(TempTree::new("m-wait"), &opts, &["--qemu-timeout", "3s"]);
@@ -510,6 +534,9 @@ fn a_prepared_target_that_waits_too_long_cleans_up_and_exits_5() {
 
 #[test]
 fn a_slow_migration_switches_to_post_copy_when_allowed_and_completes() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("postcopy");
     let mut a = boot(TempTree::new("m-post-a"), &opts, &[]);
     let uptime_before = uptime(&mut a.client);

@@ -21,6 +21,9 @@ fn network_report(client: &mut Client) -> Value {
 
 #[test]
 fn masquerade_gives_kubevirts_addresses_nat_ports_dns_ipv6_and_cleans_up_on_sigterm() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut net = PodNet::new();
     net.serve_outside(OUTSIDE_IP, 8080);
     net.serve_outside(OUTSIDE_IP6, 8086);
@@ -125,6 +128,9 @@ fn wait_for(client: &mut Client, command: &str, pred: impl Fn(&Value) -> bool) -
 
 #[test]
 fn bridge_moves_the_pod_address_to_the_guest_and_back_after_kill() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut net = PodNet::new();
     net.serve_outside(OUTSIDE_IP, 8080);
     let mut opts = GuestOptions::new("bridged");
@@ -168,6 +174,9 @@ fn bridge_moves_the_pod_address_to_the_guest_and_back_after_kill() {
 
 #[test]
 fn a_failed_start_leaves_no_bridge_tap_or_rules() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let net = PodNet::new();
     let launcher = net.launcher("broken", &[]);
     let mut client = launcher.client();
@@ -214,6 +223,9 @@ fn a_failed_start_leaves_no_bridge_tap_or_rules() {
 
 #[test]
 fn without_a_pod_namespace_masquerade_needs_an_existing_tap() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // On the host's own network namespace the launcher never creates
     // anything; with no tap0 the sync is refused with a clear error.
     let launcher = start_qemu_launcher(TempTree::new("net-host"), "hostnet", &[]);
@@ -234,6 +246,9 @@ fn without_a_pod_namespace_masquerade_needs_an_existing_tap() {
 
 #[test]
 fn a_bridge_interface_on_a_secondary_network_is_plugged_in_and_out_live() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let net = PodNet::new();
     // Multus's second pod interface for network "hot", to an outside
     // address of its own.
@@ -359,6 +374,9 @@ fn a_bridge_interface_on_a_secondary_network_is_plugged_in_and_out_live() {
 /// through the target pod's NAT.
 #[test]
 fn a_migrated_masquerade_guest_keeps_its_mac_and_address_in_the_target_pod() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut source = PodNet::new();
     let mut target_net = PodNet::new();
     source.serve_outside(OUTSIDE_IP, 8080);
@@ -450,6 +468,9 @@ fn a_migrated_masquerade_guest_keeps_its_mac_and_address_in_the_target_pod() {
 /// leaves the devices in place when it exits.
 #[test]
 fn existing_masquerade_bridge_gets_dhcp_dhcpv6_and_router_advertisements() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let net = PodNet::new();
     for args in [
         vec!["link", "add", "k6t-eth0", "type", "bridge"],
@@ -493,6 +514,9 @@ fn existing_masquerade_bridge_gets_dhcp_dhcpv6_and_router_advertisements() {
 /// multi-queue and the guest's NIC has two queue pairs.
 #[test]
 fn masquerade_without_ports_forwards_every_port_and_multiqueue_reaches_the_guest() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let net = PodNet::new();
     let mut opts = GuestOptions::new("allports");
     opts.interface = json!({"name": "default", "masquerade": {}});
@@ -543,6 +567,9 @@ fn passt_processes(dir: &str) -> Vec<String> {
 
 #[test]
 fn passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut net = PodNet::new();
     net.serve_outside(OUTSIDE_IP, 8080);
     let mut opts = GuestOptions::new("passt");
@@ -611,6 +638,9 @@ fn passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher
 
 #[test]
 fn a_sigkilled_launcher_leaves_no_passt() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let net = PodNet::new();
     let mut opts = GuestOptions::new("passtkill");
     opts.interface = json!({"name": "default", "binding": {"name": "passt"},

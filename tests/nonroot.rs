@@ -46,6 +46,9 @@ fn data_disk(user: &TestUser, tree: &TempTree) -> std::path::PathBuf {
 
 #[test]
 fn boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("b");
     let images_dir = TempTree::new("nr-boot-disk");
     let mut opts = GuestOptions::new("nrboot");
@@ -162,6 +165,9 @@ fn boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands() {
 
 #[test]
 fn sigterm_powers_the_guest_off_and_no_process_of_the_user_is_left() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("t");
     let mut g = boot_as(
         Some(&user),
@@ -191,6 +197,9 @@ fn sigterm_powers_the_guest_off_and_no_process_of_the_user_is_left() {
 
 #[test]
 fn a_guest_that_ignores_acpi_is_forced_off_when_the_grace_period_ends() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("g");
     let mut opts = GuestOptions::new("nrstubborn");
     opts.ignore_acpi = true;
@@ -222,6 +231,9 @@ fn a_guest_that_ignores_acpi_is_forced_off_when_the_grace_period_ends() {
 
 #[test]
 fn a_sigkilled_nonroot_launcher_takes_its_daemons_and_qemu_with_it() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("k");
     let mut g = boot_as(
         Some(&user),
@@ -246,6 +258,9 @@ fn a_sigkilled_nonroot_launcher_takes_its_daemons_and_qemu_with_it() {
 
 #[test]
 fn a_guest_migrates_between_two_nonroot_launchers() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("m");
     let opts = GuestOptions::new("nrmover");
     let mut a = boot_as(Some(&user), TempTree::new("nr-mig-a"), &opts, &[]);
@@ -307,6 +322,9 @@ fn a_guest_migrates_between_two_nonroot_launchers() {
 
 #[test]
 fn another_unprivileged_user_cannot_connect_to_the_sockets() {
+    if !require(&[Need::Root, Need::Qemu]) {
+        return;
+    }
     let owner = TestUser::create("o");
     let other = TestUser::create("x");
     let mut launcher = Launcher::start_as(
@@ -353,6 +371,9 @@ fn another_unprivileged_user_cannot_connect_to_the_sockets() {
 
 #[test]
 fn what_needs_root_is_refused_at_start() {
+    if !require(&[Need::Root]) {
+        return;
+    }
     let user = TestUser::create("r");
     // --pod-network=setup: a usage error, before any directory is made.
     let tree = TempTree::new("nr-setup");
@@ -416,6 +437,9 @@ fn nonroot_launcher(user: &TestUser, tag: &str, name: &str, extra: &[&str]) -> (
 
 #[test]
 fn what_needs_root_is_refused_at_sync_before_anything_happens() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("s");
 
     // A disk the user may not write: refused, nothing defined, no file
@@ -483,6 +507,9 @@ fn sync_without_emulation_flags(user: &TestUser, tag: &str) -> (Launcher, Client
 /// is root's, mode 0600); the guest itself need not boot under KVM.
 #[test]
 fn kvm_is_refused_to_a_user_who_cannot_open_dev_kvm_and_used_when_it_can() {
+    if !require(&[Need::Root, Need::Qemu]) {
+        return;
+    }
     let kvm = std::path::Path::new("/dev/kvm");
     assert!(
         kvm.exists(),
@@ -517,6 +544,9 @@ fn kvm_is_refused_to_a_user_who_cannot_open_dev_kvm_and_used_when_it_can() {
 
 #[test]
 fn a_host_device_is_refused_at_sync_before_anything_happens() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // A device plugin assigned one of the host's PCI devices to the pod.
     // Whatever this host has (no IOMMU here; else a root-owned group node
     // in /dev/vfio), QEMU running as the user cannot use it through VFIO:
@@ -577,6 +607,9 @@ fn a_host_device_is_refused_at_sync_before_anything_happens() {
 
 #[test]
 fn a_tap_the_user_may_not_open_is_refused_at_sync() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let user = TestUser::create("n");
     // A pod network namespace with KubeVirt's tap for the pod network,
     // owned by root.
@@ -652,6 +685,9 @@ fn a_tap_the_user_may_not_open_is_refused_at_sync() {
 
 #[test]
 fn without_spawn_libvirt_a_nonroot_launcher_uses_the_users_session_daemon() {
+    if !require(&[Need::Root, Need::Qemu]) {
+        return;
+    }
     let user = TestUser::create("u");
     let tree = TempTree::new("nr-session");
     user.give(&tree.root);

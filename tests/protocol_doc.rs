@@ -527,6 +527,9 @@ fn shown_backend(example: &Example) -> &'static str {
 
 #[test]
 fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() {
+    if !require(&[Need::Program("socat")]) {
+        return;
+    }
     let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md");
     let doc = std::fs::read_to_string(&doc_path).expect("read docs/protocol.md");
     let all = examples(&doc);
@@ -611,6 +614,14 @@ fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() 
 /// order, on the real test guest (VMI e2e/docguest, as in the document).
 #[test]
 fn every_guest_agent_socat_example_in_protocol_md_is_what_the_launcher_prints_on_a_real_guest() {
+    if !require(&[
+        Need::Root,
+        Need::Qemu,
+        Need::TestGuest,
+        Need::Program("socat"),
+    ]) {
+        return;
+    }
     let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/protocol.md");
     let doc = std::fs::read_to_string(&doc_path).expect("read docs/protocol.md");
     let agent_examples: Vec<Example> = examples(&doc)

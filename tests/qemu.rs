@@ -17,6 +17,9 @@ fn event_time(e: &Value) -> f64 {
 
 #[test]
 fn boots_connects_the_agent_reports_stats_and_pauses() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(TempTree::new("q-boot"), &GuestOptions::new("boot"), &[]);
     let status = g.client.ok("query-status", Value::Null);
     assert_eq!(status["phase"], "Running");
@@ -65,6 +68,9 @@ fn boots_connects_the_agent_reports_stats_and_pauses() {
 
 #[test]
 fn sigterm_powers_a_cooperative_guest_off_by_acpi_and_exits_zero() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(TempTree::new("q-term"), &GuestOptions::new("term"), &[]);
     g.launcher.signal("TERM");
     let started = g
@@ -108,6 +114,9 @@ fn acpi_presses(launcher: &Launcher) -> usize {
 
 #[test]
 fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // The first ACPI press comes before the guest's acpid runs; the
     // repeats every 5 s must still power it off. A grace period long
     // enough for the guest to finish booting on a loaded machine.
@@ -165,6 +174,9 @@ fn sigterm_during_boot_is_repeated_until_the_guest_listens() {
 
 #[test]
 fn a_guest_that_ignores_acpi_is_forced_off_when_the_grace_period_ends() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut opts = GuestOptions::new("stubborn");
     opts.ignore_acpi = true;
     let mut g = boot(
@@ -200,6 +212,9 @@ fn a_guest_that_ignores_acpi_is_forced_off_when_the_grace_period_ends() {
 
 #[test]
 fn data_written_before_sigterm_is_there_after_a_new_boot() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let images_dir = TempTree::new("q-disk");
     let disk = images_dir.path("data.img");
     ext4_image(&disk, 64);
@@ -228,6 +243,9 @@ fn data_written_before_sigterm_is_there_after_a_new_boot() {
 
 #[test]
 fn qemu_killed_with_sigkill_is_reported_as_a_crash() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(TempTree::new("q-crash"), &GuestOptions::new("crash"), &[]);
     let pids = qemu_pids("e2e_crash");
     assert_eq!(pids.len(), 1, "{pids:?}");
@@ -264,6 +282,9 @@ fn boot_id(client: &mut Client) -> String {
 
 #[test]
 fn reset_reboot_delete_and_kill_on_a_live_guest() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(TempTree::new("q-ops"), &GuestOptions::new("ops"), &[]);
     // reset: a hard reset; the guest boots again (a new boot id) and its
     // agent returns.
@@ -311,6 +332,9 @@ fn reset_reboot_delete_and_kill_on_a_live_guest() {
 
 #[test]
 fn a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut g = boot(TempTree::new("q-daemon"), &GuestOptions::new("daemon"), &[]);
     let uptime_before: f64 = guest_sh(&mut g.client, "cut -d' ' -f1 /proc/uptime")
         .1
@@ -375,6 +399,9 @@ fn a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops() {
 
 #[test]
 fn runs_on_the_hosts_libvirt_daemon_without_spawning_one() {
+    if !require(&[Need::Root, Need::Qemu, Need::TestGuest, Need::HostLibvirtd]) {
+        return;
+    }
     // The host daemon scripts/setup-host.sh starts (qemu:///system).
     let name = format!("host{}", std::process::id());
     let launcher = Launcher::start_in(
@@ -440,6 +467,9 @@ impl Drop for HostDomain {
 
 #[test]
 fn a_new_launcher_adopts_a_guest_left_running_on_the_hosts_daemon_with_its_agent() {
+    if !require(&[Need::Root, Need::Qemu, Need::TestGuest, Need::HostLibvirtd]) {
+        return;
+    }
     // Without --spawn-libvirt a SIGKILLed launcher's guest keeps running on
     // the shared daemon (README, Limits). The next launcher on the same
     // directories replaces the stale socket and locks, adopts the running
@@ -514,6 +544,9 @@ fn a_new_launcher_adopts_a_guest_left_running_on_the_hosts_daemon_with_its_agent
 
 #[test]
 fn sigterm_on_a_frozen_paused_guest_still_powers_it_off_cleanly() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let tree = TempTree::new("q-frozen");
     let disk = tree.path("data.img");
     ext4_image(&disk, 64);
@@ -552,6 +585,9 @@ fn kill_spawned_libvirtd(client: &mut Client) -> u32 {
 
 #[test]
 fn an_agent_that_connects_while_libvirt_restarts_is_seen_after_the_reconnect() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // Issue 9: the agent connected while the launcher was reconnecting, its
     // event went to nobody, and guest commands stayed Unavailable forever.
     let opts = GuestOptions::new("agentreconnect");
@@ -582,6 +618,9 @@ fn an_agent_that_connects_while_libvirt_restarts_is_seen_after_the_reconnect() {
 
 #[test]
 fn a_daemon_that_dies_while_sync_starts_qemu_gets_a_true_reply_and_the_next_sync_works() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // Issue 9: the reply said "the domain was undefined again" when it was
     // not. The daemon is killed as soon as QEMU appears, while libvirt is
     // still starting the domain.

@@ -22,6 +22,9 @@ fn reconnected(watcher: &mut Client) {
 
 #[test]
 fn twenty_reconnects_and_two_daemon_restarts_leave_files_and_memory_flat() {
+    if !require(&[Need::Root, Need::Qemu]) {
+        return;
+    }
     let tree = TempTree::new("reconnect");
     let admin = admin_socket(&tree.path("private"));
     let args: Vec<String> = [

@@ -60,6 +60,9 @@ fn assert_serial_console_answers(socket: &std::path::Path, command: &str, expect
 
 #[test]
 fn a_sigkilled_launcher_takes_its_daemons_and_qemu_with_it() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     for round in 0..3 {
         let opts = GuestOptions::new("killed");
         let (mut launcher, mut client) = if round == 0 {
@@ -114,6 +117,9 @@ fn a_sigkilled_launcher_takes_its_daemons_and_qemu_with_it() {
 
 #[test]
 fn a_launcher_sigkilled_while_a_sync_starts_qemu_leaves_nothing() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     // Killed: as soon as the sync is sent (VMI conversion, disks), as soon
     // as QEMU exists (libvirt still starting it), and a moment later.
     for (round, after_qemu) in [None, Some(Duration::ZERO), Some(Duration::from_millis(300))]
@@ -161,6 +167,9 @@ fn a_launcher_sigkilled_while_a_sync_starts_qemu_leaves_nothing() {
 
 #[test]
 fn a_launcher_sigkilled_during_a_migration_leaves_nothing_on_either_side() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let opts = GuestOptions::new("kmigrant");
     let domain = "e2e_kmigrant";
     let mut a = boot(TempTree::new("k-mig-a"), &opts, &[]);
@@ -233,6 +242,9 @@ fn a_launcher_sigkilled_during_a_migration_leaves_nothing_on_either_side() {
 
 #[test]
 fn a_killed_namespace_init_takes_the_daemons_and_the_launcher_exits_1() {
+    if !require(REAL_GUEST) {
+        return;
+    }
     let mut launcher = start_qemu_launcher(TempTree::new("k-init"), "orphaned", &[]);
     let tree = ProcessTree::of(&launcher, Some("e2e_orphaned"));
     let init = daemons_init(launcher.pid()).expect("no namespace init");

@@ -155,6 +155,9 @@ fn ctl_sends_one_command_and_prints_its_reply() {
 
 #[test]
 fn ctl_indents_its_output_on_a_terminal() {
+    if !require(&[Need::Program("script")]) {
+        return;
+    }
     let (launcher, _client) = synced();
     // script(1) runs the command on a pseudo-terminal.
     let command = format!(

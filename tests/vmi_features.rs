@@ -93,6 +93,9 @@ fn dedicated_cpus_that_do_not_fit_are_refused_naming_the_cpuset() {
 
 #[test]
 fn kubevirt_defaults_show_in_the_defined_domain() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut c = launcher.client();
@@ -150,6 +153,9 @@ fn kubevirt_defaults_show_in_the_defined_domain() {
 
 #[test]
 fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
+    if !require(&[Need::Program("qemu-img")]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut c = launcher.client();

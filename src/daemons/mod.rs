@@ -554,9 +554,9 @@ fn connection_driver_dirs() -> Vec<PathBuf> {
 /// skips a driver whose module is not there. The monolithic libvirtd
 /// otherwise loads and starts every driver installed (network, storage with
 /// its backends, node devices with a udev enumeration, nwfilter, secret,
-/// interface), ~40 ms of a ~150 ms start, for APIs the launcher never
-/// calls: its domain needs only the QEMU driver (interfaces of type
-/// `ethernet`, no `<filterref>`, no storage volumes or secrets).
+/// interface), a good part of its start (docs/figures.md), for APIs the
+/// launcher never calls: its domain needs only the QEMU driver (interfaces
+/// of type `ethernet`, no `<filterref>`, no storage volumes or secrets).
 /// virtqemud loads only the QEMU driver anyway. `None` (the daemon loads
 /// what is installed) when the module is not found.
 fn qemu_driver_only(runtime_dir: &Path) -> Option<PathBuf> {

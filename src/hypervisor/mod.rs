@@ -320,7 +320,7 @@ pub trait Hypervisor: Send + Sync {
     /// Defines (or redefines) a domain from XML. libvirt's parser refuses
     /// what it cannot understand; the XML is not also checked against
     /// libvirt's RelaxNG schema (`VIR_DOMAIN_DEFINE_VALIDATE`), which costs
-    /// about 10 ms a define, 4% of a start, and which the converter's
+    /// time on every define (docs/figures.md), and which the converter's
     /// output passes by test (tests/convert_libvirt.rs validates every
     /// example's XML). KubeVirt does not validate either.
     fn define(&self, xml: &str) -> HvResult<()>;

@@ -1,10 +1,10 @@
 //! The threads jobs run on. A worker that finished its job waits for the
-//! next one, for up to `idle_exit`, instead of ending: starting a thread
-//! costs tens of microseconds (under musl, which maps, protects and unmaps
-//! every stack anew, a fifth of a fresh `query-domain` on the test
-//! driver), and every fresh query, state read and statistics refresh is a
-//! job. Workers are started only when none is idle, so a slow job (a
-//! migration, a sync that waits for libvirt) never holds up another.
+//! next one, for up to `idle_exit`, instead of ending: starting a thread is
+//! dear (under musl, which maps, protects and unmaps every stack anew, a
+//! large share of a fresh `query-domain` on the test driver:
+//! docs/figures.md), and every fresh query, state read and statistics
+//! refresh is a job. Workers are started only when none is idle, so a slow
+//! job (a migration, a sync that waits for libvirt) never holds up another.
 //!
 //! `idle` counts the idle workers nobody has claimed yet. A job claims one
 //! by decrementing it and then sends itself on the shared channel (any

@@ -372,3 +372,8 @@ pub fn prepared_target_as(
     );
     (launcher, client, watcher, target)
 }
+
+/// What booting the test guest needs: root (the launcher's own libvirt
+/// daemons in system mode), QEMU and the guest itself ([`images`]).
+pub const REAL_GUEST: &[super::Need] =
+    &[super::Need::Root, super::Need::Qemu, super::Need::TestGuest];

@@ -25,12 +25,7 @@ use super::{TempTree, launcher_bin};
 
 /// KubeVirt's virt-handler client as a program.
 pub fn kvhandler() -> PathBuf {
-    let path = std::env::var_os("VL_KVHANDLER")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kubevirt/kvhandler")
-        });
+    let path = super::needs::kvhandler_path();
     assert!(
         path.is_file(),
         "kvhandler is not at {} (set VL_KVHANDLER): these tests need KubeVirt's client",

@@ -17,10 +17,14 @@ pub mod diff;
 pub mod examples;
 pub mod guest;
 pub mod kubevirt;
+pub mod needs;
 pub mod podnet;
 pub mod processes;
 pub mod unprivileged;
 
+// Not every suite asks for something.
+#[allow(unused_imports)]
+pub use needs::{Need, require};
 use serde_json::{Value, json};
 
 /// The binary cargo built for these tests.

@@ -6,9 +6,9 @@
 //!
 //! It replaces quick-xml's own serde deserializer, whose code, instantiated
 //! for every type of the domain model, was the biggest single part of the
-//! static binary (about 0.6 MB); this one adds little per type, and reading
-//! a tree first is also faster than quick-xml's buffered look-ahead over
-//! interleaved lists.
+//! static binary (docs/figures.md); this one adds little per type, and
+//! reading a tree first is also faster than quick-xml's buffered look-ahead
+//! over interleaved lists.
 
 mod de;
 mod tree;

@@ -4,14 +4,15 @@
 
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 use super::domain_cache::DomainRead;
 use crate::hotplug::plan::Change;
 use crate::hypervisor::{DomainStatus, RebootMode};
 use crate::migration::TargetAddress;
 use crate::protocol::Return;
+use crate::replies;
+pub use crate::replies::{Executed, Frozen};
 
 /// A job's successful result.
 #[derive(Debug, PartialEq)]
@@ -128,14 +129,12 @@ impl Steps {
         out
     }
 
-    /// `{"name": milliseconds, ...}`, with microsecond resolution.
-    pub fn to_json(&self) -> Value {
-        let mut map = Map::new();
-        for (name, took) in &self.0 {
-            let ms = (took.as_secs_f64() * 1e6).round() / 1e3;
-            map.insert((*name).to_string(), json!(ms));
-        }
-        Value::Object(map)
+    /// Milliseconds by name, with microsecond resolution.
+    pub fn milliseconds(&self) -> BTreeMap<&'static str, f64> {
+        self.0
+            .iter()
+            .map(|(name, took)| (*name, (took.as_secs_f64() * 1e6).round() / 1e3))
+            .collect()
     }
 
     /// "plan 0.05 ms, define 12.1 ms, ..." for the log.
@@ -148,106 +147,55 @@ impl Steps {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Executed {
-    pub pid: i64,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub stdout: String,
-    pub stderr: String,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub elapsed_seconds: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Frozen {
-    pub frozen_filesystems: u64,
-    pub already_frozen: bool,
-    pub unfreeze_timeout_seconds: u64,
-}
-
-/// `state` and `reason` as a reply shows them.
-pub fn status_fields(status: DomainStatus) -> Map<String, Value> {
-    object(json!({ "state": status.state.as_str(), "reason": status.reason.as_str() }))
-}
-
-pub fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
-fn serialized(value: &impl Serialize) -> Map<String, Value> {
-    serde_json::to_value(value).map(object).unwrap_or_default()
-}
-
 impl JobValue {
     /// The `return` object of the client's reply.
     pub fn into_reply(self) -> Return {
         match self {
+            JobValue::Empty => Return::new(),
             JobValue::Reply(reply) => reply,
-            built => built.into_members().into(),
-        }
-    }
-
-    fn into_members(self) -> Map<String, Value> {
-        match self {
-            JobValue::Empty => Map::new(),
             JobValue::Operated(Operated { after, detail }) => {
-                let mut reply = match after {
-                    Some(status) => status_fields(status.unwrap_or(DomainStatus::NON_EXISTENT)),
-                    None => Map::new(),
-                };
+                let mut reply = replies::Operated::default();
                 match detail {
                     OperationDetail::None => {}
-                    OperationDetail::AcpiPowerButton => {
-                        reply.insert("acpi_power_button".into(), Value::Bool(true));
-                    }
+                    OperationDetail::AcpiPowerButton => reply.acpi_power_button = Some(true),
                     OperationDetail::Rebooted(mode) => {
-                        let mode = match mode {
+                        reply.mode = Some(match mode {
                             RebootMode::GuestAgent => "guest-agent",
                             RebootMode::Acpi => "acpi",
-                        };
-                        reply.insert("mode".into(), mode.into());
+                        });
                     }
-                    OperationDetail::Undefined => {
-                        reply.insert("undefined".into(), Value::Bool(true));
-                    }
+                    OperationDetail::Undefined => reply.undefined = Some(true),
                 }
-                reply
-            }
-            JobValue::Synced(synced) => {
-                let mut reply = object(json!({
-                    "domain": synced.domain,
-                    "action": synced.action.as_str(),
-                    "started_paused": synced.started_paused,
-                    "changes": synced.changes,
-                    "steps_ms": synced.steps.to_json(),
-                }));
-                if let Some(status) = synced.after {
-                    reply.extend(status_fields(status));
+                match after {
+                    Some(status) => reply.with_status(status.unwrap_or(DomainStatus::NON_EXISTENT)),
+                    None => reply,
                 }
-                reply
+                .into()
             }
+            JobValue::Synced(synced) => replies::Synced {
+                action: synced.action.as_str(),
+                changes: synced.changes,
+                domain: synced.domain,
+                reason: synced.after.map(|s| s.reason.as_str()),
+                started_paused: synced.started_paused,
+                state: synced.after.map(|s| s.state.as_str()),
+                steps_ms: synced.steps.milliseconds(),
+            }
+            .into(),
             // The manager answers these itself (`on_domain_read`); a read
             // that reaches here has only its state to say.
-            JobValue::Described(read) => {
-                status_fields(read.status.unwrap_or(DomainStatus::NON_EXISTENT))
-            }
-            JobValue::Reply(reply) => reply.into_object(),
-            JobValue::Executed(executed) => serialized(&executed),
-            JobValue::Frozen(frozen) => serialized(&frozen),
+            JobValue::Described(read) => replies::Operated::default()
+                .with_status(read.status.unwrap_or(DomainStatus::NON_EXISTENT))
+                .into(),
+            JobValue::Executed(executed) => executed.into(),
+            JobValue::Frozen(frozen) => frozen.into(),
             JobValue::Thawed { thawed_filesystems } => {
-                object(json!({ "thawed_filesystems": thawed_filesystems }))
+                replies::Thawed { thawed_filesystems }.into()
             }
-            JobValue::TargetPrepared { target } => {
-                object(json!({ "target": serde_json::to_value(&target).unwrap_or(Value::Null) }))
-            }
-            JobValue::Dumped { size_bytes } => object(json!({ "size_bytes": size_bytes })),
+            JobValue::TargetPrepared { target } => replies::TargetPrepared { target }.into(),
+            JobValue::Dumped { size_bytes } => replies::Dumped { size_bytes }.into(),
             // The manager answers these itself (`vm_stats_reply`).
-            JobValue::VmStats(_) => Map::new(),
+            JobValue::VmStats(_) => Return::new(),
         }
     }
 }
@@ -257,37 +205,41 @@ mod tests {
     use super::*;
     use crate::hypervisor::{DomainState, StateReason};
 
+    /// The `return` object as the socket writes it.
+    fn line(value: JobValue) -> String {
+        serde_json::to_string(&value.into_reply()).unwrap()
+    }
+
     #[test]
     fn operations_show_the_state_after_and_their_own_fields() {
         let running = DomainStatus::new(DomainState::Running, StateReason::Booted);
         let reply = JobValue::Operated(Operated {
             after: Some(Some(running)),
             detail: OperationDetail::Rebooted(RebootMode::Acpi),
-        })
-        .into_reply();
+        });
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"state": "Running", "reason": "Booted", "mode": "acpi"})
+            line(reply),
+            r#"{"mode":"acpi","reason":"Booted","state":"Running"}"#
         );
         // Gone after the operation.
         let reply = JobValue::Operated(Operated {
             after: Some(None),
             detail: OperationDetail::None,
-        })
-        .into_reply();
-        assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"state": "NoState", "reason": "NonExistent"})
-        );
+        });
+        assert_eq!(line(reply), r#"{"reason":"NonExistent","state":"NoState"}"#);
         // The read after failed: only the operation's own fields.
         let reply = JobValue::Operated(Operated {
             after: None,
             detail: OperationDetail::Undefined,
-        })
-        .into_reply();
+        });
+        assert_eq!(line(reply), r#"{"undefined":true}"#);
+        let reply = JobValue::Operated(Operated {
+            after: Some(Some(running)),
+            detail: OperationDetail::AcpiPowerButton,
+        });
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"undefined": true})
+            line(reply),
+            r#"{"acpi_power_button":true,"reason":"Booted","state":"Running"}"#
         );
     }
 
@@ -300,15 +252,13 @@ mod tests {
             after: Some(DomainStatus::new(DomainState::Paused, StateReason::User)),
             changes: Vec::new(),
             steps: Steps(vec![
-                ("define", Duration::from_micros(12_345)),
                 ("start", Duration::from_millis(250)),
+                ("define", Duration::from_micros(12_345)),
             ]),
         };
         assert_eq!(
-            Value::Object(JobValue::Synced(synced.clone()).into_reply().into_object()),
-            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true,
-                   "changes": [], "state": "Paused", "reason": "User",
-                   "steps_ms": {"define": 12.345, "start": 250.0}})
+            line(JobValue::Synced(synced.clone())),
+            r#"{"action":"defined-and-started","changes":[],"domain":"ns_vm","reason":"User","started_paused":true,"state":"Paused","steps_ms":{"define":12.345,"start":250.0}}"#
         );
         let unread = Synced {
             after: None,
@@ -316,23 +266,21 @@ mod tests {
             ..synced
         };
         assert_eq!(
-            Value::Object(JobValue::Synced(unread).into_reply().into_object()),
-            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true, "changes": [],
-                   "steps_ms": {}})
+            line(JobValue::Synced(unread)),
+            r#"{"action":"defined-and-started","changes":[],"domain":"ns_vm","started_paused":true,"steps_ms":{}}"#
         );
     }
 
     #[test]
     fn guest_results_keep_their_wire_names() {
         let reply = JobValue::Frozen(Frozen {
-            frozen_filesystems: 2,
             already_frozen: false,
+            frozen_filesystems: 2,
             unfreeze_timeout_seconds: 60,
-        })
-        .into_reply();
+        });
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"frozen_filesystems": 2, "already_frozen": false, "unfreeze_timeout_seconds": 60})
+            line(reply),
+            r#"{"already_frozen":false,"frozen_filesystems":2,"unfreeze_timeout_seconds":60}"#
         );
         let reply = JobValue::Executed(Executed {
             pid: 7,
@@ -343,11 +291,17 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: false,
             elapsed_seconds: 0.5,
-        })
-        .into_reply()
-        .into_object();
-        assert_eq!(reply["exit_code"], 1);
-        assert_eq!(reply["signal"], Value::Null);
-        assert_eq!(reply["pid"], 7);
+        });
+        assert_eq!(
+            line(reply),
+            r#"{"elapsed_seconds":0.5,"exit_code":1,"pid":7,"signal":null,"stderr":"","stderr_truncated":false,"stdout":"x","stdout_truncated":false}"#
+        );
+        assert_eq!(
+            line(JobValue::Thawed {
+                thawed_filesystems: 3
+            }),
+            r#"{"thawed_filesystems":3}"#
+        );
+        assert_eq!(line(JobValue::Empty), "{}");
     }
 }

@@ -28,7 +28,7 @@ use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::hotplug::VolumeStatus;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::JobValue;
+use super::reply::{DomainRead, JobValue, LiveDomain};
 use crate::command::{DomainFields, DomainQuery, ReplyTo};
 use crate::domxml::Domain;
 use crate::hypervisor::{DomainStatus, Hypervisor};
@@ -37,32 +37,6 @@ use crate::replies::DomainReply;
 
 /// How old a cached read a query without `max_age_ms` accepts.
 pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
-
-/// One read of the live domain.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct LiveDomain {
-    pub(super) uuid: String,
-    pub(super) xml: String,
-    /// The parsed XML.
-    pub(super) domain: Arc<Domain>,
-    /// `domain` as JSON, as replies carry it (`spec`), encoded once.
-    pub(super) spec: Encoded,
-    /// `xml` as a JSON string, encoded once (escaping a few kilobytes of
-    /// XML for every reply cost more than the rest of a cached reply).
-    pub(super) xml_json: Encoded,
-    pub(super) read: Instant,
-}
-
-/// A fresh read, as a job returns it.
-#[derive(Debug, PartialEq)]
-pub(super) struct DomainRead {
-    pub(super) live: LiveDomain,
-    /// The state read with it (`None`: the domain no longer exists).
-    pub(super) status: Option<DomainStatus>,
-    /// The cache's generation when the read started.
-    pub(super) generation: u64,
-    pub(super) fields: DomainFields,
-}
 
 #[derive(Debug, Default)]
 pub(super) struct DomainCache {

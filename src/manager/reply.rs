@@ -1,18 +1,77 @@
-//! What jobs produce, as typed values. The manager reads their fields (a
+//! What jobs produce, as typed values: the manager's shared vocabulary,
+//! a leaf that names no other module of the manager (reads of the domain,
+//! statistics samples, operation results). The manager reads their fields (a
 //! sync that started paused, a freeze's thaw timeout); they become JSON only
 //! when they are written into a client's reply (`into_reply`).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::collections::BTreeMap;
+use serde_json::{Map, Value};
 
-use super::domain_cache::DomainRead;
+use crate::command::{DomainFields, VmStatsQuery};
+use crate::domxml::Domain;
 use crate::hotplug::plan::Change;
 use crate::hypervisor::{DomainStatus, RebootMode};
 use crate::migration::TargetAddress;
-use crate::protocol::Return;
+use crate::protocol::{Encoded, Return};
 use crate::replies;
+use crate::replies::DirtyRate;
 pub use crate::replies::{Executed, Frozen};
+
+/// One read of the live domain.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct LiveDomain {
+    pub(super) uuid: String,
+    pub(super) xml: String,
+    /// The parsed XML.
+    pub(super) domain: Arc<Domain>,
+    /// `domain` as JSON, as replies carry it (`spec`), encoded once.
+    pub(super) spec: Encoded,
+    /// `xml` as a JSON string, encoded once (escaping a few kilobytes of
+    /// XML for every reply cost more than the rest of a cached reply).
+    pub(super) xml_json: Encoded,
+    pub(super) read: Instant,
+}
+
+/// A fresh read, as a job returns it.
+#[derive(Debug, PartialEq)]
+pub(super) struct DomainRead {
+    pub(super) live: LiveDomain,
+    /// The state read with it (`None`: the domain no longer exists).
+    pub(super) status: Option<DomainStatus>,
+    /// The cache's generation when the read started.
+    pub(super) generation: u64,
+    pub(super) fields: DomainFields,
+}
+
+/// A sample of the domain's statistics.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct StatsSample {
+    /// The statistics as a JSON object, encoded once for every reply.
+    pub(super) encoded: Encoded,
+    pub(super) taken: Instant,
+}
+
+impl StatsSample {
+    pub(super) fn new(stats: &Map<String, Value>, taken: Instant) -> StatsSample {
+        StatsSample {
+            encoded: Encoded::new(stats),
+            taken,
+        }
+    }
+}
+
+/// What a job read for a `query-vm-stats`.
+#[derive(Debug, PartialEq)]
+pub(super) struct VmStatsRead {
+    pub(super) query: VmStatsQuery,
+    pub(super) agent: Vec<(&'static str, Result<Value, String>)>,
+    pub(super) stats: Option<(Result<StatsSample, String>, u64)>,
+    pub(super) dirty_rate: Option<Result<DirtyRate, String>>,
+    pub(super) taken: Instant,
+}
 
 /// A job's successful result.
 #[derive(Debug, PartialEq)]
@@ -42,7 +101,7 @@ pub enum JobValue {
     },
     /// What a `query-vm-stats` job read, which the manager keeps and
     /// answers from.
-    VmStats(Box<super::vm_stats::VmStatsRead>),
+    VmStats(Box<VmStatsRead>),
     /// `memory-dump`'s dump is written.
     Dumped {
         size_bytes: u64,

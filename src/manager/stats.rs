@@ -20,11 +20,11 @@ use serde_json::{Map, Value};
 use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::JobValue;
+use super::reply::{JobValue, StatsSample};
 use super::timers::Timer;
 use crate::command::ReplyTo;
 use crate::hypervisor::{Hypervisor, Stat};
-use crate::protocol::Encoded;
+
 use crate::replies::StatsReply;
 
 /// How often the refresher takes a sample while clients ask.
@@ -34,23 +34,6 @@ pub(super) const REFRESH: Duration = Duration::from_secs(3);
 pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
 /// The refresher stops after this long without a `query-stats`.
 pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
-
-/// A sample of the domain's statistics.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct StatsSample {
-    /// The statistics as a JSON object, encoded once for every reply.
-    pub(super) encoded: Encoded,
-    pub(super) taken: Instant,
-}
-
-impl StatsSample {
-    pub(super) fn new(stats: &Map<String, Value>, taken: Instant) -> StatsSample {
-        StatsSample {
-            encoded: Encoded::new(stats),
-            taken,
-        }
-    }
-}
 
 /// The manager's statistics cache and its refresher.
 #[derive(Debug, Default)]

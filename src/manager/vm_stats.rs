@@ -20,8 +20,8 @@ use super::DomainManager;
 use super::diagnostics::measure_dirty_rate;
 use super::guest::agent_request;
 use super::jobs::{JobOutput, Operation};
-use super::reply::JobValue;
-use super::stats::{StatsSample, age_ms, sample_stats};
+use super::reply::{JobValue, VmStatsRead};
+use super::stats::{age_ms, sample_stats};
 use crate::command::{ReplyTo, VmStatsQuery};
 use crate::hypervisor::Hypervisor;
 use crate::replies::{AgedStats, AgentReturn, DirtyRate, Part, VmStats};
@@ -72,16 +72,6 @@ impl VmStatsCache {
         self.agent.clear();
         self.dirty_rate = None;
     }
-}
-
-/// What a job read for a `query-vm-stats`.
-#[derive(Debug, PartialEq)]
-pub struct VmStatsRead {
-    query: VmStatsQuery,
-    agent: Vec<(&'static str, Result<Value, String>)>,
-    stats: Option<(Result<StatsSample, String>, u64)>,
-    dirty_rate: Option<Result<DirtyRate, String>>,
-    taken: Instant,
 }
 
 fn ttl_of(command: &str) -> Duration {

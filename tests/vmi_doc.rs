@@ -228,9 +228,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::DownwardMetricsVolume => {
             json!({"spec": {"volumes": [{"name": "m", "downwardMetrics": {}}]}})
         }
-        Refused::MemoryDumpVolume => {
-            json!({"spec": {"volumes": [{"name": "m", "memoryDump": {"claimName": "c"}}]}})
-        }
         Refused::Vsock => devices(json!({"autoattachVSOCK": true})),
         Refused::PersistentEfiVariables => {
             domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}}))

@@ -60,7 +60,6 @@ field_table! {
         PasstCoreBinding => "spec.domain.devices.interfaces[].passt",
         NetworkResourceClaim => "spec.networks[].resourceClaim",
         DownwardMetricsVolume => "spec.volumes[].downwardMetrics",
-        MemoryDumpVolume => "spec.volumes[].memoryDump",
         // Refused by the converter, where it depends on the value or on
         // other fields.
         Vsock => "spec.domain.devices.autoattachVSOCK",

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::convert::ClusterOptions;
 use crate::events::EventKind;
 use crate::migration::MigrationOptions;
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
@@ -52,8 +53,15 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "sync",
-        summary: "Reconcile to arguments.vmi (a KubeVirt VMI): define the domain if missing, start it if down, resume it if paused by something other than pause; returns the domain's state.",
-        parse: |a| Ok(DomainCommand::Sync { vmi: a.vmi()? }.into()),
+        summary: "Reconcile to arguments.vmi (a KubeVirt VMI), with the cluster's arguments.options if given: define the domain if missing, start it if down, resume it if paused by something other than pause; returns the domain's state.",
+        parse: |a| {
+            let args: SyncArgs = a.typed()?;
+            Ok(DomainCommand::Sync {
+                vmi: vmi_object(args.vmi)?,
+                options: args.options.map(Box::new),
+            }
+            .into())
+        },
     },
     CommandSpec {
         name: "pause",
@@ -319,6 +327,9 @@ pub enum DomainCommand {
     QueryStatus,
     Sync {
         vmi: Value,
+        /// What virt-handler sends beside the VMI; `None`: the launcher's
+        /// defaults.
+        options: Option<Box<ClusterOptions>>,
     },
     Pause,
     Unpause,
@@ -756,19 +767,31 @@ impl Arguments {
     /// `arguments.vmi`, which must be an object.
     fn vmi(self) -> Result<Value, CommandError> {
         let args: VmiArgs = self.typed()?;
-        if !args.vmi.is_object() {
-            return Err(CommandError::invalid_argument(
-                "arguments.vmi must be a VirtualMachineInstance object",
-            ));
-        }
-        Ok(args.vmi)
+        vmi_object(args.vmi)
     }
+}
+
+fn vmi_object(vmi: Value) -> Result<Value, CommandError> {
+    if !vmi.is_object() {
+        return Err(CommandError::invalid_argument(
+            "arguments.vmi must be a VirtualMachineInstance object",
+        ));
+    }
+    Ok(vmi)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct VmiArgs {
     vmi: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SyncArgs {
+    vmi: Value,
+    #[serde(default)]
+    options: Option<ClusterOptions>,
 }
 
 #[derive(Deserialize)]
@@ -1004,7 +1027,11 @@ mod tests {
             DomainCommand::QueryVersion.into(),
             LocalCommand::QueryCommands.into(),
             DomainCommand::QueryStatus.into(),
-            DomainCommand::Sync { vmi: json!({}) }.into(),
+            DomainCommand::Sync {
+                vmi: json!({}),
+                options: None,
+            }
+            .into(),
             DomainCommand::Pause.into(),
             DomainCommand::Unpause.into(),
             DomainCommand::Shutdown.into(),
@@ -1181,6 +1208,35 @@ mod tests {
     }
 
     #[test]
+    fn sync_takes_the_clusters_options() {
+        let parsed = Command::parse(
+            "sync",
+            args(json!({"vmi": {}, "options": {
+                "smbios": {"manufacturer": "Acme"},
+                "memBalloonStatsPeriod": 3,
+                "preallocatedVolumes": ["thick"],
+                "freePageReportingDisabled": true
+            }})),
+        )
+        .unwrap();
+        let Command::Manager(ManagerCommand::Domain(DomainCommand::Sync { options, .. })) = parsed
+        else {
+            panic!("not a sync: {parsed:?}");
+        };
+        let options = options.expect("options");
+        assert_eq!(options.smbios.unwrap().manufacturer, "Acme");
+        assert_eq!(options.mem_balloon_stats_period, 3);
+        assert!(options.preallocated_volumes.contains("thick"));
+        assert!(options.free_page_reporting_disabled);
+        let Command::Manager(ManagerCommand::Domain(DomainCommand::Sync { options, .. })) =
+            Command::parse("sync", args(json!({"vmi": {}}))).unwrap()
+        else {
+            panic!("not a sync");
+        };
+        assert_eq!(options, None);
+    }
+
+    #[test]
     fn unknown_argument_keys_are_invalid_argument() {
         let err = Command::parse("ping", args(json!({"x": 1}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
@@ -1193,6 +1249,10 @@ mod tests {
         assert_eq!(err.desc, "arguments: missing field `vmi`");
         let err = Command::parse("sync", args(json!({"vmi": "x"}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
+        let err = Command::parse("sync", args(json!({"vmi": {}, "options": {"smbois": {}}})))
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("smbois"), "{}", err.desc);
         let err =
             Command::parse("migrate", args(json!({"target": {"libvirt_uri": ""}}))).unwrap_err();
         assert!(err.desc.contains("libvirt_uri"), "{}", err.desc);

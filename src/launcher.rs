@@ -440,6 +440,11 @@ fn serve(
     // SIGUSR1/SIGUSR2 log the manager's answer to query-status.
     reporter.connect(inbox.requests());
     let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
+    // Where libvirt writes the domain's QEMU log (a guest panic's details).
+    let qemu_log = daemons.as_ref().map_or_else(
+        || std::path::PathBuf::from(format!("/var/log/libvirt/qemu/{}.log", config.domain_name)),
+        |d| d.qemu_log(&config.domain_name),
+    );
 
     let poller = crate::agent::poller::spawn(
         hypervisor.clone(),
@@ -482,11 +487,12 @@ fn serve(
     server::spawn_acceptor(listener, shared.clone())
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the server: {e}")))?;
     let mut grpc_ready = None;
+    let (k8s_events_tx, k8s_events_rx) = crate::kubevirt::notify::k8s_event_queue();
     if let Some(grpc_socket) = grpc_socket {
         let listener = grpc_socket
             .take_listener()
             .ok_or_else(|| Failure::new(ExitCode::Internal, "gRPC socket listener missing"))?;
-        let handler = crate::kubevirt::cmd_handler(inbox.requests(), config.clone());
+        let handler = crate::kubevirt::cmd_handler(inbox.requests(), config.clone(), k8s_events_tx);
         crate::grpc::spawn_acceptor(
             listener,
             handler,
@@ -548,6 +554,8 @@ fn serve(
                 &config,
                 hub.clone(),
                 inbox.requests(),
+                k8s_events_rx,
+                qemu_log,
                 &fatal_tx,
             )
             .map_err(|e| {

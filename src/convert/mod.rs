@@ -13,6 +13,7 @@
 
 mod boot_order;
 mod cloudinit;
+mod cluster_options;
 mod codec;
 mod cpu;
 mod dedicated;
@@ -43,6 +44,7 @@ use crate::disks::DiskPlan;
 use crate::domxml::{Domain, MemBalloon};
 use crate::vmi::VirtualMachineInstance;
 
+pub use cluster_options::{ClusterOptions, SmbiosSystem};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
 pub use hostdev::is_device_variable;
@@ -79,6 +81,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         host_topology: None,
         libvirt_version: None,
         device_env: BTreeMap::new(),
+        options: None,
     }
 }
 
@@ -190,6 +193,9 @@ pub struct ConvertContext {
     /// (`PCI_RESOURCE_*`, `MDEV_PCI_RESOURCE_*`, `KUBEVIRT_RESOURCE_NAME_*`;
     /// see `hostdev`).
     pub device_env: BTreeMap<String, String>,
+    /// What virt-handler sent beside the VMI; `None`: this launcher's
+    /// defaults (KubeVirt's cluster defaults).
+    pub options: Option<ClusterOptions>,
 }
 
 /// The domain to define and the disk work to do before defining it.
@@ -317,6 +323,9 @@ pub fn convert(
     devices::configure(vmi, ctx, &mut domain, &mut plan)?;
     hostdev::configure(vmi, ctx, &mut domain)?;
     dedicated::configure(vmi, ctx, &mut domain)?;
+    if let Some(options) = &ctx.options {
+        cluster_options::apply(options, &mut domain);
+    }
     let memory = domain.memory.to_bytes().unwrap_or(0);
     hotplug_ports::configure(vmi, memory, &mut domain);
     Ok(Conversion {

@@ -12,6 +12,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::api;
+use super::k8s_events::K8sEvent;
+use super::notify::K8sEventSender;
 use super::proto::cmd::*;
 use super::proto::info::{CmdInfoResponse, SUPPORTED_CMD_VERSIONS};
 use super::proto::methods::{CmdMethod, CmdRequest, LauncherMethod};
@@ -23,17 +25,28 @@ use crate::hypervisor::{DomainState, DomainStatus, StateReason};
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 use crate::sink::Sink;
 
-/// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services.
-pub fn cmd_handler(manager: Sink<ManagerRequest>, config: Arc<Config>) -> Arc<dyn Handler> {
-    Arc::new(CmdService(ManagerClient::new(manager, config)))
+/// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services;
+/// the Kubernetes events a call gives rise to go to `k8s_events`.
+pub fn cmd_handler(
+    manager: Sink<ManagerRequest>,
+    config: Arc<Config>,
+    k8s_events: K8sEventSender,
+) -> Arc<dyn Handler> {
+    Arc::new(CmdService {
+        client: ManagerClient::new(manager, config),
+        k8s_events,
+    })
 }
 
-struct CmdService(ManagerClient);
+struct CmdService {
+    client: ManagerClient,
+    k8s_events: K8sEventSender,
+}
 
 impl std::ops::Deref for CmdService {
     type Target = ManagerClient;
     fn deref(&self) -> &ManagerClient {
-        &self.0
+        &self.client
     }
 }
 
@@ -99,6 +112,32 @@ fn unsupported(method: CmdMethod) -> Response {
         method.name(),
         env!("CARGO_PKG_VERSION")
     ))
+}
+
+/// What of virt-handler's `VirtualMachineOptions` the launcher applies, as
+/// the `sync` command's `options` (see `convert::ClusterOptions`). The
+/// rest is not applied: the NUMA topology, disks info (KubeVirt's launcher
+/// reads the images itself), the interfaces' attachment and migration, the
+/// other cluster settings.
+fn cluster_options(options: &VirtualMachineOptions) -> Value {
+    let mut out = json!({
+        "memBalloonStatsPeriod": options.mem_balloon_stats_period,
+        "preallocatedVolumes": options.preallocated_volumes,
+        "freePageReportingDisabled": options
+            .cluster_config
+            .as_ref()
+            .is_some_and(|c| c.free_page_reporting_disabled),
+    });
+    if let Some(smbios) = &options.virtual_machine_smbios {
+        out["smbios"] = json!({
+            "manufacturer": smbios.manufacturer,
+            "product": smbios.product,
+            "version": smbios.version,
+            "sku": smbios.sku,
+            "family": smbios.family,
+        });
+    }
+    out
 }
 
 /// The VMI a request carries, as KubeVirt's launcher reads it.
@@ -250,7 +289,13 @@ impl CmdService {
                 // A sync applies whatever changed: hotplugged host devices,
                 // vCPUs and memory among it.
                 match vmi_of(r.vmi.as_ref()) {
-                    Ok(vmi) => plain(response(&self.run("sync", json!({ "vmi": vmi })))),
+                    Ok(vmi) => {
+                        let mut arguments = json!({ "vmi": vmi });
+                        if let Some(options) = &r.options {
+                            arguments["options"] = cluster_options(options);
+                        }
+                        plain(response(&self.run("sync", arguments)))
+                    }
                     Err(refused) => plain(refused),
                 }
             }
@@ -493,7 +538,13 @@ impl CmdService {
                 response: Some(ok()),
             }
             .encode()),
-            Err(e) => Err(Status::new(Code::Unknown, describe(&e))),
+            Err(e) => {
+                // virt-handler records it on the VMI, as KubeVirt's
+                // launcher reports a failed probe.
+                self.k8s_events
+                    .send(K8sEvent::guest_agent_ping_failed(&self.config.name));
+                Err(Status::new(Code::Unknown, describe(&e)))
+            }
         }
     }
 
@@ -563,4 +614,50 @@ fn status_of(reply: &Map<String, Value>) -> DomainStatus {
         DomainState::from_name(word("state")).unwrap_or(DomainState::NoState),
         StateReason::from_name(word("reason")).unwrap_or(StateReason::Unknown),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::ClusterOptions;
+
+    #[test]
+    fn virt_handlers_options_become_syncs_options() {
+        let options = VirtualMachineOptions {
+            virtual_machine_smbios: Some(Smbios {
+                manufacturer: "Acme".into(),
+                product: "Rocket".into(),
+                version: "2.1".into(),
+                sku: "R-1".into(),
+                family: "Rockets".into(),
+            }),
+            mem_balloon_stats_period: 3,
+            preallocated_volumes: vec!["thick".into()],
+            cluster_config: Some(ClusterConfig {
+                free_page_reporting_disabled: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // What the sync command then parses.
+        let parsed: ClusterOptions = serde_json::from_value(cluster_options(&options)).unwrap();
+        let smbios = parsed.smbios.unwrap();
+        assert_eq!(
+            [
+                smbios.manufacturer,
+                smbios.product,
+                smbios.version,
+                smbios.sku,
+                smbios.family
+            ],
+            ["Acme", "Rocket", "2.1", "R-1", "Rockets"]
+        );
+        assert_eq!(parsed.mem_balloon_stats_period, 3);
+        assert!(parsed.preallocated_volumes.contains("thick"));
+        assert!(parsed.free_page_reporting_disabled);
+        // Options without SMBIOS or cluster settings: none.
+        let parsed: ClusterOptions =
+            serde_json::from_value(cluster_options(&VirtualMachineOptions::default())).unwrap();
+        assert_eq!(parsed, ClusterOptions::default());
+    }
 }

@@ -131,7 +131,9 @@ impl DomainManager {
             DomainCommand::Ping => return reply.send(Ok(Map::new().into())),
             DomainCommand::QueryVersion => return reply.send(Ok(self.query_version().into())),
             DomainCommand::QueryStatus => return reply.send(Ok(self.query_status().into())),
-            DomainCommand::Sync { vmi } => return self.start_sync(vmi, reply),
+            DomainCommand::Sync { vmi, options } => {
+                return self.start_sync(vmi, options.map(|o| *o), reply);
+            }
             DomainCommand::Pause => DomainOperation::Pause,
             DomainCommand::Unpause => DomainOperation::Unpause,
             DomainCommand::Shutdown => DomainOperation::Shutdown,

@@ -98,7 +98,7 @@ impl DomainManager {
     /// `prepare-migration-target`. Validation first (the VMI), then what
     /// the driver cannot do, then the launcher's state.
     fn prepare_migration_target(&mut self, vmi: Value, reply: ReplyTo) {
-        let plan = match self.plan_sync(&vmi) {
+        let plan = match self.plan_sync(&vmi, None) {
             Ok(plan) => plan,
             Err(e) => return reply.send(Err(e)),
         };

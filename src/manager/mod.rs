@@ -324,7 +324,7 @@ impl DomainManager {
                         .arm_in(Timer::QemuTimeout, self.config.qemu_timeout);
                 }
             }
-            Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, reply),
+            Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, None, reply),
         }
     }
 

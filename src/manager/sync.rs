@@ -140,9 +140,14 @@ impl DomainManager {
     /// `sync`. Validation first: a VMI that is not valid for this
     /// launcher is refused as such whatever the launcher is doing; only a
     /// valid one meets the state checks.
-    pub(super) fn start_sync(&mut self, vmi: Value, reply: ReplyTo) {
+    pub(super) fn start_sync(
+        &mut self,
+        vmi: Value,
+        options: Option<convert::ClusterOptions>,
+        reply: ReplyTo,
+    ) {
         let mut steps = Steps::default();
-        let mut plan = match steps.time("convert", || self.plan_sync(&vmi)) {
+        let mut plan = match steps.time("convert", || self.plan_sync(&vmi, options)) {
             Ok(plan) => plan,
             Err(e) => return reply.send(Err(e)),
         };
@@ -180,9 +185,13 @@ impl DomainManager {
         );
     }
 
-    /// Parses, checks and converts a VMI: everything `sync` decides before
-    /// touching anything.
-    pub(super) fn plan_sync(&self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
+    /// Parses, checks and converts a VMI (with the cluster's `options`):
+    /// everything `sync` decides before touching anything.
+    pub(super) fn plan_sync(
+        &self,
+        vmi_json: &Value,
+        options: Option<convert::ClusterOptions>,
+    ) -> Result<SyncPlan, CommandError> {
         let vmi = crate::vmi::parse_vmi(vmi_json)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         self.check_identity(vmi.namespace(), vmi.name(), vmi.uid())?;
@@ -220,6 +229,7 @@ impl DomainManager {
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
+            options,
         };
         let ctx = ConvertContext {
             present_paths: convert::detect_present_paths(&vmi, &ctx),

@@ -91,9 +91,15 @@ pub struct NotifyServer {
 impl NotifyServer {
     /// Starts it for a launcher whose share directory is `share_dir`
     /// (created if missing): it links `domain-notify-pipe.sock` there.
-    pub fn start(share_dir: &Path) -> NotifyServer {
-        let mut child = Command::new(kvhandler())
-            .args(["notify-server", "--share-dir", share_dir.to_str().unwrap()])
+    /// `vmi` is the VMI file its store holds, as virt-handler's informer
+    /// does: Kubernetes events are recorded only for that VMI.
+    pub fn start(share_dir: &Path, vmi: Option<&Path>) -> NotifyServer {
+        let mut command = Command::new(kvhandler());
+        command.args(["notify-server", "--share-dir", share_dir.to_str().unwrap()]);
+        if let Some(vmi) = vmi {
+            command.arg("--vmi").arg(vmi);
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

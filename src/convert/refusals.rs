@@ -48,7 +48,6 @@ field_table! {
         UtilityVolumes => "spec.utilityVolumes",
         LaunchSecurity => "spec.domain.launchSecurity",
         Acpi => "spec.domain.firmware.acpi",
-        Filesystems => "spec.domain.devices.filesystems",
         DownwardMetricsDevice => "spec.domain.devices.downwardMetrics",
         ClientPassthrough => "spec.domain.devices.clientPassthrough",
         Sound => "spec.domain.devices.sound",
@@ -60,7 +59,6 @@ field_table! {
         PasstCoreBinding => "spec.domain.devices.interfaces[].passt",
         NetworkResourceClaim => "spec.networks[].resourceClaim",
         DownwardMetricsVolume => "spec.volumes[].downwardMetrics",
-        MemoryDumpVolume => "spec.volumes[].memoryDump",
         // Refused by the converter, where it depends on the value or on
         // other fields.
         Vsock => "spec.domain.devices.autoattachVSOCK",
@@ -69,7 +67,6 @@ field_table! {
         ChangedBlockTracking => "spec.domain.devices.disks[].changedBlockTracking",
         LunReservation => "spec.domain.devices.disks[].lun.reservation",
         ConfigDriveDiskTag => "spec.domain.devices.disks[].tag",
-        ContainerPathVolume => "spec.volumes[].containerPath",
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",
         NumaPassthroughWithMemoryHotplug => "spec.domain.cpu.numa.guestMappingPassthrough",
         Architecture => "spec.architecture",

@@ -23,6 +23,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, select, unbounded};
 use crate::cli::{self, Action};
 use crate::command::ReplyTo;
 use crate::config::Config;
+use crate::daemons::virtiofs::VirtiofsSlot;
 use crate::daemons::{DaemonMode, LibvirtDaemons};
 use crate::events::EventHub;
 use crate::exit::ExitCode;
@@ -207,6 +208,9 @@ fn run_locked(
     // Whatever pod networking a sync sets up is removed when this guard
     // goes: after the daemons (and so QEMU) stopped, or on unwinding.
     let network = NetworkGuard(crate::network::NetworkSlot::default());
+    // The filesystems' virtiofsd, stopped as the network is removed: once
+    // QEMU is gone.
+    let virtiofs = VirtiofsGuard(VirtiofsSlot::default());
     let mut config = config;
     let daemons = if config.pod_daemons {
         let daemons =
@@ -249,6 +253,7 @@ fn run_locked(
         config,
         daemons.clone(),
         network.0.clone(),
+        virtiofs.0.clone(),
         reporter,
         inbox,
         fatal_tx,
@@ -258,6 +263,7 @@ fn run_locked(
     if let Some(daemons) = daemons {
         daemons.stop();
     }
+    drop(virtiofs);
     drop(network);
     outcome
 }
@@ -271,11 +277,21 @@ impl Drop for NetworkGuard {
     }
 }
 
+/// Stops the filesystems' virtiofsd when dropped.
+struct VirtiofsGuard(VirtiofsSlot);
+
+impl Drop for VirtiofsGuard {
+    fn drop(&mut self) {
+        crate::daemons::virtiofs::stop(&self.0);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_with_libvirt(
     config: Config,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
+    virtiofs: VirtiofsSlot,
     reporter: signals::StateReporter,
     (inbox, inbox_rx): (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
@@ -339,6 +355,7 @@ fn run_with_libvirt(
         hypervisor,
         daemons,
         network,
+        virtiofs,
         reporter,
         listener,
         (&socket, grpc_socket.as_mut()),
@@ -427,6 +444,7 @@ fn serve(
     hypervisor: Arc<dyn Hypervisor>,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
+    virtiofs: VirtiofsSlot,
     reporter: signals::StateReporter,
     listener: std::os::unix::net::UnixListener,
     (socket, grpc_socket): (&CommandSocket, Option<&mut CommandSocket>),
@@ -469,6 +487,7 @@ fn serve(
         exit: exit_tx,
         fatal: fatal_tx.clone(),
         network,
+        virtiofs,
         inbox: inbox.clone(),
     });
     threads::spawn_named("manager", &fatal_tx, move || manager.run(inbox_rx))

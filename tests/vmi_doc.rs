@@ -205,7 +205,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::UtilityVolumes => json!({"spec": {"utilityVolumes": [{"name": "u"}]}}),
         Refused::LaunchSecurity => domain(json!({"launchSecurity": {"sev": {}}})),
         Refused::Acpi => domain(json!({"firmware": {"acpi": {"slicNameRef": "slic"}}})),
-        Refused::Filesystems => devices(json!({"filesystems": [{"name": "f", "virtiofs": {}}]})),
         Refused::DownwardMetricsDevice => devices(json!({"downwardMetrics": {}})),
         Refused::ClientPassthrough => devices(json!({"clientPassthrough": {}})),
         Refused::Sound => devices(json!({"sound": {"name": "s"}})),
@@ -248,9 +247,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "domain": {"devices": {"disks": [{"name": "d", "tag": "data"}]}},
             "volumes": [empty_disk,
                 {"name": "ci", "cloudInitConfigDrive": {"userData": "#cloud-config\n"}}]}}),
-        Refused::ContainerPathVolume => {
-            json!({"spec": {"volumes": [{"name": "c", "containerPath": {"path": "/data"}}]}})
-        }
         Refused::MultiqueueWithoutTap => json!({"spec": {
             "domain": {"devices": {"networkInterfaceMultiqueue": true,
                 "interfaces": [{"name": "default", "binding": {"name": "passt"}}]}},

@@ -20,6 +20,7 @@ mod dedicated;
 mod detect;
 mod devices;
 mod features;
+mod filesystems;
 mod firmware;
 mod hostdev;
 mod hotplug_ports;
@@ -47,6 +48,7 @@ use crate::vmi::VirtualMachineInstance;
 pub use cluster_options::{ClusterOptions, SmbiosSystem};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
+pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
@@ -64,6 +66,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         uid: String::new(),
         private_dir: PathBuf::from("/var/run/kubevirt-private"),
         ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
+        share_dir: PathBuf::from("/var/run/kubevirt"),
         container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
         hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
         ovmf: Some(OvmfPaths {
@@ -161,6 +164,8 @@ pub struct ConvertContext {
     pub private_dir: PathBuf,
     /// KubeVirt: /var/run/kubevirt-ephemeral-disks.
     pub ephemeral_disk_dir: PathBuf,
+    /// KubeVirt: /var/run/kubevirt (virtiofsd's sockets are under it).
+    pub share_dir: PathBuf,
     /// KubeVirt: /var/run/kubevirt/container-disks.
     pub container_disk_dir: PathBuf,
     /// KubeVirt: /var/run/kubevirt/hotplug-disks (hotplug is not supported).
@@ -203,6 +208,9 @@ pub struct ConvertContext {
 pub struct Conversion {
     pub domain: Domain,
     pub disk_plan: DiskPlan,
+    /// The directories the VMI's filesystems share, each served by a
+    /// virtiofsd the launcher starts before the domain.
+    pub filesystems: Vec<VirtiofsShare>,
 }
 
 /// Why a VMI cannot be converted: `path` is the JSON path of the field to fix.
@@ -319,6 +327,7 @@ pub fn convert(
     features::configure(vmi, ctx, &mut domain)?;
     features::configure_clock(vmi, ctx, &mut domain)?;
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
+    let filesystems = filesystems::configure(vmi, ctx, &mut domain)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
     devices::configure(vmi, ctx, &mut domain, &mut plan)?;
     hostdev::configure(vmi, ctx, &mut domain)?;
@@ -331,6 +340,7 @@ pub fn convert(
     Ok(Conversion {
         domain,
         disk_plan: plan,
+        filesystems,
     })
 }
 

@@ -31,6 +31,7 @@ pub mod init;
 mod namespace;
 mod placement;
 mod supervisor;
+pub mod virtiofs;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -44,7 +45,7 @@ use crate::os;
 use crate::threads::FatalSender;
 use namespace::DaemonNamespaces;
 use placement::Placement;
-use supervisor::{DaemonSpec, Supervisor};
+use supervisor::{DaemonSpec, Readiness, Supervisor};
 
 /// How long a daemon may take to report ready. A cold QEMU capabilities
 /// probe takes a few seconds on a slow host.
@@ -210,7 +211,7 @@ impl LibvirtDaemons {
         }
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
         let virtlogd = DaemonSpec {
-            name: "virtlogd",
+            name: "virtlogd".to_string(),
             binary: virtlogd_bin,
             args: vec![
                 "-f".into(),
@@ -219,11 +220,12 @@ impl LibvirtDaemons {
                 "/run/libvirt/virtlogd.pid".into(),
             ],
             env: virtlogd_env,
-            notify_socket: notify("virtlogd"),
+            ready: Readiness::Notify(notify("virtlogd")),
             start_cpu: None,
+            read_only: None,
         };
         let libvirtd = DaemonSpec {
-            name: daemon.name,
+            name: daemon.name.to_string(),
             binary: daemon.binary.clone(),
             args: vec![
                 "-f".into(),
@@ -232,8 +234,9 @@ impl LibvirtDaemons {
                 format!("/run/libvirt/{}.pid", daemon.name),
             ],
             env,
-            notify_socket: notify(daemon.name),
+            ready: Readiness::Notify(notify(daemon.name)),
             start_cpu: seeded.start_cpu,
+            read_only: None,
         };
         let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
         // The same socket name in both modes; session mode's URI, as
@@ -281,20 +284,22 @@ impl LibvirtDaemons {
         }
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
         let virtlogd = DaemonSpec {
-            name: "virtlogd",
+            name: "virtlogd".to_string(),
             binary: virtlogd_bin,
             args: virtlogd_args,
             env: Vec::new(),
-            notify_socket: notify("virtlogd"),
+            ready: Readiness::Notify(notify("virtlogd")),
             start_cpu: None,
+            read_only: None,
         };
         let libvirtd = DaemonSpec {
-            name: daemon.name,
+            name: daemon.name.to_string(),
             binary: daemon.binary.clone(),
             args: vec!["-f".into(), daemon_conf.display().to_string()],
             env: Vec::new(),
-            notify_socket: notify(daemon.name),
+            ready: Readiness::Notify(notify(daemon.name)),
             start_cpu: None,
+            read_only: None,
         };
         let placement = Arc::new(Placement::Pod);
         let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;

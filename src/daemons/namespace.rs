@@ -166,20 +166,19 @@ impl DaemonNamespaces {
     /// own, with SIGTERM as its parent-death signal. The child is a child
     /// of the launcher, so `Child::wait` works as usual; its pid (in
     /// `Child::id`) is the launcher's view of it.
-    pub fn spawn(&self, mut command: Command) -> io::Result<Child> {
+    pub fn spawn(&self, mut command: Command, then: Vec<BeforeExec>) -> io::Result<Child> {
         if self.has_ended() {
             return Err(io::Error::other("the daemons' PID namespace has ended"));
         }
         // Ctrl-C at the launcher's terminal must not kill a daemon before
         // the launcher stops it in order.
         command.process_group(0);
-        os::before_exec(
-            &mut command,
-            vec![
-                BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
-                BeforeExec::ParentDeathSignal(libc::SIGTERM),
-            ],
-        );
+        let mut steps = vec![
+            BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
+            BeforeExec::ParentDeathSignal(libc::SIGTERM),
+        ];
+        steps.extend(then);
+        os::before_exec(&mut command, steps);
         let (reply, spawned) = bounded(1);
         self.spawner
             .send(SpawnRequest { command, reply })

@@ -210,7 +210,7 @@ impl DomainManager {
                     .as_secs_f64(),
             })
         });
-        object(json!({
+        let mut status = object(json!({
             "phase": self.phase.as_str(),
             "vmi": self.config.vmi_ref(),
             "uid": self.config.uid,
@@ -232,7 +232,14 @@ impl DomainManager {
             "memory_dump": self.memory_dump.last.as_ref().map(|d| d.to_json()),
             "shutdown": grace,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
-        }))
+        }));
+        // Only for a VMI that shares filesystems, so that every other
+        // status keeps its shape.
+        let virtiofs = crate::daemons::virtiofs::report(&self.virtiofs);
+        if virtiofs.as_array().is_some_and(|a| !a.is_empty()) {
+            status.insert("virtiofs".to_string(), virtiofs);
+        }
+        status
     }
 
     /// Refuses commands that make no sense now, before any side effect.

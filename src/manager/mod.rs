@@ -87,6 +87,8 @@ pub struct ManagerParts {
     pub fatal: FatalSender,
     /// The VMI's pod networking, removed by the main thread on exit.
     pub network: crate::network::NetworkSlot,
+    /// The filesystems' virtiofsd, stopped by the main thread on exit.
+    pub virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     /// The manager's own inbox: its workers report there.
     pub inbox: Inbox,
 }
@@ -204,6 +206,8 @@ pub struct DomainManager {
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
+    /// The filesystems' virtiofsd.
+    virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     fatal: FatalSender,
 }
 
@@ -219,6 +223,7 @@ impl DomainManager {
             exit,
             fatal,
             network,
+            virtiofs,
             inbox,
         } = parts;
         let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
@@ -245,6 +250,7 @@ impl DomainManager {
             vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
             network,
+            virtiofs,
             fatal,
         }
     }

@@ -113,6 +113,12 @@ enum Source {
     Empty,
 }
 
+/// The kind of `volume`'s source (`persistentVolumeClaim`, ...), if it
+/// has one.
+pub(crate) fn source_kind(volume: &crate::vmi::Volume) -> Option<&'static str> {
+    volumes::source_kinds(volume).first().copied()
+}
+
 pub(crate) fn configure(
     vmi: &VirtualMachineInstance,
     ctx: &ConvertContext,

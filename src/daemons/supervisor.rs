@@ -2,6 +2,7 @@
 //! after it dies, pipes its stderr into the launcher's log, and stops it
 //! in order when asked.
 
+use super::error::DaemonError;
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -125,12 +126,12 @@ impl Supervisor {
         spec: DaemonSpec,
         placement: Arc<Placement>,
         fatal: &FatalSender,
-    ) -> Result<Starting, String> {
+    ) -> Result<Starting, DaemonError> {
         let notify = bind_notify(&spec.notify_socket)?;
         let last_error = Arc::new(Mutex::new(None));
         let child = spec
             .spawn(&placement, true, &last_error, fatal)
-            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
+            .map_err(|e| DaemonError::os(format!("cannot start {}", spec.binary.display()), e))?;
         let pid = Arc::new(Mutex::new(Some(child.id())));
         let restarts = Arc::new(AtomicU32::new(0));
         let stopping = Arc::new(AtomicBool::new(false));
@@ -150,7 +151,7 @@ impl Supervisor {
         threads::spawn_named(&format!("{}-supervisor", spec.name), fatal, move || {
             watcher.watch(child)
         })
-        .map_err(|e| format!("cannot start the {} supervisor: {e}", spec.name))?;
+        .map_err(|e| DaemonError::os(format!("cannot start the {} supervisor", spec.name), e))?;
         Ok(Starting {
             supervisor: Supervisor {
                 name: spec.name,
@@ -171,7 +172,7 @@ impl Supervisor {
 
 impl Starting {
     /// Waits until the daemon reports ready; stops it if it does not.
-    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, String> {
+    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, DaemonError> {
         let Starting {
             supervisor,
             notify,
@@ -186,7 +187,7 @@ impl Starting {
                 .map(|m| format!(": {m}"))
                 .unwrap_or_default();
             supervisor.stop(Duration::from_secs(5));
-            return Err(format!("{e}{detail}"));
+            return Err(e.detailed(detail));
         }
         // The daemon stays on its start CPU until its first client's
         // connection is served (`Supervisor::release_start_cpu`): libvirt
@@ -373,23 +374,24 @@ impl Watcher {
     }
 }
 
-fn bind_notify(path: &Path) -> Result<UnixDatagram, String> {
+fn bind_notify(path: &Path) -> Result<UnixDatagram, DaemonError> {
     let _ = std::fs::remove_file(path);
-    UnixDatagram::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+    UnixDatagram::bind(path)
+        .map_err(|e| DaemonError::os(format!("cannot listen on {}", path.display()), e))
 }
 
 /// Waits for the daemon's READY=1 (libvirt speaks the sd_notify protocol
 /// when NOTIFY_SOCKET is set), or its exit.
-fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), String> {
+fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), DaemonError> {
     notify
         .set_read_timeout(Some(timeout))
-        .map_err(|e| format!("cannot wait for {name}: {e}"))?;
+        .map_err(|e| DaemonError::os(format!("cannot wait for {name}"), e))?;
     let mut buf = [0u8; 4096];
     loop {
         let n = notify.recv(&mut buf).map_err(|e| {
-            format!(
-                "{name} did not report ready within {} s: {e}",
-                timeout.as_secs()
+            DaemonError::os(
+                format!("{name} did not report ready within {} s", timeout.as_secs()),
+                e,
             )
         })?;
         let message = String::from_utf8_lossy(&buf[..n]);
@@ -397,9 +399,9 @@ fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<()
             return Ok(());
         }
         if message.contains("EXITED=1") {
-            return Err(format!(
+            return Err(DaemonError::Refused(format!(
                 "{name} exited during start-up; its messages are in the log above"
-            ));
+            )));
         }
     }
 }

@@ -191,7 +191,7 @@ if ! grep -q "virt-launcher host set-up" /etc/libvirt/qemu.conf 2>/dev/null; the
     [ -f /etc/libvirt/qemu.conf ] && cp /etc/libvirt/qemu.conf /etc/libvirt/qemu.conf.orig
     cat > /etc/libvirt/qemu.conf <<'CONF'
 # virt-launcher host set-up: QEMU runs as root without security labels, as
-# inside a KubeVirt launcher pod. See virt-launcher's README.
+# inside a KubeVirt launcher pod. See virt-launcher's docs/running.md (one-time host set-up).
 user = "root"
 group = "root"
 security_driver = "none"

@@ -12,7 +12,7 @@
 //!   main ◀── ExitRequest / Fatal ───────────────────────────────┘
 //! ```
 //!
-//! (README's "How it is built" has the whole picture.)
+//! (docs/architecture.md has the whole picture.)
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -303,7 +303,7 @@ fn run_with_libvirt(
             f.message.push_str(&format!(" The launcher's libvirt daemon last said: {said}"));
             if said.contains("Failed to parse user") || said.contains("Failed to parse group") {
                 f.message.push_str(
-                    " (the QEMU driver needs the libvirt-qemu user and group to exist; see the README's host set-up)",
+                    " (the QEMU driver needs the libvirt-qemu user and group to exist; see docs/running.md's one-time host set-up)",
                 );
             }
         }

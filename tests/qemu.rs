@@ -471,7 +471,7 @@ fn a_new_launcher_adopts_a_guest_left_running_on_the_hosts_daemon_with_its_agent
         return;
     }
     // Without --spawn-libvirt a SIGKILLed launcher's guest keeps running on
-    // the shared daemon (README, Limits). The next launcher on the same
+    // the shared daemon (docs/limits.md). The next launcher on the same
     // directories replaces the stale socket and locks, adopts the running
     // domain and reads its agent channel's state from it: guest commands
     // work at once, without an AGENT_CONNECTED that libvirt will not send

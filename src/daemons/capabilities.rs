@@ -34,6 +34,7 @@
 //!    own version and ctime, the microcode) are left to libvirt, which
 //!    re-probes if they fail.
 
+use super::error::DaemonError;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -124,22 +125,27 @@ pub fn user_session_cache() -> Option<PathBuf> {
 /// probed (in its `cache`, the daemon's /var/cache/libvirt) into the
 /// user's session cache, where this user's next launcher (or session
 /// daemon) finds it. Returns where it went.
-pub fn keep_for_user(cache: &Path) -> Result<PathBuf, String> {
-    let dir = user_session_cache().ok_or("neither XDG_CACHE_HOME nor HOME is set")?;
-    let emulator = find_in_path(EMULATOR).ok_or_else(|| format!("{EMULATOR} is not on PATH"))?;
+pub fn keep_for_user(cache: &Path) -> Result<PathBuf, DaemonError> {
+    let dir = user_session_cache()
+        .ok_or_else(|| DaemonError::refused("neither XDG_CACHE_HOME nor HOME is set"))?;
+    let emulator = find_in_path(EMULATOR)
+        .ok_or_else(|| DaemonError::Refused(format!("{EMULATOR} is not on PATH")))?;
     keep_in(&cache.join(SESSION_DIR), &emulator, &dir)
 }
 
-fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, String> {
+fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, DaemonError> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let (file, xml) = entry_for(probed, emulator)
-        .0
-        .ok_or_else(|| format!("the daemon's cache {} has no entry", probed.display()))?;
+    let (file, xml) = entry_for(probed, emulator).0.ok_or_else(|| {
+        DaemonError::Refused(format!(
+            "the daemon's cache {} has no entry",
+            probed.display()
+        ))
+    })?;
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        .map_err(|e| DaemonError::os(format!("cannot create {}", dir.display()), e))?;
     // Written aside and renamed: a session daemon reading the directory
     // never sees half an entry.
     let temp = dir.join(format!(".{}.virt-launcher", file.to_string_lossy()));
@@ -153,7 +159,10 @@ fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, String
         .and_then(|()| fs::rename(&temp, dir.join(&file)));
     if let Err(e) = written {
         let _ = fs::remove_file(&temp);
-        return Err(format!("cannot write into {}: {e}", dir.display()));
+        return Err(DaemonError::os(
+            format!("cannot write into {}", dir.display()),
+            e,
+        ));
     }
     Ok(dir.to_path_buf())
 }
@@ -484,7 +493,10 @@ mod tests {
             .replace("<cpudata arch='x86'>", "<cpudata-not-here>");
         fs::write(probed.join("abc.xml"), &xml).unwrap();
         let user = dirs.join("home/.cache/libvirt/qemu/cache/capabilities");
-        assert_eq!(keep_in(&probed, &emulator, &user), Ok(user.clone()));
+        assert_eq!(
+            keep_in(&probed, &emulator, &user).map_err(|e| e.to_string()),
+            Ok(user.clone())
+        );
         let meta = fs::metadata(user.join("abc.xml")).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(
@@ -500,7 +512,7 @@ mod tests {
         assert_eq!(fs::read_to_string(next.join("abc.xml")).unwrap(), xml);
         // Nothing to keep when the daemon has no entry.
         let err = keep_in(&dirs.join("none"), &emulator, &user).unwrap_err();
-        assert!(err.contains("has no entry"), "{err}");
+        assert!(err.to_string().contains("has no entry"), "{err}");
     }
 
     #[test]

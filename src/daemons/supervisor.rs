@@ -2,6 +2,7 @@
 //! restarts it a second after it dies, pipes its stderr into the
 //! launcher's log, and stops it in order when asked.
 
+use super::error::DaemonError;
 use std::ffi::CString;
 use std::io;
 use std::os::unix::net::UnixDatagram;
@@ -159,7 +160,7 @@ impl Supervisor {
         spec: DaemonSpec,
         placement: Arc<Placement>,
         fatal: &FatalSender,
-    ) -> Result<Starting, String> {
+    ) -> Result<Starting, DaemonError> {
         let notify = match &spec.ready {
             Readiness::Notify(socket) => Some(bind_notify(socket)?),
             Readiness::Listening(_) => None,
@@ -202,11 +203,16 @@ impl Supervisor {
                 }
             },
         )
-        .map_err(|e| format!("cannot start the {} supervisor: {e}", spec.name))?;
+        .map_err(|e| DaemonError::os(format!("cannot start the {} supervisor", spec.name), e))?;
         spawned_rx
             .recv()
-            .map_err(|_| format!("the {} supervisor ended before starting it", spec.name))?
-            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
+            .map_err(|_| {
+                DaemonError::refused(format!(
+                    "the {} supervisor ended before starting it",
+                    spec.name
+                ))
+            })?
+            .map_err(|e| DaemonError::os(format!("cannot start {}", spec.binary.display()), e))?;
         Ok(Starting {
             supervisor: Supervisor {
                 name: spec.name.clone(),
@@ -227,7 +233,7 @@ impl Supervisor {
 
 impl Starting {
     /// Waits until the daemon reports ready; stops it if it does not.
-    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, String> {
+    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, DaemonError> {
         let Starting {
             supervisor,
             notify,
@@ -241,9 +247,10 @@ impl Starting {
                 ready
             }
             (Readiness::Listening(socket), _) => wait_listening(&supervisor, socket, timeout),
-            (Readiness::Notify(_), None) => {
-                Err(format!("{} has no notify socket", supervisor.name))
-            }
+            (Readiness::Notify(_), None) => Err(DaemonError::refused(format!(
+                "{} has no notify socket",
+                supervisor.name
+            ))),
         };
         if let Err(e) = ready {
             let detail = supervisor
@@ -251,7 +258,7 @@ impl Starting {
                 .map(|m| format!(": {m}"))
                 .unwrap_or_default();
             supervisor.stop(Duration::from_secs(5));
-            return Err(format!("{e}{detail}"));
+            return Err(e.detailed(detail));
         }
         // The daemon stays on its start CPU until its first client's
         // connection is served (`Supervisor::release_start_cpu`): libvirt
@@ -442,31 +449,36 @@ impl Watcher {
     }
 }
 
-fn bind_notify(path: &Path) -> Result<UnixDatagram, String> {
+fn bind_notify(path: &Path) -> Result<UnixDatagram, DaemonError> {
     let _ = std::fs::remove_file(path);
-    UnixDatagram::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+    UnixDatagram::bind(path)
+        .map_err(|e| DaemonError::os(format!("cannot listen on {}", path.display()), e))
 }
 
 /// Waits until the daemon's listening socket is there, or it exits.
-fn wait_listening(supervisor: &Supervisor, socket: &Path, timeout: Duration) -> Result<(), String> {
+fn wait_listening(
+    supervisor: &Supervisor,
+    socket: &Path,
+    timeout: Duration,
+) -> Result<(), DaemonError> {
     let deadline = Instant::now() + timeout;
     loop {
         if socket.exists() {
             return Ok(());
         }
         if supervisor.pid().is_none() {
-            return Err(format!(
+            return Err(DaemonError::refused(format!(
                 "{} exited during start-up; its messages are in the log above",
                 supervisor.name
-            ));
+            )));
         }
         if Instant::now() >= deadline {
-            return Err(format!(
+            return Err(DaemonError::refused(format!(
                 "{} did not listen on {} within {} s",
                 supervisor.name,
                 socket.display(),
                 timeout.as_secs()
-            ));
+            )));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -474,16 +486,16 @@ fn wait_listening(supervisor: &Supervisor, socket: &Path, timeout: Duration) -> 
 
 /// Waits for the daemon's READY=1 (libvirt speaks the sd_notify protocol
 /// when NOTIFY_SOCKET is set), or its exit.
-fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), String> {
+fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), DaemonError> {
     notify
         .set_read_timeout(Some(timeout))
-        .map_err(|e| format!("cannot wait for {name}: {e}"))?;
+        .map_err(|e| DaemonError::os(format!("cannot wait for {name}"), e))?;
     let mut buf = [0u8; 4096];
     loop {
         let n = notify.recv(&mut buf).map_err(|e| {
-            format!(
-                "{name} did not report ready within {} s: {e}",
-                timeout.as_secs()
+            DaemonError::os(
+                format!("{name} did not report ready within {} s", timeout.as_secs()),
+                e,
             )
         })?;
         let message = String::from_utf8_lossy(&buf[..n]);
@@ -491,9 +503,9 @@ fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<()
             return Ok(());
         }
         if message.contains("EXITED=1") {
-            return Err(format!(
+            return Err(DaemonError::Refused(format!(
                 "{name} exited during start-up; its messages are in the log above"
-            ));
+            )));
         }
     }
 }

@@ -48,6 +48,15 @@ impl std::fmt::Display for CommandFailure {
     }
 }
 
+impl std::error::Error for CommandFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CommandFailure::Spawn(err) | CommandFailure::Io(err) => Some(err),
+            CommandFailure::TimedOut(_) | CommandFailure::Failed { .. } => None,
+        }
+    }
+}
+
 /// Which pipe a chunk of output came from.
 enum Pipe {
     Stdout,

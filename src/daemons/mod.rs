@@ -294,11 +294,28 @@ impl LibvirtDaemons {
             start_cpu: None,
             read_only: None,
         };
+        // The daemon sees only the emulator the launcher runs (see
+        // `capabilities`); without a way to, it probes every other one too.
+        let mut env = Vec::new();
+        match capabilities::shadow_other_emulators(&runtime_dir.join("hidden-emulators")) {
+            Ok(Some(path)) => {
+                log::debug!(
+                    "daemons: the other QEMU emulators are hidden from {} on its PATH (it logs their failed probes)",
+                    daemon.name
+                );
+                env.push(("PATH".to_string(), path));
+            }
+            Ok(None) => {}
+            Err(e) => log::info!(
+                "daemons: {e}; {} probes every QEMU emulator it finds before it answers",
+                daemon.name
+            ),
+        }
         let libvirtd = DaemonSpec {
             name: daemon.name.to_string(),
             binary: daemon.binary.clone(),
             args: vec!["-f".into(), daemon_conf.display().to_string()],
-            env: Vec::new(),
+            env,
             ready: Readiness::Notify(notify(daemon.name)),
             start_cpu: None,
             read_only: None,

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::api;
+use super::converted::{Converted, StatsKey};
 use super::k8s_events::K8sEvent;
 use super::notify::K8sEventSender;
 use super::proto::cmd::*;
@@ -22,7 +23,7 @@ use crate::command::{Command, ManagerRequest, ReplyTo};
 use crate::config::Config;
 use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
-use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::protocol::{CommandError, CommandResult, Encoded, ErrorClass, Return};
 use crate::sink::Sink;
 
 /// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services;
@@ -56,6 +57,9 @@ impl std::ops::Deref for CmdService {
 pub struct ManagerClient {
     manager: Sink<ManagerRequest>,
     config: Arc<Config>,
+    /// The host's CPU count, for the stats' CPU maps: read once.
+    host_cpus: Option<usize>,
+    converted: Converted,
 }
 
 impl Handler for CmdService {
@@ -152,7 +156,12 @@ fn vmi_of(vmi: Option<&Vmi>) -> Result<Value, Response> {
 
 impl ManagerClient {
     pub fn new(manager: Sink<ManagerRequest>, config: Arc<Config>) -> ManagerClient {
-        ManagerClient { manager, config }
+        ManagerClient {
+            manager,
+            config,
+            host_cpus: api::host_cpu_count(),
+            converted: Converted::default(),
+        }
     }
 
     /// Runs one command of the JSON protocol and waits for its reply (the
@@ -204,7 +213,7 @@ impl ManagerClient {
     /// down); no domain is not.
     fn domain_is_active(&self) -> bool {
         self.run("query-domain", json!({ "fields": ["state"] }))
-            .map(|reply| status_of(&reply.into_object()).state.is_active())
+            .map(|reply| status_of(&reply).state.is_active())
             .unwrap_or(false)
     }
 
@@ -221,20 +230,22 @@ impl ManagerClient {
     /// The live domain with its state and what the guest agent reported.
     pub fn read_domain(&self) -> Result<Option<api::Domain>, String> {
         let reply = match self.run("query-domain", json!({ "fields": ["xml", "state"] })) {
-            Ok(reply) => reply.into_object(),
+            Ok(reply) => reply,
             Err(e) if e.class == ErrorClass::NotFound => return Ok(None),
             Err(e) => return Err(describe(&e)),
         };
-        let xml = reply.get("xml").and_then(Value::as_str).unwrap_or_default();
         let status = status_of(&reply);
-        if status.state == DomainState::NoState && xml.is_empty() {
-            return Ok(None);
-        }
-        let spec = api::DomainSpec::from_xml(xml)
-            .map_err(|e| format!("cannot read the domain XML as KubeVirt's api.DomainSpec: {e}"))?;
+        let xml = reply.encoded("xml").filter(|xml| xml.get() != "\"\"");
+        let Some(xml) = xml else {
+            if status.state == DomainState::NoState {
+                return Ok(None);
+            }
+            return Err("query-domain answered no domain XML".into());
+        };
+        let spec = self.converted.spec(xml)?;
         let (namespace, name) = api::split_domain_name(&spec.name);
         let mut domain = api::Domain::reference(namespace, name);
-        domain.spec = spec;
+        domain.spec = (*spec).clone();
         domain.set_status(status);
         // What the guest agent reported, once it has: the interfaces and
         // the OS, as KubeVirt's launcher merges them into the status.
@@ -381,40 +392,33 @@ impl CmdService {
         }
     }
 
+    /// From the manager's cached statistics and live domain; made again
+    /// only when either changed (`converted`).
     fn get_domain_stats(&self) -> DomainStatsResponse {
         let result = (|| -> Result<String, String> {
             let reply = match self.run("query-stats", json!({})) {
-                Ok(reply) => reply.into_object(),
+                Ok(reply) => reply,
                 Err(e) if e.class == ErrorClass::NotFound => return Ok(String::new()),
                 Err(e) => return Err(describe(&e)),
             };
             let bulk = reply
-                .get("stats")
-                .and_then(Value::as_object)
+                .encoded("stats")
                 .cloned()
-                .unwrap_or_default();
+                .unwrap_or_else(|| Encoded::new(&Map::new()));
             let described = self
                 .run("query-domain", json!({ "fields": ["uuid", "xml"] }))
-                .map(|r| r.into_object())
-                .unwrap_or_default();
-            let uuid = described
-                .get("uuid")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let spec = described
-                .get("xml")
-                .and_then(Value::as_str)
-                .and_then(|xml| api::DomainSpec::from_xml(xml).ok());
-            let stats = api::DomainStats::from_sources(&api::StatsSources {
-                name: &self.config.domain_name,
-                uuid,
-                bulk: &bulk,
-                domain: spec.as_ref(),
-                host_cpus: api::host_cpu_count(),
-                load: None,
-                migration: None,
-            });
-            serde_json::to_string(&stats).map_err(|e| format!("cannot encode the stats: {e}"))
+                .ok();
+            let key = StatsKey {
+                bulk,
+                uuid: described
+                    .as_ref()
+                    .and_then(|r| r.member("uuid"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                xml: described.as_ref().and_then(|r| r.encoded("xml")).cloned(),
+            };
+            self.converted.stats(key, |key| self.make_domain_stats(key))
         })();
         let (response, domain_stats) = match result {
             Ok(stats) => (ok(), stats),
@@ -424,6 +428,28 @@ impl CmdService {
             response: Some(response),
             domain_stats,
         }
+    }
+
+    /// KubeVirt's `stats.DomainStats` JSON from the manager's replies.
+    fn make_domain_stats(&self, key: &StatsKey) -> Result<String, String> {
+        let bulk: Map<String, Value> = serde_json::from_str(key.bulk.get())
+            .map_err(|e| format!("query-stats: the statistics are not an object: {e}"))?;
+        // Without a readable domain, the statistics without what it adds
+        // (device aliases, vCPU pinning), as before the domain is read.
+        let spec = key
+            .xml
+            .as_ref()
+            .and_then(|xml| self.converted.spec(xml).ok());
+        let stats = api::DomainStats::from_sources(&api::StatsSources {
+            name: &self.config.domain_name,
+            uuid: &key.uuid,
+            bulk: &bulk,
+            domain: spec.as_deref(),
+            host_cpus: self.host_cpus,
+            load: None,
+            migration: None,
+        });
+        serde_json::to_string(&stats).map_err(|e| format!("cannot encode the stats: {e}"))
     }
 
     /// A guest-agent query's answer as JSON text: `member` of the reply,
@@ -608,8 +634,13 @@ impl CmdService {
 }
 
 /// The state and reason of a `query-domain` reply.
-fn status_of(reply: &Map<String, Value>) -> DomainStatus {
-    let word = |key: &str| reply.get(key).and_then(Value::as_str).unwrap_or_default();
+fn status_of(reply: &Return) -> DomainStatus {
+    let word = |key: &str| {
+        reply
+            .member(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
     DomainStatus::new(
         DomainState::from_name(word("state")).unwrap_or(DomainState::NoState),
         StateReason::from_name(word("reason")).unwrap_or(StateReason::Unknown),
@@ -659,5 +690,114 @@ mod tests {
         let parsed: ClusterOptions =
             serde_json::from_value(cluster_options(&VirtualMachineOptions::default())).unwrap();
         assert_eq!(parsed, ClusterOptions::default());
+    }
+
+    use std::sync::Mutex;
+
+    /// What the fake manager answers: the statistics and the live domain.
+    struct Answers {
+        stats: Encoded,
+        uuid: String,
+        xml: String,
+    }
+
+    const UUID: &str = "3d5c2a8e-1f4b-5e6a-9c7d-0b1a2c3d4e5f";
+
+    fn xml() -> String {
+        format!(
+            "<domain type='qemu'><name>e2e_vm</name><uuid>{UUID}</uuid><vcpu placement='static'>1</vcpu>\
+             <devices><interface type='ethernet'><mac address='52:54:00:7e:57:01'/>\
+             <target dev='tap0' managed='no'/><alias name='ua-default'/></interface></devices></domain>"
+        )
+    }
+
+    fn bulk(cpu_time: u64) -> Encoded {
+        Encoded::new(&json!({
+            "state.state": 1,
+            "cpu.time": cpu_time,
+            "net.count": 1,
+            "net.0.name": "tap0",
+            "net.0.rx.bytes": 1234,
+        }))
+    }
+
+    /// A domain manager that answers `query-stats` and `query-domain` from
+    /// `answers` as the real one answers from its caches: the same encoded
+    /// members until they change.
+    fn fake_manager(answers: Arc<Mutex<Answers>>) -> Sink<ManagerRequest> {
+        let (tx, rx) = crossbeam_channel::unbounded::<ManagerRequest>();
+        std::thread::spawn(move || {
+            for request in rx {
+                let answers = answers.lock().unwrap();
+                let mut reply = Return::new();
+                match request.command.name() {
+                    "query-stats" => {
+                        reply.insert("domain", json!("e2e_vm"));
+                        reply.insert_encoded("stats", answers.stats.clone());
+                    }
+                    "query-domain" => {
+                        reply.insert("name", json!("e2e_vm"));
+                        reply.insert("uuid", json!(answers.uuid));
+                        reply.insert_encoded("xml", Encoded::new(&answers.xml));
+                    }
+                    other => panic!("unexpected {other}"),
+                }
+                request.reply.send(Ok(reply));
+            }
+        });
+        tx.into()
+    }
+
+    fn config() -> Arc<Config> {
+        let argv = ["--name", "vm", "--namespace", "e2e", "--uid", "u1"];
+        match crate::cli::parse(argv) {
+            Ok(crate::cli::Action::Run(args)) => Arc::new(Config::resolve(*args).unwrap()),
+            _ => unreachable!(),
+        }
+    }
+
+    fn domain_stats(service: &dyn Handler) -> Value {
+        let bytes = service
+            .call("/kubevirt.cmd.v1.Cmd/GetDomainStats", &[])
+            .unwrap();
+        let response = DomainStatsResponse::decode(&bytes).unwrap();
+        assert!(response.response.unwrap().success);
+        serde_json::from_str(&response.domain_stats).unwrap()
+    }
+
+    #[test]
+    fn domain_stats_follow_each_change_of_the_statistics_and_the_domain() {
+        let answers = Arc::new(Mutex::new(Answers {
+            stats: bulk(1_000),
+            uuid: UUID.into(),
+            xml: xml(),
+        }));
+        let service = cmd_handler(fake_manager(answers.clone()), config());
+        let first = domain_stats(&*service);
+        assert_eq!(first["Name"], "e2e_vm");
+        assert_eq!(first["UUID"], UUID);
+        assert_eq!(first["Cpu"]["Time"], 1_000);
+        assert_eq!(first["Net"][0]["Alias"], "default");
+        assert_eq!(first["Net"][0]["RxBytes"], 1234);
+        // Asked again with nothing changed: the same answer.
+        assert_eq!(domain_stats(&*service), first);
+
+        // A new sample: the guest used more CPU.
+        answers.lock().unwrap().stats = bulk(2_500);
+        let sampled = domain_stats(&*service);
+        assert_eq!(sampled["Cpu"]["Time"], 2_500);
+        assert_eq!(sampled["Net"][0]["Alias"], "default");
+
+        // The live domain changed (its interface was renamed): the alias
+        // follows.
+        answers.lock().unwrap().xml = xml().replace("ua-default", "ua-other");
+        assert_eq!(domain_stats(&*service)["Net"][0]["Alias"], "other");
+
+        // A domain XML that cannot be read: the statistics without what it
+        // adds, as before.
+        answers.lock().unwrap().xml = "<domain".into();
+        let unread = domain_stats(&*service);
+        assert_eq!(unread["Cpu"]["Time"], 2_500);
+        assert_eq!(unread["Net"][0]["AliasSet"], false);
     }
 }

@@ -42,7 +42,9 @@ fn null() -> Box<RawValue> {
 
 impl PartialEq for Encoded {
     fn eq(&self, other: &Encoded) -> bool {
-        self.get() == other.get()
+        // A cache hands out clones of one encoding: the same text without
+        // comparing it.
+        Arc::ptr_eq(&self.0, &other.0) || self.get() == other.get()
     }
 }
 
@@ -80,6 +82,19 @@ impl Return {
             Ok(at) => self.encoded[at].1 = value,
             Err(at) => self.encoded.insert(at, (key, value)),
         }
+    }
+
+    /// A member carried encoded, as it is (not decoded).
+    pub fn encoded(&self, key: &str) -> Option<&Encoded> {
+        self.encoded
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|at| &self.encoded[at].1)
+    }
+
+    /// A member carried as a value.
+    pub fn member(&self, key: &str) -> Option<&Value> {
+        self.members.get(key)
     }
 
     /// The bytes the encoded members take in a reply, keys included.

@@ -4,6 +4,7 @@
 //! manager (`service`) and the notify client (`notify`).
 
 pub mod api;
+pub mod migration;
 pub mod notify;
 pub mod proto;
 pub mod service;

@@ -38,7 +38,7 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY: Duration = Duration::from_secs(1);
 
 /// The events after which the domain virt-handler sees may have changed.
-const CHANGES: [EventKind; 12] = [
+const CHANGES: [EventKind; 13] = [
     EventKind::DomainLifecycle,
     EventKind::DomainReboot,
     EventKind::AgentConnected,
@@ -49,6 +49,7 @@ const CHANGES: [EventKind; 12] = [
     EventKind::JobCompleted,
     EventKind::GuestInfoChanged,
     EventKind::LibvirtReconnected,
+    EventKind::MigrationStarted,
     EventKind::MigrationCompleted,
     EventKind::MigrationFailed,
 ];

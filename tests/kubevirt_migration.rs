@@ -9,9 +9,6 @@
 //! MigrateVirtualMachine on the source, FinalizeVirtualMachineMigration
 //! on the target. What is asserted is what virt-handler and the guest see.
 //! Run as root under `flock /work/qemu-tests.lock`.
-//!
-//! The local-disk case is ignored until it has been seen passing
-//! (`cargo test --test kubevirt_migration -- --ignored`).
 
 mod common;
 
@@ -487,7 +484,6 @@ fn a_guest_migrates_across_nodes_through_virt_handlers_proxies() {
 }
 
 #[test]
-#[ignore = "not run to the end yet: the proxies' socket paths were too long for a unix socket (now shortened); see the kv-migration branch report"]
 fn a_guest_with_a_local_disk_migrates_it_through_the_block_proxy() {
     migrate_between_nodes("kvm-blk", "kvblock", true);
 }

@@ -296,10 +296,7 @@ fn devices_of_size(partitions: &str, blocks: &str) -> Vec<String> {
 
 /// The calls this launcher does not support yet, as kvhandler's commands,
 /// the RPC each answers for, and the extra arguments each needs.
-const NOT_SUPPORTED: [(&str, &str, &[&str]); 9] = [
-    ("migrate", "MigrateVirtualMachine", &[]),
-    ("sync-migration-target", "SyncMigrationTarget", &[]),
-    ("finalize-migration", "FinalizeVirtualMachineMigration", &[]),
+const NOT_SUPPORTED: [(&str, &str, &[&str]); 6] = [
     ("sev-info", "GetSEVInfo", &[]),
     ("launch-measurement", "GetLaunchMeasurement", &[]),
     (
@@ -507,6 +504,27 @@ fn virt_handler_drives_a_guests_whole_life_through_the_pods_launcher() {
             "{command}: {error}"
         );
     }
+    // The migration calls on a launcher that runs its guest and takes
+    // part in no migration: each says why it cannot.
+    let error = pod.launcher.refused(&["migrate", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("cannot migrate VMI until migrationState is ready"),
+        "{error}"
+    );
+    let error = pod
+        .launcher
+        .refused(&["sync-migration-target", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("a target must be a fresh launcher"),
+        "{error}"
+    );
+    let error = pod
+        .launcher
+        .refused(&["finalize-migration", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("only a target whose incoming migration completed"),
+        "{error}"
+    );
     // The day-2 calls: the dirty rate of the running guest, a screenshot
     // refused for a VMI without a display, and a memory dump into the pod.
     let rate = pod.ok(&["dirty-rate"]);

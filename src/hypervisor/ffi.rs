@@ -559,6 +559,24 @@ impl TypedParams {
         }
     }
 
+    fn add_int(&mut self, name: &CStr, value: c_int) -> Result<(), Error> {
+        // SAFETY: as above.
+        let rc = unsafe {
+            sys::virTypedParamsAddInt(
+                &mut self.params,
+                &mut self.count,
+                &mut self.capacity,
+                name.as_ptr(),
+                value,
+            )
+        };
+        if rc < 0 {
+            Err(Error::last_error())
+        } else {
+            Ok(())
+        }
+    }
+
     fn add_string_list(&mut self, name: &CStr, values: &[String]) -> Result<(), Error> {
         let owned = values
             .iter()
@@ -601,6 +619,8 @@ pub struct MigrateArgs<'a> {
     pub bandwidth_mib: Option<u64>,
     pub disks_uri: Option<&'a str>,
     pub migrate_disks: &'a [String],
+    pub parallel_connections: Option<u32>,
+    pub compression: Option<&'a str>,
     pub flags: c_uint,
 }
 
@@ -622,6 +642,13 @@ pub fn migrate(dom: &Domain, args: &MigrateArgs) -> Result<(), Error> {
     }
     if !args.migrate_disks.is_empty() {
         params.add_string_list(sys::VIR_MIGRATE_PARAM_MIGRATE_DISKS, args.migrate_disks)?;
+    }
+    if let Some(connections) = args.parallel_connections {
+        let connections = c_int::try_from(connections).unwrap_or(c_int::MAX);
+        params.add_int(sys::VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS, connections)?;
+    }
+    if let Some(method) = args.compression {
+        params.add_string(sys::VIR_MIGRATE_PARAM_COMPRESSION, method)?;
     }
     let dconn = CString::new(args.dconn_uri)?;
     // SAFETY: valid domain, URI and parameter array.

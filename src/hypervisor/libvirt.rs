@@ -558,6 +558,12 @@ impl Hypervisor for LibvirtHypervisor {
         if request.unsafe_migration {
             flags |= sys::VIR_MIGRATE_UNSAFE;
         }
+        if request.parallel_connections.is_some() {
+            flags |= sys::VIR_MIGRATE_PARALLEL;
+        }
+        if request.compression.is_some() {
+            flags |= sys::VIR_MIGRATE_COMPRESSED;
+        }
         let args = ffi::MigrateArgs {
             dconn_uri: &request.target_uri,
             uri: request.migration_uri.as_deref(),
@@ -565,6 +571,8 @@ impl Hypervisor for LibvirtHypervisor {
             bandwidth_mib: request.bandwidth_mib_per_s,
             disks_uri: request.disks_uri.as_deref(),
             migrate_disks: &request.block_disks,
+            parallel_connections: request.parallel_connections,
+            compression: request.compression.as_deref(),
             flags,
         };
         let op = "virDomainMigrateToURI3";

@@ -90,6 +90,10 @@ pub struct MigrationRequest {
     pub auto_converge: bool,
     pub post_copy: bool,
     pub unsafe_migration: bool,
+    /// Parallel migration streams (libvirt's `parallel.connections`).
+    pub parallel_connections: Option<u32>,
+    /// Compression method for the memory stream (e.g. `zstd`).
+    pub compression: Option<String>,
 }
 
 /// How `reboot` asks the guest.

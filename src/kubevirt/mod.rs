@@ -7,6 +7,7 @@
 pub mod api;
 mod converted;
 pub mod k8s_events;
+pub mod migration;
 pub mod notify;
 pub mod proto;
 pub mod service;

@@ -76,7 +76,7 @@ pub fn k8s_event_queue() -> (K8sEventSender, Receiver<K8sEvent>) {
 }
 
 /// The events after which the domain virt-handler sees may have changed.
-const CHANGES: [EventKind; 12] = [
+const CHANGES: [EventKind; 13] = [
     EventKind::DomainLifecycle,
     EventKind::DomainReboot,
     EventKind::AgentConnected,
@@ -87,6 +87,7 @@ const CHANGES: [EventKind; 12] = [
     EventKind::JobCompleted,
     EventKind::GuestInfoChanged,
     EventKind::LibvirtReconnected,
+    EventKind::MigrationStarted,
     EventKind::MigrationCompleted,
     EventKind::MigrationFailed,
 ];

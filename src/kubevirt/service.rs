@@ -14,12 +14,13 @@ use serde_json::{Map, Value, json};
 use super::api;
 use super::converted::{Converted, StatsKey};
 use super::k8s_events::K8sEvent;
+use super::migration::{self as kv_migration, HandlerMigrationOptions};
 use super::notify::K8sEventSender;
 use super::proto::cmd::*;
 use super::proto::info::{CmdInfoResponse, SUPPORTED_CMD_VERSIONS};
 use super::proto::methods::{CmdMethod, CmdRequest, LauncherMethod};
 use crate::agent::model::{GuestInterface, GuestOsInfo};
-use crate::command::{Command, ManagerRequest, ReplyTo};
+use crate::command::{Command, ManagerCommand, ManagerRequest, MigrationCommand, ReplyTo};
 use crate::config::Config;
 use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
@@ -176,6 +177,11 @@ impl ManagerClient {
                 "{name} is not a command of the domain manager"
             )));
         };
+        self.send(name, command)
+    }
+
+    /// Sends a command to the manager and waits for its reply.
+    fn send(&self, name: &str, command: ManagerCommand) -> CommandResult {
         let (reply, answer) = ReplyTo::channel();
         self.manager
             .send(ManagerRequest { command, reply })
@@ -247,6 +253,14 @@ impl ManagerClient {
         let mut domain = api::Domain::reference(namespace, name);
         domain.spec = (*spec).clone();
         domain.set_status(status);
+        // A migration's progress and outcome, where KubeVirt's launcher
+        // keeps them for virt-handler.
+        if let Ok(reply) = self.run("query-migration", json!({})) {
+            let reply = reply.into_object();
+            if let Some(record) = reply.get("migration") {
+                domain.spec.metadata.kubevirt.migration = kv_migration::metadata(record);
+            }
+        }
         // What the guest agent reported, once it has: the interfaces and
         // the OS, as KubeVirt's launcher merges them into the status.
         if let Ok(reply) = self.run("query-interfaces", json!({})) {
@@ -332,7 +346,7 @@ impl CmdService {
                 }
                 plain(ok())
             }
-            R::SignalTargetPodCleanup(_) => plain(ok()),
+            R::SignalTargetPodCleanup(r) => plain(self.signal_target_pod_cleanup(r.vmi.as_ref())),
             R::Ping(_) => plain(ok()),
             R::GetDomain(_) => Ok(self.get_domain().encode()),
             R::GetDomainStats(_) => Ok(self.get_domain_stats().encode()),
@@ -349,11 +363,13 @@ impl CmdService {
                     &self.run("memory-dump", json!({ "path": r.dump_path })),
                 ))
             }
-            R::MigrateVirtualMachine(_)
-            | R::SyncMigrationTarget(_)
-            | R::FinalizeVirtualMachineMigration(_)
-            | R::InjectLaunchSecret(_)
-            | R::BackupVirtualMachine(_) => plain(unsupported(method)),
+            R::MigrateVirtualMachine(r) => plain(self.migrate(&r)),
+            R::SyncMigrationTarget(r) => plain(self.sync_migration_target(r.vmi.as_ref())),
+            R::FinalizeVirtualMachineMigration(r) => match vmi_of(r.vmi.as_ref()) {
+                Ok(_) => plain(response(&self.run("finalize-migration", json!({})))),
+                Err(refused) => plain(refused),
+            },
+            R::InjectLaunchSecret(_) | R::BackupVirtualMachine(_) => plain(unsupported(method)),
             R::GetSEVInfo(_) => Ok(SevInfoResponse {
                 response: Some(unsupported(method)),
                 ..Default::default()
@@ -377,6 +393,134 @@ impl CmdService {
             }
             .encode()),
         }
+    }
+
+    /// This launcher's migration record, as `query-migration` has it.
+    fn migration_record(&self) -> Option<Map<String, Value>> {
+        let reply = self.run("query-migration", json!({})).ok()?.into_object();
+        reply.get("migration")?.as_object().cloned()
+    }
+
+    /// `MigrateVirtualMachine` on the source: the domain goes through
+    /// virt-handler's proxy sockets in the share directory, with the
+    /// VMI's migration UID and the disks KubeVirt copies. Asked again for
+    /// a migration that runs, it is done; one that ended is not repeated
+    /// (KubeVirt's migrations are one shot).
+    fn migrate(&self, request: &MigrationRequest) -> Response {
+        let vmi = match vmi_of(request.vmi.as_ref()) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        let Some(migration_uid) = crate::migration::kubevirt_migration_uid(&vmi) else {
+            return failed("cannot migrate VMI until migrationState is ready");
+        };
+        if let Some(record) = self.migration_record()
+            && record.get("migration_uid").and_then(Value::as_str) == Some(&migration_uid)
+        {
+            if record.get("ended").is_some_and(Value::is_null) {
+                return ok();
+            }
+            return failed(format!(
+                "migration job {migration_uid} already executed, phase {}",
+                record.get("phase").and_then(Value::as_str).unwrap_or("?")
+            ));
+        }
+        let handler_options = match HandlerMigrationOptions::parse(&request.options) {
+            Ok(options) => options,
+            Err(e) => return failed(e),
+        };
+        let xml = match self.run("query-domain", json!({ "fields": ["xml"] })) {
+            Ok(reply) => reply
+                .into_object()
+                .get("xml")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            Err(e) => return failed(describe(&e)),
+        };
+        let copy_disks = match kv_migration::disks_to_copy(&vmi, &xml) {
+            Ok(disks) => disks,
+            Err(e) => return failed(e),
+        };
+        let uid = vmi
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .filter(|uid| !uid.is_empty())
+            .unwrap_or(&self.config.uid)
+            .to_string();
+        let target = kv_migration::target_address(
+            &self.config.dirs.share,
+            &uid,
+            kv_migration::vmi_is_non_root(&vmi),
+        );
+        let kubevirt = crate::migration::KubeVirtMigration {
+            migration_uid,
+            copy_disks,
+            ..Default::default()
+        };
+        let options = match handler_options.into_options(target, kubevirt) {
+            Ok(options) => options,
+            Err(e) => return failed(e),
+        };
+        response(&self.send(
+            "migrate",
+            ManagerCommand::Migration(MigrationCommand::Migrate(Box::new(options))),
+        ))
+    }
+
+    /// `SyncMigrationTarget`: this fresh launcher prepares for the incoming
+    /// domain as KubeVirt's target does (disks, network, and the
+    /// directory QEMU listens in for the proxied streams). Asked again
+    /// while prepared, it is done.
+    fn sync_migration_target(&self, vmi: Option<&Vmi>) -> Response {
+        let vmi = match vmi_of(vmi) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        if let Some(record) = self.migration_record()
+            && record.get("role").and_then(Value::as_str) == Some("target")
+            && matches!(
+                record.get("phase").and_then(Value::as_str),
+                Some("prepared" | "running")
+            )
+        {
+            return ok();
+        }
+        let dir = kv_migration::proxy_dir(&self.config.dirs.share);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return failed(format!("cannot create {}: {e}", dir.display()));
+        }
+        response(&self.run("prepare-migration-target", json!({ "vmi": vmi })))
+    }
+
+    /// `SignalTargetPodCleanup`: virt-handler gave up a migration into
+    /// this pod. As KubeVirt's launcher, only the VMI's target pod (its
+    /// `POD_NAME`) takes it; a target still waiting for the domain then
+    /// cleans up and exits.
+    fn signal_target_pod_cleanup(&self, vmi: Option<&Vmi>) -> Response {
+        let vmi = match vmi_of(vmi) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        let pod = std::env::var("POD_NAME").unwrap_or_default();
+        let target_pod = vmi
+            .pointer("/status/migrationState/targetPod")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if pod.is_empty() || pod != target_pod {
+            return ok();
+        }
+        let waiting = self.migration_record().is_some_and(|record| {
+            record.get("role").and_then(Value::as_str) == Some("target")
+                && record.get("phase").and_then(Value::as_str) == Some("prepared")
+        });
+        if waiting {
+            log::info!("kubevirt: target pod {pod} signalled to clean up");
+            if let Err(e) = self.run("migrate-cancel", json!({})) {
+                log::warn!("kubevirt: SignalTargetPodCleanup: {}", describe(&e));
+            }
+        }
+        ok()
     }
 
     fn get_domain(&self) -> DomainResponse {

@@ -157,8 +157,9 @@ pub enum Observation {
     Status(Option<DomainStatus>),
     /// The guest's filesystems are now frozen or thawed.
     FsFreeze(FreezeStatus),
-    /// Files made for an incoming migration, to remove if it never comes.
-    PreparedDisks(PreparedDisks),
+    /// Files made for an incoming migration, to remove if it never comes,
+    /// and KubeVirt's UID of that migration, when KubeVirt prepared it.
+    PreparedDisks(PreparedDisks, Option<String>),
     /// A new connection to libvirt is up.
     Connected(ConnectionId),
     /// The domain's state and its guest agent channel's (`None`: not

@@ -448,7 +448,7 @@ impl DomainManager {
             Observation::FsFreeze(state) => {
                 self.apply_agent_data(crate::agent::AgentData::FsFreeze(state))
             }
-            Observation::PreparedDisks(prepared) => self.on_target_prepared(prepared),
+            Observation::PreparedDisks(prepared, uid) => self.on_target_prepared(prepared, uid),
             Observation::Connected(connection) => self.on_reconnected(connection),
             Observation::Refreshed { status, agent } => self.on_refreshed(status, agent, overtaken),
             Observation::StatsSample { sample, generation } => {

@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::client::{Client, ClientOptions, CloseReason, Listener, PendingCall, RpcError};
-use super::codec::{DecodeResult, Decoder, DomainRef, Encoder, TypedParam, decode_domain};
+use super::codec::{
+    DecodeResult, Decoder, DomainRef, Encoder, TypedParam, TypedValue, decode_domain,
+};
 use super::procedures::{
     self as proc, Procedure, auth, event_ids, events, features, flags, limits, migrate_params,
 };
@@ -678,6 +680,12 @@ fn migration_flags(request: &MigrationRequest) -> u32 {
     if request.unsafe_migration {
         f |= flags::MIGRATE_UNSAFE;
     }
+    if request.parallel_connections.is_some() {
+        f |= flags::MIGRATE_PARALLEL;
+    }
+    if request.compression.is_some() {
+        f |= flags::MIGRATE_COMPRESSED;
+    }
     f
 }
 
@@ -700,6 +708,15 @@ fn migration_params(request: &MigrationRequest) -> Vec<TypedParam> {
     // A string list is the same name repeated.
     for disk in &request.block_disks {
         params.push(TypedParam::string(migrate_params::MIGRATE_DISKS, disk));
+    }
+    if let Some(connections) = request.parallel_connections {
+        params.push(TypedParam {
+            name: migrate_params::PARALLEL_CONNECTIONS.to_string(),
+            value: TypedValue::Int(i32::try_from(connections).unwrap_or(i32::MAX)),
+        });
+    }
+    if let Some(method) = &request.compression {
+        params.push(TypedParam::string(migrate_params::COMPRESSION, method));
     }
     params
 }

@@ -215,6 +215,8 @@ pub mod flags {
     pub const MIGRATE_UNSAFE: u32 = 512;
     pub const MIGRATE_AUTO_CONVERGE: u32 = 8192;
     pub const MIGRATE_POSTCOPY: u32 = 32768;
+    pub const MIGRATE_COMPRESSED: u32 = 2048;
+    pub const MIGRATE_PARALLEL: u32 = 131072;
     pub const DOMAIN_CORE_DUMP_FORMAT_RAW: u32 = 0;
     pub const DUMP_MEMORY_ONLY: u32 = 16;
     pub const DOMAIN_DIRTYRATE_MODE_PAGE_SAMPLING: u32 = 0;
@@ -228,6 +230,8 @@ pub mod migrate_params {
     pub const BANDWIDTH: &str = "bandwidth";
     pub const DISKS_URI: &str = "disks_uri";
     pub const MIGRATE_DISKS: &str = "migrate_disks";
+    pub const PARALLEL_CONNECTIONS: &str = "parallel.connections";
+    pub const COMPRESSION: &str = "compression";
 }
 
 /// `virErrorNumber` values the launcher tells apart, and the RPC error

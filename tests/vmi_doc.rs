@@ -235,10 +235,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "domain": {"ioThreadsPolicy": "supplementalPool", "ioThreads": {"supplementalPoolThreadCount": 2},
                 "devices": {"disks": [{"name": "d", "disk": {"bus": "virtio"}}]}},
             "volumes": [empty_disk]}}),
-        Refused::ChangedBlockTracking => disk_with(
-            json!({"name": "d", "changedBlockTracking": true}),
-            empty_disk,
-        ),
         Refused::LunReservation => disk_with(
             json!({"name": "d", "lun": {"bus": "scsi", "reservation": true}}),
             json!({"name": "d", "persistentVolumeClaim": {"claimName": "d"}}),

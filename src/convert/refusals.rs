@@ -64,7 +64,6 @@ field_table! {
         Vsock => "spec.domain.devices.autoattachVSOCK",
         PersistentEfiVariables => "spec.domain.firmware.bootloader.efi.persistent",
         SupplementalPoolIoThreads => "spec.domain.ioThreadsPolicy",
-        ChangedBlockTracking => "spec.domain.devices.disks[].changedBlockTracking",
         LunReservation => "spec.domain.devices.disks[].lun.reservation",
         ConfigDriveDiskTag => "spec.domain.devices.disks[].tag",
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",

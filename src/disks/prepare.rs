@@ -210,6 +210,11 @@ fn run_step(
         DiskStep::CreateQcow2 { path, size, what } => {
             create_qcow2(path, *size, what, options, prepared)
         }
+        DiskStep::CreateDataFileOverlay {
+            path,
+            data_file,
+            what,
+        } => create_data_file_overlay(path, data_file, what, options, prepared),
         DiskStep::WriteIso {
             path,
             volume_id,
@@ -430,6 +435,49 @@ fn create_qcow2(
     {
         remove_partial(path);
         return Err(command_error(path, what, "create image", failure));
+    }
+    prepared.created.push(Created::File(path.to_path_buf()));
+    restrict_created_file(path, what)
+}
+
+fn create_data_file_overlay(
+    path: &Path,
+    data_file: &Path,
+    what: &str,
+    options: &PrepareOptions,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    if occupied(path) {
+        check_kept(path, what)?;
+        log::info!(
+            "disks: keeping existing changed block tracking image {} for {what} (and its bitmaps)",
+            path.display()
+        );
+        return Ok(());
+    }
+    let size = fs::metadata(data_file)
+        .map_err(|err| io_error(data_file, what, "read the size of", err))?
+        .len();
+    let placeholder = beside(path, ".data-placeholder");
+    // A placeholder left by a launcher that died mid-way is stale.
+    let _ = fs::remove_file(&placeholder);
+    let created = qemu_img::create_data_file_overlay(
+        &options.qemu_img,
+        path,
+        data_file,
+        &placeholder,
+        size,
+        options.command_timeout,
+    );
+    let _ = fs::remove_file(&placeholder);
+    if let Err(failure) = created {
+        remove_partial(path);
+        return Err(command_error(
+            path,
+            what,
+            "create the changed block tracking image over its data file",
+            failure,
+        ));
     }
     prepared.created.push(Created::File(path.to_path_buf()));
     restrict_created_file(path, what)

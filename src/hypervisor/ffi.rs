@@ -739,3 +739,131 @@ pub fn start_dirty_rate_calc(dom: &Domain, seconds: c_int) -> Result<(), Error> 
     }
     Ok(())
 }
+
+/// A string libvirt allocated, copied out and freed.
+///
+/// # Safety
+/// `ptr` is null or a NUL-terminated string from libvirt's allocator.
+unsafe fn take_string(ptr: *mut c_char) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and NUL-terminated, as the caller promises.
+    let text = unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: allocated by libvirt, freed once here.
+    unsafe { libc::free(ptr as *mut c_void) };
+    Some(text)
+}
+
+/// `virDomainBackupBegin`; `checkpoint_xml` may be absent (no checkpoint).
+pub fn backup_begin(
+    dom: &Domain,
+    backup_xml: &str,
+    checkpoint_xml: Option<&str>,
+) -> Result<(), Error> {
+    let backup = CString::new(backup_xml)?;
+    let checkpoint = checkpoint_xml.map(CString::new).transpose()?;
+    let checkpoint_ptr = checkpoint.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+    // SAFETY: valid domain; both strings outlive the call.
+    let rc = unsafe { sys::virDomainBackupBegin(dom.as_ptr(), backup.as_ptr(), checkpoint_ptr, 0) };
+    if rc < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+/// `virDomainCheckpointCreateXML` with `flags`; the handle is freed.
+pub fn checkpoint_create(dom: &Domain, xml: &str, flags: c_uint) -> Result<(), Error> {
+    let xml = CString::new(xml)?;
+    // SAFETY: valid domain and string.
+    let checkpoint =
+        unsafe { sys::virDomainCheckpointCreateXML(dom.as_ptr(), xml.as_ptr(), flags) };
+    if checkpoint.is_null() {
+        return Err(Error::last_error());
+    }
+    // SAFETY: a handle libvirt returned, freed once.
+    unsafe { sys::virDomainCheckpointFree(checkpoint) };
+    Ok(())
+}
+
+/// The names of the domain's checkpoints, parents first.
+pub fn checkpoint_names(dom: &Domain) -> Result<Vec<String>, Error> {
+    let mut list: *mut sys::virDomainCheckpointPtr = ptr::null_mut();
+    // SAFETY: valid domain and out-pointer; libvirt allocates the list.
+    let n = unsafe {
+        sys::virDomainListAllCheckpoints(
+            dom.as_ptr(),
+            &mut list,
+            sys::VIR_DOMAIN_CHECKPOINT_LIST_TOPOLOGICAL,
+        )
+    };
+    if n < 0 {
+        return Err(Error::last_error());
+    }
+    let mut names = Vec::new();
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: libvirt returned n valid handles.
+        let checkpoint = unsafe { *list.add(i) };
+        // SAFETY: a valid handle; the name belongs to it.
+        let name = unsafe { sys::virDomainCheckpointGetName(checkpoint) };
+        if !name.is_null() {
+            // SAFETY: NUL-terminated, alive until the handle is freed.
+            names.push(
+                unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        // SAFETY: each handle is freed once.
+        unsafe { sys::virDomainCheckpointFree(checkpoint) };
+    }
+    if !list.is_null() {
+        // SAFETY: the array libvirt allocated.
+        unsafe { libc::free(list as *mut c_void) };
+    }
+    Ok(names)
+}
+
+/// Runs `call` on the checkpoint `name` of `dom`, freeing the handle after.
+fn with_checkpoint<T>(
+    dom: &Domain,
+    name: &str,
+    call: impl FnOnce(sys::virDomainCheckpointPtr) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let name = CString::new(name)?;
+    // SAFETY: valid domain and string.
+    let checkpoint =
+        unsafe { sys::virDomainCheckpointLookupByName(dom.as_ptr(), name.as_ptr(), 0) };
+    if checkpoint.is_null() {
+        return Err(Error::last_error());
+    }
+    let result = call(checkpoint);
+    // SAFETY: the handle looked up above, freed once.
+    unsafe { sys::virDomainCheckpointFree(checkpoint) };
+    result
+}
+
+/// A checkpoint's XML without the domain definition.
+pub fn checkpoint_xml(dom: &Domain, name: &str) -> Result<String, Error> {
+    with_checkpoint(dom, name, |checkpoint| {
+        // SAFETY: a valid handle.
+        let xml = unsafe {
+            sys::virDomainCheckpointGetXMLDesc(checkpoint, sys::VIR_DOMAIN_CHECKPOINT_XML_NO_DOMAIN)
+        };
+        // SAFETY: null or a string libvirt allocated for the caller.
+        unsafe { take_string(xml) }.ok_or_else(Error::last_error)
+    })
+}
+
+/// `virDomainCheckpointDelete`.
+pub fn checkpoint_delete(dom: &Domain, name: &str, flags: c_uint) -> Result<(), Error> {
+    with_checkpoint(dom, name, |checkpoint| {
+        // SAFETY: a valid handle.
+        if unsafe { sys::virDomainCheckpointDelete(checkpoint, flags) } < 0 {
+            return Err(Error::last_error());
+        }
+        Ok(())
+    })
+}

@@ -694,6 +694,50 @@ impl Hypervisor for LibvirtHypervisor {
         })
     }
 
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()> {
+        self.with_domain(name, "virDomainBackupBegin", |d| {
+            ffi::backup_begin(d, backup_xml, checkpoint_xml)
+        })
+    }
+
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()> {
+        let flags = if redefine {
+            sys::VIR_DOMAIN_CHECKPOINT_CREATE_REDEFINE
+                | sys::VIR_DOMAIN_CHECKPOINT_CREATE_REDEFINE_VALIDATE
+        } else {
+            0
+        };
+        self.with_domain(name, "virDomainCheckpointCreateXML", |d| {
+            ffi::checkpoint_create(d, xml, flags)
+        })
+    }
+
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>> {
+        self.with_domain(name, "virDomainListAllCheckpoints", ffi::checkpoint_names)
+    }
+
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String> {
+        self.with_domain(name, "virDomainCheckpointGetXMLDesc", |d| {
+            ffi::checkpoint_xml(d, checkpoint)
+        })
+    }
+
+    fn checkpoint_delete(&self, name: &str, checkpoint: &str, metadata_only: bool) -> HvResult<()> {
+        let flags = if metadata_only {
+            sys::VIR_DOMAIN_CHECKPOINT_DELETE_METADATA_ONLY
+        } else {
+            0
+        };
+        self.with_domain(name, "virDomainCheckpointDelete", |d| {
+            ffi::checkpoint_delete(d, checkpoint, flags)
+        })
+    }
+
     fn reconnect(&self) -> HvResult<ConnectionId> {
         let poisoned = || {
             HypervisorError::new(

@@ -179,6 +179,43 @@ impl DomainManager {
                     Err(e) => reply.send(Err(e)),
                 };
             }
+            DomainCommand::Backup(request) => {
+                return match self.check_allowed("backup", None) {
+                    Ok(()) => self.start_backup(request, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::BackupAbort => {
+                return match self.check_allowed("backup-abort", None) {
+                    Ok(()) => self.abort_backup(reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::QueryCheckpoints => {
+                return match self.check_allowed("query-checkpoints", None) {
+                    Ok(()) => self.query_checkpoints(reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::RedefineCheckpoint {
+                name,
+                xml,
+                creation_time,
+            } => {
+                return match self.check_allowed("redefine-checkpoint", None) {
+                    Ok(()) => self.redefine_checkpoint(name, xml, creation_time, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::DeleteCheckpoint {
+                name,
+                metadata_only,
+            } => {
+                return match self.check_allowed("delete-checkpoint", None) {
+                    Ok(()) => self.delete_checkpoint(name, metadata_only, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
         };
         match self.check_allowed(operation.name(), Some(operation)) {
             Ok(()) => self.start_domain_job(operation, reply),
@@ -230,6 +267,7 @@ impl DomainManager {
             "job": self.jobs.exclusive_running().map(Operation::name),
             "migration": self.migration.record.as_ref().map(|m| m.to_json()),
             "memory_dump": self.memory_dump.last.as_ref().map(|d| d.to_json()),
+            "backup": self.backup.last.as_ref().map(|b| b.to_json()),
             "shutdown": grace,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
         }));

@@ -13,6 +13,7 @@
 //! Commands are in `domain` (the domain commands), `sync`, `guest` and
 //! `migration`.
 
+mod backup;
 mod connection;
 mod devices;
 mod diagnostics;
@@ -203,6 +204,7 @@ pub struct DomainManager {
     vm_stats: vm_stats::VmStatsCache,
     /// The last memory dump (`memory-dump`).
     memory_dump: memory_dump::MemoryDumpState,
+    backup: backup::BackupState,
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
@@ -227,6 +229,7 @@ impl DomainManager {
             inbox,
         } = parts;
         let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
+        let backup = backup::BackupState::load(&config.dirs.private);
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal.clone(), inbox.job_completions()),
             stop: GracefulStop::new(config.grace_period),
@@ -247,6 +250,7 @@ impl DomainManager {
             described: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
             memory_dump,
+            backup,
             vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
             network,
@@ -310,6 +314,7 @@ impl DomainManager {
                 Timer::ExitNow => self.exit_now(),
                 Timer::StatsRefresh => self.on_stats_refresh_due(),
                 Timer::MemoryDumpProgress => self.on_memory_dump_progress_due(),
+                Timer::BackupProgress => self.on_backup_progress_due(),
             }
         }
     }
@@ -355,7 +360,10 @@ impl DomainManager {
             ),
             HypervisorEvent::DeviceAdded { alias } => self.on_device_added(alias),
             HypervisorEvent::DeviceRemoved { alias } => self.on_device_removed(alias),
-            HypervisorEvent::JobCompleted { stats } => self.on_libvirt_job_completed(stats),
+            HypervisorEvent::JobCompleted { stats } => {
+                self.on_backup_job_completed(&stats);
+                self.on_libvirt_job_completed(stats)
+            }
             HypervisorEvent::ConnectionClosed { connection, reason } => {
                 self.on_connection_lost(connection, reason)
             }
@@ -414,6 +422,12 @@ impl DomainManager {
                 }
             }
             Operation::MemoryDump => self.on_memory_dump_finished(&output.result),
+            Operation::Backup => self.on_backup_begun(&mut output.result),
+            Operation::BackupProgress | Operation::BackupEnded => {
+                if let Err(e) = &output.result {
+                    log::debug!("manager: {} failed: {e}", operation.name());
+                }
+            }
             Operation::MemoryDumpProgress => {
                 if let Err(e) = &output.result {
                     log::debug!("manager: reading the memory dump's progress failed: {e}");
@@ -434,6 +448,8 @@ impl DomainManager {
             | Operation::QueryQemuVersion
             | Operation::QueryDirtyRate
             | Operation::Screenshot
+            | Operation::BackupAbort
+            | Operation::Checkpoint
             | Operation::StatusRefresh => {}
         }
         match output.observed {
@@ -455,6 +471,8 @@ impl DomainManager {
                 self.on_stats_sampled(sample, generation)
             }
             Observation::JobStats(stats) => self.on_memory_dump_progress(&stats),
+            Observation::BackupJobStats(stats) => self.on_backup_progress(&stats),
+            Observation::BackupEnded(stats) => self.on_backup_ended(&stats),
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {

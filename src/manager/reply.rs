@@ -46,6 +46,10 @@ pub enum JobValue {
     Dumped {
         size_bytes: u64,
     },
+    /// `backup`'s job runs, over these disks.
+    BackupStarted {
+        disks: Vec<super::backup::BackupDisk>,
+    },
 }
 
 /// A domain operation that libvirt carried out.
@@ -246,6 +250,8 @@ impl JobValue {
                 object(json!({ "target": serde_json::to_value(&target).unwrap_or(Value::Null) }))
             }
             JobValue::Dumped { size_bytes } => object(json!({ "size_bytes": size_bytes })),
+            // The manager answers with the whole record (`on_backup_begun`).
+            JobValue::BackupStarted { disks } => object(json!({ "disks": disks })),
             // The manager answers these itself (`vm_stats_reply`).
             JobValue::VmStats(_) => Map::new(),
         }

@@ -887,6 +887,47 @@ mod tests {
     }
 
     #[test]
+    fn changed_block_tracking_puts_a_raw_image_under_qcow2_metadata() {
+        let conversion = convert_ok(json!({
+            "domain": {"devices": {"disks": [
+                {"name": "raw", "changedBlockTracking": true},
+                {"name": "empty", "changedBlockTracking": true},
+                {"name": "plain"}]}},
+            "volumes": [
+                {"name": "raw", "hostDisk": {"path": "/data/raw.img", "type": "Disk"}},
+                {"name": "empty", "emptyDisk": {"capacity": "1Gi"}},
+                {"name": "plain", "hostDisk": {"path": "/data/plain.img", "type": "Disk"}}]}));
+        let overlay = "/var/run/kubevirt-private/libvirt/qemu/cbt/raw.qcow2";
+        assert!(conversion.disk_plan.steps.iter().any(|step| matches!(step,
+            DiskStep::CreateDataFileOverlay { path, data_file, .. }
+                if path.to_str() == Some(overlay) && data_file.to_str().is_some_and(|d| d.ends_with("raw.img")))));
+        let disks = &conversion.domain.devices.disks;
+        let source = |i: usize| disks[i].source.as_ref().and_then(|s| s.file.clone());
+        let format = |i: usize| disks[i].driver.as_ref().and_then(|d| d.format.clone());
+        assert_eq!(source(0).as_deref(), Some(overlay));
+        assert_eq!(format(0).as_deref(), Some("qcow2"));
+        // A qcow2 image carries the bitmaps itself; a disk without the flag
+        // keeps its raw image.
+        assert!(source(1).is_some_and(|s| s.ends_with(".qcow2")));
+        assert_eq!(format(2).as_deref(), Some("raw"));
+        assert!(source(2).is_some_and(|s| s.ends_with("plain.img")));
+    }
+
+    #[test]
+    fn changed_block_tracking_of_a_block_device_names_the_libvirt_it_needs() {
+        let mut ctx = context();
+        ctx.block_pvcs.insert("fast".to_string());
+        let err = convert_with(
+            json!({"domain": {"devices": {"disks": [{"name": "fast", "changedBlockTracking": true}]}},
+                "volumes": [{"name": "fast", "persistentVolumeClaim": {"claimName": "fast"}}]}),
+            &ctx,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("needs libvirt 10.10.0"), "{err}");
+    }
+
+    #[test]
     fn config_volumes_become_isos_of_their_mounts() {
         let conversion = convert_ok(json!({"volumes": [
             {"name": "app", "configMap": {"name": "app-config", "volumeLabel": "OEMDRV"}},

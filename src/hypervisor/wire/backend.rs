@@ -1104,6 +1104,90 @@ impl Hypervisor for WireHypervisor {
         })
     }
 
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()> {
+        self.domain_action(name, &proc::DOMAIN_BACKUP_BEGIN, |e| {
+            e.string(backup_xml).opt_string(checkpoint_xml).u32(0);
+        })
+    }
+
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()> {
+        let f = if redefine {
+            flags::DOMAIN_CHECKPOINT_CREATE_REDEFINE
+                | flags::DOMAIN_CHECKPOINT_CREATE_REDEFINE_VALIDATE
+        } else {
+            0
+        };
+        // The reply is the new checkpoint's reference (its name and the
+        // domain), which the launcher does not need.
+        self.domain_call(
+            name,
+            &proc::DOMAIN_CHECKPOINT_CREATE_XML,
+            |e| {
+                e.string(xml).u32(f);
+            },
+            |_, _| Ok(()),
+        )
+    }
+
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>> {
+        self.domain_call(
+            name,
+            &proc::DOMAIN_LIST_ALL_CHECKPOINTS,
+            |e| {
+                // need_results: 1, then the flags.
+                e.i32(1).u32(flags::DOMAIN_CHECKPOINT_LIST_TOPOLOGICAL);
+            },
+            |_, d| {
+                // A checkpoint reference: its name, then the domain's (name,
+                // UUID, id).
+                let n = d.array_len(limits::DOMAIN_CHECKPOINT_LIST_MAX, 28)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push(d.string()?);
+                    decode_domain(d)?;
+                }
+                d.i32()?;
+                Ok(names)
+            },
+        )
+    }
+
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String> {
+        let procedure = &proc::DOMAIN_CHECKPOINT_GET_XML_DESC;
+        let op = procedure.api;
+        let client = self.connection(op)?;
+        let (reply, _) =
+            self.call_on_domain(&client, name, procedure, procedure.deadline, |dom, e| {
+                e.string(checkpoint);
+                dom.encode(e);
+                e.u32(flags::DOMAIN_CHECKPOINT_XML_NO_DOMAIN);
+            })?;
+        decode_reply(op, &reply, |d| d.string())
+    }
+
+    fn checkpoint_delete(&self, name: &str, checkpoint: &str, metadata_only: bool) -> HvResult<()> {
+        let procedure = &proc::DOMAIN_CHECKPOINT_DELETE;
+        let op = procedure.api;
+        let f = if metadata_only {
+            flags::DOMAIN_CHECKPOINT_DELETE_METADATA_ONLY
+        } else {
+            0
+        };
+        let client = self.connection(op)?;
+        let (reply, _) =
+            self.call_on_domain(&client, name, procedure, procedure.deadline, |dom, e| {
+                e.string(checkpoint);
+                dom.encode(e);
+                e.u32(f);
+            })?;
+        decode_reply(op, &reply, |_| Ok(()))
+    }
+
     fn reconnect(&self) -> HvResult<ConnectionId> {
         let poisoned = || {
             HypervisorError::new(

@@ -153,7 +153,7 @@ struct Pod {
 impl Pod {
     fn start(tag: &str, name: &str, netns: &str, pod_name: &str) -> Pod {
         let tree = TempTree::new(tag);
-        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree));
+        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree), None);
         let mut launcher = PodLauncher::start_with(
             tree,
             name,

@@ -916,7 +916,11 @@ mod tests {
             uuid: UUID.into(),
             xml: xml(),
         }));
-        let service = cmd_handler(fake_manager(answers.clone()), config());
+        let service = cmd_handler(
+            fake_manager(answers.clone()),
+            config(),
+            crate::kubevirt::notify::k8s_event_queue().0,
+        );
         let first = domain_stats(&*service);
         assert_eq!(first["Name"], "e2e_vm");
         assert_eq!(first["UUID"], UUID);

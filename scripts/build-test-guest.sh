@@ -68,7 +68,8 @@ QGA=/usr/sbin/qemu-ga
 # Modules wanted in the guest; the ones in OPTIONAL_MODULES are taken only if
 # this kernel builds them as modules.  Built-in ones are skipped.
 REQUIRED_MODULES="virtio_pci virtio_console virtio_net virtio_blk virtio_scsi
-virtio_balloon virtio_rng virtio_mem button evdev isofs sd_mod sr_mod cdrom"
+virtio_balloon virtio_rng virtio_mem button evdev isofs sd_mod sr_mod cdrom
+virtiofs"
 OPTIONAL_MODULES="libahci ahci ata_piix i6300esb"
 # Must be available (built in, or a module that then gets loaded).
 MUST_HAVE_FS="ext4"

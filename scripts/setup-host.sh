@@ -65,6 +65,7 @@ ip                 iproute2              ip -V
 nft                nftables              nft --version
 passt              passt                 passt --version
 swtpm              swtpm                 swtpm --version
+/usr/lib/qemu/virtiofsd qemu-system-common /usr/lib/qemu/virtiofsd --version
 swtpm_setup        swtpm-tools           swtpm_setup --print-capabilities
 groff              groff-base            groff -man -Tutf8 -ww "$SETUP_TMP/page.8"
 mandoc             mandoc                mandoc -Tlint "$SETUP_TMP/page.8"
@@ -79,6 +80,9 @@ TABLE
 # type='passt'/> (it came in 9.2), so the launcher runs passt itself and
 # QEMU joins its socket (src/network/passt.rs); tests/network.rs boots a
 # guest with it.
+
+# virtiofsd: a VMI's filesystems (src/daemons/virtiofs.rs); Debian 12 has
+# QEMU's C one only, at this path (bookworm has no virtiofsd package).
 
 # Packages no program row names: libraries and data the build and the
 # launcher need.
@@ -187,7 +191,7 @@ if ! grep -q "virt-launcher host set-up" /etc/libvirt/qemu.conf 2>/dev/null; the
     [ -f /etc/libvirt/qemu.conf ] && cp /etc/libvirt/qemu.conf /etc/libvirt/qemu.conf.orig
     cat > /etc/libvirt/qemu.conf <<'CONF'
 # virt-launcher host set-up: QEMU runs as root without security labels, as
-# inside a KubeVirt launcher pod. See virt-launcher's README.
+# inside a KubeVirt launcher pod. See virt-launcher's docs/running.md (one-time host set-up).
 user = "root"
 group = "root"
 security_driver = "none"

@@ -154,6 +154,7 @@ else
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
         -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
+        filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
         a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops \
         reports_what_the_guest_really_has_and_runs_guest_commands \

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use crate::convert::ClusterOptions;
 use crate::events::EventKind;
 use crate::migration::MigrationOptions;
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
@@ -52,8 +53,15 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "sync",
-        summary: "Reconcile to arguments.vmi (a KubeVirt VMI): define the domain if missing, start it if down, resume it if paused by something other than pause; returns the domain's state.",
-        parse: |a| Ok(DomainCommand::Sync { vmi: a.vmi()? }.into()),
+        summary: "Reconcile to arguments.vmi (a KubeVirt VMI), with the cluster's arguments.options if given: define the domain if missing, start it if down, resume it if paused by something other than pause; returns the domain's state.",
+        parse: |a| {
+            let args: SyncArgs = a.typed()?;
+            Ok(DomainCommand::Sync {
+                vmi: vmi_object(args.vmi)?,
+                options: args.options.map(Box::new),
+            }
+            .into())
+        },
     },
     CommandSpec {
         name: "pause",
@@ -161,6 +169,51 @@ pub static COMMANDS: &[CommandSpec] = &[
         parse: |a| {
             let args: VmStatsArgs = a.typed()?;
             Ok(DomainCommand::QueryVmStats(args.into_query()?).into())
+        },
+    },
+    CommandSpec {
+        name: "backup",
+        summary: "Back up the VMI's changedBlockTracking disks through libvirt's backup API with a new checkpoint (arguments.checkpoint): full, or incremental since the checkpoint arguments.incremental; push mode writes arguments.target_dir/<checkpoint>-<volume>.<format> (qcow2 or raw), pull mode exports the disks over NBD on the unix socket arguments.socket until backup-abort. Returns once the job runs; progress in query-status, the end as BACKUP_COMPLETED or BACKUP_FAILED.",
+        parse: |a| {
+            let args: BackupArgs = a.typed()?;
+            Ok(DomainCommand::Backup(args.into_request()?).into())
+        },
+    },
+    CommandSpec {
+        name: "backup-abort",
+        summary: "Stop the running backup: a push backup ends as aborted (the guest keeps running), a pull backup ends its NBD export (the normal end of a pull backup).",
+        parse: |a| a.none(DomainCommand::BackupAbort),
+    },
+    CommandSpec {
+        name: "query-checkpoints",
+        summary: "The domain's checkpoints as libvirt keeps them, oldest first, each with its XML (what redefine-checkpoint takes).",
+        parse: |a| a.none(DomainCommand::QueryCheckpoints),
+    },
+    CommandSpec {
+        name: "redefine-checkpoint",
+        summary: "Tell libvirt again about checkpoint arguments.name whose bitmaps the disk images carry (after libvirt lost its record, e.g. the domain was defined anew): from arguments.xml (query-checkpoints' XML), or over every changedBlockTracking disk. libvirt checks the bitmaps; the reply says valid true, or valid false and why (then take a full backup).",
+        parse: |a| {
+            let args: RedefineCheckpointArgs = a.typed()?;
+            checkpoint_name("arguments.name", &args.name)?;
+            Ok(DomainCommand::RedefineCheckpoint {
+                name: args.name,
+                xml: args.xml,
+                creation_time: args.creation_time,
+            }
+            .into())
+        },
+    },
+    CommandSpec {
+        name: "delete-checkpoint",
+        summary: "Delete checkpoint arguments.name: its bitmaps in the disk images and libvirt's record, or with arguments.metadata_only only the record.",
+        parse: |a| {
+            let args: DeleteCheckpointArgs = a.typed()?;
+            checkpoint_name("arguments.name", &args.name)?;
+            Ok(DomainCommand::DeleteCheckpoint {
+                name: args.name,
+                metadata_only: args.metadata_only,
+            }
+            .into())
         },
     },
     CommandSpec {
@@ -319,6 +372,9 @@ pub enum DomainCommand {
     QueryStatus,
     Sync {
         vmi: Value,
+        /// What virt-handler sends beside the VMI; `None`: the launcher's
+        /// defaults.
+        options: Option<Box<ClusterOptions>>,
     },
     Pause,
     Unpause,
@@ -342,6 +398,55 @@ pub enum DomainCommand {
     },
     Screenshot,
     QueryVmStats(VmStatsQuery),
+    Backup(BackupRequest),
+    BackupAbort,
+    QueryCheckpoints,
+    RedefineCheckpoint {
+        name: String,
+        xml: Option<String>,
+        creation_time: Option<u64>,
+    },
+    DeleteCheckpoint {
+        name: String,
+        metadata_only: bool,
+    },
+}
+
+/// How `backup` hands the disks over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackupTarget {
+    /// libvirt writes each disk to `dir/<checkpoint>-<volume>.<format>`.
+    Push { dir: PathBuf, format: BackupFormat },
+    /// QEMU serves each disk (export name: the volume) over NBD on a unix
+    /// socket until the backup is ended.
+    Pull { socket: PathBuf },
+}
+
+/// The format of a push backup's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackupFormat {
+    Qcow2,
+    Raw,
+}
+
+impl BackupFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackupFormat::Qcow2 => "qcow2",
+            BackupFormat::Raw => "raw",
+        }
+    }
+}
+
+/// What `backup` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupRequest {
+    pub target: BackupTarget,
+    /// The checkpoint the backup creates; `None`: named after the time.
+    pub checkpoint: Option<String>,
+    /// Only what changed since this checkpoint; `None`: everything.
+    pub incremental: Option<String>,
 }
 
 /// Where `memory-dump` writes.
@@ -521,6 +626,11 @@ impl DomainCommand {
             DomainCommand::MemoryDump { .. } => "memory-dump",
             DomainCommand::Screenshot => "screenshot",
             DomainCommand::QueryVmStats(_) => "query-vm-stats",
+            DomainCommand::Backup(_) => "backup",
+            DomainCommand::BackupAbort => "backup-abort",
+            DomainCommand::QueryCheckpoints => "query-checkpoints",
+            DomainCommand::RedefineCheckpoint { .. } => "redefine-checkpoint",
+            DomainCommand::DeleteCheckpoint { .. } => "delete-checkpoint",
         }
     }
 }
@@ -756,19 +866,31 @@ impl Arguments {
     /// `arguments.vmi`, which must be an object.
     fn vmi(self) -> Result<Value, CommandError> {
         let args: VmiArgs = self.typed()?;
-        if !args.vmi.is_object() {
-            return Err(CommandError::invalid_argument(
-                "arguments.vmi must be a VirtualMachineInstance object",
-            ));
-        }
-        Ok(args.vmi)
+        vmi_object(args.vmi)
     }
+}
+
+fn vmi_object(vmi: Value) -> Result<Value, CommandError> {
+    if !vmi.is_object() {
+        return Err(CommandError::invalid_argument(
+            "arguments.vmi must be a VirtualMachineInstance object",
+        ));
+    }
+    Ok(vmi)
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct VmiArgs {
     vmi: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SyncArgs {
+    vmi: Value,
+    #[serde(default)]
+    options: Option<ClusterOptions>,
 }
 
 #[derive(Deserialize)]
@@ -830,6 +952,116 @@ struct DirtyRateArgs {
 /// KubeVirt measures for a second.
 fn default_dirty_rate_seconds() -> u32 {
     1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackupArgs {
+    #[serde(default)]
+    mode: Option<String>,
+    checkpoint: Option<String>,
+    incremental: Option<String>,
+    target_dir: Option<String>,
+    format: Option<BackupFormat>,
+    socket: Option<String>,
+}
+
+impl BackupArgs {
+    fn into_request(self) -> Result<BackupRequest, CommandError> {
+        if let Some(name) = &self.checkpoint {
+            checkpoint_name("arguments.checkpoint", name)?;
+        }
+        if let Some(name) = &self.incremental {
+            checkpoint_name("arguments.incremental", name)?;
+        }
+        let absolute = |field: &str, value: &str| {
+            let path = PathBuf::from(value);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(CommandError::invalid_argument(format!(
+                    "arguments.{field}: {value:?} must be an absolute path"
+                )))
+            }
+        };
+        let target = match self.mode.as_deref().unwrap_or("push") {
+            "push" => {
+                if self.socket.is_some() {
+                    return Err(CommandError::invalid_argument(
+                        "arguments.socket: only a pull backup has a socket",
+                    ));
+                }
+                let dir = self.target_dir.ok_or_else(|| {
+                    CommandError::invalid_argument(
+                        "arguments.target_dir: a push backup needs the directory to write the disks into",
+                    )
+                })?;
+                BackupTarget::Push {
+                    dir: absolute("target_dir", &dir)?,
+                    format: self.format.unwrap_or(BackupFormat::Qcow2),
+                }
+            }
+            "pull" => {
+                if self.target_dir.is_some() || self.format.is_some() {
+                    return Err(CommandError::invalid_argument(
+                        "arguments: target_dir and format are for a push backup; a pull backup has a socket",
+                    ));
+                }
+                let socket = self.socket.ok_or_else(|| {
+                    CommandError::invalid_argument(
+                        "arguments.socket: a pull backup needs the unix socket path to serve NBD on",
+                    )
+                })?;
+                BackupTarget::Pull {
+                    socket: absolute("socket", &socket)?,
+                }
+            }
+            other => {
+                return Err(CommandError::invalid_argument(format!(
+                    "arguments.mode: {other:?} is neither push nor pull"
+                )));
+            }
+        };
+        Ok(BackupRequest {
+            target,
+            checkpoint: self.checkpoint,
+            incremental: self.incremental,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RedefineCheckpointArgs {
+    name: String,
+    xml: Option<String>,
+    creation_time: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteCheckpointArgs {
+    name: String,
+    #[serde(default)]
+    metadata_only: bool,
+}
+
+/// A checkpoint name becomes a file name part and a QEMU bitmap name:
+/// letters, digits and `-_.`, not starting with a dot, at most 64.
+fn checkpoint_name(field: &str, name: &str) -> Result<(), CommandError> {
+    let fine = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if fine {
+        Ok(())
+    } else {
+        Err(CommandError::invalid_argument(format!(
+            "{field}: {name:?} is not a checkpoint name (1 to 64 of letters, digits, '-', '_' and '.', not starting with '.')"
+        )))
+    }
 }
 
 #[derive(Deserialize)]
@@ -984,7 +1216,63 @@ mod tests {
             "migrate" => args(json!({"target": {"libvirt_uri": "qemu:///system"}})),
             "guest-exec" => args(json!({"command": "/bin/true"})),
             "memory-dump" => args(json!({"path": "/tmp/virt-launcher-test-no-such.dump"})),
+            "backup" => args(json!({"target_dir": "/tmp"})),
+            "redefine-checkpoint" | "delete-checkpoint" => args(json!({"name": "cp1"})),
             _ => Map::new(),
+        }
+    }
+
+    #[test]
+    fn backup_arguments() {
+        let parse = |a: Value| Command::parse("backup", args(a));
+        let command =
+            parse(json!({"mode": "pull", "socket": "/run/b.sock", "incremental": "cp1"})).unwrap();
+        assert_eq!(
+            command,
+            DomainCommand::Backup(BackupRequest {
+                target: BackupTarget::Pull {
+                    socket: PathBuf::from("/run/b.sock")
+                },
+                checkpoint: None,
+                incremental: Some("cp1".into()),
+            })
+            .into()
+        );
+        let command =
+            parse(json!({"target_dir": "/b", "format": "raw", "checkpoint": "c-2"})).unwrap();
+        assert_eq!(
+            command,
+            DomainCommand::Backup(BackupRequest {
+                target: BackupTarget::Push {
+                    dir: PathBuf::from("/b"),
+                    format: BackupFormat::Raw
+                },
+                checkpoint: Some("c-2".into()),
+                incremental: None,
+            })
+            .into()
+        );
+        for (bad, says) in [
+            (json!({}), "arguments.target_dir"),
+            (json!({"target_dir": "b"}), "absolute"),
+            (json!({"mode": "pull"}), "arguments.socket"),
+            (
+                json!({"mode": "pull", "socket": "/s", "format": "raw"}),
+                "push backup",
+            ),
+            (
+                json!({"mode": "stream", "target_dir": "/b"}),
+                "neither push nor pull",
+            ),
+            (json!({"target_dir": "/b", "format": "vmdk"}), "arguments"),
+            (
+                json!({"target_dir": "/b", "checkpoint": "../x"}),
+                "not a checkpoint name",
+            ),
+        ] {
+            let err = parse(bad.clone()).unwrap_err();
+            assert_eq!(err.class, ErrorClass::InvalidArgument, "{bad}");
+            assert!(err.desc.contains(says), "{bad}: {}", err.desc);
         }
     }
 
@@ -1004,7 +1292,11 @@ mod tests {
             DomainCommand::QueryVersion.into(),
             LocalCommand::QueryCommands.into(),
             DomainCommand::QueryStatus.into(),
-            DomainCommand::Sync { vmi: json!({}) }.into(),
+            DomainCommand::Sync {
+                vmi: json!({}),
+                options: None,
+            }
+            .into(),
             DomainCommand::Pause.into(),
             DomainCommand::Unpause.into(),
             DomainCommand::Shutdown.into(),
@@ -1027,6 +1319,27 @@ mod tests {
                 dirty_rate_seconds: 1,
                 agent: Vec::new(),
             })
+            .into(),
+            DomainCommand::Backup(BackupRequest {
+                target: BackupTarget::Pull {
+                    socket: PathBuf::from("/tmp/s"),
+                },
+                checkpoint: None,
+                incremental: None,
+            })
+            .into(),
+            DomainCommand::BackupAbort.into(),
+            DomainCommand::QueryCheckpoints.into(),
+            DomainCommand::RedefineCheckpoint {
+                name: "c".into(),
+                xml: None,
+                creation_time: None,
+            }
+            .into(),
+            DomainCommand::DeleteCheckpoint {
+                name: "c".into(),
+                metadata_only: false,
+            }
             .into(),
             GuestCommand::Ping { timeout_seconds: 5 }.into(),
             GuestCommand::QueryGuestInfo.into(),
@@ -1082,7 +1395,12 @@ mod tests {
                         | DomainCommand::QueryDirtyRate { .. }
                         | DomainCommand::MemoryDump { .. }
                         | DomainCommand::Screenshot
-                        | DomainCommand::QueryVmStats(_),
+                        | DomainCommand::QueryVmStats(_)
+                        | DomainCommand::Backup(_)
+                        | DomainCommand::BackupAbort
+                        | DomainCommand::QueryCheckpoints
+                        | DomainCommand::RedefineCheckpoint { .. }
+                        | DomainCommand::DeleteCheckpoint { .. },
                     )
                     | ManagerCommand::Guest(
                         GuestCommand::Ping { .. }
@@ -1183,6 +1501,35 @@ mod tests {
     }
 
     #[test]
+    fn sync_takes_the_clusters_options() {
+        let parsed = Command::parse(
+            "sync",
+            args(json!({"vmi": {}, "options": {
+                "smbios": {"manufacturer": "Acme"},
+                "memBalloonStatsPeriod": 3,
+                "preallocatedVolumes": ["thick"],
+                "freePageReportingDisabled": true
+            }})),
+        )
+        .unwrap();
+        let Command::Manager(ManagerCommand::Domain(DomainCommand::Sync { options, .. })) = parsed
+        else {
+            panic!("not a sync: {parsed:?}");
+        };
+        let options = options.expect("options");
+        assert_eq!(options.smbios.unwrap().manufacturer, "Acme");
+        assert_eq!(options.mem_balloon_stats_period, 3);
+        assert!(options.preallocated_volumes.contains("thick"));
+        assert!(options.free_page_reporting_disabled);
+        let Command::Manager(ManagerCommand::Domain(DomainCommand::Sync { options, .. })) =
+            Command::parse("sync", args(json!({"vmi": {}}))).unwrap()
+        else {
+            panic!("not a sync");
+        };
+        assert_eq!(options, None);
+    }
+
+    #[test]
     fn unknown_argument_keys_are_invalid_argument() {
         let err = Command::parse("ping", args(json!({"x": 1}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
@@ -1195,6 +1542,10 @@ mod tests {
         assert_eq!(err.desc, "arguments: missing field `vmi`");
         let err = Command::parse("sync", args(json!({"vmi": "x"}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
+        let err = Command::parse("sync", args(json!({"vmi": {}, "options": {"smbois": {}}})))
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
+        assert!(err.desc.contains("smbois"), "{}", err.desc);
         let err =
             Command::parse("migrate", args(json!({"target": {"libvirt_uri": ""}}))).unwrap_err();
         assert!(err.desc.contains("libvirt_uri"), "{}", err.desc);

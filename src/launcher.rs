@@ -12,7 +12,7 @@
 //!   main ◀── ExitRequest / Fatal ───────────────────────────────┘
 //! ```
 //!
-//! (README's "How it is built" has the whole picture.)
+//! (docs/architecture.md has the whole picture.)
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,6 +23,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, bounded, select, unbounded};
 use crate::cli::{self, Action};
 use crate::command::ReplyTo;
 use crate::config::Config;
+use crate::daemons::virtiofs::VirtiofsSlot;
 use crate::daemons::{DaemonMode, LibvirtDaemons};
 use crate::events::EventHub;
 use crate::exit::ExitCode;
@@ -207,6 +208,9 @@ fn run_locked(
     // Whatever pod networking a sync sets up is removed when this guard
     // goes: after the daemons (and so QEMU) stopped, or on unwinding.
     let network = NetworkGuard(crate::network::NetworkSlot::default());
+    // The filesystems' virtiofsd, stopped as the network is removed: once
+    // QEMU is gone.
+    let virtiofs = VirtiofsGuard(VirtiofsSlot::default());
     let mut config = config;
     let daemons = if config.pod_daemons {
         let daemons =
@@ -249,6 +253,7 @@ fn run_locked(
         config,
         daemons.clone(),
         network.0.clone(),
+        virtiofs.0.clone(),
         reporter,
         inbox,
         fatal_tx,
@@ -258,6 +263,7 @@ fn run_locked(
     if let Some(daemons) = daemons {
         daemons.stop();
     }
+    drop(virtiofs);
     drop(network);
     outcome
 }
@@ -271,11 +277,21 @@ impl Drop for NetworkGuard {
     }
 }
 
+/// Stops the filesystems' virtiofsd when dropped.
+struct VirtiofsGuard(VirtiofsSlot);
+
+impl Drop for VirtiofsGuard {
+    fn drop(&mut self) {
+        crate::daemons::virtiofs::stop(&self.0);
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_with_libvirt(
     config: Config,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
+    virtiofs: VirtiofsSlot,
     reporter: signals::StateReporter,
     (inbox, inbox_rx): (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
@@ -287,7 +303,7 @@ fn run_with_libvirt(
             f.message.push_str(&format!(" The launcher's libvirt daemon last said: {said}"));
             if said.contains("Failed to parse user") || said.contains("Failed to parse group") {
                 f.message.push_str(
-                    " (the QEMU driver needs the libvirt-qemu user and group to exist; see the README's host set-up)",
+                    " (the QEMU driver needs the libvirt-qemu user and group to exist; see docs/running.md's one-time host set-up)",
                 );
             }
         }
@@ -339,6 +355,7 @@ fn run_with_libvirt(
         hypervisor,
         daemons,
         network,
+        virtiofs,
         reporter,
         listener,
         (&socket, grpc_socket.as_mut()),
@@ -427,6 +444,7 @@ fn serve(
     hypervisor: Arc<dyn Hypervisor>,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
+    virtiofs: VirtiofsSlot,
     reporter: signals::StateReporter,
     listener: std::os::unix::net::UnixListener,
     (socket, grpc_socket): (&CommandSocket, Option<&mut CommandSocket>),
@@ -440,6 +458,11 @@ fn serve(
     // SIGUSR1/SIGUSR2 log the manager's answer to query-status.
     reporter.connect(inbox.requests());
     let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
+    // Where libvirt writes the domain's QEMU log (a guest panic's details).
+    let qemu_log = daemons.as_ref().map_or_else(
+        || std::path::PathBuf::from(format!("/var/log/libvirt/qemu/{}.log", config.domain_name)),
+        |d| d.qemu_log(&config.domain_name),
+    );
 
     let poller = crate::agent::poller::spawn(
         hypervisor.clone(),
@@ -464,6 +487,7 @@ fn serve(
         exit: exit_tx,
         fatal: fatal_tx.clone(),
         network,
+        virtiofs,
         inbox: inbox.clone(),
     });
     threads::spawn_named("manager", &fatal_tx, move || manager.run(inbox_rx))
@@ -482,11 +506,12 @@ fn serve(
     server::spawn_acceptor(listener, shared.clone())
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the server: {e}")))?;
     let mut grpc_ready = None;
+    let (k8s_events_tx, k8s_events_rx) = crate::kubevirt::notify::k8s_event_queue();
     if let Some(grpc_socket) = grpc_socket {
         let listener = grpc_socket
             .take_listener()
             .ok_or_else(|| Failure::new(ExitCode::Internal, "gRPC socket listener missing"))?;
-        let handler = crate::kubevirt::cmd_handler(inbox.requests(), config.clone());
+        let handler = crate::kubevirt::cmd_handler(inbox.requests(), config.clone(), k8s_events_tx);
         crate::grpc::spawn_acceptor(
             listener,
             handler,
@@ -548,6 +573,8 @@ fn serve(
                 &config,
                 hub.clone(),
                 inbox.requests(),
+                k8s_events_rx,
+                qemu_log,
                 &fatal_tx,
             )
             .map_err(|e| {

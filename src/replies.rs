@@ -70,6 +70,11 @@ pub enum Return {
     Dumped(Dumped),
     /// `memory-dump`: the dump's record as it starts.
     MemoryDump(MemoryDumpStatus),
+    // Backups and checkpoints.
+    Backup(Box<BackupStatus>),
+    BackupStarted(BackupStarted),
+    Checkpoints(Checkpoints),
+    CheckpointValidity(CheckpointValidity),
 }
 
 impl Default for Return {
@@ -96,6 +101,22 @@ impl Return {
                 _ => 0,
             },
             _ => 0,
+        }
+    }
+
+    /// `query-domain`'s reply, when this is one.
+    pub fn as_domain(&self) -> Option<&DomainReply> {
+        match self {
+            Return::Domain(domain) => Some(domain),
+            _ => None,
+        }
+    }
+
+    /// `query-stats`' reply, when this is one.
+    pub fn as_stats(&self) -> Option<&StatsReply> {
+        match self {
+            Return::Stats(stats) => Some(stats),
+            _ => None,
         }
     }
 
@@ -148,6 +169,10 @@ variants!(
     Finalized(Finalized),
     Dumped(Dumped),
     MemoryDump(MemoryDumpStatus),
+    Backup(BackupStatus),
+    BackupStarted(BackupStarted),
+    Checkpoints(Checkpoints),
+    CheckpointValidity(CheckpointValidity),
 );
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -200,6 +225,8 @@ pub struct LibvirtVersion {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Status {
     pub agent: AgentStatus,
+    /// The last backup's record.
+    pub backup: Option<BackupStatus>,
     pub domain: DomainSummary,
     /// The exclusive job running.
     pub job: Option<&'static str>,
@@ -210,6 +237,10 @@ pub struct Status {
     pub shutdown: Option<GraceWindow>,
     pub uid: String,
     pub uptime_seconds: f64,
+    /// The virtiofsd serving the VMI's filesystems; only for a VMI that
+    /// shares some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub virtiofs: Option<Value>,
     pub vmi: String,
 }
 
@@ -306,7 +337,7 @@ pub struct Synced {
 }
 
 /// `query-domain`: the members asked for.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct DomainReply {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_ms: Option<u64>,
@@ -514,6 +545,53 @@ pub struct Finalized {
     pub guest_time_sync: &'static str,
 }
 
+/// A backup's record: `backup`'s reply and `query-status`' `backup`.
+/// The backup module's own types are carried as their JSON values.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackupStatus {
+    pub checkpoint: String,
+    pub disks: Value,
+    pub ended: Option<f64>,
+    pub failure: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    pub incremental: Option<String>,
+    pub mode: Value,
+    pub phase: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+    pub started: f64,
+}
+
+/// The backup job's disks, before the manager answers with the record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BackupStarted {
+    pub disks: Value,
+}
+
+/// `query-checkpoints`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Checkpoints {
+    pub checkpoints: Vec<CheckpointXml>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointXml {
+    pub name: String,
+    pub xml: String,
+}
+
+/// `redefine-checkpoint`: whether libvirt took the checkpoint back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckpointValidity {
+    pub checkpoint: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub valid: bool,
+}
+
 /// `memory-dump`'s dump is written (the command itself answers `{}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Dumped {
@@ -570,6 +648,19 @@ mod tests {
             .into(),
             Status {
                 agent: AgentStatus { connected: false },
+                backup: Some(BackupStatus {
+                    checkpoint: "cp1".into(),
+                    disks: serde_json::json!([{"volume": "d", "target": "vda"}]),
+                    ended: None,
+                    failure: None,
+                    format: Some("qcow2".into()),
+                    incremental: None,
+                    mode: "push".into(),
+                    phase: "Running".into(),
+                    progress: Some(serde_json::json!({"total": 2, "processed": 1})),
+                    socket: None,
+                    started: 1.0,
+                }),
                 domain: DomainSummary {
                     defined: true,
                     name: "ns_vm".into(),
@@ -603,6 +694,7 @@ mod tests {
                 }),
                 uid: "u".into(),
                 uptime_seconds: 3.0,
+                virtiofs: Some(serde_json::json!([{"name": "fs", "pid": 7}])),
                 vmi: "ns/vm".into(),
             }
             .into(),
@@ -721,6 +813,23 @@ mod tests {
             }
             .into(),
             Dumped { size_bytes: 1 }.into(),
+            BackupStarted {
+                disks: serde_json::json!([{"volume": "d"}]),
+            }
+            .into(),
+            Checkpoints {
+                checkpoints: vec![CheckpointXml {
+                    name: "cp1".into(),
+                    xml: "<domaincheckpoint/>".into(),
+                }],
+            }
+            .into(),
+            CheckpointValidity {
+                checkpoint: "cp1".into(),
+                reason: Some("no bitmap".into()),
+                valid: false,
+            }
+            .into(),
         ];
         for reply in &replies {
             assert_keys_sorted(reply);

@@ -97,7 +97,14 @@ fn boot_vmi(tree: TempTree, vmi: &Value, extra: &[&str]) -> Booted {
     assert!(synced.get("return").is_some(), "sync failed: {synced}");
     let booted_at = std::time::Instant::now();
     watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
-    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    // OVMF under emulation (SMM, a TPM) takes several times a BIOS boot,
+    // and more on a machine busy with other guests.
+    let boot = if vmi["spec"]["domain"]["firmware"]["bootloader"]["efi"].is_object() {
+        BOOT * 3
+    } else {
+        BOOT
+    };
+    watcher.wait_event(boot, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
     Booted {
         launcher,
         client,

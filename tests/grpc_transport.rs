@@ -711,7 +711,7 @@ fn the_client_sends_domain_events_to_kubevirts_notify_server() {
     const HANDLE_DOMAIN_EVENT: &str = "/kubevirt.notify.v1.Notify/HandleDomainEvent";
     let tree = TempTree::new("grpc-notify");
     let share = tree.path("share");
-    let mut server = NotifyServer::start(&share);
+    let mut server = NotifyServer::start(&share, None);
     let mut next_event = || -> Value {
         server
             .next(Duration::from_secs(10))

@@ -49,10 +49,14 @@ impl Pod {
     }
 
     fn start_in(tree: TempTree, name: &str, uid: &str, vmi: &Value) -> Pod {
-        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree));
+        // virt-handler's store holds the VMI: it records Kubernetes events
+        // only on a VMI it knows.
+        let vmi_file = tree.path("vmi.json");
+        fs::write(&vmi_file, vmi.to_string()).unwrap();
+        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree), Some(&vmi_file));
         let mut launcher = PodLauncher::start(tree, name, uid, GRACE);
         launcher.wait_ready(STEP);
-        let vmi = launcher.write_vmi("vmi.json", vmi);
+        let vmi = vmi_file.to_string_lossy().into_owned();
         let domain = launcher.domain_name();
         Pod {
             launcher,
@@ -204,7 +208,14 @@ impl Pod {
     /// Syncs the VMI and waits for the notify server's ADDED, then a
     /// MODIFIED Running.
     fn sync_to_running(&mut self, uid: &str) {
-        assert_eq!(self.ok(&["sync", "--vmi", &self.vmi]), Value::Null);
+        self.sync_to_running_with(uid, &[]);
+    }
+
+    /// As `sync_to_running`, with more arguments to `sync` (`--options`).
+    fn sync_to_running_with(&mut self, uid: &str, more: &[&str]) {
+        let mut sync = vec!["sync", "--vmi", &self.vmi];
+        sync.extend_from_slice(more);
+        assert_eq!(self.ok(&sync), Value::Null);
         let added = self.notify.wait(STEP, "ADDED", |e| {
             e["event"] == "domain" && e["type"] == "ADDED"
         });
@@ -221,6 +232,11 @@ impl Pod {
     /// MODIFIED of a domain that no longer exists, then the launcher's
     /// exit, status 0.
     fn delete_and_exit(&mut self) {
+        self.delete_and_exit_with(0);
+    }
+
+    /// As `delete_and_exit`, for a launcher whose exit status is `status`.
+    fn delete_and_exit_with(&mut self, status: i32) {
         assert_eq!(self.ok_vmi("delete"), Value::Null);
         let last = self
             .notify
@@ -231,7 +247,7 @@ impl Pod {
             last["domain"]["ObjectMeta"]["name"],
             json!(self.launcher.name)
         );
-        assert_eq!(self.launcher.wait_exit(STEP), 0);
+        assert_eq!(self.launcher.wait_exit(STEP), status);
         // Nothing came after the deletion.
         assert!(
             self.notify.next(Duration::from_millis(500)).is_none(),
@@ -280,10 +296,7 @@ fn devices_of_size(partitions: &str, blocks: &str) -> Vec<String> {
 
 /// The calls this launcher does not support yet, as kvhandler's commands,
 /// the RPC each answers for, and the extra arguments each needs.
-const NOT_SUPPORTED: [(&str, &str, &[&str]); 9] = [
-    ("migrate", "MigrateVirtualMachine", &[]),
-    ("sync-migration-target", "SyncMigrationTarget", &[]),
-    ("finalize-migration", "FinalizeVirtualMachineMigration", &[]),
+const NOT_SUPPORTED: [(&str, &str, &[&str]); 6] = [
     ("sev-info", "GetSEVInfo", &[]),
     ("launch-measurement", "GetLaunchMeasurement", &[]),
     (
@@ -491,6 +504,27 @@ fn virt_handler_drives_a_guests_whole_life_through_the_pods_launcher() {
             "{command}: {error}"
         );
     }
+    // The migration calls on a launcher that runs its guest and takes
+    // part in no migration: each says why it cannot.
+    let error = pod.launcher.refused(&["migrate", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("cannot migrate VMI until migrationState is ready"),
+        "{error}"
+    );
+    let error = pod
+        .launcher
+        .refused(&["sync-migration-target", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("a target must be a fresh launcher"),
+        "{error}"
+    );
+    let error = pod
+        .launcher
+        .refused(&["finalize-migration", "--vmi", &pod.vmi]);
+    assert!(
+        error.contains("only a target whose incoming migration completed"),
+        "{error}"
+    );
     // The day-2 calls: the dirty rate of the running guest, a screenshot
     // refused for a VMI without a display, and a memory dump into the pod.
     let rate = pod.ok(&["dirty-rate"]);
@@ -711,4 +745,185 @@ fn bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain() {
     assert_eq!(pod.ok_vmi("kill"), Value::Null);
     assert_eq!(pod.ok_vmi("shutdown"), Value::Null);
     pod.delete_and_exit();
+}
+
+/// A static x86-64 Linux program that tells QEMU's ISA pvpanic device
+/// (I/O port 0x505) the guest panicked, as the kernel's pvpanic driver
+/// does: ioperm(0x505, 1, 1); outb(1, 0x505); exit(0).
+fn pvpanic_program() -> Vec<u8> {
+    #[rustfmt::skip]
+    let code: &[u8] = &[
+        0xb8, 0xad, 0x00, 0x00, 0x00, // mov eax, 173 (ioperm)
+        0xbf, 0x05, 0x05, 0x00, 0x00, // mov edi, 0x505
+        0xbe, 0x01, 0x00, 0x00, 0x00, // mov esi, 1
+        0xba, 0x01, 0x00, 0x00, 0x00, // mov edx, 1
+        0x0f, 0x05,                   // syscall
+        0x66, 0xba, 0x05, 0x05,       // mov dx, 0x505
+        0xb0, 0x01,                   // mov al, 1 (PVPANIC_PANICKED)
+        0xee,                         // out dx, al
+        0xb8, 0x3c, 0x00, 0x00, 0x00, // mov eax, 60 (exit)
+        0x31, 0xff,                   // xor edi, edi
+        0x0f, 0x05,                   // syscall
+    ];
+    const BASE: u64 = 0x40_0000;
+    const HEADERS: u64 = 64 + 56;
+    let size = HEADERS + code.len() as u64;
+    let mut elf = Vec::new();
+    // ELF header: 64-bit, little-endian, executable, x86-64.
+    elf.extend_from_slice(b"\x7fELF\x02\x01\x01\x00");
+    elf.extend_from_slice(&[0; 8]);
+    elf.extend_from_slice(&2u16.to_le_bytes());
+    elf.extend_from_slice(&0x3eu16.to_le_bytes());
+    elf.extend_from_slice(&1u32.to_le_bytes());
+    elf.extend_from_slice(&(BASE + HEADERS).to_le_bytes());
+    elf.extend_from_slice(&64u64.to_le_bytes());
+    elf.extend_from_slice(&0u64.to_le_bytes());
+    elf.extend_from_slice(&0u32.to_le_bytes());
+    for half in [64u16, 56, 1, 64, 0, 0] {
+        elf.extend_from_slice(&half.to_le_bytes());
+    }
+    // One loadable, readable and executable segment: the whole file.
+    elf.extend_from_slice(&1u32.to_le_bytes());
+    elf.extend_from_slice(&5u32.to_le_bytes());
+    for word in [0, BASE, BASE, size, size, 0x1000] {
+        elf.extend_from_slice(&word.to_le_bytes());
+    }
+    elf.extend_from_slice(code);
+    elf
+}
+
+/// `bytes` as the argument of a shell `printf` that writes them:
+/// every byte an octal escape.
+fn printf_escaped(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\{b:03o}")).collect()
+}
+
+/// The Kubernetes events virt-handler records on the VMI, as its notify
+/// server prints them (`TYPE REASON MESSAGE`).
+fn k8s_events(seen: &[Value]) -> Vec<String> {
+    seen.iter()
+        .filter(|e| e["event"] == "k8s")
+        .filter_map(|e| e["line"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn cluster_options_reach_the_guest_and_its_panic_reaches_virt_handler_as_a_k8s_event() {
+    if !require(KUBEVIRT_POD) {
+        return;
+    }
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-000000000004";
+    let name = "kvpanic";
+    let mut vmi = pod_vmi(&GuestOptions::new(name), UID);
+    // The ISA pvpanic device, through which a guest reports its panic.
+    vmi["spec"]["domain"]["devices"]["panicDevices"] = json!([{"model": "isa"}]);
+    let mut pod = Pod::start("kv-panic", name, UID, &vmi);
+    // virt-handler's VirtualMachineOptions, as its options.go fills them
+    // from the cluster's configuration.
+    let options = pod.launcher.write_vmi(
+        "options.json",
+        &json!({
+            "VirtualMachineSMBios": {"manufacturer": "Acme", "product": "Rocket",
+                "version": "2.1", "sku": "R-1", "family": "Rockets"},
+            "MemBalloonStatsPeriod": 3,
+            "clusterConfig": {"FreePageReportingDisabled": true}
+        }),
+    );
+    pod.sync_to_running_with(UID, &["--options", &options]);
+    // The domain has them, and so does the guest's firmware.
+    let spec = pod.domain()["Spec"].clone();
+    let system: Vec<(String, String)> = spec["SysInfo"]["System"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no SMBIOS system entries: {spec}"))
+        .iter()
+        .map(|e| {
+            (
+                e["Name"].as_str().unwrap().to_string(),
+                e["Value"].as_str().unwrap().to_string(),
+            )
+        })
+        .filter(|(n, _)| n != "uuid")
+        .collect();
+    for entry in [
+        ("manufacturer", "Acme"),
+        ("product", "Rocket"),
+        ("version", "2.1"),
+        ("sku", "R-1"),
+        ("family", "Rockets"),
+    ] {
+        assert!(
+            system.contains(&(entry.0.to_string(), entry.1.to_string())),
+            "{entry:?} not in {system:?}"
+        );
+    }
+    let balloon = &spec["Devices"]["Ballooning"];
+    assert_eq!(balloon["Stats"]["Period"], 3, "{balloon}");
+    assert_eq!(balloon["FreePageReporting"], "off", "{balloon}");
+    pod.wait_agent(BOOT);
+    let (_, dmi) = pod.guest_sh(
+        "cd /sys/class/dmi/id && cat sys_vendor product_name product_version product_sku product_family",
+    );
+    assert_eq!(dmi, "Acme\nRocket\n2.1\nR-1\nRockets\n");
+
+    // The guest reports a panic as its kernel's pvpanic driver does: the
+    // byte 1 written to the device's I/O port. The test guest's kernel has
+    // neither the pvpanic driver nor /dev/port, so a tiny program does it.
+    // The guest stops at once and Exec may get no answer: what it says is
+    // only printed.
+    let program = pvpanic_program();
+    let script = format!(
+        "printf '{}' > /tmp/pvpanic && chmod +x /tmp/pvpanic && /tmp/pvpanic; echo status=$?",
+        printf_escaped(&program)
+    );
+    let (code, out) = pod.launcher.kv(&[
+        "exec",
+        "--domain",
+        &pod.domain,
+        "--timeout",
+        "10",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]);
+    eprintln!("the panic's Exec: {code} {out}");
+    // (The GuestPings that waited for the agent while the guest booted
+    // failed, each reported as GuestAgentPingFailed: passed over here.)
+    let event = pod.notify.wait(STEP, "a Kubernetes event", |e| {
+        e["event"] == "k8s"
+            && !e["line"]
+                .as_str()
+                .is_some_and(|l| l.contains("GuestAgentPingFailed"))
+    });
+    // What KubeVirt's launcher reports for a panic device that gives no
+    // details (only Hyper-V's and s390's panics leave them in QEMU's log).
+    assert_eq!(
+        event["line"], "Warning GuestPanicked GuestPanicked (details unavailable)",
+        "{event}"
+    );
+    // libvirt's default for a panic: the domain is destroyed.
+    pod.notify
+        .wait_domain(STEP, "MODIFIED", "Shutoff", Some("Crashed"));
+
+    // A GuestPing of the stopped guest fails, and virt-handler is told.
+    let (code, out) = pod
+        .launcher
+        .kv(&["guest-ping", "--domain", &pod.domain, "--timeout", "5"]);
+    assert_ne!(code, 0, "{out}");
+    let event = pod
+        .notify
+        .wait(STEP, "a Kubernetes event", |e| e["event"] == "k8s");
+    assert_eq!(
+        event["line"],
+        format!("Warning GuestAgentPingFailed GuestAgentPing probe failed for VMI {name}"),
+        "{event}"
+    );
+    // The launcher's status for a guest that crashed (man virt-launcher).
+    pod.delete_and_exit_with(6);
+    // The panic was reported once.
+    let panics = k8s_events(&pod.notify.seen)
+        .into_iter()
+        .filter(|l| l.contains("GuestPanicked"))
+        .count();
+    assert_eq!(panics, 1, "{}", summary(&pod.notify.seen));
 }

@@ -157,10 +157,26 @@ fn scenario(execute: &str, example: &Example) -> Scenario {
         before: &[],
     };
     match execute {
-        "ping" | "query-version" | "query-commands" | "query-status" | "pause" | "reboot"
-        | "reset" | "kill" | "delete" | "query-domain" | "query-stats" | "subscribe"
-        | "unsubscribe" | "query-qemu-version" | "query-dirty-rate" | "memory-dump"
-        | "screenshot" | "query-vm-stats" => fresh,
+        "ping"
+        | "query-version"
+        | "query-commands"
+        | "query-status"
+        | "pause"
+        | "reboot"
+        | "reset"
+        | "kill"
+        | "delete"
+        | "query-domain"
+        | "query-stats"
+        | "subscribe"
+        | "unsubscribe"
+        | "query-qemu-version"
+        | "query-dirty-rate"
+        | "memory-dump"
+        | "screenshot"
+        | "query-vm-stats"
+        | "backup"
+        | "redefine-checkpoint" => fresh,
         // The binary's own client (§1), and §15's session, on a launcher
         // started as §1's first command.
         "ctl" | "subscribe-session" => fresh,

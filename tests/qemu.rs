@@ -471,7 +471,7 @@ fn a_new_launcher_adopts_a_guest_left_running_on_the_hosts_daemon_with_its_agent
         return;
     }
     // Without --spawn-libvirt a SIGKILLed launcher's guest keeps running on
-    // the shared daemon (README, Limits). The next launcher on the same
+    // the shared daemon (docs/limits.md). The next launcher on the same
     // directories replaces the stale socket and locks, adopts the running
     // domain and reads its agent channel's state from it: guest commands
     // work at once, without an AGENT_CONNECTED that libvirt will not send
@@ -693,5 +693,113 @@ fn a_daemon_that_dies_while_sync_starts_qemu_gets_a_true_reply_and_the_next_sync
         assert_eq!(launcher.wait_exit(STEP), 0);
         wait_no_qemu("e2e_startlost", Duration::from_secs(10));
         return;
+    }
+}
+
+/// The pid namespace of process `pid`, as the kernel names it.
+fn pid_namespace(pid: u64) -> String {
+    std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|e| panic!("pid namespace of {pid}: {e}"))
+}
+
+#[test]
+fn filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let tree = TempTree::new("q-vfs");
+    // The pod's mounts of the claim and the configMap, where KubeVirt's
+    // layout puts them.
+    let claim = tree.path("private/vmi-disks/data");
+    let config = tree.path("private/config-map/settings");
+    std::fs::create_dir_all(&claim).unwrap();
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(claim.join("hello.txt"), "from the host\n").unwrap();
+    std::fs::write(config.join("mode"), "blue\n").unwrap();
+    let mut vmi = guest_vmi(&GuestOptions::new("vfs"));
+    vmi["spec"]["domain"]["devices"]["filesystems"] =
+        json!([{"name": "data", "virtiofs": {}}, {"name": "settings", "virtiofs": {}}]);
+    vmi["spec"]["volumes"] = json!([
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        {"name": "settings", "configMap": {"name": "settings"}},
+    ]);
+    let mut g = boot_vmi(tree, "vfs", vmi, &[]);
+
+    let (code, out) = guest_sh(
+        &mut g.client,
+        "mkdir -p /mnt/data /mnt/settings && mount -t virtiofs data /mnt/data \
+         && mount -t virtiofs settings /mnt/settings && cat /mnt/data/hello.txt /mnt/settings/mode \
+         && echo written by the guest > /mnt/data/from-guest.txt",
+    );
+    assert_eq!((code, out.as_str()), (0, "from the host\nblue\n"));
+    assert_eq!(
+        std::fs::read_to_string(claim.join("from-guest.txt")).unwrap(),
+        "written by the guest\n"
+    );
+    let (code, out) = guest_sh(
+        &mut g.client,
+        "echo red > /mnt/settings/mode 2>&1; echo \"rc=$?\"; touch /mnt/settings/new 2>&1; cat /mnt/settings/mode",
+    );
+    assert!(out.contains("Read-only file system"), "{code} {out}");
+    assert!(out.ends_with("blue\n"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(config.join("mode")).unwrap(),
+        "blue\n"
+    );
+    assert!(!config.join("new").exists());
+
+    // One supervised virtiofsd per filesystem, in the daemons' PID
+    // namespace.
+    let status = g.client.ok("query-status", Value::Null);
+    let shares = status["virtiofs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(shares.len(), 2, "{status}");
+    assert_eq!(
+        (
+            &shares[0]["name"],
+            &shares[0]["readOnly"],
+            &shares[1]["name"],
+            &shares[1]["readOnly"]
+        ),
+        (
+            &json!("data"),
+            &json!(false),
+            &json!("settings"),
+            &json!(true)
+        ),
+        "{status}"
+    );
+    let init = status["libvirt"]["spawned"]["init_pid"].as_u64().unwrap();
+    let settings_pid = shares[1]["pid"].as_u64().unwrap();
+    assert_eq!(pid_namespace(settings_pid), pid_namespace(init));
+    let data_pid = shares[0]["pid"].as_u64().unwrap();
+
+    // A virtiofsd that dies is started again.
+    let ok = std::process::Command::new("kill")
+        .args(["-9", &settings_pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let deadline = Instant::now() + STEP;
+    loop {
+        let status = g.client.ok("query-status", Value::Null);
+        let settings = &status["virtiofs"][1];
+        if settings["restarts"] == 1 && settings["pid"].as_u64().is_some_and(|p| p != settings_pid)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not restarted: {status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // They stop with the domain.
+    g.client.ok("kill", Value::Null);
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    for pid in [data_pid, settings_pid] {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "virtiofsd {pid} is still running"
+        );
     }
 }

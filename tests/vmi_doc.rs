@@ -205,7 +205,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::UtilityVolumes => json!({"spec": {"utilityVolumes": [{"name": "u"}]}}),
         Refused::LaunchSecurity => domain(json!({"launchSecurity": {"sev": {}}})),
         Refused::Acpi => domain(json!({"firmware": {"acpi": {"slicNameRef": "slic"}}})),
-        Refused::Filesystems => devices(json!({"filesystems": [{"name": "f", "virtiofs": {}}]})),
         Refused::DownwardMetricsDevice => devices(json!({"downwardMetrics": {}})),
         Refused::ClientPassthrough => devices(json!({"clientPassthrough": {}})),
         Refused::Sound => devices(json!({"sound": {"name": "s"}})),
@@ -228,9 +227,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::DownwardMetricsVolume => {
             json!({"spec": {"volumes": [{"name": "m", "downwardMetrics": {}}]}})
         }
-        Refused::MemoryDumpVolume => {
-            json!({"spec": {"volumes": [{"name": "m", "memoryDump": {"claimName": "c"}}]}})
-        }
         Refused::Vsock => devices(json!({"autoattachVSOCK": true})),
         Refused::PersistentEfiVariables => {
             domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}}))
@@ -239,10 +235,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "domain": {"ioThreadsPolicy": "supplementalPool", "ioThreads": {"supplementalPoolThreadCount": 2},
                 "devices": {"disks": [{"name": "d", "disk": {"bus": "virtio"}}]}},
             "volumes": [empty_disk]}}),
-        Refused::ChangedBlockTracking => disk_with(
-            json!({"name": "d", "changedBlockTracking": true}),
-            empty_disk,
-        ),
         Refused::LunReservation => disk_with(
             json!({"name": "d", "lun": {"bus": "scsi", "reservation": true}}),
             json!({"name": "d", "persistentVolumeClaim": {"claimName": "d"}}),
@@ -251,9 +243,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "domain": {"devices": {"disks": [{"name": "d", "tag": "data"}]}},
             "volumes": [empty_disk,
                 {"name": "ci", "cloudInitConfigDrive": {"userData": "#cloud-config\n"}}]}}),
-        Refused::ContainerPathVolume => {
-            json!({"spec": {"volumes": [{"name": "c", "containerPath": {"path": "/data"}}]}})
-        }
         Refused::MultiqueueWithoutTap => json!({"spec": {
             "domain": {"devices": {"networkInterfaceMultiqueue": true,
                 "interfaces": [{"name": "default", "binding": {"name": "passt"}}]}},

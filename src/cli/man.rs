@@ -259,7 +259,11 @@ is missing or silent never holds up the launcher, which retries every
 second. Without \fB\-\-connect\fR or \fB\-\-spawn\-libvirt\fR it starts
 virtqemud (else libvirtd) with a copy of \fI/etc/libvirt/virtqemud.conf\fR in
 \fI/var/run/libvirt\fR, and virtlogd, as plain supervised children, as
-KubeVirt's launcher does inside its pod (as root). Once its domain stopped,
+KubeVirt's launcher does inside its pod (as root). The daemon's PATH finds
+any other QEMU emulator (\fIqemu\-system\-i386\fR, ...) first as a link to
+\fIfalse\fR in \fI/var/run/libvirt/hidden\-emulators\fR, so that it probes
+only \fIqemu\-system\-x86_64\fR (and logs the others' failed probes), as a
+KubeVirt launcher image holds only that one. Once its domain stopped,
 it waits up to 15 s for virt\-handler to delete it before exiting, as
 KubeVirt's launcher waits for its final notification.
 "#;

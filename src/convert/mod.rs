@@ -13,12 +13,14 @@
 
 mod boot_order;
 mod cloudinit;
+mod cluster_options;
 mod codec;
 mod cpu;
 mod dedicated;
 mod detect;
 mod devices;
 mod features;
+mod filesystems;
 mod firmware;
 mod hostdev;
 mod hotplug_ports;
@@ -43,8 +45,10 @@ use crate::disks::DiskPlan;
 use crate::domxml::{Domain, MemBalloon};
 use crate::vmi::VirtualMachineInstance;
 
+pub use cluster_options::{ClusterOptions, SmbiosSystem};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
+pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
@@ -62,6 +66,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         uid: String::new(),
         private_dir: PathBuf::from("/var/run/kubevirt-private"),
         ephemeral_disk_dir: PathBuf::from("/var/run/kubevirt-ephemeral-disks"),
+        share_dir: PathBuf::from("/var/run/kubevirt"),
         container_disk_dir: PathBuf::from("/var/run/kubevirt/container-disks"),
         hotplug_disk_dir: PathBuf::from("/var/run/kubevirt/hotplug-disks"),
         ovmf: Some(OvmfPaths {
@@ -79,6 +84,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         host_topology: None,
         libvirt_version: None,
         device_env: BTreeMap::new(),
+        options: None,
     }
 }
 
@@ -173,6 +179,8 @@ pub struct ConvertContext {
     pub private_dir: PathBuf,
     /// KubeVirt: /var/run/kubevirt-ephemeral-disks.
     pub ephemeral_disk_dir: PathBuf,
+    /// KubeVirt: /var/run/kubevirt (virtiofsd's sockets are under it).
+    pub share_dir: PathBuf,
     /// KubeVirt: /var/run/kubevirt/container-disks.
     pub container_disk_dir: PathBuf,
     /// KubeVirt: /var/run/kubevirt/hotplug-disks (hotplug is not supported).
@@ -205,6 +213,9 @@ pub struct ConvertContext {
     /// (`PCI_RESOURCE_*`, `MDEV_PCI_RESOURCE_*`, `KUBEVIRT_RESOURCE_NAME_*`;
     /// see `hostdev`).
     pub device_env: BTreeMap<String, String>,
+    /// What virt-handler sent beside the VMI; `None`: this launcher's
+    /// defaults (KubeVirt's cluster defaults).
+    pub options: Option<ClusterOptions>,
 }
 
 /// The domain to define and the disk work to do before defining it.
@@ -212,6 +223,9 @@ pub struct ConvertContext {
 pub struct Conversion {
     pub domain: Domain,
     pub disk_plan: DiskPlan,
+    /// The directories the VMI's filesystems share, each served by a
+    /// virtiofsd the launcher starts before the domain.
+    pub filesystems: Vec<VirtiofsShare>,
 }
 
 /// Why a VMI cannot be converted: `path` is the JSON path of the field to fix.
@@ -328,15 +342,20 @@ pub fn convert(
     features::configure(vmi, ctx, &mut domain)?;
     features::configure_clock(vmi, ctx, &mut domain)?;
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
+    let filesystems = filesystems::configure(vmi, ctx, &mut domain)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
     devices::configure(vmi, ctx, &mut domain, &mut plan)?;
     hostdev::configure(vmi, ctx, &mut domain)?;
     dedicated::configure(vmi, ctx, &mut domain)?;
+    if let Some(options) = &ctx.options {
+        cluster_options::apply(options, &mut domain);
+    }
     let memory = domain.memory.to_bytes().unwrap_or(0);
     hotplug_ports::configure(vmi, memory, &mut domain);
     Ok(Conversion {
         domain,
         disk_plan: plan,
+        filesystems,
     })
 }
 

@@ -64,6 +64,12 @@ pub(crate) fn pvc_image(ctx: &ConvertContext, volume: &str) -> PathBuf {
         .join("disk.img")
 }
 
+/// A filesystem PVC / DataVolume's mount: the directory `pvc_image` is in,
+/// which a virtiofs filesystem shares whole.
+pub(crate) fn pvc_dir(ctx: &ConvertContext, volume: &str) -> PathBuf {
+    ctx.private_dir.join("vmi-disks").join(volume)
+}
+
 /// Block PVC / DataVolume: converter.go `GetBlockDeviceVolumePath` (`/dev/<volume>`).
 pub(crate) fn pvc_block_device(volume: &str) -> PathBuf {
     Path::new("/dev").join(volume)

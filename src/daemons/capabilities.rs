@@ -16,7 +16,9 @@
 //!    (`qemu-system-x86_64`, as a KubeVirt launcher image holds only its
 //!    own QEMU): the others are covered with /dev/null in their mount
 //!    namespace (`hidden_emulators`), which libvirt skips as not
-//!    executable.
+//!    executable; in a pod, which has no mount namespace to give, a link
+//!    to `false` ahead of each on the daemon's PATH, which libvirt fails
+//!    to probe at once and skips (`shadow_other_emulators`).
 //! 2. **The core the entry was made on.** libvirt 9.0 records the host's
 //!    CPUID in every entry and finds an entry stale when the CPUID it
 //!    reads at start differs; leaf 0x1f carries the x2APIC id of the core
@@ -34,6 +36,7 @@
 //!    own version and ctime, the microcode) are left to libvirt, which
 //!    re-probes if they fail.
 
+use super::error::DaemonError;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -124,22 +127,27 @@ pub fn user_session_cache() -> Option<PathBuf> {
 /// probed (in its `cache`, the daemon's /var/cache/libvirt) into the
 /// user's session cache, where this user's next launcher (or session
 /// daemon) finds it. Returns where it went.
-pub fn keep_for_user(cache: &Path) -> Result<PathBuf, String> {
-    let dir = user_session_cache().ok_or("neither XDG_CACHE_HOME nor HOME is set")?;
-    let emulator = find_in_path(EMULATOR).ok_or_else(|| format!("{EMULATOR} is not on PATH"))?;
+pub fn keep_for_user(cache: &Path) -> Result<PathBuf, DaemonError> {
+    let dir = user_session_cache()
+        .ok_or_else(|| DaemonError::refused("neither XDG_CACHE_HOME nor HOME is set"))?;
+    let emulator = find_in_path(EMULATOR)
+        .ok_or_else(|| DaemonError::Refused(format!("{EMULATOR} is not on PATH")))?;
     keep_in(&cache.join(SESSION_DIR), &emulator, &dir)
 }
 
-fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, String> {
+fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, DaemonError> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let (file, xml) = entry_for(probed, emulator)
-        .0
-        .ok_or_else(|| format!("the daemon's cache {} has no entry", probed.display()))?;
+    let (file, xml) = entry_for(probed, emulator).0.ok_or_else(|| {
+        DaemonError::Refused(format!(
+            "the daemon's cache {} has no entry",
+            probed.display()
+        ))
+    })?;
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        .map_err(|e| DaemonError::os(format!("cannot create {}", dir.display()), e))?;
     // Written aside and renamed: a session daemon reading the directory
     // never sees half an entry.
     let temp = dir.join(format!(".{}.virt-launcher", file.to_string_lossy()));
@@ -153,7 +161,10 @@ fn keep_in(probed: &Path, emulator: &Path, dir: &Path) -> Result<PathBuf, String
         .and_then(|()| fs::rename(&temp, dir.join(&file)));
     if let Err(e) = written {
         let _ = fs::remove_file(&temp);
-        return Err(format!("cannot write into {}: {e}", dir.display()));
+        return Err(DaemonError::os(
+            format!("cannot write into {}", dir.display()),
+            e,
+        ));
     }
     Ok(dir.to_path_buf())
 }
@@ -369,34 +380,89 @@ fn is_executable(path: &Path) -> bool {
 /// Every other `qemu-system-*` binary the daemon would find on PATH (by
 /// its real path, once each): what to hide from it.
 pub fn hidden_emulators() -> Vec<PathBuf> {
-    let keep = find_in_path(EMULATOR).and_then(|p| fs::canonicalize(p).ok());
     let mut hidden: Vec<PathBuf> = Vec::new();
-    for dir in path_dirs() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let path = entry.path();
-            if !name.to_string_lossy().starts_with("qemu-system-") || !is_executable(&path) {
-                continue;
-            }
-            let Ok(real) = fs::canonicalize(&path) else {
-                continue;
-            };
-            if Some(&real) != keep.as_ref() && !hidden.contains(&real) {
-                hidden.push(real);
-            }
+    for (_, real) in other_emulators(&path_dirs()) {
+        if !hidden.contains(&real) {
+            hidden.push(real);
         }
     }
     hidden.sort();
     hidden
 }
 
+/// The `qemu-system-*` binaries in `dirs` other than the launcher's
+/// emulator: each by the name libvirt looks it up by and its real path.
+fn other_emulators(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+    let keep = dirs
+        .iter()
+        .map(|d| d.join(EMULATOR))
+        .find(|p| is_executable(p))
+        .and_then(|p| fs::canonicalize(p).ok());
+    let mut others = Vec::new();
+    for dir in dirs {
+        let Ok(entries) = fs::read_dir(dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if !name.starts_with("qemu-system-") || !is_executable(&path) {
+                continue;
+            }
+            let Ok(real) = fs::canonicalize(&path) else {
+                continue;
+            };
+            if Some(&real) != keep.as_ref() {
+                others.push((name, real));
+            }
+        }
+    }
+    others.sort();
+    others
+}
+
+/// In a pod the daemon gets no mount namespace to hide the other
+/// emulators in (see `hidden_emulators`), so it is given a PATH that
+/// finds each of them first in `dir` as a link to `false`: libvirt's probe
+/// of it fails at once and libvirt skips that emulator (it logs the failed
+/// probe) instead of probing the real one for seconds. The PATH to give
+/// the daemon; `None` when there is nothing to hide.
+pub fn shadow_other_emulators(dir: &Path) -> Result<Option<String>, String> {
+    shadow_in(dir, path_dirs())
+}
+
+/// `shadow_other_emulators` for a PATH of `dirs`.
+fn shadow_in(dir: &Path, dirs: Vec<PathBuf>) -> Result<Option<String>, String> {
+    let mut names: Vec<String> = other_emulators(&dirs).into_iter().map(|(n, _)| n).collect();
+    names.dedup();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let Some(false_bin) = find_in_path("false") else {
+        return Err("no `false` on PATH to shadow the other QEMU emulators with".into());
+    };
+    let _ = fs::remove_dir_all(dir);
+    fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for name in &names {
+        let link = dir.join(name);
+        std::os::unix::fs::symlink(&false_bin, &link).map_err(|e| {
+            format!(
+                "cannot link {} to {}: {e}",
+                link.display(),
+                false_bin.display()
+            )
+        })?;
+    }
+    let path = std::env::join_paths(std::iter::once(dir.to_path_buf()).chain(dirs))
+        .map_err(|e| format!("cannot make the daemon's PATH: {e}"))?;
+    Ok(Some(path.to_string_lossy().into_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scratch::ScratchDir;
+    use std::os::unix::fs::PermissionsExt;
 
     const CPUINFO: &str = "processor\t: 0\napicid\t\t: 0\ninitial apicid\t: 0\n\nprocessor\t: 1\napicid\t\t: 1\ninitial apicid\t: 1\n";
 
@@ -424,6 +490,48 @@ mod tests {
             kernel: "6.1.0 #1 SMP".into(),
             apic_ids: apic_ids(CPUINFO),
         }
+    }
+
+    /// An executable file at `path`.
+    fn executable(path: &Path) {
+        fs::write(path, "#!/bin/sh\n").unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn the_other_emulators_are_found_first_as_false_on_the_pods_path() {
+        let scratch = ScratchDir::new("shadow-emulators");
+        let bin = scratch.join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        executable(&bin.join(EMULATOR));
+        executable(&bin.join("qemu-system-i386"));
+        executable(&bin.join("qemu-system-aarch64"));
+        fs::write(bin.join("qemu-system-arm"), "not executable").unwrap();
+        let shadow = scratch.join("hidden");
+        let path = shadow_in(&shadow, vec![bin.clone()]).unwrap().unwrap();
+        let dirs: Vec<PathBuf> = std::env::split_paths(&path).collect();
+        assert_eq!(dirs, [shadow.clone(), bin.clone()]);
+        // How libvirt finds each: the first executable of that name.
+        let found = |name: &str| {
+            dirs.iter()
+                .map(|d| d.join(name))
+                .find(|p| is_executable(p))
+                .unwrap()
+        };
+        assert_eq!(found(EMULATOR), bin.join(EMULATOR));
+        let false_bin = fs::canonicalize(find_in_path("false").unwrap()).unwrap();
+        for other in ["qemu-system-i386", "qemu-system-aarch64"] {
+            assert_eq!(fs::canonicalize(found(other)).unwrap(), false_bin);
+        }
+        assert!(!shadow.join("qemu-system-arm").exists());
+        // Nothing to hide: the daemon keeps the launcher's PATH.
+        let alone = scratch.join("alone");
+        fs::create_dir_all(&alone).unwrap();
+        executable(&alone.join(EMULATOR));
+        assert_eq!(
+            shadow_in(&scratch.join("hidden2"), vec![alone]).unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -484,7 +592,10 @@ mod tests {
             .replace("<cpudata arch='x86'>", "<cpudata-not-here>");
         fs::write(probed.join("abc.xml"), &xml).unwrap();
         let user = dirs.join("home/.cache/libvirt/qemu/cache/capabilities");
-        assert_eq!(keep_in(&probed, &emulator, &user), Ok(user.clone()));
+        assert_eq!(
+            keep_in(&probed, &emulator, &user).map_err(|e| e.to_string()),
+            Ok(user.clone())
+        );
         let meta = fs::metadata(user.join("abc.xml")).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600);
         assert_eq!(
@@ -500,7 +611,7 @@ mod tests {
         assert_eq!(fs::read_to_string(next.join("abc.xml")).unwrap(), xml);
         // Nothing to keep when the daemon has no entry.
         let err = keep_in(&dirs.join("none"), &emulator, &user).unwrap_err();
-        assert!(err.contains("has no entry"), "{err}");
+        assert!(err.to_string().contains("has no entry"), "{err}");
     }
 
     #[test]

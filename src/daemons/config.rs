@@ -1,5 +1,6 @@
 //! Configuration files for the launcher's own libvirt daemons.
 
+use super::error::DaemonError;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -14,7 +15,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn find() -> Result<Daemon, String> {
+    pub fn find() -> Result<Daemon, DaemonError> {
         for (name, socket) in [
             ("virtqemud", "virtqemud-sock"),
             ("libvirtd", "libvirt-sock"),
@@ -27,14 +28,16 @@ impl Daemon {
                 });
             }
         }
-        Err("neither virtqemud nor libvirtd is installed (Debian: apt install libvirt-daemon libvirt-daemon-driver-qemu)".into())
+        Err(DaemonError::refused(
+            "neither virtqemud nor libvirtd is installed (Debian: apt install libvirt-daemon libvirt-daemon-driver-qemu)",
+        ))
     }
 }
 
-pub fn new_uuid() -> Result<String, String> {
+pub fn new_uuid() -> Result<String, DaemonError> {
     fs::read_to_string("/proc/sys/kernel/random/uuid")
         .map(|s| s.trim().to_string())
-        .map_err(|e| format!("cannot generate a host UUID: {e}"))
+        .map_err(|e| DaemonError::os("cannot generate a host UUID", e))
 }
 
 fn quote(value: &str) -> String {
@@ -49,10 +52,11 @@ pub fn write_all(
     host_uuid: &str,
     log_filters: Option<&str>,
     mode: super::DaemonMode,
-) -> Result<(), String> {
+) -> Result<(), DaemonError> {
     let write = |name: &str, body: String| {
         let path = etc.join(name);
-        fs::write(&path, body).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        fs::write(&path, body)
+            .map_err(|e| DaemonError::os(format!("cannot write {}", path.display()), e))
     };
     // With filters, the output takes every level so that the filters
     // decide what is logged (a "3:stderr" output would drop the debug and
@@ -107,12 +111,17 @@ pub fn write_pod_daemon_conf(
     runtime_dir: &Path,
     daemon: &Daemon,
     log_filters: Option<&str>,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, DaemonError> {
     let source = Path::new("/etc/libvirt").join(format!("{}.conf", daemon.name));
     let mut conf = match fs::read_to_string(&source) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(format!("cannot read {}: {e}", source.display())),
+        Err(e) => {
+            return Err(DaemonError::os(
+                format!("cannot read {}", source.display()),
+                e,
+            ));
+        }
     };
     if let Some(filters) = log_filters {
         if !conf.is_empty() && !conf.ends_with('\n') {
@@ -121,7 +130,8 @@ pub fn write_pod_daemon_conf(
         conf.push_str(&format!("log_filters = {}\n", quote(filters)));
     }
     let path = runtime_dir.join(format!("{}.conf", daemon.name));
-    fs::write(&path, conf).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    fs::write(&path, conf)
+        .map_err(|e| DaemonError::os(format!("cannot write {}", path.display()), e))?;
     Ok(path)
 }
 

@@ -34,6 +34,7 @@
 //! When it exits, for any reason, the kernel kills every process left in
 //! the namespace: daemons, QEMU, helpers.
 
+use super::error::DaemonError;
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
@@ -69,11 +70,11 @@ pub fn run_if_requested() -> Option<i32> {
     })
 }
 
-fn run(mounts: Vec<OsString>) -> Result<(), String> {
+fn run(mounts: Vec<OsString>) -> Result<(), DaemonError> {
     if std::process::id() != 1 {
-        return Err(format!(
+        return Err(DaemonError::Refused(format!(
             "{MODE} is an internal mode of virt-launcher --spawn-libvirt, only valid as PID 1 of a new PID namespace"
-        ));
+        )));
     }
     let _ = os::set_process_name(NAME);
     let lifeline = io::stdin();
@@ -82,16 +83,17 @@ fn run(mounts: Vec<OsString>) -> Result<(), String> {
     }
     set_up_mounts(mounts)?;
     // Before "ready": no daemon (hence no orphan) exists before it.
-    let children = ChildExitSignals::new().map_err(|e| format!("cannot watch SIGCHLD: {e}"))?;
+    let children =
+        ChildExitSignals::new().map_err(|e| DaemonError::os("cannot watch SIGCHLD", e))?;
     let mut stdout = io::stdout();
     stdout
         .write_all(b"ready\n")
         .and_then(|()| stdout.flush())
-        .map_err(|e| format!("cannot report readiness: {e}"))?;
+        .map_err(|e| DaemonError::os("cannot report readiness", e))?;
     loop {
         os::reap_exited_children();
         let ready = os::wait_readable(&[lifeline.as_fd(), children.as_fd()], None)
-            .map_err(|e| format!("cannot wait: {e}"))?;
+            .map_err(|e| DaemonError::os("cannot wait", e))?;
         if ready[1] {
             children.clear();
         }
@@ -106,9 +108,9 @@ fn run(mounts: Vec<OsString>) -> Result<(), String> {
 fn launcher_gone(
     lifeline: &io::Stdin,
     timeout: Option<std::time::Duration>,
-) -> Result<bool, String> {
+) -> Result<bool, DaemonError> {
     let ready = os::wait_readable(&[lifeline.as_fd()], timeout)
-        .map_err(|e| format!("cannot watch the launcher: {e}"))?;
+        .map_err(|e| DaemonError::os("cannot watch the launcher", e))?;
     if !ready[0] {
         return Ok(false);
     }
@@ -120,29 +122,37 @@ fn launcher_gone(
     }
 }
 
-fn set_up_mounts(mounts: Vec<OsString>) -> Result<(), String> {
+fn set_up_mounts(mounts: Vec<OsString>) -> Result<(), DaemonError> {
     if !mounts.len().is_multiple_of(2) {
-        return Err("bind mounts come as SOURCE TARGET pairs".into());
+        return Err(DaemonError::refused(
+            "bind mounts come as SOURCE TARGET pairs",
+        ));
     }
     let c = |s: OsString| {
-        CString::new(s.into_vec()).map_err(|_| "a mount path contains a NUL byte".to_string())
+        CString::new(s.into_vec())
+            .map_err(|_| DaemonError::refused("a mount path contains a NUL byte"))
     };
     let mut paths = Vec::with_capacity(mounts.len());
     for path in mounts {
         paths.push(c(path)?);
     }
-    os::unshare(Namespace::Mount).map_err(|e| format!("cannot create a mount namespace: {e}"))?;
+    os::unshare(Namespace::Mount)
+        .map_err(|e| DaemonError::os("cannot create a mount namespace", e))?;
     // Nothing below may propagate back to the launcher's namespace.
-    os::make_mounts_private(c"/").map_err(|e| format!("cannot make the mounts private: {e}"))?;
+    os::make_mounts_private(c"/")
+        .map_err(|e| DaemonError::os("cannot make the mounts private", e))?;
     for pair in paths.chunks(2) {
         let (source, target) = (&pair[0], &pair[1]);
         os::bind_mount(source, target).map_err(|e| {
-            format!(
-                "cannot bind-mount {} over {}: {e}",
-                source.to_string_lossy(),
-                target.to_string_lossy()
+            DaemonError::os(
+                format!(
+                    "cannot bind-mount {} over {}",
+                    source.to_string_lossy(),
+                    target.to_string_lossy()
+                ),
+                e,
             )
         })?;
     }
-    os::mount_proc(c"/proc").map_err(|e| format!("cannot mount /proc: {e}"))
+    os::mount_proc(c"/proc").map_err(|e| DaemonError::os("cannot mount /proc", e))
 }

@@ -27,10 +27,12 @@
 
 mod capabilities;
 mod config;
+pub mod error;
 pub mod init;
 mod namespace;
 mod placement;
 mod supervisor;
+pub mod virtiofs;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -42,9 +44,10 @@ use serde_json::{Value, json};
 
 use crate::os;
 use crate::threads::FatalSender;
+pub use error::DaemonError;
 use namespace::DaemonNamespaces;
 use placement::Placement;
-use supervisor::{DaemonSpec, Supervisor};
+use supervisor::{DaemonSpec, Readiness, Supervisor};
 
 /// How long a daemon may take to report ready. A cold QEMU capabilities
 /// probe takes a few seconds on a slow host.
@@ -108,18 +111,11 @@ impl DaemonMode {
 /// In session mode, moves the launcher into a user namespace of its own
 /// (see the module documentation). Must run before the launcher starts
 /// any thread: the kernel refuses a multi-threaded process.
-pub fn enter_user_namespace_if_needed(mode: DaemonMode) -> Result<(), String> {
+pub fn enter_user_namespace_if_needed(mode: DaemonMode) -> Result<(), DaemonError> {
     if mode == DaemonMode::System {
         return Ok(());
     }
-    os::enter_user_namespace().map_err(|e| {
-        format!(
-            "a non-root launcher runs its daemons in a user namespace of its own, and this host does not allow one ({e}); \
-             allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0, and on Debian \
-             kernel.unprivileged_userns_clone=1; on Ubuntu also kernel.apparmor_restrict_unprivileged_userns=0), \
-             or run the launcher as root, or without --spawn-libvirt"
-        )
-    })
+    os::enter_user_namespace().map_err(|source| DaemonError::NoUserNamespace { source })
 }
 
 pub struct LibvirtDaemons {
@@ -145,19 +141,27 @@ impl LibvirtDaemons {
         private_dir: &Path,
         log_filters: Option<&str>,
         fatal: &FatalSender,
-    ) -> Result<LibvirtDaemons, String> {
+    ) -> Result<LibvirtDaemons, DaemonError> {
         let mode = DaemonMode::for_this_process();
         let daemon = config::Daemon::find()?;
         let virtlogd_bin = find_binary("virtlogd")?;
         let runtime_dir = private_dir.join("libvirt");
         for (sub, _) in OVERLAID {
-            fs::create_dir_all(runtime_dir.join(sub))
-                .map_err(|e| format!("cannot create {}: {e}", runtime_dir.join(sub).display()))?;
+            fs::create_dir_all(runtime_dir.join(sub)).map_err(|e| {
+                DaemonError::os(
+                    format!("cannot create {}", runtime_dir.join(sub).display()),
+                    e,
+                )
+            })?;
         }
         // The daemons' state, sockets and logs are theirs alone (in
         // session mode libvirt expects its runtime directory to be 0700).
-        fs::set_permissions(&runtime_dir, fs::Permissions::from_mode(0o700))
-            .map_err(|e| format!("cannot set the mode of {}: {e}", runtime_dir.display()))?;
+        fs::set_permissions(&runtime_dir, fs::Permissions::from_mode(0o700)).map_err(|e| {
+            DaemonError::os(
+                format!("cannot set the mode of {}", runtime_dir.display()),
+                e,
+            )
+        })?;
         let host_uuid = config::new_uuid()?;
         config::write_all(
             &runtime_dir.join("etc"),
@@ -210,7 +214,7 @@ impl LibvirtDaemons {
         }
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
         let virtlogd = DaemonSpec {
-            name: "virtlogd",
+            name: "virtlogd".to_string(),
             binary: virtlogd_bin,
             args: vec![
                 "-f".into(),
@@ -219,11 +223,12 @@ impl LibvirtDaemons {
                 "/run/libvirt/virtlogd.pid".into(),
             ],
             env: virtlogd_env,
-            notify_socket: notify("virtlogd"),
+            ready: Readiness::Notify(notify("virtlogd")),
             start_cpu: None,
+            read_only: None,
         };
         let libvirtd = DaemonSpec {
-            name: daemon.name,
+            name: daemon.name.to_string(),
             binary: daemon.binary.clone(),
             args: vec![
                 "-f".into(),
@@ -232,8 +237,9 @@ impl LibvirtDaemons {
                 format!("/run/libvirt/{}.pid", daemon.name),
             ],
             env,
-            notify_socket: notify(daemon.name),
+            ready: Readiness::Notify(notify(daemon.name)),
             start_cpu: seeded.start_cpu,
+            read_only: None,
         };
         let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
         // The same socket name in both modes; session mode's URI, as
@@ -259,20 +265,19 @@ impl LibvirtDaemons {
     pub fn start_in_pod(
         log_filters: Option<&str>,
         fatal: &FatalSender,
-    ) -> Result<LibvirtDaemons, String> {
+    ) -> Result<LibvirtDaemons, DaemonError> {
         let mode = DaemonMode::for_this_process();
         if mode != DaemonMode::System {
-            return Err(
+            return Err(DaemonError::refused(
                 "in KubeVirt mode the launcher starts its daemons as root, as KubeVirt's root pod does; \
-                 a non-root pod is not supported yet"
-                    .into(),
-            );
+                 a non-root pod is not supported yet",
+            ));
         }
         let daemon = config::Daemon::find()?;
         let virtlogd_bin = find_binary("virtlogd")?;
         let runtime_dir = PathBuf::from(POD_RUNTIME_DIR);
         fs::create_dir_all(&runtime_dir)
-            .map_err(|e| format!("cannot create {}: {e}", runtime_dir.display()))?;
+            .map_err(|e| DaemonError::os(format!("cannot create {}", runtime_dir.display()), e))?;
         let daemon_conf = config::write_pod_daemon_conf(&runtime_dir, &daemon, log_filters)?;
         let virtlogd_conf = Path::new("/etc/libvirt/virtlogd.conf");
         let mut virtlogd_args = Vec::new();
@@ -281,20 +286,39 @@ impl LibvirtDaemons {
         }
         let notify = |name: &str| runtime_dir.join(format!("{name}.notify"));
         let virtlogd = DaemonSpec {
-            name: "virtlogd",
+            name: "virtlogd".to_string(),
             binary: virtlogd_bin,
             args: virtlogd_args,
             env: Vec::new(),
-            notify_socket: notify("virtlogd"),
+            ready: Readiness::Notify(notify("virtlogd")),
             start_cpu: None,
+            read_only: None,
         };
+        // The daemon sees only the emulator the launcher runs (see
+        // `capabilities`); without a way to, it probes every other one too.
+        let mut env = Vec::new();
+        match capabilities::shadow_other_emulators(&runtime_dir.join("hidden-emulators")) {
+            Ok(Some(path)) => {
+                log::debug!(
+                    "daemons: the other QEMU emulators are hidden from {} on its PATH (it logs their failed probes)",
+                    daemon.name
+                );
+                env.push(("PATH".to_string(), path));
+            }
+            Ok(None) => {}
+            Err(e) => log::info!(
+                "daemons: {e}; {} probes every QEMU emulator it finds before it answers",
+                daemon.name
+            ),
+        }
         let libvirtd = DaemonSpec {
-            name: daemon.name,
+            name: daemon.name.to_string(),
             binary: daemon.binary.clone(),
             args: vec!["-f".into(), daemon_conf.display().to_string()],
-            env: Vec::new(),
-            notify_socket: notify(daemon.name),
+            env,
+            ready: Readiness::Notify(notify(daemon.name)),
             start_cpu: None,
+            read_only: None,
         };
         let placement = Arc::new(Placement::Pod);
         let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
@@ -467,7 +491,7 @@ fn start_pair(
     virtlogd: DaemonSpec,
     placement: &Arc<Placement>,
     fatal: &FatalSender,
-) -> Result<(Supervisor, Supervisor), String> {
+) -> Result<(Supervisor, Supervisor), DaemonError> {
     let virtlogd = Supervisor::spawn(virtlogd, placement.clone(), fatal)
         .inspect_err(|_| placement.end(INIT_TIMEOUT))?;
     let libvirtd = match Supervisor::spawn(libvirtd, placement.clone(), fatal) {
@@ -496,21 +520,24 @@ fn start_pair(
 /// The (launcher directory, path the daemons see) pairs to mount. As
 /// root, a missing mount point is created; an unprivileged launcher
 /// cannot, and says which to create.
-fn mount_points(runtime_dir: &Path, mode: DaemonMode) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+fn mount_points(
+    runtime_dir: &Path,
+    mode: DaemonMode,
+) -> Result<Vec<(PathBuf, PathBuf)>, DaemonError> {
     let mut mounts = Vec::new();
     let mut missing = Vec::new();
     for (sub, target) in OVERLAID {
         match mode {
             // An empty directory where libvirt is installed but never ran.
             DaemonMode::System => fs::create_dir_all(target)
-                .map_err(|e| format!("cannot create mount point {target}: {e}"))?,
+                .map_err(|e| DaemonError::os(format!("cannot create mount point {target}"), e))?,
             DaemonMode::Session if !Path::new(target).is_dir() => missing.push(target),
             DaemonMode::Session => {}
         }
         mounts.push((runtime_dir.join(sub), PathBuf::from(target)));
     }
     if !missing.is_empty() {
-        return Err(format!(
+        return Err(DaemonError::Refused(format!(
             "the daemons' directories are mounted over {} in their own mount namespace, and {} missing on this host; \
              a non-root launcher cannot create them: create them once as root (mkdir -p {}; scripts/setup-host.sh does), \
              or run the launcher as root",
@@ -521,7 +548,7 @@ fn mount_points(runtime_dir: &Path, mode: DaemonMode) -> Result<Vec<(PathBuf, Pa
                 format!("{} are", missing.join(", "))
             },
             missing.join(" ")
-        ));
+        )));
     }
     Ok(mounts)
 }
@@ -582,12 +609,14 @@ fn qemu_driver_only(runtime_dir: &Path) -> Option<PathBuf> {
     }
 }
 
-fn find_binary(name: &str) -> Result<PathBuf, String> {
+fn find_binary(name: &str) -> Result<PathBuf, DaemonError> {
     ["/usr/sbin", "/usr/bin", "/usr/local/sbin"]
         .iter()
         .map(|dir| Path::new(dir).join(name))
         .find(|p| p.exists())
         .ok_or_else(|| {
-            format!("{name} is not installed (looked in /usr/sbin, /usr/bin, /usr/local/sbin)")
+            DaemonError::Refused(format!(
+                "{name} is not installed (looked in /usr/sbin, /usr/bin, /usr/local/sbin)"
+            ))
         })
 }

@@ -29,6 +29,7 @@
 //! forked it: the spawner, which lives as long as these namespaces (and
 //! so the launcher) do.
 
+use super::error::DaemonError;
 use std::fs::File;
 use std::io::{self, PipeWriter, Read};
 use std::os::fd::AsFd;
@@ -81,9 +82,9 @@ impl DaemonNamespaces {
         in_user_namespace: bool,
         timeout: Duration,
         fatal: &FatalSender,
-    ) -> Result<DaemonNamespaces, String> {
+    ) -> Result<DaemonNamespaces, DaemonError> {
         let (lifeline_rx, lifeline_tx) =
-            io::pipe().map_err(|e| format!("cannot create a pipe: {e}"))?;
+            io::pipe().map_err(|e| DaemonError::os("cannot create a pipe", e))?;
         let mut command = Command::new("/proc/self/exe");
         command
             .arg0("virt-launcher")
@@ -107,23 +108,29 @@ impl DaemonNamespaces {
         os::before_exec(&mut command, steps);
         let (spawner, init_spawned) = start_spawner(command, fatal)?;
         let mut child =
-            init_spawned.map_err(|e| format!("cannot start the namespace's init: {e}"))?;
+            init_spawned.map_err(|e| DaemonError::os("cannot start the namespace's init", e))?;
         // The child is unreaped until the watcher below waits for it, so
         // its pid is still its own here.
         let init_pid = child.id();
         let opened = PidFd::open(init_pid)
-            .map_err(|e| format!("cannot open a pidfd for the init: {e}"))
+            .map_err(|e| DaemonError::os("cannot open a pidfd for the init", e))
             .and_then(|init| {
-                let stdout = child.stdout.take().ok_or("the init's stdout is missing")?;
+                let stdout = child
+                    .stdout
+                    .take()
+                    .ok_or_else(|| DaemonError::refused("the init's stdout is missing"))?;
                 read_report(stdout, timeout)?;
                 let open = |ns: Namespace| {
                     ns.open_of(init_pid).map_err(|e| {
-                        format!("cannot open the daemons' {} namespace: {e}", ns.proc_name())
+                        DaemonError::os(
+                            format!("cannot open the daemons' {} namespace", ns.proc_name()),
+                            e,
+                        )
                     })
                 };
                 let identity = Namespace::Pid
                     .identity_of(init_pid)
-                    .map_err(|e| format!("cannot read the daemons' PID namespace: {e}"))?;
+                    .map_err(|e| DaemonError::os("cannot read the daemons' PID namespace", e))?;
                 Ok((
                     init,
                     open(Namespace::Pid)?,
@@ -135,7 +142,7 @@ impl DaemonNamespaces {
             Ok(opened) => opened,
             Err(e) => {
                 return Err(match init_failure(&mut child) {
-                    Some(status) => format!("{e} (the init {status})"),
+                    Some(status) => e.detailed(format!(" (the init {status})")),
                     None => e,
                 });
             }
@@ -166,20 +173,19 @@ impl DaemonNamespaces {
     /// own, with SIGTERM as its parent-death signal. The child is a child
     /// of the launcher, so `Child::wait` works as usual; its pid (in
     /// `Child::id`) is the launcher's view of it.
-    pub fn spawn(&self, mut command: Command) -> io::Result<Child> {
+    pub fn spawn(&self, mut command: Command, then: Vec<BeforeExec>) -> io::Result<Child> {
         if self.has_ended() {
             return Err(io::Error::other("the daemons' PID namespace has ended"));
         }
         // Ctrl-C at the launcher's terminal must not kill a daemon before
         // the launcher stops it in order.
         command.process_group(0);
-        os::before_exec(
-            &mut command,
-            vec![
-                BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
-                BeforeExec::ParentDeathSignal(libc::SIGTERM),
-            ],
-        );
+        let mut steps = vec![
+            BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
+            BeforeExec::ParentDeathSignal(libc::SIGTERM),
+        ];
+        steps.extend(then);
+        os::before_exec(&mut command, steps);
         let (reply, spawned) = bounded(1);
         self.spawner
             .send(SpawnRequest { command, reply })
@@ -261,7 +267,7 @@ struct SpawnRequest {
 fn start_spawner(
     mut init: Command,
     fatal: &FatalSender,
-) -> Result<(Sender<SpawnRequest>, io::Result<Child>), String> {
+) -> Result<(Sender<SpawnRequest>, io::Result<Child>), DaemonError> {
     let (requests, queue) = bounded::<SpawnRequest>(0);
     let (init_tx, init_rx) = bounded(1);
     threads::spawn_named("pidns-spawner", fatal, move || {
@@ -277,34 +283,34 @@ fn start_spawner(
             let _ = request.reply.send(request.command.spawn());
         }
     })
-    .map_err(|e| format!("cannot start the daemons' spawner thread: {e}"))?;
-    let spawned = init_rx
-        .recv()
-        .map_err(|_| "the daemons' spawner thread stopped before the init started".to_string())?;
+    .map_err(|e| DaemonError::os("cannot start the daemons' spawner thread", e))?;
+    let spawned = init_rx.recv().map_err(|_| {
+        DaemonError::refused("the daemons' spawner thread stopped before the init started")
+    })?;
     Ok((requests, spawned))
 }
 
 /// Reads the init's one-line report: `ready` or `error: ...`.
-fn read_report(mut stdout: ChildStdout, timeout: Duration) -> Result<(), String> {
+fn read_report(mut stdout: ChildStdout, timeout: Duration) -> Result<(), DaemonError> {
     let deadline = Instant::now() + timeout;
     let mut line = Vec::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
+            return Err(DaemonError::Refused(format!(
                 "the namespace's init did not report ready within {} s",
                 timeout.as_secs()
-            ));
+            )));
         }
         let ready = os::wait_readable(&[stdout.as_fd()], Some(left))
-            .map_err(|e| format!("cannot wait for the namespace's init: {e}"))?;
+            .map_err(|e| DaemonError::os("cannot wait for the namespace's init", e))?;
         if !ready[0] {
             continue;
         }
         let mut chunk = [0u8; 512];
         let n = stdout
             .read(&mut chunk)
-            .map_err(|e| format!("cannot read the namespace's init: {e}"))?;
+            .map_err(|e| DaemonError::os("cannot read the namespace's init", e))?;
         if n == 0 {
             break;
         }
@@ -317,9 +323,15 @@ fn read_report(mut stdout: ChildStdout, timeout: Duration) -> Result<(), String>
     let first = text.lines().next().unwrap_or("").trim();
     match first.strip_prefix("error: ") {
         _ if first == "ready" => Ok(()),
-        Some(reason) => Err(format!("the namespace's init failed: {reason}")),
-        None if first.is_empty() => Err("the namespace's init exited during set-up".into()),
-        None => Err(format!("the namespace's init said {first:?}")),
+        Some(reason) => Err(DaemonError::Refused(format!(
+            "the namespace's init failed: {reason}"
+        ))),
+        None if first.is_empty() => Err(DaemonError::refused(
+            "the namespace's init exited during set-up",
+        )),
+        None => Err(DaemonError::Refused(format!(
+            "the namespace's init said {first:?}"
+        ))),
     }
 }
 
@@ -348,7 +360,7 @@ fn watch_init(
     ending: Arc<AtomicBool>,
     exited: Arc<AtomicBool>,
     fatal: &FatalSender,
-) -> Result<Receiver<()>, String> {
+) -> Result<Receiver<()>, DaemonError> {
     let (ended_tx, ended_rx) = bounded(1);
     let fatal_tx = fatal.clone();
     threads::spawn_named("pidns-init", fatal, move || {
@@ -371,7 +383,7 @@ fn watch_init(
         }
         let _ = ended_tx.send(());
     })
-    .map_err(|e| format!("cannot start the init's watcher: {e}"))?;
+    .map_err(|e| DaemonError::os("cannot start the init's watcher", e))?;
     Ok(ended_rx)
 }
 

@@ -25,15 +25,20 @@ impl Placement {
     /// Spawns `command` where the daemons run, in a process group of its own
     /// (Ctrl-C at the launcher's terminal is the launcher's to handle) and
     /// with SIGTERM as its parent-death signal.
-    pub fn spawn(&self, mut command: Command) -> io::Result<Child> {
+    pub fn spawn(&self, command: Command) -> io::Result<Child> {
+        self.spawn_then(command, Vec::new())
+    }
+
+    /// As [`Placement::spawn`], the child taking `then` last, once it is
+    /// where the daemons run.
+    pub fn spawn_then(&self, mut command: Command, then: Vec<BeforeExec>) -> io::Result<Child> {
         match self {
-            Placement::Namespaces(namespaces) => namespaces.spawn(command),
+            Placement::Namespaces(namespaces) => namespaces.spawn(command, then),
             Placement::Pod => {
                 command.process_group(0);
-                os::before_exec(
-                    &mut command,
-                    vec![BeforeExec::ParentDeathSignal(libc::SIGTERM)],
-                );
+                let mut steps = vec![BeforeExec::ParentDeathSignal(libc::SIGTERM)];
+                steps.extend(then);
+                os::before_exec(&mut command, steps);
                 command.spawn()
             }
         }

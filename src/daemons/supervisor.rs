@@ -1,7 +1,9 @@
-//! Supervision of one daemon: a thread waits for it, restarts it a second
-//! after it dies, pipes its stderr into the launcher's log, and stops it
-//! in order when asked.
+//! Supervision of one daemon: a thread starts it and waits for it,
+//! restarts it a second after it dies, pipes its stderr into the
+//! launcher's log, and stops it in order when asked.
 
+use super::error::DaemonError;
+use std::ffi::CString;
 use std::io;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -29,16 +31,28 @@ const MAX_LOG_LINE: usize = 512 * 1024;
 /// What to run.
 #[derive(Clone)]
 pub struct DaemonSpec {
-    pub name: &'static str,
+    pub name: String,
     pub binary: PathBuf,
     pub args: Vec<String>,
     /// Set in the daemon's environment (session mode's XDG directories).
     pub env: Vec<(String, String)>,
-    /// Where the daemon reports READY=1 (sd_notify protocol).
-    pub notify_socket: PathBuf,
+    pub ready: Readiness,
     /// The CPU its first start runs on until it is ready (see
     /// `capabilities`); then it gets the launcher's CPUs.
     pub start_cpu: Option<usize>,
+    /// A directory the daemon sees read-only, in a mount namespace of its
+    /// own (`os::read_only_view`).
+    pub read_only: Option<CString>,
+}
+
+/// How a daemon says it is ready.
+#[derive(Clone, Debug)]
+pub enum Readiness {
+    /// READY=1 on this datagram socket (sd_notify protocol, libvirt's).
+    Notify(PathBuf),
+    /// Its listening socket appears at this path (virtiofsd, which speaks
+    /// no sd_notify); a socket left there is removed before each start.
+    Listening(PathBuf),
 }
 
 impl DaemonSpec {
@@ -61,20 +75,38 @@ impl DaemonSpec {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if report_ready {
-            command.env("NOTIFY_SOCKET", &self.notify_socket);
+            if let Readiness::Notify(socket) = &self.ready {
+                command.env("NOTIFY_SOCKET", socket);
+            }
             if let Some(cpus) = self.start_cpu.and_then(os::CpuSet::single) {
                 os::before_exec(&mut command, vec![os::BeforeExec::CpuAffinity(cpus)]);
             }
         }
-        let mut child = placement.spawn(command)?;
+        if let Readiness::Listening(socket) = &self.ready {
+            remove_stale(socket)?;
+        }
+        let then = self
+            .read_only
+            .iter()
+            .map(|dir| os::BeforeExec::ReadOnlyView(dir.clone()))
+            .collect();
+        let mut child = placement.spawn_then(command, then)?;
         if let Some(stderr) = child.stderr.take() {
-            let name = self.name;
+            let name = self.name.clone();
             let last_error = last_error.clone();
             let _ = threads::spawn_named(&format!("{name}-log"), fatal, move || {
-                copy_to_log(name, stderr, &last_error)
+                copy_to_log(&name, stderr, &last_error)
             });
         }
         Ok(child)
+    }
+}
+
+/// Removes what an earlier run left at a daemon's socket path.
+fn remove_stale(socket: &Path) -> io::Result<()> {
+    match std::fs::remove_file(socket) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 
@@ -98,7 +130,7 @@ fn copy_to_log(name: &str, stderr: std::process::ChildStderr, last_error: &Mutex
 
 /// A running, supervised daemon.
 pub struct Supervisor {
-    pub name: &'static str,
+    pub name: String,
     pid: Arc<Mutex<Option<u32>>>,
     last_error: Arc<Mutex<Option<String>>>,
     restarts: Arc<AtomicU32>,
@@ -112,26 +144,29 @@ pub struct Supervisor {
 /// A daemon started and not yet ready.
 pub struct Starting {
     supervisor: Supervisor,
-    notify: UnixDatagram,
-    notify_socket: PathBuf,
+    /// The bound notify socket ([`Readiness::Notify`]).
+    notify: Option<UnixDatagram>,
+    ready: Readiness,
     start_cpu: Option<usize>,
 }
 
 impl Supervisor {
     /// Starts the daemon where `placement` says and supervises it; `wait_ready`
     /// then waits until it reports ready (so that two daemons start side
-    /// by side).
+    /// by side). The supervisor's own thread starts it, so that a
+    /// parent-death signal tied to the starting thread fires only when the
+    /// supervision ends.
     pub fn spawn(
         spec: DaemonSpec,
         placement: Arc<Placement>,
         fatal: &FatalSender,
-    ) -> Result<Starting, String> {
-        let notify = bind_notify(&spec.notify_socket)?;
+    ) -> Result<Starting, DaemonError> {
+        let notify = match &spec.ready {
+            Readiness::Notify(socket) => Some(bind_notify(socket)?),
+            Readiness::Listening(_) => None,
+        };
         let last_error = Arc::new(Mutex::new(None));
-        let child = spec
-            .spawn(&placement, true, &last_error, fatal)
-            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
-        let pid = Arc::new(Mutex::new(Some(child.id())));
+        let pid = Arc::new(Mutex::new(None));
         let restarts = Arc::new(AtomicU32::new(0));
         let stopping = Arc::new(AtomicBool::new(false));
         let (stop_tx, stop_rx) = bounded(1);
@@ -147,13 +182,40 @@ impl Supervisor {
             done_tx,
             fatal: fatal.clone(),
         };
-        threads::spawn_named(&format!("{}-supervisor", spec.name), fatal, move || {
-            watcher.watch(child)
-        })
-        .map_err(|e| format!("cannot start the {} supervisor: {e}", spec.name))?;
+        let (spawned_tx, spawned_rx) = bounded(1);
+        threads::spawn_named(
+            &format!("{}-supervisor", spec.name),
+            fatal,
+            move || match watcher.spec.spawn(
+                &watcher.placement,
+                true,
+                &watcher.last_error,
+                &watcher.fatal,
+            ) {
+                Ok(child) => {
+                    watcher.set_pid(Some(child.id()));
+                    let _ = spawned_tx.send(Ok(()));
+                    watcher.watch(child);
+                }
+                Err(e) => {
+                    let _ = spawned_tx.send(Err(e));
+                    let _ = watcher.done_tx.send(());
+                }
+            },
+        )
+        .map_err(|e| DaemonError::os(format!("cannot start the {} supervisor", spec.name), e))?;
+        spawned_rx
+            .recv()
+            .map_err(|_| {
+                DaemonError::refused(format!(
+                    "the {} supervisor ended before starting it",
+                    spec.name
+                ))
+            })?
+            .map_err(|e| DaemonError::os(format!("cannot start {}", spec.binary.display()), e))?;
         Ok(Starting {
             supervisor: Supervisor {
-                name: spec.name,
+                name: spec.name.clone(),
                 pid,
                 last_error,
                 restarts,
@@ -163,7 +225,7 @@ impl Supervisor {
                 pinned: AtomicBool::new(false),
             },
             notify,
-            notify_socket: spec.notify_socket,
+            ready: spec.ready,
             start_cpu: spec.start_cpu,
         })
     }
@@ -171,22 +233,32 @@ impl Supervisor {
 
 impl Starting {
     /// Waits until the daemon reports ready; stops it if it does not.
-    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, String> {
+    pub fn wait_ready(self, timeout: Duration) -> Result<Supervisor, DaemonError> {
         let Starting {
             supervisor,
             notify,
-            notify_socket,
+            ready,
             start_cpu,
         } = self;
-        let ready = wait_ready(&notify, supervisor.name, timeout);
-        let _ = std::fs::remove_file(&notify_socket);
+        let ready = match (&ready, &notify) {
+            (Readiness::Notify(socket), Some(notify)) => {
+                let ready = wait_ready(notify, &supervisor.name, timeout);
+                let _ = std::fs::remove_file(socket);
+                ready
+            }
+            (Readiness::Listening(socket), _) => wait_listening(&supervisor, socket, timeout),
+            (Readiness::Notify(_), None) => Err(DaemonError::refused(format!(
+                "{} has no notify socket",
+                supervisor.name
+            ))),
+        };
         if let Err(e) = ready {
             let detail = supervisor
                 .last_error()
                 .map(|m| format!(": {m}"))
                 .unwrap_or_default();
             supervisor.stop(Duration::from_secs(5));
-            return Err(format!("{e}{detail}"));
+            return Err(e.detailed(detail));
         }
         // The daemon stays on its start CPU until its first client's
         // connection is served (`Supervisor::release_start_cpu`): libvirt
@@ -200,7 +272,9 @@ impl Starting {
 
     /// Stops a daemon that will not be waited for (another failed).
     pub fn abandon(self) {
-        let _ = std::fs::remove_file(&self.notify_socket);
+        if let Readiness::Notify(socket) = &self.ready {
+            let _ = std::fs::remove_file(socket);
+        }
         self.supervisor.stop(Duration::from_secs(5));
     }
 }
@@ -237,7 +311,7 @@ impl Supervisor {
         if self.pinned.swap(false, Ordering::AcqRel)
             && let Some(pid) = self.pid()
         {
-            release_cpu(self.name, pid);
+            release_cpu(&self.name, pid);
         }
     }
 
@@ -306,16 +380,18 @@ impl Watcher {
         }
     }
 
-    fn watch(self, mut child: Child) {
-        let name = self.spec.name;
+    fn watch(&self, mut child: Child) {
+        let name = self.spec.name.as_str();
         let mut delay = RESTART_DELAY;
         let mut started = Instant::now();
         loop {
             let status = child.wait();
             self.set_pid(None);
             // Wakes a start-up still waiting for READY=1.
-            if let Ok(sock) = UnixDatagram::unbound() {
-                let _ = sock.send_to(b"EXITED=1", &self.spec.notify_socket);
+            if let Readiness::Notify(socket) = &self.spec.ready
+                && let Ok(sock) = UnixDatagram::unbound()
+            {
+                let _ = sock.send_to(b"EXITED=1", socket);
             }
             if self.stopping.load(Ordering::Acquire) {
                 break;
@@ -373,23 +449,53 @@ impl Watcher {
     }
 }
 
-fn bind_notify(path: &Path) -> Result<UnixDatagram, String> {
+fn bind_notify(path: &Path) -> Result<UnixDatagram, DaemonError> {
     let _ = std::fs::remove_file(path);
-    UnixDatagram::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))
+    UnixDatagram::bind(path)
+        .map_err(|e| DaemonError::os(format!("cannot listen on {}", path.display()), e))
+}
+
+/// Waits until the daemon's listening socket is there, or it exits.
+fn wait_listening(
+    supervisor: &Supervisor,
+    socket: &Path,
+    timeout: Duration,
+) -> Result<(), DaemonError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if socket.exists() {
+            return Ok(());
+        }
+        if supervisor.pid().is_none() {
+            return Err(DaemonError::refused(format!(
+                "{} exited during start-up; its messages are in the log above",
+                supervisor.name
+            )));
+        }
+        if Instant::now() >= deadline {
+            return Err(DaemonError::refused(format!(
+                "{} did not listen on {} within {} s",
+                supervisor.name,
+                socket.display(),
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Waits for the daemon's READY=1 (libvirt speaks the sd_notify protocol
 /// when NOTIFY_SOCKET is set), or its exit.
-fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), String> {
+fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<(), DaemonError> {
     notify
         .set_read_timeout(Some(timeout))
-        .map_err(|e| format!("cannot wait for {name}: {e}"))?;
+        .map_err(|e| DaemonError::os(format!("cannot wait for {name}"), e))?;
     let mut buf = [0u8; 4096];
     loop {
         let n = notify.recv(&mut buf).map_err(|e| {
-            format!(
-                "{name} did not report ready within {} s: {e}",
-                timeout.as_secs()
+            DaemonError::os(
+                format!("{name} did not report ready within {} s", timeout.as_secs()),
+                e,
             )
         })?;
         let message = String::from_utf8_lossy(&buf[..n]);
@@ -397,9 +503,9 @@ fn wait_ready(notify: &UnixDatagram, name: &str, timeout: Duration) -> Result<()
             return Ok(());
         }
         if message.contains("EXITED=1") {
-            return Err(format!(
+            return Err(DaemonError::Refused(format!(
                 "{name} exited during start-up; its messages are in the log above"
-            ));
+            )));
         }
     }
 }

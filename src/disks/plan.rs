@@ -89,6 +89,17 @@ pub enum DiskStep {
         size: u64,
         what: String,
     },
+    /// A qcow2 image holding only metadata whose data is the raw image
+    /// `data_file`, byte for byte (qcow2's `data-file` with
+    /// `data-file-raw`): what changed block tracking needs of a raw disk,
+    /// since the qcow2 metadata can carry persistent dirty bitmaps
+    /// (KubeVirt's CBT overlay). An existing image is kept, and with it
+    /// the bitmaps of earlier checkpoints.
+    CreateDataFileOverlay {
+        path: PathBuf,
+        data_file: PathBuf,
+        what: String,
+    },
     /// Writes an ISO 9660 + Joliet image (always rewritten).
     WriteIso {
         path: PathBuf,
@@ -108,6 +119,7 @@ impl DiskStep {
             | DiskStep::CreateOverlay { path, .. }
             | DiskStep::CreateSparseFile { path, .. }
             | DiskStep::CreateQcow2 { path, .. }
+            | DiskStep::CreateDataFileOverlay { path, .. }
             | DiskStep::WriteIso { path, .. } => path,
         }
     }
@@ -121,6 +133,7 @@ impl DiskStep {
             | DiskStep::CreateOverlay { what, .. }
             | DiskStep::CreateSparseFile { what, .. }
             | DiskStep::CreateQcow2 { what, .. }
+            | DiskStep::CreateDataFileOverlay { what, .. }
             | DiskStep::WriteIso { what, .. } => what,
         }
     }

@@ -5,6 +5,7 @@ use std::fs;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::iso9660::{self, IsoError, IsoFile};
@@ -25,13 +26,27 @@ pub enum DiskErrorKind {
     Command,
 }
 
-/// A failed disk step. `message` names the path, the VMI volume and what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A failed disk step. `message` names the path, the VMI volume and what to
+/// do, and includes its cause's message (as `DirError` and `IsoError` do);
+/// `cause` is the error behind it (the OS's, qemu-img's, the ISO writer's),
+/// if one is, given by `source()`.
+#[derive(Debug, Clone)]
 pub struct DiskError {
     pub kind: DiskErrorKind,
     pub path: PathBuf,
     pub message: String,
+    pub cause: Option<Arc<dyn std::error::Error + Send + Sync>>,
 }
+
+/// Two errors are the same failure when they say the same of the same
+/// path; the cause is part of the message.
+impl PartialEq for DiskError {
+    fn eq(&self, other: &DiskError) -> bool {
+        self.kind == other.kind && self.path == other.path && self.message == other.message
+    }
+}
+
+impl Eq for DiskError {}
 
 impl fmt::Display for DiskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -39,7 +54,11 @@ impl fmt::Display for DiskError {
     }
 }
 
-impl std::error::Error for DiskError {}
+impl std::error::Error for DiskError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_deref().map(|e| e as _)
+    }
+}
 
 /// Knobs for [`prepare_with`]; [`prepare`] uses the defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +210,11 @@ fn run_step(
         DiskStep::CreateQcow2 { path, size, what } => {
             create_qcow2(path, *size, what, options, prepared)
         }
+        DiskStep::CreateDataFileOverlay {
+            path,
+            data_file,
+            what,
+        } => create_data_file_overlay(path, data_file, what, options, prepared),
         DiskStep::WriteIso {
             path,
             volume_id,
@@ -201,17 +225,21 @@ fn run_step(
 }
 
 fn check_exists(path: &Path, kind: PathKind, what: &str) -> Result<(), DiskError> {
-    let missing = |detail: String| DiskError {
+    let missing = |detail: String, cause: Option<io::Error>| DiskError {
         kind: DiskErrorKind::Missing,
         path: path.to_path_buf(),
         message: format!("{what}: {} {}: {detail}", kind.noun(), path.display()),
+        cause: cause.map(|e| Arc::new(e) as _),
     };
     let metadata = match fs::metadata(path) {
         Ok(metadata) => metadata,
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            return Err(missing(format!("does not exist; {}", hint(kind))));
+            return Err(missing(
+                format!("does not exist; {}", hint(kind)),
+                Some(err),
+            ));
         }
-        Err(err) => return Err(missing(format!("cannot be accessed ({err})"))),
+        Err(err) => return Err(missing(format!("cannot be accessed ({err})"), Some(err))),
     };
     let file_type = metadata.file_type();
     let matches = match kind {
@@ -222,22 +250,23 @@ fn check_exists(path: &Path, kind: PathKind, what: &str) -> Result<(), DiskError
     if matches {
         Ok(())
     } else {
-        Err(missing(format!(
-            "exists but is not a {}; {}",
-            kind.noun(),
-            hint(kind)
-        )))
+        Err(missing(
+            format!("exists but is not a {}; {}", kind.noun(), hint(kind)),
+            None,
+        ))
     }
 }
 
 /// `dir` (a mounted volume) must contain a file named one of `names`.
 fn check_one_of(dir: &Path, names: &[String], what: &str) -> Result<(), DiskError> {
-    let missing = |detail: String| DiskError {
+    let missing = |detail: String, cause: Option<io::Error>| DiskError {
         kind: DiskErrorKind::Missing,
         path: dir.to_path_buf(),
         message: format!("{what}: directory {}: {detail}", dir.display()),
+        cause: cause.map(|e| Arc::new(e) as _),
     };
-    let entries = fs::read_dir(dir).map_err(|e| missing(format!("cannot be listed ({e})")))?;
+    let entries =
+        fs::read_dir(dir).map_err(|e| missing(format!("cannot be listed ({e})"), Some(e)))?;
     let found = entries.flatten().any(|entry| {
         let name = entry.file_name().to_string_lossy().to_ascii_lowercase();
         names
@@ -247,7 +276,10 @@ fn check_one_of(dir: &Path, names: &[String], what: &str) -> Result<(), DiskErro
     if found {
         Ok(())
     } else {
-        Err(missing(format!("holds neither {}", names.join(" nor "))))
+        Err(missing(
+            format!("holds neither {}", names.join(" nor ")),
+            None,
+        ))
     }
 }
 
@@ -259,7 +291,7 @@ fn hint(kind: PathKind) -> &'static str {
     }
 }
 
-fn io_error(path: &Path, what: &str, action: &str, err: &io::Error) -> DiskError {
+fn io_error(path: &Path, what: &str, action: &str, err: io::Error) -> DiskError {
     DiskError {
         kind: DiskErrorKind::Io,
         path: path.to_path_buf(),
@@ -267,6 +299,7 @@ fn io_error(path: &Path, what: &str, action: &str, err: &io::Error) -> DiskError
             "{what}: cannot {action} {}: {err}; check that the directory exists and is writable",
             path.display()
         ),
+        cause: Some(Arc::new(err)),
     }
 }
 
@@ -275,13 +308,13 @@ fn io_error(path: &Path, what: &str, action: &str, err: &io::Error) -> DiskError
 /// file where a directory belongs is refused, not followed.
 fn make_dir(path: &Path, what: &str, prepared: &mut PreparedDisks) -> Result<(), DiskError> {
     let created = safe_fs::create_missing_dirs(path, DIR_MODE);
-    let created = created.map_err(|err| io_error(path, what, "create directory", &err))?;
+    let created = created.map_err(|err| io_error(path, what, "create directory", err))?;
     prepared
         .created
         .extend(created.into_iter().map(Created::Dir));
     safe_fs::open_dir_nofollow(path)
         .map(drop)
-        .map_err(|err| io_error(path, what, "use directory", &err))
+        .map_err(|err| io_error(path, what, "use directory", err))
 }
 
 /// Whether anything (a file, a directory, a symlink, dangling or not) is at
@@ -298,7 +331,7 @@ fn restrict_created_file(path: &Path, what: &str) -> Result<(), DiskError> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .and_then(|file| file.set_permissions(fs::Permissions::from_mode(FILE_MODE)))
-        .map_err(|err| io_error(path, what, "set the mode of", &err))
+        .map_err(|err| io_error(path, what, "set the mode of", err))
 }
 
 /// An existing image the plan keeps must be a regular file (or a block
@@ -309,7 +342,7 @@ fn check_kept(path: &Path, what: &str) -> Result<(), DiskError> {
             path,
             what,
             "use",
-            &io::Error::new(
+            io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "it is a symbolic link; the launcher does not follow links for the images it creates (remove it)",
             ),
@@ -318,7 +351,7 @@ fn check_kept(path: &Path, what: &str) -> Result<(), DiskError> {
     }
 }
 
-fn command_error(path: &Path, what: &str, action: &str, failure: &CommandFailure) -> DiskError {
+fn command_error(path: &Path, what: &str, action: &str, failure: CommandFailure) -> DiskError {
     DiskError {
         kind: DiskErrorKind::Command,
         path: path.to_path_buf(),
@@ -326,6 +359,7 @@ fn command_error(path: &Path, what: &str, action: &str, failure: &CommandFailure
             "{what}: qemu-img could not {action} {}: {failure}",
             path.display()
         ),
+        cause: Some(Arc::new(failure)),
     }
 }
 
@@ -350,7 +384,7 @@ fn create_overlay(
         Some(format) => format,
         None => {
             let info = qemu_img::info(&options.qemu_img, backing, options.command_timeout)
-                .map_err(|failure| command_error(backing, what, "inspect base image", &failure))?;
+                .map_err(|failure| command_error(backing, what, "inspect base image", failure))?;
             if let Some(chained) = info.backing_file {
                 return Err(DiskError {
                     kind: DiskErrorKind::Invalid,
@@ -359,6 +393,7 @@ fn create_overlay(
                         "{what}: base image {} has its own backing file {chained:?}; use a standalone image (qemu-img convert can flatten it)",
                         backing.display()
                     ),
+                    cause: None,
                 });
             }
             detected = info.format;
@@ -374,7 +409,7 @@ fn create_overlay(
     );
     if let Err(failure) = created {
         remove_partial(path);
-        return Err(command_error(path, what, "create overlay", &failure));
+        return Err(command_error(path, what, "create overlay", failure));
     }
     prepared.created.push(Created::File(path.to_path_buf()));
     restrict_created_file(path, what)
@@ -399,7 +434,50 @@ fn create_qcow2(
         qemu_img::create_qcow2(&options.qemu_img, path, size, options.command_timeout)
     {
         remove_partial(path);
-        return Err(command_error(path, what, "create image", &failure));
+        return Err(command_error(path, what, "create image", failure));
+    }
+    prepared.created.push(Created::File(path.to_path_buf()));
+    restrict_created_file(path, what)
+}
+
+fn create_data_file_overlay(
+    path: &Path,
+    data_file: &Path,
+    what: &str,
+    options: &PrepareOptions,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    if occupied(path) {
+        check_kept(path, what)?;
+        log::info!(
+            "disks: keeping existing changed block tracking image {} for {what} (and its bitmaps)",
+            path.display()
+        );
+        return Ok(());
+    }
+    let size = fs::metadata(data_file)
+        .map_err(|err| io_error(data_file, what, "read the size of", err))?
+        .len();
+    let placeholder = beside(path, ".data-placeholder");
+    // A placeholder left by a launcher that died mid-way is stale.
+    let _ = fs::remove_file(&placeholder);
+    let created = qemu_img::create_data_file_overlay(
+        &options.qemu_img,
+        path,
+        data_file,
+        &placeholder,
+        size,
+        options.command_timeout,
+    );
+    let _ = fs::remove_file(&placeholder);
+    if let Err(failure) = created {
+        remove_partial(path);
+        return Err(command_error(
+            path,
+            what,
+            "create the changed block tracking image over its data file",
+            failure,
+        ));
     }
     prepared.created.push(Created::File(path.to_path_buf()));
     restrict_created_file(path, what)
@@ -418,11 +496,11 @@ fn create_sparse_file(
             log::info!("disks: keeping existing disk {} for {what}", path.display());
             return Ok(());
         }
-        Err(err) => return Err(io_error(path, what, "create", &err)),
+        Err(err) => return Err(io_error(path, what, "create", err)),
     };
     prepared.created.push(Created::File(path.to_path_buf()));
     file.set_len(size)
-        .map_err(|err| io_error(path, what, &format!("grow to {size} bytes"), &err))
+        .map_err(|err| io_error(path, what, &format!("grow to {size} bytes"), err))
 }
 
 /// `<path><suffix>`, beside `path`.
@@ -462,7 +540,7 @@ fn write_iso(
                 path,
                 what,
                 "keep a copy of the existing image",
-                &err,
+                err,
             ));
         }
         true
@@ -474,7 +552,7 @@ fn write_iso(
         if replaced {
             remove_partial(&previous);
         }
-        return Err(io_error(path, what, "rename the staged image to", &err));
+        return Err(io_error(path, what, "rename the staged image to", err));
     }
     prepared.created.push(if replaced {
         Created::Replaced {
@@ -495,18 +573,19 @@ fn write_iso_file(
     what: &str,
 ) -> Result<(), DiskError> {
     let file = safe_fs::create_new_file(staging, FILE_MODE)
-        .map_err(|err| io_error(staging, what, "create", &err))?;
+        .map_err(|err| io_error(staging, what, "create", err))?;
     let mut writer = io::BufWriter::new(file);
     iso9660::write_iso(&mut writer, volume_id, files).map_err(|err| DiskError {
         kind: iso_error_kind(&err),
         path: target.to_path_buf(),
         message: format!("{what}: cannot write ISO image {}: {err}", target.display()),
+        cause: Some(Arc::new(err)),
     })?;
     let file = writer
         .into_inner()
-        .map_err(|err| io_error(staging, what, "write", err.error()))?;
+        .map_err(|err| io_error(staging, what, "write", err.into_error()))?;
     file.sync_all()
-        .map_err(|err| io_error(staging, what, "flush", &err))?;
+        .map_err(|err| io_error(staging, what, "flush", err))?;
     Ok(())
 }
 
@@ -530,6 +609,7 @@ fn iso_files(contents: &IsoContents, target: &Path, what: &str) -> Result<Vec<Is
                 dir.display(),
                 target.display()
             ),
+            cause: Some(Arc::new(err)),
         }),
         IsoContents::FilesWithSecrets { files, secrets } => {
             let mut all = files.clone();
@@ -552,7 +632,7 @@ fn read_secret_file(secret: &SecretFile, what: &str) -> Result<IsoFile, DiskErro
                 });
             }
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(err) => return Err(io_error(&candidate, what, "read", &err)),
+            Err(err) => return Err(io_error(&candidate, what, "read", err)),
         }
     }
     Err(DiskError {
@@ -563,6 +643,7 @@ fn read_secret_file(secret: &SecretFile, what: &str) -> Result<IsoFile, DiskErro
             secret.dir.display(),
             secret.names.join(" or ")
         ),
+        cause: None,
     })
 }
 
@@ -583,4 +664,52 @@ fn remove_partial(path: &Path) {
 pub(crate) fn write_file(path: &Path, data: &[u8]) -> io::Result<()> {
     use std::io::Write;
     fs::File::create(path)?.write_all(data)
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::*;
+    use std::error::Error;
+
+    #[test]
+    fn a_failed_step_keeps_the_os_error_behind_its_message() {
+        let dir = crate::scratch::ScratchDir::new("disk-cause");
+        let missing = dir.join("no-such-dir");
+        let err = check_one_of(&missing, &["user-data".to_string()], "volume cloudinit")
+            .expect_err("a missing directory is refused");
+        assert!(
+            err.message.starts_with("volume cloudinit: directory ")
+                && err
+                    .message
+                    .contains("cannot be listed (No such file or directory"),
+            "{err}"
+        );
+        let cause = err.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(cause.map(io::Error::kind), Some(io::ErrorKind::NotFound));
+
+        // A refusal with no OS error behind it has no cause.
+        let file = dir.join("image");
+        write_file(&file, b"x").unwrap();
+        let not_dir = check_exists(&file, PathKind::Dir, "volume data").unwrap_err();
+        assert!(not_dir.message.contains("exists but is not a"), "{not_dir}");
+        assert!(not_dir.source().is_none());
+    }
+
+    #[test]
+    fn a_qemu_img_that_cannot_start_is_the_cause_and_its_os_error_below_it() {
+        let failure = CommandFailure::Spawn(io::Error::from(io::ErrorKind::NotFound));
+        let err = command_error(Path::new("/x.qcow2"), "volume root", "create", failure);
+        assert!(
+            err.message
+                .contains("is qemu-img (package qemu-utils) installed?"),
+            "{err}"
+        );
+        let command = err.source().expect("qemu-img's failure is the cause");
+        assert!(
+            command.to_string().starts_with("could not start it"),
+            "{command}"
+        );
+        let os = command.source().and_then(|s| s.downcast_ref::<io::Error>());
+        assert_eq!(os.map(io::Error::kind), Some(io::ErrorKind::NotFound));
+    }
 }

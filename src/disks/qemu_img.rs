@@ -48,6 +48,15 @@ impl std::fmt::Display for CommandFailure {
     }
 }
 
+impl std::error::Error for CommandFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CommandFailure::Spawn(err) | CommandFailure::Io(err) => Some(err),
+            CommandFailure::TimedOut(_) | CommandFailure::Failed { .. } => None,
+        }
+    }
+}
+
 /// Which pipe a chunk of output came from.
 enum Pipe {
     Stdout,
@@ -216,6 +225,55 @@ pub(crate) fn create_qcow2(
         size.as_ref(),
     ];
     run(qemu_img, &args, timeout).map(|_| ())
+}
+
+/// A qcow2 image at `overlay` with only metadata, whose data is the raw
+/// image `data_file` as it is (`data_file_raw`), of `size` bytes, with
+/// KubeVirt's 256 KiB clusters. `qemu-img create` would truncate the
+/// data file it is given, so the image is created over `placeholder` (a
+/// new sparse file) and then pointed at `data_file` with `qemu-img amend`,
+/// which opens only the placeholder; the caller removes the placeholder.
+pub(crate) fn create_data_file_overlay(
+    qemu_img: &Path,
+    overlay: &Path,
+    data_file: &Path,
+    placeholder: &Path,
+    size: u64,
+    timeout: Duration,
+) -> Result<(), CommandFailure> {
+    let size = size.to_string();
+    let create_options = format!(
+        "data_file={},data_file_raw=on,cluster_size=262144",
+        escape_option(placeholder)
+    );
+    let args: [&OsStr; 8] = [
+        "create".as_ref(),
+        "-q".as_ref(),
+        "-f".as_ref(),
+        "qcow2".as_ref(),
+        "-o".as_ref(),
+        create_options.as_ref(),
+        overlay.as_os_str(),
+        size.as_ref(),
+    ];
+    run(qemu_img, &args, timeout)?;
+    let amend_options = format!("data_file={}", escape_option(data_file));
+    let args: [&OsStr; 7] = [
+        "amend".as_ref(),
+        "-q".as_ref(),
+        "-f".as_ref(),
+        "qcow2".as_ref(),
+        "-o".as_ref(),
+        amend_options.as_ref(),
+        overlay.as_os_str(),
+    ];
+    run(qemu_img, &args, timeout).map(|_| ())
+}
+
+/// A path as the value of a `-o` option: qemu's option parser splits at
+/// commas, and a doubled comma stands for one.
+fn escape_option(path: &Path) -> String {
+    path.to_string_lossy().replace(',', ",,")
 }
 
 /// The default program: found through PATH like KubeVirt does.

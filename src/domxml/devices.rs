@@ -46,6 +46,51 @@ pub struct Devices {
     pub tpms: Vec<Tpm>,
     #[serde(rename = "hostdev", skip_serializing_if = "Vec::is_empty")]
     pub hostdevs: Vec<HostDev>,
+    #[serde(rename = "filesystem", skip_serializing_if = "Vec::is_empty")]
+    pub filesystems: Vec<FilesystemDevice>,
+}
+
+/// `<filesystem type='mount' accessmode='passthrough'><driver
+/// type='virtiofs' queue='1024'/><source socket='…'/><target dir='tag'/>`:
+/// a directory a virtiofsd outside libvirt serves (`socket`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesystemDevice {
+    #[serde(rename = "@type")]
+    pub fs_type: String,
+    #[serde(rename = "@accessmode", skip_serializing_if = "Option::is_none")]
+    pub access_mode: Option<String>,
+    pub driver: FilesystemDriver,
+    pub source: FilesystemSource,
+    pub target: FilesystemTarget,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<Alias>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<Address>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesystemDriver {
+    #[serde(rename = "@type")]
+    pub driver_type: String,
+    #[serde(rename = "@queue", skip_serializing_if = "Option::is_none")]
+    pub queue: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesystemSource {
+    #[serde(rename = "@socket", skip_serializing_if = "Option::is_none")]
+    pub socket: Option<String>,
+}
+
+/// The guest's mount tag.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FilesystemTarget {
+    #[serde(rename = "@dir")]
+    pub dir: String,
 }
 
 /// `<tpm model='tpm-crb'><backend type='emulator' version='2.0'/></tpm>`.

@@ -31,11 +31,13 @@ pub enum EventKind {
     MigrationFailed,
     MemoryDumpCompleted,
     MemoryDumpFailed,
+    BackupCompleted,
+    BackupFailed,
     EventsDropped,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 20] = [
+    pub const ALL: [EventKind; 22] = [
         EventKind::DomainLifecycle,
         EventKind::DomainReboot,
         EventKind::AgentConnected,
@@ -55,6 +57,8 @@ impl EventKind {
         EventKind::MigrationFailed,
         EventKind::MemoryDumpCompleted,
         EventKind::MemoryDumpFailed,
+        EventKind::BackupCompleted,
+        EventKind::BackupFailed,
         EventKind::EventsDropped,
     ];
 
@@ -79,6 +83,8 @@ impl EventKind {
             EventKind::MigrationFailed => "MIGRATION_FAILED",
             EventKind::MemoryDumpCompleted => "MEMORY_DUMP_COMPLETED",
             EventKind::MemoryDumpFailed => "MEMORY_DUMP_FAILED",
+            EventKind::BackupCompleted => "BACKUP_COMPLETED",
+            EventKind::BackupFailed => "BACKUP_FAILED",
             EventKind::EventsDropped => "EVENTS_DROPPED",
         }
     }
@@ -138,6 +144,12 @@ impl EventKind {
             }
             EventKind::MemoryDumpFailed => {
                 "A memory dump failed: data has the path, the reason and when it started and ended."
+            }
+            EventKind::BackupCompleted => {
+                "A backup ended as it should (a push backup wrote its files, a pull backup's export was ended): data is the backup as query-status shows it."
+            }
+            EventKind::BackupFailed => {
+                "A backup failed or was aborted: data is the backup as query-status shows it, with the failure."
             }
             EventKind::EventsDropped => {
                 "This subscriber fell behind and data.count older events were dropped."

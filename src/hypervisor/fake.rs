@@ -73,6 +73,12 @@ struct FakeState {
     dirty_rate_started: bool,
     /// What `job_stats` reports for the running job.
     job_stats: Vec<Stat>,
+    /// The domain's checkpoints (name, XML), oldest first.
+    checkpoints: Vec<(String, String)>,
+    /// The XML of the backup job that runs, if one does.
+    backup: Option<String>,
+    /// libvirt's `virDomainJobType` of the last job that ended.
+    completed_job_type: i64,
 }
 
 pub struct FakeHypervisor {
@@ -106,6 +112,9 @@ impl FakeHypervisor {
                 dirty_rate: 0,
                 dirty_rate_started: false,
                 job_stats: Vec::new(),
+                checkpoints: Vec::new(),
+                backup: None,
+                completed_job_type: 0,
             }),
             events,
         }
@@ -131,6 +140,34 @@ impl FakeHypervisor {
 
     pub fn set_detach(&self, detach: DetachGuest) {
         self.state().detach = detach;
+    }
+
+    /// The XML of the backup job that runs, if one does.
+    pub fn running_backup(&self) -> Option<String> {
+        self.state().backup.clone()
+    }
+
+    /// The names of the checkpoints libvirt would list.
+    pub fn checkpoint_list(&self) -> Vec<String> {
+        self.state()
+            .checkpoints
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// The running backup ends as libvirt ends one: the completed job's
+    /// type (`VIR_DOMAIN_JOB_COMPLETED` 3, `_FAILED` 4, `_CANCELLED` 5)
+    /// is kept and JOB_COMPLETED is sent.
+    pub fn end_backup(&self, job_type: i64) {
+        {
+            let mut state = self.state();
+            state.backup = None;
+            state.completed_job_type = job_type;
+        }
+        self.send(HypervisorEvent::JobCompleted {
+            stats: vec![("operation".to_string(), 9.into())],
+        });
     }
 
     /// The guest finally lets a device go that it kept.
@@ -742,13 +779,24 @@ impl Hypervisor for FakeHypervisor {
         ))
     }
 
-    fn job_stats(&self, _name: &str, _completed: bool) -> HvResult<Vec<Stat>> {
+    fn job_stats(&self, _name: &str, completed: bool) -> HvResult<Vec<Stat>> {
         self.enter("job_stats")?;
-        Ok(self.state().job_stats.clone())
+        let state = self.state();
+        if completed {
+            return Ok(vec![
+                ("operation".to_string(), 9.into()),
+                ("type".to_string(), state.completed_job_type.into()),
+            ]);
+        }
+        Ok(state.job_stats.clone())
     }
 
     fn abort_job(&self, _name: &str) -> HvResult<()> {
-        self.enter("abort_job")
+        self.enter("abort_job")?;
+        if self.state().backup.is_some() {
+            self.end_backup(5);
+        }
+        Ok(())
     }
 
     fn migrate_start_post_copy(&self, _name: &str) -> HvResult<()> {
@@ -828,6 +876,92 @@ impl Hypervisor for FakeHypervisor {
         })
     }
 
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()> {
+        let op = "backup_begin";
+        self.with_domain(op, name, |d| {
+            if !d.status.state.is_active() {
+                return Err(invalid(op, "domain is not running"));
+            }
+            Ok(())
+        })?;
+        let mut state = self.state();
+        if state.backup.is_some() {
+            return Err(invalid(op, "domain has an active job"));
+        }
+        if let Some(since) = element_text(backup_xml, "incremental")
+            && !state.checkpoints.iter().any(|(n, _)| *n == since)
+        {
+            return Err(HypervisorError::new(
+                HypervisorErrorKind::InvalidCheckpoint,
+                op,
+                format!("no domain checkpoint with matching name '{since}'"),
+            ));
+        }
+        if let Some(xml) = checkpoint_xml {
+            let name = element_text(xml, "name").unwrap_or_default();
+            state.checkpoints.push((name, xml.to_string()));
+        }
+        state.backup = Some(backup_xml.to_string());
+        Ok(())
+    }
+
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()> {
+        let op = "checkpoint_create";
+        self.with_domain(op, name, |_| Ok(()))?;
+        let checkpoint = element_text(xml, "name").unwrap_or_default();
+        let mut state = self.state();
+        // The fake's images carry a bitmap for every checkpoint created
+        // through it and never deleted; a redefined one must be one of them.
+        if redefine && !xml.contains("bitmap") {
+            return Err(HypervisorError::new(
+                HypervisorErrorKind::InvalidCheckpoint,
+                op,
+                format!("missing or broken bitmap '{checkpoint}'"),
+            ));
+        }
+        state.checkpoints.retain(|(n, _)| *n != checkpoint);
+        state.checkpoints.push((checkpoint, xml.to_string()));
+        Ok(())
+    }
+
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>> {
+        self.with_domain("checkpoint_names", name, |_| Ok(()))?;
+        Ok(self.checkpoint_list())
+    }
+
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String> {
+        let op = "checkpoint_xml";
+        self.with_domain(op, name, |_| Ok(()))?;
+        self.state()
+            .checkpoints
+            .iter()
+            .find(|(n, _)| n == checkpoint)
+            .map(|(_, xml)| xml.clone())
+            .ok_or_else(|| no_checkpoint(op, checkpoint))
+    }
+
+    fn checkpoint_delete(
+        &self,
+        name: &str,
+        checkpoint: &str,
+        _metadata_only: bool,
+    ) -> HvResult<()> {
+        let op = "checkpoint_delete";
+        self.with_domain(op, name, |_| Ok(()))?;
+        let mut state = self.state();
+        let before = state.checkpoints.len();
+        state.checkpoints.retain(|(n, _)| n != checkpoint);
+        if state.checkpoints.len() == before {
+            return Err(no_checkpoint(op, checkpoint));
+        }
+        Ok(())
+    }
+
     fn reconnect(&self) -> HvResult<ConnectionId> {
         {
             let mut state = self.state();
@@ -845,4 +979,21 @@ impl Hypervisor for FakeHypervisor {
         }
         Ok(self.state().connection)
     }
+}
+
+fn no_checkpoint(op: &'static str, checkpoint: &str) -> HypervisorError {
+    HypervisorError::new(
+        HypervisorErrorKind::InvalidCheckpoint,
+        op,
+        format!("no domain checkpoint with matching name '{checkpoint}'"),
+    )
+}
+
+/// The text of the first `<tag>` element of `xml` (enough for the backup
+/// and checkpoint XML the manager writes).
+fn element_text(xml: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let end = xml[start..].find(&format!("</{tag}>"))? + start;
+    Some(xml[start..end].to_string())
 }

@@ -559,6 +559,24 @@ impl TypedParams {
         }
     }
 
+    fn add_int(&mut self, name: &CStr, value: c_int) -> Result<(), Error> {
+        // SAFETY: as above.
+        let rc = unsafe {
+            sys::virTypedParamsAddInt(
+                &mut self.params,
+                &mut self.count,
+                &mut self.capacity,
+                name.as_ptr(),
+                value,
+            )
+        };
+        if rc < 0 {
+            Err(Error::last_error())
+        } else {
+            Ok(())
+        }
+    }
+
     fn add_string_list(&mut self, name: &CStr, values: &[String]) -> Result<(), Error> {
         let owned = values
             .iter()
@@ -601,6 +619,8 @@ pub struct MigrateArgs<'a> {
     pub bandwidth_mib: Option<u64>,
     pub disks_uri: Option<&'a str>,
     pub migrate_disks: &'a [String],
+    pub parallel_connections: Option<u32>,
+    pub compression: Option<&'a str>,
     pub flags: c_uint,
 }
 
@@ -622,6 +642,13 @@ pub fn migrate(dom: &Domain, args: &MigrateArgs) -> Result<(), Error> {
     }
     if !args.migrate_disks.is_empty() {
         params.add_string_list(sys::VIR_MIGRATE_PARAM_MIGRATE_DISKS, args.migrate_disks)?;
+    }
+    if let Some(connections) = args.parallel_connections {
+        let connections = c_int::try_from(connections).unwrap_or(c_int::MAX);
+        params.add_int(sys::VIR_MIGRATE_PARAM_PARALLEL_CONNECTIONS, connections)?;
+    }
+    if let Some(method) = args.compression {
+        params.add_string(sys::VIR_MIGRATE_PARAM_COMPRESSION, method)?;
     }
     let dconn = CString::new(args.dconn_uri)?;
     // SAFETY: valid domain, URI and parameter array.
@@ -711,4 +738,132 @@ pub fn start_dirty_rate_calc(dom: &Domain, seconds: c_int) -> Result<(), Error> 
         return Err(Error::last_error());
     }
     Ok(())
+}
+
+/// A string libvirt allocated, copied out and freed.
+///
+/// # Safety
+/// `ptr` is null or a NUL-terminated string from libvirt's allocator.
+unsafe fn take_string(ptr: *mut c_char) -> Option<String> {
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and NUL-terminated, as the caller promises.
+    let text = unsafe { CStr::from_ptr(ptr) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: allocated by libvirt, freed once here.
+    unsafe { libc::free(ptr as *mut c_void) };
+    Some(text)
+}
+
+/// `virDomainBackupBegin`; `checkpoint_xml` may be absent (no checkpoint).
+pub fn backup_begin(
+    dom: &Domain,
+    backup_xml: &str,
+    checkpoint_xml: Option<&str>,
+) -> Result<(), Error> {
+    let backup = CString::new(backup_xml)?;
+    let checkpoint = checkpoint_xml.map(CString::new).transpose()?;
+    let checkpoint_ptr = checkpoint.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+    // SAFETY: valid domain; both strings outlive the call.
+    let rc = unsafe { sys::virDomainBackupBegin(dom.as_ptr(), backup.as_ptr(), checkpoint_ptr, 0) };
+    if rc < 0 {
+        return Err(Error::last_error());
+    }
+    Ok(())
+}
+
+/// `virDomainCheckpointCreateXML` with `flags`; the handle is freed.
+pub fn checkpoint_create(dom: &Domain, xml: &str, flags: c_uint) -> Result<(), Error> {
+    let xml = CString::new(xml)?;
+    // SAFETY: valid domain and string.
+    let checkpoint =
+        unsafe { sys::virDomainCheckpointCreateXML(dom.as_ptr(), xml.as_ptr(), flags) };
+    if checkpoint.is_null() {
+        return Err(Error::last_error());
+    }
+    // SAFETY: a handle libvirt returned, freed once.
+    unsafe { sys::virDomainCheckpointFree(checkpoint) };
+    Ok(())
+}
+
+/// The names of the domain's checkpoints, parents first.
+pub fn checkpoint_names(dom: &Domain) -> Result<Vec<String>, Error> {
+    let mut list: *mut sys::virDomainCheckpointPtr = ptr::null_mut();
+    // SAFETY: valid domain and out-pointer; libvirt allocates the list.
+    let n = unsafe {
+        sys::virDomainListAllCheckpoints(
+            dom.as_ptr(),
+            &mut list,
+            sys::VIR_DOMAIN_CHECKPOINT_LIST_TOPOLOGICAL,
+        )
+    };
+    if n < 0 {
+        return Err(Error::last_error());
+    }
+    let mut names = Vec::new();
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: libvirt returned n valid handles.
+        let checkpoint = unsafe { *list.add(i) };
+        // SAFETY: a valid handle; the name belongs to it.
+        let name = unsafe { sys::virDomainCheckpointGetName(checkpoint) };
+        if !name.is_null() {
+            // SAFETY: NUL-terminated, alive until the handle is freed.
+            names.push(
+                unsafe { CStr::from_ptr(name) }
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+        }
+        // SAFETY: each handle is freed once.
+        unsafe { sys::virDomainCheckpointFree(checkpoint) };
+    }
+    if !list.is_null() {
+        // SAFETY: the array libvirt allocated.
+        unsafe { libc::free(list as *mut c_void) };
+    }
+    Ok(names)
+}
+
+/// Runs `call` on the checkpoint `name` of `dom`, freeing the handle after.
+fn with_checkpoint<T>(
+    dom: &Domain,
+    name: &str,
+    call: impl FnOnce(sys::virDomainCheckpointPtr) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let name = CString::new(name)?;
+    // SAFETY: valid domain and string.
+    let checkpoint =
+        unsafe { sys::virDomainCheckpointLookupByName(dom.as_ptr(), name.as_ptr(), 0) };
+    if checkpoint.is_null() {
+        return Err(Error::last_error());
+    }
+    let result = call(checkpoint);
+    // SAFETY: the handle looked up above, freed once.
+    unsafe { sys::virDomainCheckpointFree(checkpoint) };
+    result
+}
+
+/// A checkpoint's XML without the domain definition.
+pub fn checkpoint_xml(dom: &Domain, name: &str) -> Result<String, Error> {
+    with_checkpoint(dom, name, |checkpoint| {
+        // SAFETY: a valid handle.
+        let xml = unsafe {
+            sys::virDomainCheckpointGetXMLDesc(checkpoint, sys::VIR_DOMAIN_CHECKPOINT_XML_NO_DOMAIN)
+        };
+        // SAFETY: null or a string libvirt allocated for the caller.
+        unsafe { take_string(xml) }.ok_or_else(Error::last_error)
+    })
+}
+
+/// `virDomainCheckpointDelete`.
+pub fn checkpoint_delete(dom: &Domain, name: &str, flags: c_uint) -> Result<(), Error> {
+    with_checkpoint(dom, name, |checkpoint| {
+        // SAFETY: a valid handle.
+        if unsafe { sys::virDomainCheckpointDelete(checkpoint, flags) } < 0 {
+            return Err(Error::last_error());
+        }
+        Ok(())
+    })
 }

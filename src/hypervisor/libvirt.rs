@@ -558,6 +558,12 @@ impl Hypervisor for LibvirtHypervisor {
         if request.unsafe_migration {
             flags |= sys::VIR_MIGRATE_UNSAFE;
         }
+        if request.parallel_connections.is_some() {
+            flags |= sys::VIR_MIGRATE_PARALLEL;
+        }
+        if request.compression.is_some() {
+            flags |= sys::VIR_MIGRATE_COMPRESSED;
+        }
         let args = ffi::MigrateArgs {
             dconn_uri: &request.target_uri,
             uri: request.migration_uri.as_deref(),
@@ -565,6 +571,8 @@ impl Hypervisor for LibvirtHypervisor {
             bandwidth_mib: request.bandwidth_mib_per_s,
             disks_uri: request.disks_uri.as_deref(),
             migrate_disks: &request.block_disks,
+            parallel_connections: request.parallel_connections,
+            compression: request.compression.as_deref(),
             flags,
         };
         let op = "virDomainMigrateToURI3";
@@ -683,6 +691,50 @@ impl Hypervisor for LibvirtHypervisor {
                 .finish()
                 .map_err(|e| self.error("virStreamFinish", e))?;
             Ok(Screenshot { mime, data })
+        })
+    }
+
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()> {
+        self.with_domain(name, "virDomainBackupBegin", |d| {
+            ffi::backup_begin(d, backup_xml, checkpoint_xml)
+        })
+    }
+
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()> {
+        let flags = if redefine {
+            sys::VIR_DOMAIN_CHECKPOINT_CREATE_REDEFINE
+                | sys::VIR_DOMAIN_CHECKPOINT_CREATE_REDEFINE_VALIDATE
+        } else {
+            0
+        };
+        self.with_domain(name, "virDomainCheckpointCreateXML", |d| {
+            ffi::checkpoint_create(d, xml, flags)
+        })
+    }
+
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>> {
+        self.with_domain(name, "virDomainListAllCheckpoints", ffi::checkpoint_names)
+    }
+
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String> {
+        self.with_domain(name, "virDomainCheckpointGetXMLDesc", |d| {
+            ffi::checkpoint_xml(d, checkpoint)
+        })
+    }
+
+    fn checkpoint_delete(&self, name: &str, checkpoint: &str, metadata_only: bool) -> HvResult<()> {
+        let flags = if metadata_only {
+            sys::VIR_DOMAIN_CHECKPOINT_DELETE_METADATA_ONLY
+        } else {
+            0
+        };
+        self.with_domain(name, "virDomainCheckpointDelete", |d| {
+            ffi::checkpoint_delete(d, checkpoint, flags)
         })
     }
 

@@ -90,6 +90,10 @@ pub struct MigrationRequest {
     pub auto_converge: bool,
     pub post_copy: bool,
     pub unsafe_migration: bool,
+    /// Parallel migration streams (libvirt's `parallel.connections`).
+    pub parallel_connections: Option<u32>,
+    /// Compression method for the memory stream (e.g. `zstd`).
+    pub compression: Option<String>,
 }
 
 /// How `reboot` asks the guest.
@@ -258,6 +262,10 @@ pub enum HypervisorErrorKind {
     ConnectionLost,
     /// libvirt gave up waiting (e.g. on a domain's job lock).
     Timeout,
+    /// A checkpoint libvirt does not know, or whose bitmaps in the disk
+    /// images are missing or broken (`VIR_ERR_NO_DOMAIN_CHECKPOINT`,
+    /// `VIR_ERR_INVALID_DOMAIN_CHECKPOINT`, `VIR_ERR_CHECKPOINT_INCONSISTENT`).
+    InvalidCheckpoint,
     Other,
 }
 
@@ -423,6 +431,33 @@ pub trait Hypervisor: Send + Sync {
     /// A screenshot of display `screen` (`virDomainScreenshot`): the image
     /// exactly as QEMU wrote it, read from a libvirt stream.
     fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot>;
+
+    /// Starts a backup job (`virDomainBackupBegin`) as `backup_xml`
+    /// describes it, creating the checkpoint `checkpoint_xml` describes
+    /// at the same instant. Returns once the job runs; libvirt's
+    /// JOB_COMPLETED event says when it ended (a push backup by itself, a
+    /// pull backup once `abort_job` ends it).
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()>;
+    /// Creates a checkpoint from its XML (`virDomainCheckpointCreateXML`);
+    /// with `redefine`, only its metadata, for bitmaps the disk images
+    /// already carry, which libvirt checks exist
+    /// (`VIR_DOMAIN_CHECKPOINT_CREATE_REDEFINE | ..._REDEFINE_VALIDATE`).
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()>;
+    /// The names of the domain's checkpoints, parents before children
+    /// (`virDomainListAllCheckpoints`, topological).
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>>;
+    /// A checkpoint's XML without the domain definition
+    /// (`virDomainCheckpointGetXMLDesc`, `VIR_DOMAIN_CHECKPOINT_XML_NO_DOMAIN`),
+    /// which is what redefining it takes.
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String>;
+    /// Deletes a checkpoint (`virDomainCheckpointDelete`): its bitmaps in
+    /// the images too, or with `metadata_only` only libvirt's record of it.
+    fn checkpoint_delete(&self, name: &str, checkpoint: &str, metadata_only: bool) -> HvResult<()>;
 
     /// Replaces a lost connection: releases the old one (its event and
     /// close callbacks, so nothing of it stays behind) and opens a fresh

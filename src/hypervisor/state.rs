@@ -551,6 +551,9 @@ pub mod libvirt_error {
     pub const AGENT_UNRESPONSIVE: i32 = 86;
     pub const XML_INVALID_SCHEMA: i32 = 92;
     pub const AGENT_UNSYNCED: i32 = 97;
+    pub const INVALID_DOMAIN_CHECKPOINT: i32 = 102;
+    pub const NO_DOMAIN_CHECKPOINT: i32 = 103;
+    pub const CHECKPOINT_INCONSISTENT: i32 = 109;
     /// VIR_FROM_RPC, an error domain.
     pub const FROM_RPC: i32 = 7;
 }
@@ -590,6 +593,9 @@ impl super::HypervisorErrorKind {
             e::AGENT_UNRESPONSIVE | e::AGENT_UNSYNCED => Kind::AgentUnavailable,
             e::NO_SUPPORT | e::OPERATION_UNSUPPORTED => Kind::Unsupported,
             e::OPERATION_TIMEOUT => Kind::Timeout,
+            e::INVALID_DOMAIN_CHECKPOINT | e::NO_DOMAIN_CHECKPOINT | e::CHECKPOINT_INCONSISTENT => {
+                Kind::InvalidCheckpoint
+            }
             e::RPC | e::INVALID_CONN | e::NO_CONNECT => rpc,
             _ if error.domain == e::FROM_RPC => rpc,
             _ => Kind::Other,

@@ -305,6 +305,52 @@ impl Hypervisor for Traced {
         )
     }
 
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()> {
+        traced(
+            "virDomainBackupBegin",
+            format!("{name}, {backup_xml}"),
+            || self.inner.backup_begin(name, backup_xml, checkpoint_xml),
+        )
+    }
+
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()> {
+        traced(
+            "virDomainCheckpointCreateXML",
+            format!("{name}, redefine={redefine}, {xml}"),
+            || self.inner.checkpoint_create(name, xml, redefine),
+        )
+    }
+
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>> {
+        traced("virDomainListAllCheckpoints", name.to_string(), || {
+            self.inner.checkpoint_names(name)
+        })
+    }
+
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String> {
+        traced(
+            "virDomainCheckpointGetXMLDesc",
+            format!("{name}, {checkpoint}"),
+            || self.inner.checkpoint_xml(name, checkpoint),
+        )
+    }
+
+    fn checkpoint_delete(&self, name: &str, checkpoint: &str, metadata_only: bool) -> HvResult<()> {
+        traced(
+            "virDomainCheckpointDelete",
+            format!("{name}, {checkpoint}, metadata_only={metadata_only}"),
+            || {
+                self.inner
+                    .checkpoint_delete(name, checkpoint, metadata_only)
+            },
+        )
+    }
+
     fn reconnect(&self) -> HvResult<ConnectionId> {
         traced("virConnectOpen", self.inner.info().uri, || {
             self.inner.reconnect()

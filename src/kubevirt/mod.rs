@@ -1,9 +1,13 @@
 //! KubeVirt's own launcher protocol, the second front end beside the JSON
 //! socket: the messages virt-handler and the launcher exchange (`proto`),
 //! the JSON payloads inside them (`api`), the `Cmd` service over the domain
-//! manager (`service`) and the notify client (`notify`).
+//! manager (`service`, with what it keeps of the manager's replies in
+//! `converted`) and the notify client (`notify`).
 
 pub mod api;
+mod converted;
+pub mod k8s_events;
+pub mod migration;
 pub mod notify;
 pub mod proto;
 pub mod service;

@@ -7,21 +7,29 @@
 //! exists, with its deletion time set: that is virt-handler's sign that
 //! the domain is gone (KubeVirt's launcher sends no `DELETED` either).
 //!
+//! It also reports the Kubernetes events KubeVirt's launcher reports
+//! (`HandleK8SEvent`, see `k8s_events`): a guest panic from the event hub,
+//! a failed `GuestPing` from the gRPC service through a queue.
+//!
 //! The notifier is a thread of its own that reads the domain through the
 //! manager like any client: a notify socket that is missing or stops
 //! answering delays only the notifications, never the manager. It keeps
 //! only the latest domain to send, retries every second while virt-handler
 //! cannot be reached, and reconnects.
 
+use std::collections::VecDeque;
 use std::io;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, Sender, bounded, select};
+use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
+use serde_json::Value;
 
 use super::api;
-use super::proto::methods::NOTIFY_DOMAIN_EVENT_PATH;
-use super::proto::notify::DomainEventRequest;
+use super::k8s_events::{self, K8sEvent, PanicInfo, VmiRef};
+use super::proto::methods::{NOTIFY_DOMAIN_EVENT_PATH, NOTIFY_K8S_EVENT_PATH};
+use super::proto::notify::{DomainEventRequest, K8sEventRequest};
 use super::service::ManagerClient;
 use crate::command::ManagerRequest;
 use crate::config::Config;
@@ -37,8 +45,38 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// How soon a notification that could not be sent is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// Kubernetes events waiting for the notifier; more are dropped (with a
+/// log line) rather than ever block their sender.
+const K8S_QUEUE_LEN: usize = 32;
+
+/// Where the gRPC service queues Kubernetes events for the notifier.
+#[derive(Clone)]
+pub struct K8sEventSender(Sender<K8sEvent>);
+
+impl K8sEventSender {
+    /// Queues `event`; never blocks.
+    pub fn send(&self, event: K8sEvent) {
+        match self.0.try_send(event) {
+            Ok(()) => {}
+            Err(TrySendError::Full(event)) => log::warn!(
+                "kubevirt: too many Kubernetes events waiting; dropped {} {}",
+                event.reason,
+                event.message
+            ),
+            // No notifier (the launcher is exiting): nobody to tell.
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+/// The queue between the gRPC service and the notifier.
+pub fn k8s_event_queue() -> (K8sEventSender, Receiver<K8sEvent>) {
+    let (tx, rx) = bounded(K8S_QUEUE_LEN);
+    (K8sEventSender(tx), rx)
+}
+
 /// The events after which the domain virt-handler sees may have changed.
-const CHANGES: [EventKind; 12] = [
+const CHANGES: [EventKind; 13] = [
     EventKind::DomainLifecycle,
     EventKind::DomainReboot,
     EventKind::AgentConnected,
@@ -49,6 +87,7 @@ const CHANGES: [EventKind; 12] = [
     EventKind::JobCompleted,
     EventKind::GuestInfoChanged,
     EventKind::LibvirtReconnected,
+    EventKind::MigrationStarted,
     EventKind::MigrationCompleted,
     EventKind::MigrationFailed,
 ];
@@ -64,6 +103,8 @@ impl Notifier {
         config: &Arc<Config>,
         hub: Arc<EventHub>,
         manager: Sink<ManagerRequest>,
+        k8s_events: Receiver<K8sEvent>,
+        qemu_log: PathBuf,
         fatal: &FatalSender,
     ) -> io::Result<Notifier> {
         let subscription = hub
@@ -80,27 +121,46 @@ impl Notifier {
             deleted: false,
             last_sent: None,
             pending: None,
+            vmi: VmiRef {
+                namespace: config.namespace.clone(),
+                name: config.name.clone(),
+                uid: config.uid.clone(),
+            },
+            qemu_log,
+            panic_reported: false,
+            k8s_pending: VecDeque::new(),
         };
         threads::spawn_named("kubevirt-notify", fatal, move || {
             // The domain as it is now: a launcher that adopted a running
             // domain tells virt-handler at once.
             state.refresh();
             loop {
-                let retry = if state.pending.is_some() {
+                let retry = if state.pending.is_some() || !state.k8s_pending.is_empty() {
                     crossbeam_channel::after(RETRY)
                 } else {
                     crossbeam_channel::never()
                 };
                 select! {
                     recv(subscription.events) -> event => match event {
-                        Ok(_) => {
+                        Ok(event) => {
                             // Every queued change is covered by one read.
-                            while subscription.events.try_recv().is_ok() {}
+                            state.note(&event);
+                            while let Ok(event) = subscription.events.try_recv() {
+                                state.note(&event);
+                            }
                             state.refresh();
+                            state.send_k8s_pending();
                         }
                         Err(_) => break,
                     },
-                    recv(retry) -> _ => state.send_pending(),
+                    recv(k8s_events) -> event => if let Ok(event) = event {
+                        state.k8s_pending.push_back(event);
+                        state.send_k8s_pending();
+                    },
+                    recv(retry) -> _ => {
+                        state.send_pending();
+                        state.send_k8s_pending();
+                    }
                     recv(finish_rx) -> _ => break,
                 }
             }
@@ -136,9 +196,77 @@ struct NotifyState {
     last_sent: Option<String>,
     /// A notification not sent yet: (event type, domain JSON).
     pending: Option<(&'static str, String)>,
+    /// The VMI the Kubernetes events are about.
+    vmi: VmiRef,
+    /// The domain's QEMU log, where libvirt writes a panic's details.
+    qemu_log: PathBuf,
+    /// A panic that stopped the guest was reported (KubeVirt reports it
+    /// once).
+    panic_reported: bool,
+    /// Kubernetes events not sent yet, oldest first.
+    k8s_pending: VecDeque<K8sEvent>,
 }
 
 impl NotifyState {
+    /// Queues the Kubernetes event a hub event stands for, if any.
+    fn note(&mut self, event: &crate::events::Event) {
+        if event.kind != EventKind::DomainLifecycle {
+            return;
+        }
+        let Ok(line) = serde_json::from_str::<Value>(&event.line) else {
+            return;
+        };
+        let Some(stopped_the_guest) = k8s_events::panic_of_lifecycle(&line["data"]) else {
+            return;
+        };
+        if stopped_the_guest && self.panic_reported {
+            return;
+        }
+        self.panic_reported |= stopped_the_guest;
+        let info = PanicInfo::from_log(&self.qemu_log);
+        let event = K8sEvent::guest_panicked(info.as_ref());
+        log::info!("kubevirt: guest panic detected: {}", event.message);
+        if self.k8s_pending.len() < K8S_QUEUE_LEN {
+            self.k8s_pending.push_back(event);
+        }
+    }
+
+    /// Sends the queued Kubernetes events, oldest first, until one fails
+    /// (it is tried again a second later).
+    fn send_k8s_pending(&mut self) {
+        while let Some(event) = self.k8s_pending.front() {
+            let request = K8sEventRequest {
+                event_json: event.to_json(&self.vmi),
+            };
+            match self
+                .client
+                .call(NOTIFY_K8S_EVENT_PATH, &request.encode(), SEND_TIMEOUT)
+            {
+                Ok(reply) => {
+                    // virt-handler refuses an event for a VMI it does not
+                    // know: that is final, not retried.
+                    if let Ok(response) = super::proto::notify::Response::decode(&reply)
+                        && !response.success
+                    {
+                        log::warn!(
+                            "kubevirt: virt-handler refused the event {}: {}",
+                            event.reason,
+                            response.message
+                        );
+                    }
+                    self.k8s_pending.pop_front();
+                }
+                Err(e) => {
+                    log::debug!(
+                        "kubevirt: cannot send the event {} to virt-handler: {e}; retrying",
+                        event.reason
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
     /// Reads the domain and queues what virt-handler has not seen.
     fn refresh(&mut self) {
         match self.reader.read_domain() {
@@ -213,6 +341,7 @@ impl NotifyState {
 
     /// At exit: the domain is gone, whatever virt-handler saw last.
     fn finish(&mut self) {
+        self.send_k8s_pending();
         if !self.deleted {
             self.queue_deleted();
         } else {

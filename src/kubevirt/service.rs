@@ -12,28 +12,43 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::api;
+use super::converted::{Converted, StatsKey};
+use super::k8s_events::K8sEvent;
+use super::migration::{self as kv_migration, HandlerMigrationOptions};
+use super::notify::K8sEventSender;
 use super::proto::cmd::*;
 use super::proto::info::{CmdInfoResponse, SUPPORTED_CMD_VERSIONS};
 use super::proto::methods::{CmdMethod, CmdRequest, LauncherMethod};
 use crate::agent::model::{GuestInterface, GuestOsInfo};
-use crate::command::{Command, ManagerRequest, ReplyTo};
+use crate::command::{Command, ManagerCommand, ManagerRequest, MigrationCommand, ReplyTo};
 use crate::config::Config;
 use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
-use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::protocol::{CommandError, CommandResult, Encoded, ErrorClass, Return};
 use crate::sink::Sink;
 
-/// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services.
-pub fn cmd_handler(manager: Sink<ManagerRequest>, config: Arc<Config>) -> Arc<dyn Handler> {
-    Arc::new(CmdService(ManagerClient::new(manager, config)))
+/// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services;
+/// the Kubernetes events a call gives rise to go to `k8s_events`.
+pub fn cmd_handler(
+    manager: Sink<ManagerRequest>,
+    config: Arc<Config>,
+    k8s_events: K8sEventSender,
+) -> Arc<dyn Handler> {
+    Arc::new(CmdService {
+        client: ManagerClient::new(manager, config),
+        k8s_events,
+    })
 }
 
-struct CmdService(ManagerClient);
+struct CmdService {
+    client: ManagerClient,
+    k8s_events: K8sEventSender,
+}
 
 impl std::ops::Deref for CmdService {
     type Target = ManagerClient;
     fn deref(&self) -> &ManagerClient {
-        &self.0
+        &self.client
     }
 }
 
@@ -43,6 +58,9 @@ impl std::ops::Deref for CmdService {
 pub struct ManagerClient {
     manager: Sink<ManagerRequest>,
     config: Arc<Config>,
+    /// The host's CPU count, for the stats' CPU maps: read once.
+    host_cpus: Option<usize>,
+    converted: Converted,
 }
 
 impl Handler for CmdService {
@@ -101,6 +119,32 @@ fn unsupported(method: CmdMethod) -> Response {
     ))
 }
 
+/// What of virt-handler's `VirtualMachineOptions` the launcher applies, as
+/// the `sync` command's `options` (see `convert::ClusterOptions`). The
+/// rest is not applied: the NUMA topology, disks info (KubeVirt's launcher
+/// reads the images itself), the interfaces' attachment and migration, the
+/// other cluster settings.
+fn cluster_options(options: &VirtualMachineOptions) -> Value {
+    let mut out = json!({
+        "memBalloonStatsPeriod": options.mem_balloon_stats_period,
+        "preallocatedVolumes": options.preallocated_volumes,
+        "freePageReportingDisabled": options
+            .cluster_config
+            .as_ref()
+            .is_some_and(|c| c.free_page_reporting_disabled),
+    });
+    if let Some(smbios) = &options.virtual_machine_smbios {
+        out["smbios"] = json!({
+            "manufacturer": smbios.manufacturer,
+            "product": smbios.product,
+            "version": smbios.version,
+            "sku": smbios.sku,
+            "family": smbios.family,
+        });
+    }
+    out
+}
+
 /// The VMI a request carries, as KubeVirt's launcher reads it.
 fn vmi_of(vmi: Option<&Vmi>) -> Result<Value, Response> {
     let invalid = || failed("No valid vmi object present in command server request");
@@ -113,7 +157,12 @@ fn vmi_of(vmi: Option<&Vmi>) -> Result<Value, Response> {
 
 impl ManagerClient {
     pub fn new(manager: Sink<ManagerRequest>, config: Arc<Config>) -> ManagerClient {
-        ManagerClient { manager, config }
+        ManagerClient {
+            manager,
+            config,
+            host_cpus: api::host_cpu_count(),
+            converted: Converted::default(),
+        }
     }
 
     /// Runs one command of the JSON protocol and waits for its reply (the
@@ -128,6 +177,11 @@ impl ManagerClient {
                 "{name} is not a command of the domain manager"
             )));
         };
+        self.send(name, command)
+    }
+
+    /// Sends a command to the manager and waits for its reply.
+    fn send(&self, name: &str, command: ManagerCommand) -> CommandResult {
         let (reply, answer) = ReplyTo::channel();
         self.manager
             .send(ManagerRequest { command, reply })
@@ -165,7 +219,7 @@ impl ManagerClient {
     /// down); no domain is not.
     fn domain_is_active(&self) -> bool {
         self.run("query-domain", json!({ "fields": ["state"] }))
-            .map(|reply| status_of(&reply.into_object()).state.is_active())
+            .map(|reply| status_of(&reply).state.is_active())
             .unwrap_or(false)
     }
 
@@ -182,21 +236,34 @@ impl ManagerClient {
     /// The live domain with its state and what the guest agent reported.
     pub fn read_domain(&self) -> Result<Option<api::Domain>, String> {
         let reply = match self.run("query-domain", json!({ "fields": ["xml", "state"] })) {
-            Ok(reply) => reply.into_object(),
+            Ok(reply) => reply,
             Err(e) if e.class == ErrorClass::NotFound => return Ok(None),
             Err(e) => return Err(describe(&e)),
         };
-        let xml = reply.get("xml").and_then(Value::as_str).unwrap_or_default();
         let status = status_of(&reply);
-        if status.state == DomainState::NoState && xml.is_empty() {
-            return Ok(None);
-        }
-        let spec = api::DomainSpec::from_xml(xml)
-            .map_err(|e| format!("cannot read the domain XML as KubeVirt's api.DomainSpec: {e}"))?;
+        let xml = reply
+            .as_domain()
+            .and_then(|d| d.xml.as_ref())
+            .filter(|xml| xml.get() != "\"\"");
+        let Some(xml) = xml else {
+            if status.state == DomainState::NoState {
+                return Ok(None);
+            }
+            return Err("query-domain answered no domain XML".into());
+        };
+        let spec = self.converted.spec(xml)?;
         let (namespace, name) = api::split_domain_name(&spec.name);
         let mut domain = api::Domain::reference(namespace, name);
-        domain.spec = spec;
+        domain.spec = (*spec).clone();
         domain.set_status(status);
+        // A migration's progress and outcome, where KubeVirt's launcher
+        // keeps them for virt-handler.
+        if let Ok(reply) = self.run("query-migration", json!({})) {
+            let reply = reply.into_object();
+            if let Some(record) = reply.get("migration") {
+                domain.spec.metadata.kubevirt.migration = kv_migration::metadata(record);
+            }
+        }
         // What the guest agent reported, once it has: the interfaces and
         // the OS, as KubeVirt's launcher merges them into the status.
         if let Ok(reply) = self.run("query-interfaces", json!({})) {
@@ -250,7 +317,13 @@ impl CmdService {
                 // A sync applies whatever changed: hotplugged host devices,
                 // vCPUs and memory among it.
                 match vmi_of(r.vmi.as_ref()) {
-                    Ok(vmi) => plain(response(&self.run("sync", json!({ "vmi": vmi })))),
+                    Ok(vmi) => {
+                        let mut arguments = json!({ "vmi": vmi });
+                        if let Some(options) = &r.options {
+                            arguments["options"] = cluster_options(options);
+                        }
+                        plain(response(&self.run("sync", arguments)))
+                    }
                     Err(refused) => plain(refused),
                 }
             }
@@ -276,7 +349,7 @@ impl CmdService {
                 }
                 plain(ok())
             }
-            R::SignalTargetPodCleanup(_) => plain(ok()),
+            R::SignalTargetPodCleanup(r) => plain(self.signal_target_pod_cleanup(r.vmi.as_ref())),
             R::Ping(_) => plain(ok()),
             R::GetDomain(_) => Ok(self.get_domain().encode()),
             R::GetDomainStats(_) => Ok(self.get_domain_stats().encode()),
@@ -293,11 +366,13 @@ impl CmdService {
                     &self.run("memory-dump", json!({ "path": r.dump_path })),
                 ))
             }
-            R::MigrateVirtualMachine(_)
-            | R::SyncMigrationTarget(_)
-            | R::FinalizeVirtualMachineMigration(_)
-            | R::InjectLaunchSecret(_)
-            | R::BackupVirtualMachine(_) => plain(unsupported(method)),
+            R::MigrateVirtualMachine(r) => plain(self.migrate(&r)),
+            R::SyncMigrationTarget(r) => plain(self.sync_migration_target(r.vmi.as_ref())),
+            R::FinalizeVirtualMachineMigration(r) => match vmi_of(r.vmi.as_ref()) {
+                Ok(_) => plain(response(&self.run("finalize-migration", json!({})))),
+                Err(refused) => plain(refused),
+            },
+            R::InjectLaunchSecret(_) | R::BackupVirtualMachine(_) => plain(unsupported(method)),
             R::GetSEVInfo(_) => Ok(SevInfoResponse {
                 response: Some(unsupported(method)),
                 ..Default::default()
@@ -323,6 +398,134 @@ impl CmdService {
         }
     }
 
+    /// This launcher's migration record, as `query-migration` has it.
+    fn migration_record(&self) -> Option<Map<String, Value>> {
+        let reply = self.run("query-migration", json!({})).ok()?.into_object();
+        reply.get("migration")?.as_object().cloned()
+    }
+
+    /// `MigrateVirtualMachine` on the source: the domain goes through
+    /// virt-handler's proxy sockets in the share directory, with the
+    /// VMI's migration UID and the disks KubeVirt copies. Asked again for
+    /// a migration that runs, it is done; one that ended is not repeated
+    /// (KubeVirt's migrations are one shot).
+    fn migrate(&self, request: &MigrationRequest) -> Response {
+        let vmi = match vmi_of(request.vmi.as_ref()) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        let Some(migration_uid) = crate::migration::kubevirt_migration_uid(&vmi) else {
+            return failed("cannot migrate VMI until migrationState is ready");
+        };
+        if let Some(record) = self.migration_record()
+            && record.get("migration_uid").and_then(Value::as_str) == Some(&migration_uid)
+        {
+            if record.get("ended").is_some_and(Value::is_null) {
+                return ok();
+            }
+            return failed(format!(
+                "migration job {migration_uid} already executed, phase {}",
+                record.get("phase").and_then(Value::as_str).unwrap_or("?")
+            ));
+        }
+        let handler_options = match HandlerMigrationOptions::parse(&request.options) {
+            Ok(options) => options,
+            Err(e) => return failed(e),
+        };
+        let xml = match self.run("query-domain", json!({ "fields": ["xml"] })) {
+            Ok(reply) => reply
+                .into_object()
+                .get("xml")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            Err(e) => return failed(describe(&e)),
+        };
+        let copy_disks = match kv_migration::disks_to_copy(&vmi, &xml) {
+            Ok(disks) => disks,
+            Err(e) => return failed(e),
+        };
+        let uid = vmi
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .filter(|uid| !uid.is_empty())
+            .unwrap_or(&self.config.uid)
+            .to_string();
+        let target = kv_migration::target_address(
+            &self.config.dirs.share,
+            &uid,
+            kv_migration::vmi_is_non_root(&vmi),
+        );
+        let kubevirt = crate::migration::KubeVirtMigration {
+            migration_uid,
+            copy_disks,
+            ..Default::default()
+        };
+        let options = match handler_options.into_options(target, kubevirt) {
+            Ok(options) => options,
+            Err(e) => return failed(e),
+        };
+        response(&self.send(
+            "migrate",
+            ManagerCommand::Migration(MigrationCommand::Migrate(Box::new(options))),
+        ))
+    }
+
+    /// `SyncMigrationTarget`: this fresh launcher prepares for the incoming
+    /// domain as KubeVirt's target does (disks, network, and the
+    /// directory QEMU listens in for the proxied streams). Asked again
+    /// while prepared, it is done.
+    fn sync_migration_target(&self, vmi: Option<&Vmi>) -> Response {
+        let vmi = match vmi_of(vmi) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        if let Some(record) = self.migration_record()
+            && record.get("role").and_then(Value::as_str) == Some("target")
+            && matches!(
+                record.get("phase").and_then(Value::as_str),
+                Some("prepared" | "running")
+            )
+        {
+            return ok();
+        }
+        let dir = kv_migration::proxy_dir(&self.config.dirs.share);
+        if let Err(e) = std::fs::create_dir_all(&dir) {
+            return failed(format!("cannot create {}: {e}", dir.display()));
+        }
+        response(&self.run("prepare-migration-target", json!({ "vmi": vmi })))
+    }
+
+    /// `SignalTargetPodCleanup`: virt-handler gave up a migration into
+    /// this pod. As KubeVirt's launcher, only the VMI's target pod (its
+    /// `POD_NAME`) takes it; a target still waiting for the domain then
+    /// cleans up and exits.
+    fn signal_target_pod_cleanup(&self, vmi: Option<&Vmi>) -> Response {
+        let vmi = match vmi_of(vmi) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        let pod = std::env::var("POD_NAME").unwrap_or_default();
+        let target_pod = vmi
+            .pointer("/status/migrationState/targetPod")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if pod.is_empty() || pod != target_pod {
+            return ok();
+        }
+        let waiting = self.migration_record().is_some_and(|record| {
+            record.get("role").and_then(Value::as_str) == Some("target")
+                && record.get("phase").and_then(Value::as_str) == Some("prepared")
+        });
+        if waiting {
+            log::info!("kubevirt: target pod {pod} signalled to clean up");
+            if let Err(e) = self.run("migrate-cancel", json!({})) {
+                log::warn!("kubevirt: SignalTargetPodCleanup: {}", describe(&e));
+            }
+        }
+        ok()
+    }
+
     fn get_domain(&self) -> DomainResponse {
         let (response, domain) = match self.kubevirt_domain() {
             Ok(Some(domain)) => (ok(), domain),
@@ -336,40 +539,35 @@ impl CmdService {
         }
     }
 
+    /// From the manager's cached statistics and live domain; made again
+    /// only when either changed (`converted`).
     fn get_domain_stats(&self) -> DomainStatsResponse {
         let result = (|| -> Result<String, String> {
             let reply = match self.run("query-stats", json!({})) {
-                Ok(reply) => reply.into_object(),
+                Ok(reply) => reply,
                 Err(e) if e.class == ErrorClass::NotFound => return Ok(String::new()),
                 Err(e) => return Err(describe(&e)),
             };
             let bulk = reply
-                .get("stats")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
+                .as_stats()
+                .map(|s| s.stats.clone())
+                .unwrap_or_else(|| Encoded::new(&Map::new()));
             let described = self
                 .run("query-domain", json!({ "fields": ["uuid", "xml"] }))
-                .map(|r| r.into_object())
-                .unwrap_or_default();
-            let uuid = described
-                .get("uuid")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let spec = described
-                .get("xml")
-                .and_then(Value::as_str)
-                .and_then(|xml| api::DomainSpec::from_xml(xml).ok());
-            let stats = api::DomainStats::from_sources(&api::StatsSources {
-                name: &self.config.domain_name,
-                uuid,
-                bulk: &bulk,
-                domain: spec.as_ref(),
-                host_cpus: api::host_cpu_count(),
-                load: None,
-                migration: None,
-            });
-            serde_json::to_string(&stats).map_err(|e| format!("cannot encode the stats: {e}"))
+                .ok();
+            let key = StatsKey {
+                bulk,
+                uuid: described
+                    .as_ref()
+                    .and_then(|r| r.as_domain())
+                    .and_then(|d| d.uuid.clone())
+                    .unwrap_or_default(),
+                xml: described
+                    .as_ref()
+                    .and_then(|r| r.as_domain())
+                    .and_then(|d| d.xml.clone()),
+            };
+            self.converted.stats(key, |key| self.make_domain_stats(key))
         })();
         let (response, domain_stats) = match result {
             Ok(stats) => (ok(), stats),
@@ -379,6 +577,28 @@ impl CmdService {
             response: Some(response),
             domain_stats,
         }
+    }
+
+    /// KubeVirt's `stats.DomainStats` JSON from the manager's replies.
+    fn make_domain_stats(&self, key: &StatsKey) -> Result<String, String> {
+        let bulk: Map<String, Value> = serde_json::from_str(key.bulk.get())
+            .map_err(|e| format!("query-stats: the statistics are not an object: {e}"))?;
+        // Without a readable domain, the statistics without what it adds
+        // (device aliases, vCPU pinning), as before the domain is read.
+        let spec = key
+            .xml
+            .as_ref()
+            .and_then(|xml| self.converted.spec(xml).ok());
+        let stats = api::DomainStats::from_sources(&api::StatsSources {
+            name: &self.config.domain_name,
+            uuid: &key.uuid,
+            bulk: &bulk,
+            domain: spec.as_deref(),
+            host_cpus: self.host_cpus,
+            load: None,
+            migration: None,
+        });
+        serde_json::to_string(&stats).map_err(|e| format!("cannot encode the stats: {e}"))
     }
 
     /// A guest-agent query's answer as JSON text: `member` of the reply,
@@ -493,7 +713,13 @@ impl CmdService {
                 response: Some(ok()),
             }
             .encode()),
-            Err(e) => Err(Status::new(Code::Unknown, describe(&e))),
+            Err(e) => {
+                // virt-handler records it on the VMI, as KubeVirt's
+                // launcher reports a failed probe.
+                self.k8s_events
+                    .send(K8sEvent::guest_agent_ping_failed(&self.config.name));
+                Err(Status::new(Code::Unknown, describe(&e)))
+            }
         }
     }
 
@@ -557,10 +783,174 @@ impl CmdService {
 }
 
 /// The state and reason of a `query-domain` reply.
-fn status_of(reply: &Map<String, Value>) -> DomainStatus {
-    let word = |key: &str| reply.get(key).and_then(Value::as_str).unwrap_or_default();
+fn status_of(reply: &Return) -> DomainStatus {
+    let domain = reply.as_domain();
+    let state = domain.and_then(|d| d.state).unwrap_or_default();
+    let reason = domain.and_then(|d| d.reason).unwrap_or_default();
     DomainStatus::new(
-        DomainState::from_name(word("state")).unwrap_or(DomainState::NoState),
-        StateReason::from_name(word("reason")).unwrap_or(StateReason::Unknown),
+        DomainState::from_name(state).unwrap_or(DomainState::NoState),
+        StateReason::from_name(reason).unwrap_or(StateReason::Unknown),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::ClusterOptions;
+
+    #[test]
+    fn virt_handlers_options_become_syncs_options() {
+        let options = VirtualMachineOptions {
+            virtual_machine_smbios: Some(Smbios {
+                manufacturer: "Acme".into(),
+                product: "Rocket".into(),
+                version: "2.1".into(),
+                sku: "R-1".into(),
+                family: "Rockets".into(),
+            }),
+            mem_balloon_stats_period: 3,
+            preallocated_volumes: vec!["thick".into()],
+            cluster_config: Some(ClusterConfig {
+                free_page_reporting_disabled: true,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // What the sync command then parses.
+        let parsed: ClusterOptions = serde_json::from_value(cluster_options(&options)).unwrap();
+        let smbios = parsed.smbios.unwrap();
+        assert_eq!(
+            [
+                smbios.manufacturer,
+                smbios.product,
+                smbios.version,
+                smbios.sku,
+                smbios.family
+            ],
+            ["Acme", "Rocket", "2.1", "R-1", "Rockets"]
+        );
+        assert_eq!(parsed.mem_balloon_stats_period, 3);
+        assert!(parsed.preallocated_volumes.contains("thick"));
+        assert!(parsed.free_page_reporting_disabled);
+        // Options without SMBIOS or cluster settings: none.
+        let parsed: ClusterOptions =
+            serde_json::from_value(cluster_options(&VirtualMachineOptions::default())).unwrap();
+        assert_eq!(parsed, ClusterOptions::default());
+    }
+
+    use std::sync::Mutex;
+
+    /// What the fake manager answers: the statistics and the live domain.
+    struct Answers {
+        stats: Encoded,
+        uuid: String,
+        xml: String,
+    }
+
+    const UUID: &str = "3d5c2a8e-1f4b-5e6a-9c7d-0b1a2c3d4e5f";
+
+    fn xml() -> String {
+        format!(
+            "<domain type='qemu'><name>e2e_vm</name><uuid>{UUID}</uuid><vcpu placement='static'>1</vcpu>\
+             <devices><interface type='ethernet'><mac address='52:54:00:7e:57:01'/>\
+             <target dev='tap0' managed='no'/><alias name='ua-default'/></interface></devices></domain>"
+        )
+    }
+
+    fn bulk(cpu_time: u64) -> Encoded {
+        Encoded::new(&json!({
+            "state.state": 1,
+            "cpu.time": cpu_time,
+            "net.count": 1,
+            "net.0.name": "tap0",
+            "net.0.rx.bytes": 1234,
+        }))
+    }
+
+    /// A domain manager that answers `query-stats` and `query-domain` from
+    /// `answers` as the real one answers from its caches: the same encoded
+    /// members until they change.
+    fn fake_manager(answers: Arc<Mutex<Answers>>) -> Sink<ManagerRequest> {
+        let (tx, rx) = crossbeam_channel::unbounded::<ManagerRequest>();
+        std::thread::spawn(move || {
+            for request in rx {
+                let answers = answers.lock().unwrap();
+                let reply: Return = match request.command.name() {
+                    "query-stats" => crate::replies::StatsReply {
+                        age_ms: 0,
+                        domain: "e2e_vm".into(),
+                        stats: answers.stats.clone(),
+                    }
+                    .into(),
+                    "query-domain" => crate::replies::DomainReply {
+                        name: "e2e_vm".into(),
+                        uuid: Some(answers.uuid.clone()),
+                        xml: Some(Encoded::new(&answers.xml)),
+                        ..Default::default()
+                    }
+                    .into(),
+                    other => panic!("unexpected {other}"),
+                };
+                request.reply.send(Ok(reply));
+            }
+        });
+        tx.into()
+    }
+
+    fn config() -> Arc<Config> {
+        let argv = ["--name", "vm", "--namespace", "e2e", "--uid", "u1"];
+        match crate::cli::parse(argv) {
+            Ok(crate::cli::Action::Run(args)) => Arc::new(Config::resolve(*args).unwrap()),
+            _ => unreachable!(),
+        }
+    }
+
+    fn domain_stats(service: &dyn Handler) -> Value {
+        let bytes = service
+            .call("/kubevirt.cmd.v1.Cmd/GetDomainStats", &[])
+            .unwrap();
+        let response = DomainStatsResponse::decode(&bytes).unwrap();
+        assert!(response.response.unwrap().success);
+        serde_json::from_str(&response.domain_stats).unwrap()
+    }
+
+    #[test]
+    fn domain_stats_follow_each_change_of_the_statistics_and_the_domain() {
+        let answers = Arc::new(Mutex::new(Answers {
+            stats: bulk(1_000),
+            uuid: UUID.into(),
+            xml: xml(),
+        }));
+        let service = cmd_handler(
+            fake_manager(answers.clone()),
+            config(),
+            crate::kubevirt::notify::k8s_event_queue().0,
+        );
+        let first = domain_stats(&*service);
+        assert_eq!(first["Name"], "e2e_vm");
+        assert_eq!(first["UUID"], UUID);
+        assert_eq!(first["Cpu"]["Time"], 1_000);
+        assert_eq!(first["Net"][0]["Alias"], "default");
+        assert_eq!(first["Net"][0]["RxBytes"], 1234);
+        // Asked again with nothing changed: the same answer.
+        assert_eq!(domain_stats(&*service), first);
+
+        // A new sample: the guest used more CPU.
+        answers.lock().unwrap().stats = bulk(2_500);
+        let sampled = domain_stats(&*service);
+        assert_eq!(sampled["Cpu"]["Time"], 2_500);
+        assert_eq!(sampled["Net"][0]["Alias"], "default");
+
+        // The live domain changed (its interface was renamed): the alias
+        // follows.
+        answers.lock().unwrap().xml = xml().replace("ua-default", "ua-other");
+        assert_eq!(domain_stats(&*service)["Net"][0]["Alias"], "other");
+
+        // A domain XML that cannot be read: the statistics without what it
+        // adds, as before.
+        answers.lock().unwrap().xml = "<domain".into();
+        let unread = domain_stats(&*service);
+        assert_eq!(unread["Cpu"]["Time"], 2_500);
+        assert_eq!(unread["Net"][0]["AliasSet"], false);
+    }
 }

@@ -130,7 +130,9 @@ impl DomainManager {
             DomainCommand::Ping => return reply.send(Ok(Return::new())),
             DomainCommand::QueryVersion => return reply.send(Ok(self.query_version().into())),
             DomainCommand::QueryStatus => return reply.send(Ok(self.query_status().into())),
-            DomainCommand::Sync { vmi } => return self.start_sync(vmi, reply),
+            DomainCommand::Sync { vmi, options } => {
+                return self.start_sync(vmi, options.map(|o| *o), reply);
+            }
             DomainCommand::Pause => DomainOperation::Pause,
             DomainCommand::Unpause => DomainOperation::Unpause,
             DomainCommand::Shutdown => DomainOperation::Shutdown,
@@ -176,6 +178,43 @@ impl DomainManager {
                     Err(e) => reply.send(Err(e)),
                 };
             }
+            DomainCommand::Backup(request) => {
+                return match self.check_allowed("backup", None) {
+                    Ok(()) => self.start_backup(request, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::BackupAbort => {
+                return match self.check_allowed("backup-abort", None) {
+                    Ok(()) => self.abort_backup(reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::QueryCheckpoints => {
+                return match self.check_allowed("query-checkpoints", None) {
+                    Ok(()) => self.query_checkpoints(reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::RedefineCheckpoint {
+                name,
+                xml,
+                creation_time,
+            } => {
+                return match self.check_allowed("redefine-checkpoint", None) {
+                    Ok(()) => self.redefine_checkpoint(name, xml, creation_time, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
+            DomainCommand::DeleteCheckpoint {
+                name,
+                metadata_only,
+            } => {
+                return match self.check_allowed("delete-checkpoint", None) {
+                    Ok(()) => self.delete_checkpoint(name, metadata_only, reply),
+                    Err(e) => reply.send(Err(e)),
+                };
+            }
         };
         match self.check_allowed(operation.name(), Some(operation)) {
             Ok(()) => self.start_domain_job(operation, reply),
@@ -208,6 +247,10 @@ impl DomainManager {
                     .as_secs_f64(),
                 started_seconds_ago: began.elapsed().as_secs_f64(),
             });
+        // Only for a VMI that shares filesystems, so that every other
+        // status keeps its shape.
+        let virtiofs = crate::daemons::virtiofs::report(&self.virtiofs);
+        let virtiofs = virtiofs.as_array().is_some_and(|a| !a.is_empty()).then_some(virtiofs);
         replies::Status {
             agent: replies::AgentStatus {
                 connected: self.agent.connected,
@@ -219,6 +262,7 @@ impl DomainManager {
                 reason: self.domain.status.reason.as_str(),
                 state: self.domain.status.state.as_str(),
             },
+            backup: self.backup.last.as_ref().map(|b| b.to_status()),
             job: self.jobs.exclusive_running().map(Operation::name),
             libvirt: replies::LibvirtStatus {
                 connected: self.link.is_up(),
@@ -231,6 +275,7 @@ impl DomainManager {
             shutdown,
             uid: self.config.uid.clone(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
+            virtiofs,
             vmi: self.config.vmi_ref(),
         }
     }

@@ -29,6 +29,10 @@ pub fn hypervisor_error(e: &HypervisorError) -> CommandError {
             "libvirt is unreachable; the launcher is reconnecting",
         ),
         HypervisorErrorKind::Timeout => (ErrorClass::Timeout, "libvirt timed out"),
+        HypervisorErrorKind::InvalidCheckpoint => (
+            ErrorClass::InvalidArgument,
+            "the checkpoint is invalid (unknown to libvirt, or its bitmaps are missing or broken); redefine it with redefine-checkpoint or take a full backup",
+        ),
         HypervisorErrorKind::Other => (ErrorClass::Internal, "libvirt call failed"),
     };
     CommandError::new(class, format!("{desc}: {}", e.message)).with_cause(e.to_string())

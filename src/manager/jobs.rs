@@ -46,9 +46,19 @@ pub enum Operation {
     QueryVmStats,
     /// `memory-dump`'s dump, which the client does not wait for.
     MemoryDump,
+    /// `backup`: starts libvirt's backup job.
+    Backup,
+    /// `backup-abort`.
+    BackupAbort,
+    /// `query-checkpoints`, `redefine-checkpoint`, `delete-checkpoint`.
+    Checkpoint,
     // Work the launcher does by itself, with no client waiting.
     /// Reads a running memory dump's progress.
     MemoryDumpProgress,
+    /// Reads a running backup's progress.
+    BackupProgress,
+    /// Reads how a backup job ended, after libvirt's JOB_COMPLETED.
+    BackupEnded,
     /// Re-reads the domain's state (at start and after a reconnect).
     StatusRefresh,
     /// Takes a new sample of the domain's statistics for the cache.
@@ -96,6 +106,11 @@ impl Operation {
             Operation::MemoryDump => "memory-dump",
             Operation::QueryVmStats => "query-vm-stats",
             Operation::MemoryDumpProgress => "memory-dump-progress",
+            Operation::Backup => "backup",
+            Operation::BackupAbort => "backup-abort",
+            Operation::Checkpoint => "checkpoint",
+            Operation::BackupProgress => "backup-progress",
+            Operation::BackupEnded => "backup-ended",
             Operation::StatusRefresh => "status-refresh",
             Operation::StatsRefresh => "stats-refresh",
             Operation::Reconnect => "reconnect",
@@ -128,6 +143,8 @@ impl Operation {
                 | Operation::MemoryDump
                 | Operation::MemoryDumpProgress
                 | Operation::QueryVmStats
+                | Operation::BackupProgress
+                | Operation::BackupEnded
         )
     }
 
@@ -157,8 +174,9 @@ pub enum Observation {
     Status(Option<DomainStatus>),
     /// The guest's filesystems are now frozen or thawed.
     FsFreeze(FreezeStatus),
-    /// Files made for an incoming migration, to remove if it never comes.
-    PreparedDisks(PreparedDisks),
+    /// Files made for an incoming migration, to remove if it never comes,
+    /// and KubeVirt's UID of that migration, when KubeVirt prepared it.
+    PreparedDisks(PreparedDisks, Option<String>),
     /// A new connection to libvirt is up.
     Connected(ConnectionId),
     /// The domain's state and its guest agent channel's (`None`: not
@@ -175,6 +193,10 @@ pub enum Observation {
     },
     /// libvirt's statistics of the domain's running job.
     JobStats(Vec<crate::hypervisor::Stat>),
+    /// libvirt's statistics of the running backup job.
+    BackupJobStats(Vec<crate::hypervisor::Stat>),
+    /// The statistics of the backup job that ended.
+    BackupEnded(Vec<crate::hypervisor::Stat>),
 }
 
 pub type JobResult = Result<JobValue, CommandError>;

@@ -22,7 +22,7 @@ use crate::exit::ExitCode;
 use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent, Stat};
 use crate::migration::worker::CancelHandle;
 use crate::migration::{
-    LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress, MigrationRecord,
+    AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress, MigrationRecord,
     MigrationUpdate, Role, TargetAddress, worker,
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
@@ -190,7 +190,7 @@ impl DomainManager {
     /// `prepare-migration-target`. Validation first (the VMI), then what
     /// the driver cannot do, then the launcher's state.
     fn prepare_migration_target(&mut self, vmi: Value, reply: ReplyTo) {
-        let plan = match self.plan_sync(&vmi) {
+        let plan = match self.plan_sync(&vmi, None) {
             Ok(plan) => plan,
             Err(e) => return reply.send(Err(e)),
         };
@@ -222,6 +222,7 @@ impl DomainManager {
             return reply.send(Err(busy));
         }
         self.stop.period = plan.grace_period;
+        let migration_uid = crate::migration::kubevirt_migration_uid(&vmi);
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
         let uid_dir = self.config.dirs.private.join(&self.config.uid);
@@ -260,7 +261,7 @@ impl DomainManager {
                 match disks::prepare(&plan.disk_plan) {
                     Ok(prepared) => JobOutput {
                         result: Ok(JobValue::TargetPrepared { target: address }),
-                        observed: Observation::PreparedDisks(prepared),
+                        observed: Observation::PreparedDisks(prepared, migration_uid),
                     },
                     Err(e) => JobOutput::reply(Err(CommandError::new(
                         ErrorClass::InvalidArgument,
@@ -272,14 +273,16 @@ impl DomainManager {
     }
 
     /// The target is prepared: it now waits for the incoming domain.
-    pub(super) fn on_target_prepared(&mut self, prepared: disks::PreparedDisks) {
+    pub(super) fn on_target_prepared(
+        &mut self,
+        prepared: disks::PreparedDisks,
+        migration_uid: Option<String>,
+    ) {
         self.migration.prepared_target = Some(prepared);
         self.phase = Phase::MigrationTarget;
-        self.migration.record = Some(MigrationRecord::new(
-            Role::Target,
-            MigrationPhase::Prepared,
-            None,
-        ));
+        let mut record = MigrationRecord::new(Role::Target, MigrationPhase::Prepared, None);
+        record.migration_uid = migration_uid;
+        self.migration.record = Some(record);
         log::info!("manager: prepared as a migration target; waiting for the domain");
     }
 
@@ -337,11 +340,13 @@ impl DomainManager {
         )
         .map_err(|e| CommandError::internal(format!("migrate: cannot start the worker: {e}")))?;
         self.migration.cancel = Some(cancel);
-        self.migration.record = Some(MigrationRecord::new(
+        let mut record = MigrationRecord::new(
             Role::Source,
             MigrationPhase::Running,
             Some(target_uri.clone()),
-        ));
+        );
+        record.migration_uid = options.kubevirt.map(|k| k.migration_uid);
+        self.migration.record = Some(record);
         self.migration.last_progress_event = None;
         self.publish(
             EventKind::MigrationStarted,
@@ -359,13 +364,14 @@ impl DomainManager {
     }
 
     fn cancel_migration(&mut self) -> CommandResult {
-        let Some(record) = &self.migration.record else {
+        let Some(record) = self.migration.record.as_mut() else {
             return Err(CommandError::invalid_state(
                 "migrate-cancel: there is no migration",
             ));
         };
         match (record.role, record.phase) {
             (Role::Source, MigrationPhase::Running) => {
+                record.abort = Some(AbortStatus::Aborting);
                 if let Some(cancel) = &self.migration.cancel {
                     cancel.cancel("cancelled by migrate-cancel");
                 }
@@ -494,6 +500,13 @@ impl DomainManager {
                     MigrationPhase::Failed
                 });
                 record.failure = Some(reason.clone());
+                if record.abort.is_some() {
+                    record.abort = Some(if cancelled {
+                        AbortStatus::Succeeded
+                    } else {
+                        AbortStatus::Failed
+                    });
+                }
                 self.migration.cancel = None;
                 log::warn!("manager: migration failed: {reason}; the guest keeps running here");
                 self.publish(

@@ -13,6 +13,7 @@
 //! Commands are in `domain` (the domain commands), `sync`, `guest` and
 //! `migration`.
 
+mod backup;
 mod connection;
 mod devices;
 mod diagnostics;
@@ -88,6 +89,8 @@ pub struct ManagerParts {
     pub fatal: FatalSender,
     /// The VMI's pod networking, removed by the main thread on exit.
     pub network: crate::network::NetworkSlot,
+    /// The filesystems' virtiofsd, stopped by the main thread on exit.
+    pub virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     /// The manager's own inbox: its workers report there.
     pub inbox: Inbox,
 }
@@ -202,9 +205,12 @@ pub struct DomainManager {
     vm_stats: vm_stats::VmStatsCache,
     /// The last memory dump (`memory-dump`).
     memory_dump: memory_dump::MemoryDumpState,
+    backup: backup::BackupState,
     exit: ExitState,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
+    /// The filesystems' virtiofsd.
+    virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     fatal: FatalSender,
 }
 
@@ -220,9 +226,11 @@ impl DomainManager {
             exit,
             fatal,
             network,
+            virtiofs,
             inbox,
         } = parts;
         let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
+        let backup = backup::BackupState::load(&config.dirs.private);
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal.clone(), inbox.job_completions()),
             stop: GracefulStop::new(config.grace_period),
@@ -243,9 +251,11 @@ impl DomainManager {
             described: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
             memory_dump,
+            backup,
             vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
             network,
+            virtiofs,
             fatal,
         }
     }
@@ -305,6 +315,7 @@ impl DomainManager {
                 Timer::ExitNow => self.exit_now(),
                 Timer::StatsRefresh => self.on_stats_refresh_due(),
                 Timer::MemoryDumpProgress => self.on_memory_dump_progress_due(),
+                Timer::BackupProgress => self.on_backup_progress_due(),
             }
         }
     }
@@ -325,7 +336,7 @@ impl DomainManager {
                         .arm_in(Timer::QemuTimeout, self.config.qemu_timeout);
                 }
             }
-            Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, reply),
+            Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, None, reply),
         }
     }
 
@@ -352,7 +363,10 @@ impl DomainManager {
             ),
             HypervisorEvent::DeviceAdded { alias } => self.on_device_added(alias),
             HypervisorEvent::DeviceRemoved { alias } => self.on_device_removed(alias),
-            HypervisorEvent::JobCompleted { stats } => self.on_libvirt_job_completed(stats),
+            HypervisorEvent::JobCompleted { stats } => {
+                self.on_backup_job_completed(&stats);
+                self.on_libvirt_job_completed(stats)
+            }
             HypervisorEvent::ConnectionClosed { connection, reason } => {
                 self.on_connection_lost(connection, reason)
             }
@@ -411,6 +425,12 @@ impl DomainManager {
                 }
             }
             Operation::MemoryDump => self.on_memory_dump_finished(&output.result),
+            Operation::Backup => self.on_backup_begun(&mut output.result),
+            Operation::BackupProgress | Operation::BackupEnded => {
+                if let Err(e) = &output.result {
+                    log::debug!("manager: {} failed: {e}", operation.name());
+                }
+            }
             Operation::MemoryDumpProgress => {
                 if let Err(e) = &output.result {
                     log::debug!("manager: reading the memory dump's progress failed: {e}");
@@ -431,6 +451,8 @@ impl DomainManager {
             | Operation::QueryQemuVersion
             | Operation::QueryDirtyRate
             | Operation::Screenshot
+            | Operation::BackupAbort
+            | Operation::Checkpoint
             | Operation::StatusRefresh => {}
         }
         match output.observed {
@@ -445,13 +467,15 @@ impl DomainManager {
             Observation::FsFreeze(state) => {
                 self.apply_agent_data(crate::agent::AgentData::FsFreeze(state))
             }
-            Observation::PreparedDisks(prepared) => self.on_target_prepared(prepared),
+            Observation::PreparedDisks(prepared, uid) => self.on_target_prepared(prepared, uid),
             Observation::Connected(connection) => self.on_reconnected(connection),
             Observation::Refreshed { status, agent } => self.on_refreshed(status, agent, overtaken),
             Observation::StatsSample { sample, generation } => {
                 self.on_stats_sampled(sample, generation)
             }
             Observation::JobStats(stats) => self.on_memory_dump_progress(&stats),
+            Observation::BackupJobStats(stats) => self.on_backup_progress(&stats),
+            Observation::BackupEnded(stats) => self.on_backup_ended(&stats),
             Observation::Nothing => {}
         }
         if let Some(reply) = reply {

@@ -106,6 +106,10 @@ pub enum JobValue {
     Dumped {
         size_bytes: u64,
     },
+    /// `backup`'s job runs, over these disks.
+    BackupStarted {
+        disks: Vec<super::backup::BackupDisk>,
+    },
 }
 
 /// A domain operation that libvirt carried out.
@@ -253,6 +257,11 @@ impl JobValue {
             }
             JobValue::TargetPrepared { target } => replies::TargetPrepared { target }.into(),
             JobValue::Dumped { size_bytes } => replies::Dumped { size_bytes }.into(),
+            // The manager answers with the whole record (`on_backup_begun`).
+            JobValue::BackupStarted { disks } => replies::BackupStarted {
+                disks: serde_json::to_value(&disks).unwrap_or(Value::Null),
+            }
+            .into(),
             // The manager answers these itself (`vm_stats_reply`).
             JobValue::VmStats(_) => Return::new(),
         }

@@ -110,6 +110,9 @@ pub(super) struct SyncPlan {
     /// Pod networking to set up before the domain starts (not on the
     /// test driver, whose domains are not real).
     pub(super) network: Option<crate::network::NetworkJob>,
+    /// The filesystems' virtiofsd, started before the domain (not on the
+    /// test driver).
+    virtiofs: Option<crate::daemons::virtiofs::VirtiofsJob>,
     pub(super) disk_plan: DiskPlan,
     /// QEMU runs as the launcher's unprivileged user: its disks are checked
     /// for access before the domain is defined (crate::unprivileged).
@@ -131,9 +134,14 @@ impl DomainManager {
     /// `sync`. Validation first: a VMI that is not valid for this
     /// launcher is refused as such whatever the launcher is doing; only a
     /// valid one meets the state checks.
-    pub(super) fn start_sync(&mut self, vmi: Value, reply: ReplyTo) {
+    pub(super) fn start_sync(
+        &mut self,
+        vmi: Value,
+        options: Option<convert::ClusterOptions>,
+        reply: ReplyTo,
+    ) {
         let mut steps = Steps::default();
-        let mut plan = match steps.time("convert", || self.plan_sync(&vmi)) {
+        let mut plan = match steps.time("convert", || self.plan_sync(&vmi, options)) {
             Ok(plan) => plan,
             Err(e) => return reply.send(Err(e)),
         };
@@ -171,9 +179,13 @@ impl DomainManager {
         );
     }
 
-    /// Parses, checks and converts a VMI: everything `sync` decides before
-    /// touching anything.
-    pub(super) fn plan_sync(&self, vmi_json: &Value) -> Result<SyncPlan, CommandError> {
+    /// Parses, checks and converts a VMI (with the cluster's `options`):
+    /// everything `sync` decides before touching anything.
+    pub(super) fn plan_sync(
+        &self,
+        vmi_json: &Value,
+        options: Option<convert::ClusterOptions>,
+    ) -> Result<SyncPlan, CommandError> {
         let vmi = crate::vmi::parse_vmi(vmi_json)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
         self.check_identity(vmi.namespace(), vmi.name(), vmi.uid())?;
@@ -192,6 +204,7 @@ impl DomainManager {
             uid: self.config.uid.clone(),
             private_dir: self.config.dirs.private.clone(),
             ephemeral_disk_dir: self.config.dirs.ephemeral.clone(),
+            share_dir: self.config.dirs.share.clone(),
             container_disk_dir: self.config.dirs.container_disks.clone(),
             hotplug_disk_dir: self.config.dirs.hotplug_disks.clone(),
             ovmf: self.host.ovmf.clone(),
@@ -211,6 +224,7 @@ impl DomainManager {
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
+            options,
         };
         let ctx = ConvertContext {
             present_paths: convert::detect_present_paths(&vmi, &ctx),
@@ -246,10 +260,27 @@ impl DomainManager {
                 .map_err(|e| CommandError::new(ErrorClass::Unavailable, e))?;
         }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
+        let virtiofs = if conversion.filesystems.is_empty() || info.driver == DriverKind::Test {
+            None
+        } else {
+            if let Some(why) = crate::daemons::virtiofs::unavailable() {
+                return Err(CommandError::new(
+                    ErrorClass::Unavailable,
+                    format!("sync: {why}"),
+                ));
+            }
+            Some(crate::daemons::virtiofs::VirtiofsJob {
+                shares: conversion.filesystems,
+                daemons: self.daemons.clone(),
+                slot: self.virtiofs.clone(),
+                fatal: self.fatal.clone(),
+            })
+        };
         Ok(SyncPlan {
             domain_name: self.config.domain_name.clone(),
             domain: conversion.domain,
             network,
+            virtiofs,
             disk_plan: conversion.disk_plan,
             unprivileged,
             start_paused: vmi.starts_paused(),
@@ -511,6 +542,38 @@ fn sync_domain(
 }
 
 fn create_domain(
+    hv: &dyn Hypervisor,
+    plan: &SyncPlan,
+    steps: &mut Steps,
+) -> Result<(), CommandError> {
+    let Some(job) = &plan.virtiofs else {
+        return define_and_start(hv, plan, steps);
+    };
+    // Each filesystem's virtiofsd listens before QEMU connects to it, as
+    // KubeVirt's virtiofs containers start with the pod.
+    steps.time("virtiofs", || job.run()).map_err(|e| {
+        CommandError::new(
+            ErrorClass::Unavailable,
+            format!("cannot start virtiofsd: {e}"),
+        )
+    })?;
+    let started = define_and_start(hv, plan, steps);
+    // Stopped again unless a QEMU may be using them (the daemon was lost
+    // during the start, so whether the domain runs is not known).
+    if started.is_err() {
+        let may_run = match hv.domain_status(&plan.domain_name) {
+            Ok(None) => false,
+            Ok(Some(status)) => status.state.is_active(),
+            Err(_) => true,
+        };
+        if !may_run {
+            crate::daemons::virtiofs::stop(&job.slot);
+        }
+    }
+    started
+}
+
+fn define_and_start(
     hv: &dyn Hypervisor,
     plan: &SyncPlan,
     steps: &mut Steps,

@@ -24,6 +24,8 @@ pub enum Timer {
     StatsRefresh,
     /// Read a running memory dump's progress.
     MemoryDumpProgress,
+    /// Read a running backup's progress.
+    BackupProgress,
 }
 
 #[derive(Default)]

@@ -39,6 +39,26 @@ pub struct MigrationOptions {
     pub allow_post_copy: bool,
     #[serde(default, rename = "unsafe")]
     pub unsafe_migration: bool,
+    /// Set only by KubeVirt's `MigrateVirtualMachine` (never read from the
+    /// JSON protocol): what KubeVirt's launcher decides from the VMI.
+    #[serde(skip)]
+    pub kubevirt: Option<KubeVirtMigration>,
+}
+
+/// What KubeVirt's `MigrateVirtualMachine` adds to a migration: the
+/// migration's identity, the disks its VMI says to copy, and the options
+/// the JSON protocol has no name for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeVirtMigration {
+    /// The VMI's `status.migrationState` migration UID, kept in the
+    /// domain's migration metadata.
+    pub migration_uid: String,
+    /// Target devices of the disks to copy (KubeVirt's
+    /// `getDiskTargetsForMigration`): the domain goes with its own paths,
+    /// the target pod has the same ones.
+    pub copy_disks: Vec<String>,
+    pub parallel_connections: Option<u32>,
+    pub compression: Option<String>,
 }
 
 impl MigrationOptions {
@@ -138,6 +158,18 @@ pub struct MigrationRecord {
     pub progress: Option<MigrationProgress>,
     pub failure: Option<String>,
     pub completed_stats: Option<Map<String, Value>>,
+    /// KubeVirt's migration UID, when KubeVirt started this migration.
+    pub migration_uid: Option<String>,
+    /// A cancel's progress (KubeVirt's `MigrationAbortStatus`).
+    pub abort: Option<AbortStatus>,
+}
+
+/// Where a cancel stands, with KubeVirt's words for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum AbortStatus {
+    Aborting,
+    Succeeded,
+    Failed,
 }
 
 impl MigrationRecord {
@@ -152,6 +184,8 @@ impl MigrationRecord {
             progress: None,
             failure: None,
             completed_stats: None,
+            migration_uid: None,
+            abort: None,
         }
     }
 
@@ -178,10 +212,12 @@ impl MigrationRecord {
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
         MigrationStatus {
+            abort: self.abort,
             completed: self.completed_stats.clone(),
             elapsed_seconds: elapsed,
             ended: self.ended.map(seconds),
             failure: self.failure.clone(),
+            migration_uid: self.migration_uid.clone(),
             mode: self.mode(),
             phase: self.phase,
             progress: self.progress.clone(),
@@ -205,11 +241,15 @@ impl MigrationRecord {
 /// every reply writes them).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MigrationStatus {
+    /// A cancel's progress (KubeVirt's `MigrationAbortStatus`).
+    pub abort: Option<AbortStatus>,
     /// libvirt's final job statistics.
     pub completed: Option<Map<String, Value>>,
     pub elapsed_seconds: f64,
     pub ended: Option<f64>,
     pub failure: Option<String>,
+    /// KubeVirt's migration UID, when KubeVirt started this migration.
+    pub migration_uid: Option<String>,
     pub mode: &'static str,
     pub phase: MigrationPhase,
     pub progress: Option<MigrationProgress>,
@@ -258,6 +298,19 @@ impl MigrationProgress {
             time_elapsed_ms: get("time_elapsed"),
         }
     }
+}
+
+/// The migration's UID as KubeVirt's launcher reads it from the VMI
+/// (`status.migrationState`, the source's own state first).
+pub fn kubevirt_migration_uid(vmi: &Value) -> Option<String> {
+    let state = vmi.get("status")?.get("migrationState")?;
+    state
+        .get("sourceState")
+        .and_then(|s| s.get("migrationUid"))
+        .or_else(|| state.get("migrationUid"))
+        .and_then(Value::as_str)
+        .filter(|uid| !uid.is_empty())
+        .map(str::to_string)
 }
 
 /// Gives the source's migratable XML the target launcher's paths: every

@@ -92,6 +92,27 @@ fn build_request(
     options: &MigrationOptions,
 ) -> HvResult<MigrationRequest> {
     let target = &options.target;
+    if let Some(kubevirt) = &options.kubevirt {
+        // KubeVirt's way: the target pod has the same paths, the VMI says
+        // which disks to copy, and libvirt's own safety checks stand
+        // unless the options waive them.
+        return Ok(MigrationRequest {
+            target_uri: target.libvirt_uri.clone(),
+            migration_uri: target.migration_uri.clone(),
+            dest_xml: Some(hv.migratable_xml(name)?),
+            bandwidth_mib_per_s: options.bandwidth_mib_per_s.filter(|b| *b > 0),
+            disks_uri: target
+                .disks_uri
+                .clone()
+                .filter(|_| !kubevirt.copy_disks.is_empty()),
+            block_disks: kubevirt.copy_disks.clone(),
+            auto_converge: options.allow_auto_converge,
+            post_copy: options.allow_post_copy,
+            unsafe_migration: options.unsafe_migration,
+            parallel_connections: kubevirt.parallel_connections,
+            compression: kubevirt.compression.clone(),
+        });
+    }
     let (dest_xml, block_disks) = match &target.paths {
         Some(theirs) => {
             let xml = hv.migratable_xml(name)?;
@@ -125,6 +146,8 @@ fn build_request(
         auto_converge: options.allow_auto_converge,
         post_copy: options.allow_post_copy,
         unsafe_migration: options.unsafe_migration || same_host,
+        parallel_connections: None,
+        compression: None,
     })
 }
 

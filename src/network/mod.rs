@@ -13,6 +13,7 @@
 
 pub mod dhcp;
 pub mod dhcpv6;
+pub mod error;
 pub mod names;
 pub mod netlink;
 pub mod nft;

@@ -12,6 +12,8 @@ use std::io::Write as _;
 use std::net::IpAddr;
 use std::process::{Command, Stdio};
 
+use super::error::NftError;
+
 pub const TABLE: &str = "virt_launcher_nat";
 /// Where the `nft` program is looked for.
 const NFT_PATHS: [&str; 3] = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
@@ -141,47 +143,43 @@ pub fn script(rules: &MasqueradeRules) -> String {
     s
 }
 
-fn nft_binary() -> Result<&'static str, String> {
+fn nft_binary() -> Result<&'static str, NftError> {
     NFT_PATHS
         .iter()
         .copied()
         .find(|p| std::path::Path::new(p).exists())
-        .ok_or_else(|| {
-            "the nft program is not installed (Debian: apt-get install nftables); masquerade needs it"
-                .to_string()
-        })
+        .ok_or(NftError::NotInstalled)
 }
 
 /// Runs `nft -f -` with `script` on its standard input.
-pub fn apply(script: &str) -> Result<(), String> {
-    let nft = nft_binary()?;
-    let mut child = Command::new(nft)
+pub fn apply(script: &str) -> Result<(), NftError> {
+    let program = nft_binary()?;
+    let mut child = Command::new(program)
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {nft}: {e}"))?;
+        .map_err(|source| NftError::Spawn { program, source })?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin
             .write_all(script.as_bytes())
-            .map_err(|e| format!("cannot write to {nft}: {e}"))?;
+            .map_err(|source| NftError::Write { program, source })?;
     }
     let output = child
         .wait_with_output()
-        .map_err(|e| format!("{nft} did not finish: {e}"))?;
+        .map_err(|source| NftError::Wait { program, source })?;
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "nft refused the masquerade rules: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        Err(NftError::Refused {
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
     }
 }
 
 /// Deletes the launcher's table of `family` ("ip" or "ip6").
-pub fn delete_table(family: &str) -> Result<(), String> {
+pub fn delete_table(family: &str) -> Result<(), NftError> {
     apply(&format!("delete table {family} {TABLE}\n"))
 }
 

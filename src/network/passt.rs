@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::error::StepError;
 use super::setup::NetworkError;
 use crate::vmi::{Interface, PortProtocol};
 
@@ -193,28 +194,42 @@ fn nobody() -> Option<(u32, u32)> {
 /// Starts passt for `plan` (not `by_libvirt`) and waits until its socket
 /// is there.
 pub fn start(plan: &PasstPlan, spawner: Option<&Spawner>) -> Result<ActivePasst, NetworkError> {
-    let fail = |message: String| NetworkError {
+    let fail = |cause: StepError| NetworkError {
         interface: plan.name.clone(),
-        message,
+        cause,
     };
     let binary = find_binary().ok_or_else(|| {
-        fail(
+        fail(StepError::Refused(
             "the passt binding needs passt, which is not installed on this host (Debian: apt-get install passt)"
                 .to_string(),
-        )
+        ))
     })?;
-    let dir = plan
-        .socket
-        .parent()
-        .ok_or_else(|| fail(format!("{} has no directory", plan.socket.display())))?;
-    fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create {}: {e}", dir.display())))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o755))
-        .map_err(|e| fail(format!("cannot open {} to QEMU: {e}", dir.display())))?;
+    let dir = plan.socket.parent().ok_or_else(|| {
+        fail(StepError::Refused(format!(
+            "{} has no directory",
+            plan.socket.display()
+        )))
+    })?;
+    fs::create_dir_all(dir)
+        .map_err(|e| fail(StepError::os(format!("cannot create {}", dir.display()), e)))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(|e| {
+        fail(StepError::os(
+            format!("cannot open {} to QEMU", dir.display()),
+            e,
+        ))
+    })?;
     if crate::os::effective_ids().0 == 0 {
-        let (uid, gid) = nobody()
-            .ok_or_else(|| fail("passt runs as user nobody, which this host lacks".to_string()))?;
-        chown(dir, Some(uid), Some(gid))
-            .map_err(|e| fail(format!("cannot give {} to nobody: {e}", dir.display())))?;
+        let (uid, gid) = nobody().ok_or_else(|| {
+            fail(StepError::Refused(
+                "passt runs as user nobody, which this host lacks".to_string(),
+            ))
+        })?;
+        chown(dir, Some(uid), Some(gid)).map_err(|e| {
+            fail(StepError::os(
+                format!("cannot give {} to nobody", dir.display()),
+                e,
+            ))
+        })?;
     }
     check_file_limit(plan).map_err(fail)?;
     remove_socket_file_only(&plan.socket);
@@ -234,7 +249,12 @@ pub fn start(plan: &PasstPlan, spawner: Option<&Spawner>) -> Result<ActivePasst,
         Some(spawner) => (spawner.0)(command),
         None => command.spawn(),
     }
-    .map_err(|e| fail(format!("cannot start {}: {e}", binary.display())))?;
+    .map_err(|e| {
+        fail(StepError::os(
+            format!("cannot start {}", binary.display()),
+            e,
+        ))
+    })?;
     let pid = child.id();
     let stderr: Arc<Mutex<Vec<String>>> = Arc::default();
     if let Some(pipe) = child.stderr.take() {
@@ -281,24 +301,26 @@ pub fn start(plan: &PasstPlan, spawner: Option<&Spawner>) -> Result<ActivePasst,
                 .lock()
                 .map(|l| l.join("; "))
                 .unwrap_or_default();
-            return Err(fail(format!("passt exited at start ({status}): {said}")));
+            return Err(fail(StepError::Refused(format!(
+                "passt exited at start ({status}): {said}"
+            ))));
         }
         if Instant::now() >= deadline {
             active.stop();
-            return Err(fail(format!(
+            return Err(fail(StepError::Refused(format!(
                 "passt did not create {} within {} s",
                 plan.socket.display(),
                 READY_TIMEOUT.as_secs()
-            )));
+            ))));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     // QEMU may run as another user than passt (nobody when started as
     // root): connecting needs write permission on the socket.
     fs::set_permissions(&plan.socket, fs::Permissions::from_mode(0o666)).map_err(|e| {
-        fail(format!(
-            "cannot open {} to QEMU: {e}",
-            plan.socket.display()
+        fail(StepError::os(
+            format!("cannot open {} to QEMU", plan.socket.display()),
+            e,
         ))
     })?;
     log::info!(
@@ -315,7 +337,7 @@ pub fn start(plan: &PasstPlan, spawner: Option<&Spawner>) -> Result<ActivePasst,
 /// ephemeral range, per protocol: refused up front, with what to do, when
 /// the open-file limit cannot hold them (passt would only say "Too many
 /// open files").
-fn check_file_limit(plan: &PasstPlan) -> Result<(), String> {
+fn check_file_limit(plan: &PasstPlan) -> Result<(), StepError> {
     let all = [&plan.tcp, &plan.udp]
         .iter()
         .filter(|spec| spec.as_str() == "all")
@@ -337,9 +359,9 @@ fn check_file_limit(plan: &PasstPlan) -> Result<(), String> {
         hard = needed;
     }
     if hard < needed {
-        return Err(format!(
+        return Err(StepError::Refused(format!(
             "no ports are listed, so passt forwards every port to the guest (as KubeVirt does), which takes about {needed} open files; this launcher may open at most {hard} (hard RLIMIT_NOFILE) and cannot raise it. List the ports the guest serves in the interface's ports or portRanges, or raise the launcher's open-file limit"
-        ));
+        )));
     }
     Ok(())
 }

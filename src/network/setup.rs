@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use super::dhcp::wire::ClasslessRoute;
 use super::dhcp::{Answerer, ClientMac, LeaseConfig, format_mac, parse_mac};
 use super::dhcpv6::V6Lease;
+use super::error::StepError;
 use super::netlink::{self, Address, LinkChange, Netlink, Route};
 use super::nft;
 use super::plan::{Binding, NetworkPlan, TapInterface};
@@ -58,19 +59,31 @@ pub struct SetupOptions {
     pub passt_spawner: Option<super::passt::Spawner>,
 }
 
+/// The pod network could not be set up for `interface` (the VMI's name for
+/// it; empty when no single interface is at fault).
 #[derive(Debug)]
 pub struct NetworkError {
     pub interface: String,
-    pub message: String,
+    pub cause: StepError,
 }
 
 impl fmt::Display for NetworkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "interface {:?}: {}", self.interface, self.message)
+        write!(f, "interface {:?}: {}", self.interface, self.cause)
     }
 }
 
-impl std::error::Error for NetworkError {}
+impl std::error::Error for NetworkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.cause)
+    }
+}
+
+/// The clean-up found no netlink socket (opening one failed, and was
+/// logged): the links cannot be removed.
+fn no_netlink() -> StepError {
+    StepError::Refused("no netlink socket".into())
+}
 
 /// One undo step, in the order the work was done.
 #[derive(Debug)]
@@ -287,14 +300,17 @@ impl Drop for ActiveNetwork {
     }
 }
 
-fn undo(nl: &mut Option<Netlink>, step: &Undo) -> Result<(), String> {
+fn undo(nl: &mut Option<Netlink>, step: &Undo) -> Result<(), StepError> {
     match step {
-        Undo::DeleteNftTable(family) => nft::delete_table(family),
-        Undo::Sysctl { path, value } => fs::write(path, value).map_err(|e| e.to_string()),
+        Undo::DeleteNftTable(family) => Ok(nft::delete_table(family)?),
+        Undo::Sysctl { path, value } => fs::write(path, value)
+            .map_err(|e| StepError::os(format!("cannot set {} to {value}", path.display()), e)),
         Undo::DeleteLink(name) => {
-            let nl = nl.as_mut().ok_or("no netlink")?;
-            match nl.link(name).map_err(|e| e.to_string())? {
-                Some(link) => nl.delete_link(link.index).map_err(|e| e.to_string()),
+            let nl = nl.as_mut().ok_or_else(no_netlink)?;
+            match nl.link(name).map_err(io_err("cannot read links"))? {
+                Some(link) => nl
+                    .delete_link(link.index)
+                    .map_err(|e| StepError::os(format!("cannot delete {name}"), e)),
                 None => Ok(()),
             }
         }
@@ -305,11 +321,11 @@ fn undo(nl: &mut Option<Netlink>, step: &Undo) -> Result<(), String> {
             addresses,
             routes,
         } => {
-            let nl = nl.as_mut().ok_or("no netlink")?;
+            let nl = nl.as_mut().ok_or_else(no_netlink)?;
             let link = nl
                 .link(current)
-                .map_err(|e| e.to_string())?
-                .ok_or_else(|| format!("{current} is gone"))?;
+                .map_err(io_err("cannot read links"))?
+                .ok_or_else(|| StepError::Refused(format!("{current} is gone")))?;
             nl.change_link(
                 link.index,
                 &LinkChange {
@@ -318,7 +334,7 @@ fn undo(nl: &mut Option<Netlink>, step: &Undo) -> Result<(), String> {
                     ..LinkChange::default()
                 },
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| StepError::os(format!("cannot take {current} down"), e))?;
             nl.change_link(
                 link.index,
                 &LinkChange {
@@ -327,7 +343,7 @@ fn undo(nl: &mut Option<Netlink>, step: &Undo) -> Result<(), String> {
                     ..LinkChange::default()
                 },
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| StepError::os(format!("cannot rename {current} back to {original}"), e))?;
             nl.change_link(
                 link.index,
                 &LinkChange {
@@ -335,7 +351,7 @@ fn undo(nl: &mut Option<Netlink>, step: &Undo) -> Result<(), String> {
                     ..LinkChange::default()
                 },
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| StepError::os(format!("cannot bring {original} up"), e))?;
             for address in addresses {
                 if let Err(e) = nl.add_address(link.index, address, netlink::IFA_F_NODAD) {
                     log::warn!(
@@ -400,15 +416,15 @@ pub fn setup(plan: &NetworkPlan, options: &SetupOptions) -> Result<ActiveNetwork
     if plan.taps.is_empty() {
         return Ok(active);
     }
-    let general = |message: String| NetworkError {
+    let general = |cause: StepError| NetworkError {
         interface: String::new(),
-        message,
+        cause,
     };
     if options.mode == Mode::Create && !os_net::has_cap_net_admin() {
         // Without the capability every step would fail half-way with
         // EPERM; say so before touching anything.
         let uid = crate::os::effective_ids().0;
-        return Err(general(format!(
+        return Err(general(StepError::Refused(format!(
             "the launcher (uid {uid}) lacks CAP_NET_ADMIN, so it cannot create bridges, taps \
              and rules (--pod-network=setup); run it with that capability, or use \
              --pod-network=existing with taps created for it ({})",
@@ -417,9 +433,9 @@ pub fn setup(plan: &NetworkPlan, options: &SetupOptions) -> Result<ActiveNetwork
                 .map(|t| t.tap.as_str())
                 .collect::<Vec<_>>()
                 .join(", ")
-        )));
+        ))));
     }
-    let mut nl = Netlink::open().map_err(|e| general(format!("cannot open netlink: {e}")))?;
+    let mut nl = Netlink::open().map_err(|e| general(StepError::os("cannot open netlink", e)))?;
     let dns = pod_dns(&options.resolv_conf);
     for tap in &plan.taps {
         let mut part = ActiveNetwork::default();
@@ -427,12 +443,12 @@ pub fn setup(plan: &NetworkPlan, options: &SetupOptions) -> Result<ActiveNetwork
             Mode::Create => create_interface(&mut nl, &mut part, tap, plan, &dns, options),
             Mode::Existing => adopt_interface(&mut nl, &mut part, tap, plan, &dns, options),
         };
-        if let Err(message) = result {
+        if let Err(cause) = result {
             // `part` and `active` drop here: servers stop, links and rules
             // go, this interface's first.
             return Err(NetworkError {
                 interface: tap.name.clone(),
-                message,
+                cause,
             });
         }
         active.absorb(part);
@@ -446,19 +462,19 @@ pub fn setup(plan: &NetworkPlan, options: &SetupOptions) -> Result<ActiveNetwork
     Ok(active)
 }
 
-fn io_err(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
-    move |e| format!("{what}: {e}")
+fn io_err(what: &str) -> impl Fn(std::io::Error) -> StepError + '_ {
+    move |e| StepError::os(what, e)
 }
 
-fn set_sysctl(active: &mut ActiveNetwork, path: &str, value: &str) -> Result<(), String> {
+fn set_sysctl(active: &mut ActiveNetwork, path: &str, value: &str) -> Result<(), StepError> {
     let path = PathBuf::from(path);
-    let old =
-        fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let old = fs::read_to_string(&path)
+        .map_err(|e| StepError::os(format!("cannot read {}", path.display()), e))?;
     if old.trim() == value {
         return Ok(());
     }
     fs::write(&path, value)
-        .map_err(|e| format!("cannot set {} to {value}: {e}", path.display()))?;
+        .map_err(|e| StepError::os(format!("cannot set {} to {value}", path.display()), e))?;
     active.undo.push(Undo::Sysctl {
         path,
         value: old.trim().to_string(),
@@ -473,19 +489,19 @@ fn create_bridge(
     name: &str,
     mtu: u32,
     mac: Option<[u8; 6]>,
-) -> Result<u32, String> {
+) -> Result<u32, StepError> {
     nl.create_link(name, "bridge", Some(mtu), mac).map_err(|e| {
         if e.kind() == std::io::ErrorKind::AlreadyExists {
-            format!("bridge {name} already exists in this network namespace (another launcher's, or left behind?)")
+            StepError::Refused(format!("bridge {name} already exists in this network namespace (another launcher's, or left behind?)"))
         } else {
-            format!("cannot create bridge {name}: {e}")
+            StepError::os(format!("cannot create bridge {name}"), e)
         }
     })?;
     active.undo.push(Undo::DeleteLink(name.to_string()));
     let link = nl
         .link(name)
         .map_err(io_err("cannot read links"))?
-        .ok_or_else(|| format!("bridge {name} vanished"))?;
+        .ok_or_else(|| StepError::Refused(format!("bridge {name} vanished")))?;
     Ok(link.index)
 }
 
@@ -497,24 +513,24 @@ fn create_tap(
     bridge_index: u32,
     mtu: u32,
     owner: Option<(u32, u32)>,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     if nl
         .link(&tap.tap)
         .map_err(io_err("cannot read links"))?
         .is_some()
     {
-        return Err(format!(
+        return Err(StepError::Refused(format!(
             "tap {} already exists in this network namespace (another launcher's, or left behind?)",
             tap.tap
-        ));
+        )));
     }
     os_net::create_tap(&tap.tap, tap.queues > 1, owner)
-        .map_err(|e| format!("cannot create tap {} on /dev/net/tun: {e}", tap.tap))?;
+        .map_err(|e| StepError::os(format!("cannot create tap {} on /dev/net/tun", tap.tap), e))?;
     active.undo.push(Undo::DeleteLink(tap.tap.clone()));
     let link = nl
         .link(&tap.tap)
         .map_err(io_err("cannot read links"))?
-        .ok_or_else(|| format!("tap {} vanished", tap.tap))?;
+        .ok_or_else(|| StepError::Refused(format!("tap {} vanished", tap.tap)))?;
     nl.change_link(
         link.index,
         &LinkChange {
@@ -534,15 +550,15 @@ fn create_interface(
     plan: &NetworkPlan,
     dns: &PodDns,
     options: &SetupOptions,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let pod = nl
         .link(&tap.pod_interface)
         .map_err(io_err("cannot read links"))?
         .ok_or_else(|| {
-            format!(
+            StepError::Refused(format!(
                 "pod interface {} does not exist in the launcher's network namespace",
                 tap.pod_interface
-            )
+            ))
         })?;
     let addresses: Vec<Address> = nl
         .addresses(pod.index)
@@ -564,10 +580,10 @@ fn create_interface(
     match tap.binding {
         Binding::Masquerade => {
             if !has_v4 && !has_v6 {
-                return Err(format!(
+                return Err(StepError::Refused(format!(
                     "pod interface {} has no global address to masquerade behind",
                     tap.pod_interface
-                ));
+                )));
             }
             let bridge = create_bridge(nl, active, &tap.bridge, mtu, Some(MASQUERADE_BRIDGE_MAC))?;
             let (gw4, guest4) = tap.masquerade_v4();
@@ -674,7 +690,10 @@ fn create_interface(
                 // Taking the link down already dropped its IPv6 addresses.
                 match nl.delete_address(pod.index, address) {
                     Err(e) if e.raw_os_error() != Some(libc::EADDRNOTAVAIL) => {
-                        return Err(format!("cannot move the pod address {}: {e}", address.ip));
+                        return Err(StepError::os(
+                            format!("cannot move the pod address {}", address.ip),
+                            e,
+                        ));
                     }
                     _ => {}
                 }
@@ -707,7 +726,7 @@ fn create_interface(
                     let dummy = nl
                         .link(&tap.pod_interface)
                         .map_err(io_err("cannot read links"))?
-                        .ok_or("the dummy vanished")?;
+                        .ok_or_else(|| StepError::Refused("the dummy vanished".into()))?;
                     for address in &addresses {
                         nl.add_address(dummy.index, address, netlink::IFA_F_NODAD)
                             .map_err(io_err("cannot give the dummy the pod address"))?;
@@ -720,7 +739,7 @@ fn create_interface(
                         tap.pod_interface
                     );
                 }
-                Err(e) => return Err(format!("cannot create the pod interface's dummy: {e}")),
+                Err(e) => return Err(StepError::os("cannot create the pod interface's dummy", e)),
             }
             if v4.is_some() {
                 set_sysctl(active, "/proc/sys/net/ipv4/conf/all/arp_ignore", "1")?;
@@ -858,7 +877,7 @@ fn start_dhcp4(
     device: &str,
     lease: LeaseConfig,
     status: Arc<LeaseStatus>,
-) -> Result<Arc<ClientMac>, String> {
+) -> Result<Arc<ClientMac>, StepError> {
     let socket = os_net::udp_on_device(false, server::DHCP_SERVER_PORT, device)
         .map_err(io_err("cannot open the DHCP server's socket (port 67)"))?;
     let answerer = Answerer::new(lease);
@@ -877,7 +896,7 @@ fn start_v6(
     dns: &PodDns,
     mtu: u32,
     status: &Arc<LeaseStatus>,
-) -> Result<Ipv6Addr, String> {
+) -> Result<Ipv6Addr, StepError> {
     let (_, guest6) = tap.masquerade_v6();
     let lease = V6Lease {
         address: guest6,
@@ -910,16 +929,16 @@ fn adopt_interface(
     plan: &NetworkPlan,
     dns: &PodDns,
     options: &SetupOptions,
-) -> Result<(), String> {
+) -> Result<(), StepError> {
     let existing = nl.link(&tap.tap).map_err(io_err("cannot read links"))?;
     let Some(tap_link) = existing else {
-        return Err(format!(
+        return Err(StepError::Refused(format!(
             "{} binding needs tap {}, which does not exist, and the launcher does not create it here \
              (it creates taps with CAP_NET_ADMIN in a pod's network namespace; see --pod-network). \
              Create it, or ask for user-mode networking with binding: {{name: slirp}}",
             tap.binding.as_str(),
             tap.tap
-        ));
+        )));
     };
     let pod = nl
         .link(&tap.pod_interface)

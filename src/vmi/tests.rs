@@ -74,12 +74,10 @@ fn typo_in_a_domain_field_is_an_error_with_its_path() {
 
 #[test]
 fn unsupported_feature_is_rejected_with_its_path() {
-    let message = error_for(|v| {
-        v["spec"]["domain"]["devices"]["filesystems"] = json!([{"name": "fs1", "virtiofs": {}}])
-    });
+    let message = error_for(|v| v["spec"]["domain"]["devices"]["clientPassthrough"] = json!({}));
     assert_eq!(
         message,
-        "spec.domain.devices.filesystems: not supported by this launcher; remove this field from the VMI"
+        "spec.domain.devices.clientPassthrough: not supported by this launcher; remove this field from the VMI"
     );
     let sound = error_for(|v| v["spec"]["domain"]["devices"]["sound"] = json!({"name": "s"}));
     assert!(
@@ -89,9 +87,19 @@ fn unsupported_feature_is_rejected_with_its_path() {
 }
 
 #[test]
+fn a_filesystem_needs_its_virtiofs_object() {
+    let message =
+        error_for(|v| v["spec"]["domain"]["devices"]["filesystems"] = json!([{"name": "fs1"}]));
+    assert!(
+        message.starts_with("spec.domain.devices.filesystems[0]") && message.contains("virtiofs"),
+        "{message}"
+    );
+}
+
+#[test]
 fn empty_unsupported_lists_are_accepted() {
     let mut value = minimal();
-    value["spec"]["domain"]["devices"]["filesystems"] = json!([]);
+    value["spec"]["resourceClaims"] = json!([]);
     value["spec"]["domain"]["devices"]["sound"] = serde_json::Value::Null;
     assert!(parse_vmi(&value).is_ok());
 }

@@ -580,8 +580,10 @@ pub struct Devices {
     pub gpus: Vec<Gpu>,
     #[serde(default)]
     pub host_devices: Vec<HostDevice>,
+    /// Directories shared with the guest through virtiofs, each named
+    /// after its volume.
     #[serde(default)]
-    pub filesystems: Unsupported,
+    pub filesystems: Vec<Filesystem>,
     #[serde(default)]
     pub downward_metrics: Unsupported,
     #[serde(default)]
@@ -590,6 +592,16 @@ pub struct Devices {
     pub sound: Unsupported,
     #[serde(default)]
     pub tpm: Option<Tpm>,
+}
+
+/// `spec.domain.devices.filesystems[]`: the volume of the same name,
+/// shared with the guest through virtiofs (its mount tag is the name).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Filesystem {
+    pub name: String,
+    /// KubeVirt's only filesystem type, required by its schema.
+    pub virtiofs: Empty,
 }
 
 /// A host device a device plugin assigned to the VMI's pod
@@ -966,8 +978,8 @@ pub struct Volume {
     /// `memory-dump` to write to; not a disk of the domain.
     #[serde(default)]
     pub memory_dump: Option<PvcSource>,
-    /// A directory of the launcher's container shared through virtiofs;
-    /// parsed so the converter can refuse it as not supported.
+    /// A directory of the launcher's container, shared (read-only)
+    /// through a virtiofs filesystem of the same name.
     #[serde(default)]
     pub container_path: Option<ContainerPathSource>,
 }

@@ -91,9 +91,15 @@ pub struct NotifyServer {
 impl NotifyServer {
     /// Starts it for a launcher whose share directory is `share_dir`
     /// (created if missing): it links `domain-notify-pipe.sock` there.
-    pub fn start(share_dir: &Path) -> NotifyServer {
-        let mut child = Command::new(kvhandler())
-            .args(["notify-server", "--share-dir", share_dir.to_str().unwrap()])
+    /// `vmi` is the VMI file its store holds, as virt-handler's informer
+    /// does: Kubernetes events are recorded only for that VMI.
+    pub fn start(share_dir: &Path, vmi: Option<&Path>) -> NotifyServer {
+        let mut command = Command::new(kvhandler());
+        command.args(["notify-server", "--share-dir", share_dir.to_str().unwrap()]);
+        if let Some(vmi) = vmi {
+            command.arg("--vmi").arg(vmi);
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -245,6 +251,19 @@ impl PodLauncher {
     /// Starts the launcher for VMI e2e/`name` with uid `uid` and
     /// `grace` seconds of termination grace period.
     pub fn start(tree: TempTree, name: &str, uid: &str, grace: u64) -> PodLauncher {
+        Self::start_with(tree, name, uid, grace, None, &[])
+    }
+
+    /// As [`PodLauncher::start`], in the network namespace `netns` (a
+    /// node of its own) when given, with `env` added (`POD_NAME`, ...).
+    pub fn start_with(
+        tree: TempTree,
+        name: &str,
+        uid: &str,
+        grace: u64,
+        netns: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> PodLauncher {
         let bin = fs::canonicalize(launcher_bin()).expect("the launcher binary");
         // virt-controller's command is /usr/bin/virt-launcher-monitor.
         let monitor = tree.path("virt-launcher-monitor");
@@ -284,7 +303,17 @@ impl PodLauncher {
             "--allow-emulation",
         ];
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/run-in-pod.sh");
-        let child = Command::new(script)
+        // `ip netns exec` execs the script: the child is still the script.
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(script);
+                c
+            }
+            None => Command::new(script),
+        };
+        let child = command
+            .envs(env.iter().copied())
             .arg(&tree.root)
             .arg("--")
             .arg(&monitor)

@@ -38,13 +38,6 @@ fn check_unimplemented(
     vmi: &VirtualMachineInstance,
     entry: &DiskEntry,
 ) -> Result<(), ConvertError> {
-    if entry.disk.changed_block_tracking == Some(true) {
-        return Err(ConvertError::unsupported(
-            Refused::ChangedBlockTracking,
-            format!("{}.changedBlockTracking", entry.path),
-            "changed block tracking (incremental backups through qcow2 overlays with dirty bitmaps)",
-        ));
-    }
     // The tag only reaches the guest in a ConfigDrive's device metadata.
     let config_drive = vmi
         .spec
@@ -59,6 +52,73 @@ fn check_unimplemented(
         ));
     }
     Ok(())
+}
+
+/// libvirt 10.10.0 added a disk's `<dataStore>`, which names a qcow2
+/// image's data file to libvirt (KubeVirt's CBT overlays use it).
+const DATA_STORE_SINCE: &str = "10.10.0";
+
+/// The source of a disk with `changedBlockTracking: true`: one whose
+/// image can carry persistent dirty bitmaps, which libvirt's checkpoints
+/// are. A qcow2 image carries them itself. A raw image file gets what
+/// KubeVirt gives it, a qcow2 metadata image over it (`data-file`, kept in
+/// the private directory with its bitmaps); the guest's data stays in the
+/// raw file, byte for byte. The metadata image names its data file in its
+/// header, which QEMU opens; libvirt learns of it only from 10.10.0's
+/// `<dataStore>`, which a block device would need (libvirt must let QEMU
+/// reach the device), so a block device is refused.
+fn tracked_source(
+    ctx: &super::ConvertContext,
+    entry: &DiskEntry,
+    device: Device,
+    source: Source,
+    plan: &mut DiskPlan,
+) -> Result<Source, ConvertError> {
+    let path = format!("{}.changedBlockTracking", entry.path);
+    if device != Device::Disk {
+        return Err(ConvertError::new(
+            path,
+            format!(
+                "changed block tracking is for a writable disk, not a {}",
+                device.as_str()
+            ),
+        ));
+    }
+    match source {
+        Source::File {
+            path: image,
+            format: "raw",
+        } => {
+            let overlay = ctx
+                .private_dir
+                .join("libvirt/qemu/cbt")
+                .join(format!("{}.qcow2", entry.disk.name));
+            let what = format!("changed block tracking of disk {:?}", entry.disk.name);
+            if let Some(dir) = overlay.parent() {
+                plan.make_dir(dir.to_path_buf(), &what);
+            }
+            plan.push(crate::disks::DiskStep::CreateDataFileOverlay {
+                path: overlay.clone(),
+                data_file: std::path::PathBuf::from(image),
+                what,
+            });
+            Ok(Source::File {
+                path: overlay.to_string_lossy().into_owned(),
+                format: "qcow2",
+            })
+        }
+        Source::Block { .. } => Err(ConvertError::new(
+            path,
+            format!(
+                "changed block tracking of a block device needs libvirt {DATA_STORE_SINCE} or later (a disk's <dataStore>, naming the device under its qcow2 metadata image); this launcher does not write it"
+            ),
+        )),
+        qcow2 @ Source::File { .. } => Ok(qcow2),
+        Source::Empty => Err(ConvertError::new(
+            path,
+            "changed block tracking needs a volume with an image",
+        )),
+    }
 }
 
 /// `shareable: true` on a disk: `<shareable/>` (KubeVirt sets it on disks
@@ -111,6 +171,12 @@ enum Source {
     },
     /// An empty cdrom drive (a cdrom disk without a volume).
     Empty,
+}
+
+/// The kind of `volume`'s source (`persistentVolumeClaim`, ...), if it
+/// has one.
+pub(crate) fn source_kind(volume: &crate::vmi::Volume) -> Option<&'static str> {
+    volumes::source_kinds(volume).first().copied()
 }
 
 pub(crate) fn configure(
@@ -226,6 +292,11 @@ pub(crate) fn configure(
                 ),
             ));
         }
+        let source = if entry.disk.changed_block_tracking == Some(true) {
+            tracked_source(ctx, entry, device, source, plan)?
+        } else {
+            source
+        };
         let thread = io_threads.thread_for(entry);
         disk.driver = Some(driver(entry, device, bus, &source, block_queues, thread)?);
         apply_source(source, &mut disk);

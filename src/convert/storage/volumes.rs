@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::cloudinit::{self, DataSource};
-use super::super::{ConvertContext, ConvertError, Refused, paths};
+use super::super::{ConvertContext, ConvertError, paths};
 use super::{DiskEntry, Source};
 use crate::disks::{DiskPlan, DiskStep, IsoContents, PathKind};
 use crate::domxml::{self, BackingStore, DiskSource, FormatType};
@@ -98,6 +98,16 @@ pub(super) fn source_kinds(volume: &Volume) -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether a filesystem (virtiofs) shares volume `name`.
+fn is_filesystem(vmi: &VirtualMachineInstance, name: &str) -> bool {
+    vmi.spec
+        .domain
+        .devices
+        .filesystems
+        .iter()
+        .any(|f| f.name == name)
+}
+
 /// The VMI's disks plus a default disk for each volume that has none.
 pub(super) fn disk_entries(
     vmi: &VirtualMachineInstance,
@@ -144,10 +154,13 @@ pub(super) fn disk_entries(
             ));
         }
     }
-    // In spec.volumes order, like KubeVirt's defaulting.
+    // In spec.volumes order, like KubeVirt's defaulting, which gives no
+    // disk to a filesystem's volume (`SetDefaultVolumeDisk`).
     let mut without_disk: Vec<(usize, &str)> = volumes
         .iter()
-        .filter(|(name, (_, volume))| !names.contains(*name) && volume.memory_dump.is_none())
+        .filter(|(name, (_, volume))| {
+            !names.contains(*name) && volume.memory_dump.is_none() && !is_filesystem(vmi, name)
+        })
         .map(|(name, (index, _))| (*index, *name))
         .collect();
     without_disk.sort_unstable();
@@ -205,10 +218,11 @@ pub(super) fn volume_source(
         return sysprep_source(ctx, name, &path, sysprep, plan);
     }
     if volume.container_path.is_some() {
-        return Err(ConvertError::unsupported(
-            Refused::ContainerPathVolume,
-            format!("{path}.containerPath"),
-            "a containerPath volume (a directory of the launcher's container, shared with the guest through a virtiofs filesystem device)",
+        return Err(ConvertError::new(
+            path,
+            format!(
+                "containerPath volume {name:?} needs a filesystem of the same name in spec.domain.devices.filesystems (a container directory is shared through virtiofs, never a disk)"
+            ),
         ));
     }
     if let Some(config_map) = &volume.config_map {
@@ -735,8 +749,9 @@ mod tests {
         let container_path =
             convert_err(json!({"volumes": [{"name": "p", "containerPath": {"path": "/data"}}]}));
         assert!(
-            container_path.starts_with("spec.volumes[0].containerPath: a containerPath volume")
-                && container_path.ends_with("is not supported by this launcher"),
+            container_path.starts_with(
+                "spec.volumes[0]: containerPath volume \"p\" needs a filesystem of the same name"
+            ),
             "{container_path}"
         );
     }
@@ -869,6 +884,47 @@ mod tests {
             no_capacity,
             "spec.volumes[0].hostDisk.capacity: capacity is required with type DiskOrCreate"
         );
+    }
+
+    #[test]
+    fn changed_block_tracking_puts_a_raw_image_under_qcow2_metadata() {
+        let conversion = convert_ok(json!({
+            "domain": {"devices": {"disks": [
+                {"name": "raw", "changedBlockTracking": true},
+                {"name": "empty", "changedBlockTracking": true},
+                {"name": "plain"}]}},
+            "volumes": [
+                {"name": "raw", "hostDisk": {"path": "/data/raw.img", "type": "Disk"}},
+                {"name": "empty", "emptyDisk": {"capacity": "1Gi"}},
+                {"name": "plain", "hostDisk": {"path": "/data/plain.img", "type": "Disk"}}]}));
+        let overlay = "/var/run/kubevirt-private/libvirt/qemu/cbt/raw.qcow2";
+        assert!(conversion.disk_plan.steps.iter().any(|step| matches!(step,
+            DiskStep::CreateDataFileOverlay { path, data_file, .. }
+                if path.to_str() == Some(overlay) && data_file.to_str().is_some_and(|d| d.ends_with("raw.img")))));
+        let disks = &conversion.domain.devices.disks;
+        let source = |i: usize| disks[i].source.as_ref().and_then(|s| s.file.clone());
+        let format = |i: usize| disks[i].driver.as_ref().and_then(|d| d.format.clone());
+        assert_eq!(source(0).as_deref(), Some(overlay));
+        assert_eq!(format(0).as_deref(), Some("qcow2"));
+        // A qcow2 image carries the bitmaps itself; a disk without the flag
+        // keeps its raw image.
+        assert!(source(1).is_some_and(|s| s.ends_with(".qcow2")));
+        assert_eq!(format(2).as_deref(), Some("raw"));
+        assert!(source(2).is_some_and(|s| s.ends_with("plain.img")));
+    }
+
+    #[test]
+    fn changed_block_tracking_of_a_block_device_names_the_libvirt_it_needs() {
+        let mut ctx = context();
+        ctx.block_pvcs.insert("fast".to_string());
+        let err = convert_with(
+            json!({"domain": {"devices": {"disks": [{"name": "fast", "changedBlockTracking": true}]}},
+                "volumes": [{"name": "fast", "persistentVolumeClaim": {"claimName": "fast"}}]}),
+            &ctx,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("needs libvirt 10.10.0"), "{err}");
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use super::client::{Client, ClientOptions, CloseReason, Listener, PendingCall, RpcError};
-use super::codec::{DecodeResult, Decoder, DomainRef, Encoder, TypedParam, decode_domain};
+use super::codec::{
+    DecodeResult, Decoder, DomainRef, Encoder, TypedParam, TypedValue, decode_domain,
+};
 use super::procedures::{
     self as proc, Procedure, auth, event_ids, events, features, flags, limits, migrate_params,
 };
@@ -678,6 +680,12 @@ fn migration_flags(request: &MigrationRequest) -> u32 {
     if request.unsafe_migration {
         f |= flags::MIGRATE_UNSAFE;
     }
+    if request.parallel_connections.is_some() {
+        f |= flags::MIGRATE_PARALLEL;
+    }
+    if request.compression.is_some() {
+        f |= flags::MIGRATE_COMPRESSED;
+    }
     f
 }
 
@@ -700,6 +708,15 @@ fn migration_params(request: &MigrationRequest) -> Vec<TypedParam> {
     // A string list is the same name repeated.
     for disk in &request.block_disks {
         params.push(TypedParam::string(migrate_params::MIGRATE_DISKS, disk));
+    }
+    if let Some(connections) = request.parallel_connections {
+        params.push(TypedParam {
+            name: migrate_params::PARALLEL_CONNECTIONS.to_string(),
+            value: TypedValue::Int(i32::try_from(connections).unwrap_or(i32::MAX)),
+        });
+    }
+    if let Some(method) = &request.compression {
+        params.push(TypedParam::string(migrate_params::COMPRESSION, method));
     }
     params
 }
@@ -1085,6 +1102,90 @@ impl Hypervisor for WireHypervisor {
             })?,
             data: streamed.data,
         })
+    }
+
+    fn backup_begin(
+        &self,
+        name: &str,
+        backup_xml: &str,
+        checkpoint_xml: Option<&str>,
+    ) -> HvResult<()> {
+        self.domain_action(name, &proc::DOMAIN_BACKUP_BEGIN, |e| {
+            e.string(backup_xml).opt_string(checkpoint_xml).u32(0);
+        })
+    }
+
+    fn checkpoint_create(&self, name: &str, xml: &str, redefine: bool) -> HvResult<()> {
+        let f = if redefine {
+            flags::DOMAIN_CHECKPOINT_CREATE_REDEFINE
+                | flags::DOMAIN_CHECKPOINT_CREATE_REDEFINE_VALIDATE
+        } else {
+            0
+        };
+        // The reply is the new checkpoint's reference (its name and the
+        // domain), which the launcher does not need.
+        self.domain_call(
+            name,
+            &proc::DOMAIN_CHECKPOINT_CREATE_XML,
+            |e| {
+                e.string(xml).u32(f);
+            },
+            |_, _| Ok(()),
+        )
+    }
+
+    fn checkpoint_names(&self, name: &str) -> HvResult<Vec<String>> {
+        self.domain_call(
+            name,
+            &proc::DOMAIN_LIST_ALL_CHECKPOINTS,
+            |e| {
+                // need_results: 1, then the flags.
+                e.i32(1).u32(flags::DOMAIN_CHECKPOINT_LIST_TOPOLOGICAL);
+            },
+            |_, d| {
+                // A checkpoint reference: its name, then the domain's (name,
+                // UUID, id).
+                let n = d.array_len(limits::DOMAIN_CHECKPOINT_LIST_MAX, 28)?;
+                let mut names = Vec::with_capacity(n);
+                for _ in 0..n {
+                    names.push(d.string()?);
+                    decode_domain(d)?;
+                }
+                d.i32()?;
+                Ok(names)
+            },
+        )
+    }
+
+    fn checkpoint_xml(&self, name: &str, checkpoint: &str) -> HvResult<String> {
+        let procedure = &proc::DOMAIN_CHECKPOINT_GET_XML_DESC;
+        let op = procedure.api;
+        let client = self.connection(op)?;
+        let (reply, _) =
+            self.call_on_domain(&client, name, procedure, procedure.deadline, |dom, e| {
+                e.string(checkpoint);
+                dom.encode(e);
+                e.u32(flags::DOMAIN_CHECKPOINT_XML_NO_DOMAIN);
+            })?;
+        decode_reply(op, &reply, |d| d.string())
+    }
+
+    fn checkpoint_delete(&self, name: &str, checkpoint: &str, metadata_only: bool) -> HvResult<()> {
+        let procedure = &proc::DOMAIN_CHECKPOINT_DELETE;
+        let op = procedure.api;
+        let f = if metadata_only {
+            flags::DOMAIN_CHECKPOINT_DELETE_METADATA_ONLY
+        } else {
+            0
+        };
+        let client = self.connection(op)?;
+        let (reply, _) =
+            self.call_on_domain(&client, name, procedure, procedure.deadline, |dom, e| {
+                e.string(checkpoint);
+                dom.encode(e);
+                e.u32(f);
+            })?;
+        decode_reply(op, &reply, |_| Ok(()))
     }
 
     fn reconnect(&self) -> HvResult<ConnectionId> {

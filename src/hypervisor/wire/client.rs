@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, bounded};
 
-use super::codec::{self, Decoder, Header, LENGTH_BYTES, MessageStatus, MessageType, RemoteError};
+use super::codec::{
+    self, DecodeError, Decoder, Header, LENGTH_BYTES, MessageStatus, MessageType, RemoteError,
+};
 use super::procedures::{self, KEEPALIVE, KEEPALIVE_PING, KEEPALIVE_PONG, Procedure, limits};
 
 /// Keepalive and socket settings. `Default` is what the `virt` backend
@@ -124,6 +126,124 @@ impl fmt::Display for RpcError {
 }
 
 type ReplyResult = Result<Vec<u8>, RpcError>;
+
+/// Why the reader closes the connection while handling what the daemon
+/// sent: the daemon broke the protocol, or answering it failed. Its message
+/// (which includes its cause's) becomes the close reason every waiting
+/// caller gets in [`RpcError::ConnectionLost`].
+#[derive(Debug)]
+enum ReaderError {
+    /// A frame's length word is outside the protocol.
+    BadLength(DecodeError),
+    /// A message header that does not parse.
+    BadHeader(DecodeError),
+    UnknownProgram {
+        program: u32,
+        procedure: i32,
+    },
+    WrongVersion {
+        program: &'static str,
+        version: u32,
+        speaks: u32,
+    },
+    /// A message type a client never receives (a CALL, ...).
+    UnexpectedKind {
+        kind: MessageType,
+        procedure: i32,
+    },
+    /// A keepalive that is not a one-way message.
+    KeepaliveKind(MessageType),
+    /// Answering the daemon's keepalive PING failed.
+    KeepaliveAnswer(io::Error),
+    /// A stream's end (status OK) that carries data.
+    StreamEndWithData {
+        bytes: usize,
+        serial: u32,
+    },
+    /// A stream's error (status ERROR) that does not decode.
+    UndecodableStreamError(DecodeError),
+    /// An error reply to this side's end of a stream that does not decode.
+    UndecodableStreamEndError(DecodeError),
+    /// A stream message for a serial no stream is open for.
+    UnknownStream {
+        serial: u32,
+        procedure: i32,
+    },
+    /// A reply to a serial no call is waiting for.
+    UnknownReply {
+        serial: u32,
+        procedure: i32,
+    },
+}
+
+impl fmt::Display for ReaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReaderError::BadLength(e) => write!(f, "bad message from the daemon: {}", e.what),
+            ReaderError::BadHeader(e) => write!(f, "bad message header from the daemon: {e}"),
+            ReaderError::UnknownProgram { program, procedure } => write!(
+                f,
+                "message for unknown program {program:#x} (procedure {procedure})"
+            ),
+            ReaderError::WrongVersion {
+                program,
+                version,
+                speaks,
+            } => write!(
+                f,
+                "message for {program} program version {version}; this client speaks version {speaks}"
+            ),
+            ReaderError::UnexpectedKind { kind, procedure } => write!(
+                f,
+                "the daemon sent a {kind:?} message (procedure {procedure}), which a client never receives"
+            ),
+            ReaderError::KeepaliveKind(kind) => write!(
+                f,
+                "keepalive {kind:?} message; keepalives are one-way messages"
+            ),
+            ReaderError::KeepaliveAnswer(e) => {
+                write!(f, "answering the daemon's keepalive probe failed: {e}")
+            }
+            ReaderError::StreamEndWithData { bytes, serial } => write!(
+                f,
+                "stream message with status OK and {bytes} bytes (serial {serial}); the end of a stream carries none"
+            ),
+            ReaderError::UndecodableStreamError(e) => {
+                write!(f, "undecodable stream error from the daemon: {e}")
+            }
+            ReaderError::UndecodableStreamEndError(e) => {
+                write!(f, "undecodable error reply to a stream's end: {e}")
+            }
+            ReaderError::UnknownStream { serial, procedure } => write!(
+                f,
+                "stream message with serial {serial} (procedure {procedure}) that no stream is open for"
+            ),
+            ReaderError::UnknownReply { serial, procedure } => write!(
+                f,
+                "reply with serial {serial} (procedure {procedure}) that no call is waiting for"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReaderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReaderError::BadLength(e)
+            | ReaderError::BadHeader(e)
+            | ReaderError::UndecodableStreamError(e)
+            | ReaderError::UndecodableStreamEndError(e) => Some(e),
+            ReaderError::KeepaliveAnswer(e) => Some(e),
+            ReaderError::UnknownProgram { .. }
+            | ReaderError::WrongVersion { .. }
+            | ReaderError::UnexpectedKind { .. }
+            | ReaderError::KeepaliveKind(_)
+            | ReaderError::StreamEndWithData { .. }
+            | ReaderError::UnknownStream { .. }
+            | ReaderError::UnknownReply { .. } => None,
+        }
+    }
+}
 
 /// One packet of a stream the daemon sends (`VIR_NET_STREAM` messages
 /// with the serial of the call that opened the stream).
@@ -637,8 +757,8 @@ impl Reader {
                     self.unanswered = 0;
                     self.last_ping = None;
                     self.buf.extend_from_slice(&chunk[..n]);
-                    if let Err(what) = self.dispatch_frames() {
-                        return (CloseReason::Error, what);
+                    if let Err(e) = self.dispatch_frames() {
+                        return (CloseReason::Error, e.to_string());
                     }
                 }
                 Err(e)
@@ -712,7 +832,7 @@ impl Reader {
     }
 
     /// Handles every whole frame in the buffer.
-    fn dispatch_frames(&mut self) -> Result<(), String> {
+    fn dispatch_frames(&mut self) -> Result<(), ReaderError> {
         let mut start = 0;
         let result = loop {
             let rest = &self.buf[start..];
@@ -721,7 +841,7 @@ impl Reader {
             }
             let body_len = match codec::body_length([rest[0], rest[1], rest[2], rest[3]]) {
                 Ok(n) => n,
-                Err(e) => break Err(format!("bad message from the daemon: {}", e.what)),
+                Err(e) => break Err(ReaderError::BadLength(e)),
             };
             if rest.len() < LENGTH_BYTES + body_len {
                 break Ok(());
@@ -740,23 +860,21 @@ impl Reader {
     }
 
     /// One message (header and payload, without the length word).
-    fn handle(&mut self, body: &[u8]) -> Result<(), String> {
-        let (header, payload) =
-            Header::parse(body).map_err(|e| format!("bad message header from the daemon: {e}"))?;
+    fn handle(&mut self, body: &[u8]) -> Result<(), ReaderError> {
+        let (header, payload) = Header::parse(body).map_err(ReaderError::BadHeader)?;
         let program = [procedures::REMOTE, procedures::QEMU, KEEPALIVE]
             .into_iter()
             .find(|p| p.number == header.program)
-            .ok_or_else(|| {
-                format!(
-                    "message for unknown program {:#x} (procedure {})",
-                    header.program, header.procedure
-                )
+            .ok_or(ReaderError::UnknownProgram {
+                program: header.program,
+                procedure: header.procedure,
             })?;
         if header.version != program.version {
-            return Err(format!(
-                "message for {} program version {}; this client speaks version {}",
-                program.name, header.version, program.version
-            ));
+            return Err(ReaderError::WrongVersion {
+                program: program.name,
+                version: header.version,
+                speaks: program.version,
+            });
         }
         if program == KEEPALIVE {
             return self.handle_keepalive(&header);
@@ -786,25 +904,22 @@ impl Reader {
                 );
                 Ok(())
             }
-            other => Err(format!(
-                "the daemon sent a {other:?} message (procedure {}), which a client never receives",
-                header.procedure
-            )),
+            kind => Err(ReaderError::UnexpectedKind {
+                kind,
+                procedure: header.procedure,
+            }),
         }
     }
 
-    fn handle_keepalive(&mut self, header: &Header) -> Result<(), String> {
+    fn handle_keepalive(&mut self, header: &Header) -> Result<(), ReaderError> {
         if header.kind != MessageType::Message {
-            return Err(format!(
-                "keepalive {:?} message; keepalives are one-way messages",
-                header.kind
-            ));
+            return Err(ReaderError::KeepaliveKind(header.kind));
         }
         match header.procedure {
             KEEPALIVE_PING => self
                 .shared
                 .send_keepalive(KEEPALIVE_PONG)
-                .map_err(|e| format!("answering the daemon's keepalive probe failed: {e}")),
+                .map_err(ReaderError::KeepaliveAnswer),
             KEEPALIVE_PONG => Ok(()),
             other => {
                 log::warn!("libvirt connection: ignoring unknown keepalive procedure {other}");
@@ -815,7 +930,7 @@ impl Reader {
 
     /// A packet of a stream the daemon sends: to its reader, or dropped if
     /// nobody reads that stream any more (it was aborted or gave up).
-    fn handle_stream(&mut self, header: &Header, payload: &[u8]) -> Result<(), String> {
+    fn handle_stream(&mut self, header: &Header, payload: &[u8]) -> Result<(), ReaderError> {
         // libvirtd's virNetServerProgramSendStreamData: data is CONTINUE,
         // the end of the data an empty CONTINUE, the confirmation of this
         // side's finish (or abort) an empty OK.
@@ -824,17 +939,16 @@ impl Reader {
             MessageStatus::Continue => StreamPacket::Data(payload.to_vec()),
             MessageStatus::Ok if payload.is_empty() => StreamPacket::End,
             MessageStatus::Ok => {
-                return Err(format!(
-                    "stream message with status OK and {} bytes (serial {}); the end of a stream carries none",
-                    payload.len(),
-                    header.serial
-                ));
+                return Err(ReaderError::StreamEndWithData {
+                    bytes: payload.len(),
+                    serial: header.serial,
+                });
             }
             MessageStatus::Error => {
                 let mut d = Decoder::new(payload);
                 let error = RemoteError::decode(&mut d)
                     .and_then(|e| d.finish().map(|()| e))
-                    .map_err(|e| format!("undecodable stream error from the daemon: {e}"))?;
+                    .map_err(ReaderError::UndecodableStreamError)?;
                 StreamPacket::Error(error)
             }
         };
@@ -845,14 +959,14 @@ impl Reader {
                 Ok(())
             }
             None if calls.abandoned.contains(&header.serial) => Ok(()),
-            None => Err(format!(
-                "stream message with serial {} (procedure {}) that no stream is open for",
-                header.serial, header.procedure
-            )),
+            None => Err(ReaderError::UnknownStream {
+                serial: header.serial,
+                procedure: header.procedure,
+            }),
         }
     }
 
-    fn handle_reply(&mut self, header: &Header, payload: &[u8]) -> Result<(), String> {
+    fn handle_reply(&mut self, header: &Header, payload: &[u8]) -> Result<(), ReaderError> {
         let waiting = {
             let mut calls = lock(&self.shared.calls);
             match calls.waiting.remove(&header.serial) {
@@ -864,11 +978,7 @@ impl Reader {
                             let mut d = Decoder::new(payload);
                             match RemoteError::decode(&mut d) {
                                 Ok(e) => StreamPacket::Error(e),
-                                Err(e) => {
-                                    return Err(format!(
-                                        "undecodable error reply to a stream's end: {e}"
-                                    ));
-                                }
+                                Err(e) => return Err(ReaderError::UndecodableStreamEndError(e)),
                             }
                         }
                         _ => StreamPacket::End,
@@ -886,10 +996,10 @@ impl Reader {
                     return Ok(());
                 }
                 None => {
-                    return Err(format!(
-                        "reply with serial {} (procedure {}) that no call is waiting for",
-                        header.serial, header.procedure
-                    ));
+                    return Err(ReaderError::UnknownReply {
+                        serial: header.serial,
+                        procedure: header.procedure,
+                    });
                 }
             }
         };

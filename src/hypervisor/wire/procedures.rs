@@ -112,9 +112,14 @@ pub const DOMAIN_SET_TIME: Procedure = remote(338, "virDomainSetTime");
 pub const CONNECT_GET_ALL_DOMAIN_STATS: Procedure = remote(344, "virDomainListGetStats");
 pub const DOMAIN_DEFINE_XML_FLAGS: Procedure = remote(350, "virDomainDefineXMLFlags");
 pub const DOMAIN_MIGRATE_START_POST_COPY: Procedure = remote(364, "virDomainMigrateStartPostCopy");
+pub const DOMAIN_CHECKPOINT_CREATE_XML: Procedure = remote(411, "virDomainCheckpointCreateXML");
+pub const DOMAIN_CHECKPOINT_GET_XML_DESC: Procedure = remote(412, "virDomainCheckpointGetXMLDesc");
+pub const DOMAIN_LIST_ALL_CHECKPOINTS: Procedure = remote(413, "virDomainListAllCheckpoints");
+pub const DOMAIN_CHECKPOINT_DELETE: Procedure = remote(417, "virDomainCheckpointDelete");
 pub const DOMAIN_GET_GUEST_INFO: Procedure = remote(418, "virDomainGetGuestInfo");
 pub const DOMAIN_AGENT_SET_RESPONSE_TIMEOUT: Procedure =
     remote(420, "virDomainAgentSetResponseTimeout");
+pub const DOMAIN_BACKUP_BEGIN: Procedure = remote(421, "virDomainBackupBegin");
 pub const DOMAIN_START_DIRTY_RATE_CALC: Procedure = remote(427, "virDomainStartDirtyRateCalc");
 
 // Events.
@@ -149,6 +154,7 @@ pub mod limits {
     pub const STRING_MAX: usize = 4 * 1024 * 1024;
     pub const AUTH_TYPE_LIST_MAX: usize = 20;
     pub const DOMAIN_LIST_MAX: usize = 16384;
+    pub const DOMAIN_CHECKPOINT_LIST_MAX: usize = 16384;
     pub const MIGRATE_COOKIE_MAX: usize = 4 * 1024 * 1024;
     pub const JOB_STATS_MAX: usize = 64;
     pub const GET_ALL_DOMAIN_STATS_MAX: usize = 262_144;
@@ -215,9 +221,16 @@ pub mod flags {
     pub const MIGRATE_UNSAFE: u32 = 512;
     pub const MIGRATE_AUTO_CONVERGE: u32 = 8192;
     pub const MIGRATE_POSTCOPY: u32 = 32768;
+    pub const MIGRATE_COMPRESSED: u32 = 2048;
+    pub const MIGRATE_PARALLEL: u32 = 131072;
     pub const DOMAIN_CORE_DUMP_FORMAT_RAW: u32 = 0;
     pub const DUMP_MEMORY_ONLY: u32 = 16;
     pub const DOMAIN_DIRTYRATE_MODE_PAGE_SAMPLING: u32 = 0;
+    pub const DOMAIN_CHECKPOINT_CREATE_REDEFINE: u32 = 1;
+    pub const DOMAIN_CHECKPOINT_CREATE_REDEFINE_VALIDATE: u32 = 4;
+    pub const DOMAIN_CHECKPOINT_XML_NO_DOMAIN: u32 = 2;
+    pub const DOMAIN_CHECKPOINT_LIST_TOPOLOGICAL: u32 = 2;
+    pub const DOMAIN_CHECKPOINT_DELETE_METADATA_ONLY: u32 = 2;
 }
 
 /// Migration parameter names (`VIR_MIGRATE_PARAM_*`).
@@ -228,6 +241,8 @@ pub mod migrate_params {
     pub const BANDWIDTH: &str = "bandwidth";
     pub const DISKS_URI: &str = "disks_uri";
     pub const MIGRATE_DISKS: &str = "migrate_disks";
+    pub const PARALLEL_CONNECTIONS: &str = "parallel.connections";
+    pub const COMPRESSION: &str = "compression";
 }
 
 /// `virErrorNumber` values the launcher tells apart, and the RPC error

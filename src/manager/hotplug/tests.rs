@@ -177,6 +177,21 @@ impl Hypervisor for Scripted {
     fn screenshot(&self, _: &str, _: u32) -> HvResult<crate::hypervisor::Screenshot> {
         Self::unsupported("screenshot")
     }
+    fn backup_begin(&self, _: &str, _: &str, _: Option<&str>) -> HvResult<()> {
+        Self::unsupported("backup")
+    }
+    fn checkpoint_create(&self, _: &str, _: &str, _: bool) -> HvResult<()> {
+        Self::unsupported("checkpoint")
+    }
+    fn checkpoint_names(&self, _: &str) -> HvResult<Vec<String>> {
+        Self::unsupported("checkpoints")
+    }
+    fn checkpoint_xml(&self, _: &str, _: &str) -> HvResult<String> {
+        Self::unsupported("checkpoint")
+    }
+    fn checkpoint_delete(&self, _: &str, _: &str, _: bool) -> HvResult<()> {
+        Self::unsupported("checkpoint")
+    }
     fn reconnect(&self) -> HvResult<ConnectionId> {
         Self::unsupported("reconnect")
     }

@@ -171,6 +171,7 @@ fn build(setup: Setup) -> Built {
         exit: exit_tx,
         fatal,
         network: crate::network::NetworkSlot::default(),
+        virtiofs: Default::default(),
         inbox: inbox.clone(),
     });
     manager.timing = setup.timing;

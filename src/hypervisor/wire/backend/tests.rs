@@ -297,6 +297,8 @@ fn calls_send_what_libvirts_client_sends() {
             auto_converge: true,
             post_copy: false,
             unsafe_migration: false,
+            parallel_connections: Some(8),
+            compression: Some("zstd".into()),
         },
     )
     .unwrap();
@@ -316,10 +318,14 @@ fn calls_send_what_libvirts_client_sends() {
             ("bandwidth".to_string(), json!(64)),
             ("migrate_disks".to_string(), json!("vda")),
             ("migrate_disks".to_string(), json!("vdb")),
+            ("parallel.connections".to_string(), json!(8)),
+            ("compression".to_string(), json!("zstd")),
         ]
     );
     assert_eq!(d.opaque(16).unwrap(), b"");
-    assert_eq!(d.u32().unwrap(), 1 | 2 | 8 | 128 | 8192);
+    // LIVE, PEER2PEER, PERSIST_DEST, NON_SHARED_INC, AUTO_CONVERGE,
+    // COMPRESSED, PARALLEL.
+    assert_eq!(d.u32().unwrap(), 1 | 2 | 8 | 128 | 8192 | 2048 | 131072);
     d.finish().unwrap();
 
     assert_eq!(

@@ -1,0 +1,293 @@
+//! The virtiofsd of each filesystem the VMI shares (`convert::VirtiofsShare`),
+//! as KubeVirt runs one per filesystem in a container of the launcher's
+//! pod, listening on the socket the domain's `<filesystem>` names.
+//!
+//! Each is a supervised daemon (`supervisor`): restarted when it dies,
+//! its messages in the launcher's log, stopped when the domain's run ends
+//! (the launcher's exit, after QEMU is gone) or when a new start of the
+//! domain replaces the set. With `--spawn-libvirt` they run in the daemons'
+//! PID namespace, so that even a SIGKILLed launcher leaves none behind;
+//! otherwise they are the launcher's children with a parent-death signal.
+//!
+//! The virtiofsd is Debian 12's, QEMU's C one (`/usr/lib/qemu/virtiofsd`,
+//! package qemu-system-common); KubeVirt's image has the Rust one, whose
+//! options differ (`--shared-dir`, `--sandbox=none`). The C one takes
+//! `-o source=`, and sandboxes itself in namespaces of its own (which needs
+//! root, so a non-root launcher refuses filesystems before anything
+//! starts). It has no read-only mode: a read-only share is a read-only
+//! bind mount of the directory in a mount namespace of virtiofsd's own
+//! (`os::read_only_view`), as Kubernetes mounts the volume read-only in
+//! KubeVirt's virtiofs container. QEMU 7.2 does not reconnect to a
+//! restarted virtiofsd: a restart serves the domain's next start, while
+//! the running guest sees I/O errors on that filesystem.
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::LibvirtDaemons;
+use super::placement::Placement;
+use super::supervisor::{DaemonSpec, Readiness, Supervisor};
+use crate::convert::VirtiofsShare;
+use crate::threads::FatalSender;
+
+/// Where Debian installs QEMU's virtiofsd.
+pub const VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
+/// How long a virtiofsd may take to listen.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// The virtiofsd set of the domain's current run, shared by the sync job
+/// that starts it, the queries that report it and the main thread that
+/// stops it on exit.
+pub type VirtiofsSlot = Arc<Mutex<Option<RunningShares>>>;
+
+/// One running, supervised virtiofsd.
+struct Virtiofsd {
+    share: VirtiofsShare,
+    supervisor: Supervisor,
+}
+
+/// The virtiofsd of every filesystem of the domain; stopped when dropped.
+pub struct RunningShares {
+    daemons: Vec<Virtiofsd>,
+}
+
+impl RunningShares {
+    /// Stops every virtiofsd, side by side.
+    pub fn stop(&mut self) {
+        for daemon in &self.daemons {
+            daemon.supervisor.ask_to_stop();
+        }
+        for daemon in self.daemons.drain(..) {
+            daemon.supervisor.wait_stopped(STOP_GRACE);
+            let _ = fs::remove_file(&daemon.share.socket);
+            log::info!(
+                "virtiofs: virtiofsd of filesystem {:?} stopped",
+                daemon.share.name
+            );
+        }
+    }
+
+    pub fn report(&self) -> Value {
+        Value::Array(
+            self.daemons
+                .iter()
+                .map(|d| {
+                    json!({
+                        "name": d.share.name,
+                        "pid": d.supervisor.pid(),
+                        "restarts": d.supervisor.restarts(),
+                        "socket": d.share.socket,
+                        "source": d.share.source,
+                        "readOnly": d.share.read_only,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for RunningShares {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// What `query-status` says of the slot: `[]` when nothing runs.
+pub fn report(slot: &VirtiofsSlot) -> Value {
+    slot.lock()
+        .ok()
+        .and_then(|s| s.as_ref().map(RunningShares::report))
+        .unwrap_or(Value::Array(Vec::new()))
+}
+
+/// Stops whatever the slot holds (every exit path).
+pub fn stop(slot: &VirtiofsSlot) {
+    let taken = match slot.lock() {
+        Ok(mut s) => s.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
+    };
+    if let Some(mut running) = taken {
+        running.stop();
+    }
+}
+
+/// Why this launcher cannot run virtiofsd here, if it cannot.
+pub fn unavailable() -> Option<String> {
+    if !Path::new(VIRTIOFSD).is_file() {
+        return Some(format!(
+            "a filesystem (virtiofs) needs virtiofsd, which is not installed at {VIRTIOFSD} (Debian package qemu-system-common)"
+        ));
+    }
+    if !crate::config::running_as_root() {
+        return Some(
+            "a filesystem (virtiofs) needs a root launcher: Debian's virtiofsd (QEMU's C one) sandboxes itself in namespaces only root can make"
+                .to_string(),
+        );
+    }
+    None
+}
+
+/// The virtiofsd work of one domain start: what to share, where to run
+/// the daemons and where to keep them.
+pub struct VirtiofsJob {
+    pub shares: Vec<VirtiofsShare>,
+    pub daemons: Option<Arc<LibvirtDaemons>>,
+    pub slot: VirtiofsSlot,
+    pub fatal: FatalSender,
+}
+
+impl VirtiofsJob {
+    /// Replaces whatever an earlier start ran with a virtiofsd for each
+    /// share, each listening when this returns; none is left running on
+    /// failure.
+    pub fn run(&self) -> Result<(), String> {
+        stop(&self.slot);
+        let placement = self
+            .daemons
+            .as_ref()
+            .map_or_else(|| Arc::new(Placement::Pod), |d| d.placement.clone());
+        let mut running = RunningShares {
+            daemons: Vec::new(),
+        };
+        // Started side by side, then waited for.
+        let mut starting = Vec::new();
+        for share in &self.shares {
+            if let Some(dir) = share.socket.parent() {
+                fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            if !share.source.is_dir() {
+                abandon(starting);
+                return Err(format!(
+                    "filesystem {:?} shares {}, which is not a directory here",
+                    share.name,
+                    share.source.display()
+                ));
+            }
+            match Supervisor::spawn(spec(share)?, placement.clone(), &self.fatal) {
+                Ok(one) => starting.push((share.clone(), one)),
+                Err(e) => {
+                    abandon(starting);
+                    return Err(format!("filesystem {:?}: {e}", share.name));
+                }
+            }
+        }
+        let mut failed = None;
+        for (share, one) in starting {
+            if failed.is_some() {
+                one.abandon();
+                continue;
+            }
+            match one.wait_ready(READY_TIMEOUT) {
+                Ok(supervisor) => {
+                    log::info!(
+                        "virtiofs: filesystem {:?} shares {}{} on {} (virtiofsd pid {:?})",
+                        share.name,
+                        share.source.display(),
+                        if share.read_only { " read-only" } else { "" },
+                        share.socket.display(),
+                        supervisor.pid()
+                    );
+                    running.daemons.push(Virtiofsd { share, supervisor });
+                }
+                Err(e) => failed = Some(format!("filesystem {:?}: {e}", share.name)),
+            }
+        }
+        if let Some(e) = failed {
+            running.stop();
+            return Err(e);
+        }
+        if let Ok(mut slot) = self.slot.lock() {
+            *slot = Some(running);
+        }
+        Ok(())
+    }
+}
+
+/// `-o` splits its options at commas: a path's commas (and backslashes)
+/// are escaped as libfuse reads them.
+fn fuse_option_value(path: &Path) -> String {
+    path.display()
+        .to_string()
+        .replace('\\', "\\\\")
+        .replace(',', "\\,")
+}
+
+fn abandon(starting: Vec<(VirtiofsShare, super::supervisor::Starting)>) {
+    for (_, one) in starting {
+        one.abandon();
+    }
+}
+
+/// virtiofsd's command line for `share` (the C virtiofsd's options for
+/// KubeVirt's `--socket-path`, `--shared-dir` and `--cache=auto`).
+fn spec(share: &VirtiofsShare) -> Result<DaemonSpec, String> {
+    let c_path = |p: &PathBuf| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| format!("{} has a NUL byte", p.display()))
+    };
+    Ok(DaemonSpec {
+        name: format!("virtiofsd-{}", share.name),
+        binary: PathBuf::from(VIRTIOFSD),
+        args: vec![
+            format!("--socket-path={}", share.socket.display()),
+            "-o".into(),
+            format!("source={}", fuse_option_value(&share.source)),
+            "-o".into(),
+            "cache=auto".into(),
+        ],
+        env: Vec::new(),
+        ready: Readiness::Listening(share.socket.clone()),
+        start_cpu: None,
+        read_only: if share.read_only {
+            Some(c_path(&share.source)?)
+        } else {
+            None
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commas_in_a_shared_path_are_escaped_for_fuse_options() {
+        assert_eq!(fuse_option_value(Path::new("/a,b\\c")), "/a\\,b\\\\c");
+        assert_eq!(fuse_option_value(Path::new("/plain/dir")), "/plain/dir");
+    }
+
+    #[test]
+    fn a_read_only_share_is_seen_read_only_by_its_virtiofsd() {
+        let share = VirtiofsShare {
+            name: "cm".into(),
+            socket: "/run/kv/virtiofs-containers/cm.sock".into(),
+            source: "/private/config-map/cm".into(),
+            read_only: true,
+        };
+        let spec = spec(&share).unwrap();
+        assert_eq!(
+            spec.args,
+            [
+                "--socket-path=/run/kv/virtiofs-containers/cm.sock",
+                "-o",
+                "source=/private/config-map/cm",
+                "-o",
+                "cache=auto"
+            ]
+        );
+        assert_eq!(spec.read_only.as_deref(), Some(c"/private/config-map/cm"));
+        let writable = VirtiofsShare {
+            read_only: false,
+            ..share
+        };
+        assert!(super::spec(&writable).unwrap().read_only.is_none());
+    }
+}

@@ -431,6 +431,17 @@ pub fn shadow_other_emulators(dir: &Path) -> Result<Option<String>, String> {
     shadow_in(dir, path_dirs())
 }
 
+/// `false`, on PATH or where coreutils puts it (a launcher may run with
+/// an empty PATH).
+fn false_program() -> Option<PathBuf> {
+    find_in_path("false").or_else(|| {
+        ["/usr/bin/false", "/bin/false"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| is_executable(p))
+    })
+}
+
 /// `shadow_other_emulators` for a PATH of `dirs`.
 fn shadow_in(dir: &Path, dirs: Vec<PathBuf>) -> Result<Option<String>, String> {
     let mut names: Vec<String> = other_emulators(&dirs).into_iter().map(|(n, _)| n).collect();
@@ -438,8 +449,8 @@ fn shadow_in(dir: &Path, dirs: Vec<PathBuf>) -> Result<Option<String>, String> {
     if names.is_empty() {
         return Ok(None);
     }
-    let Some(false_bin) = find_in_path("false") else {
-        return Err("no `false` on PATH to shadow the other QEMU emulators with".into());
+    let Some(false_bin) = false_program() else {
+        return Err("no `false` program to shadow the other QEMU emulators with".into());
     };
     let _ = fs::remove_dir_all(dir);
     fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -519,7 +530,7 @@ mod tests {
                 .unwrap()
         };
         assert_eq!(found(EMULATOR), bin.join(EMULATOR));
-        let false_bin = fs::canonicalize(find_in_path("false").unwrap()).unwrap();
+        let false_bin = fs::canonicalize(false_program().unwrap()).unwrap();
         for other in ["qemu-system-i386", "qemu-system-aarch64"] {
             assert_eq!(fs::canonicalize(found(other)).unwrap(), false_bin);
         }

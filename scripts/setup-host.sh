@@ -257,14 +257,18 @@ echo "setup-host: $MUSL_TARGET builds static executables; libvirtd serves test+u
 # sysroot from. The machine image carries a nightly toolchain beside the
 # stable one; rustup fetches the components (or the toolchain, if it is
 # missing).
+# A machine that cannot fetch them goes on without Miri: scripts/test.sh
+# then says that the allocator's tests ran without it.
 if ! cargo +nightly miri --version >/dev/null 2>&1; then
     echo "setup-host: adding Miri (the nightly toolchain's miri and rust-src components)"
     if rustup toolchain list | grep -q '^nightly'; then
-        rustup component add --toolchain nightly miri rust-src >/dev/null
+        rustup component add --toolchain nightly miri rust-src >/dev/null || true
     else
-        rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null
+        rustup toolchain install nightly --profile minimal --component miri,rust-src >/dev/null || true
     fi
 fi
-cargo +nightly miri --version >/dev/null ||
-    { echo "setup-host: Miri does not run (cargo +nightly miri --version)" >&2; exit 1; }
-echo "setup-host: $(cargo +nightly miri --version)"
+if cargo +nightly miri --version >/dev/null 2>&1; then
+    echo "setup-host: $(cargo +nightly miri --version)"
+else
+    echo "setup-host: Miri cannot be installed here (rustup could not fetch it); scripts/test.sh runs the allocator's unit tests without it" >&2
+fi

@@ -96,6 +96,23 @@ pub fn create_new_file(path: &Path, mode: u32) -> io::Result<File> {
     Ok(file)
 }
 
+/// Replaces the file at `path` with `bytes`: written whole to `path` with
+/// the extension `temp_extension`, opened with `mode`, then renamed over
+/// `path`, so that a crash leaves the old file or the new one, never half
+/// of one.
+pub fn replace_file(path: &Path, temp_extension: &str, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write;
+    let temp = path.with_extension(temp_extension);
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(&temp)?
+        .write_all(bytes)?;
+    fs::rename(&temp, path)
+}
+
 /// Opens (creating if missing, with `mode`) a regular file for reading and
 /// writing without following a symlink at `path`; an existing file gets
 /// exactly `mode` too. Refuses anything but a regular file owned by the

@@ -258,22 +258,10 @@ impl DomainManager {
     /// [`applied_record`]: DomainManager::applied_record
     fn record_applied(&self, vmi: &Value) {
         let path = self.applied_record();
-        let temp = path.with_extension("json.new");
         // Owner only: a VMI can carry cloud-init user data with secrets.
         let written = serde_json::to_vec(vmi)
             .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                use std::io::Write;
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&temp)?
-                    .write_all(&bytes)
-            })
-            .and_then(|()| std::fs::rename(&temp, &path));
+            .and_then(|bytes| crate::safe_fs::replace_file(&path, "json.new", &bytes, 0o600));
         if let Err(e) = written {
             log::warn!(
                 "manager: cannot record the applied VMI in {}: {e}; a restarted launcher will compare only the live domain",

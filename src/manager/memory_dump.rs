@@ -193,21 +193,11 @@ impl MemoryDumpState {
     /// crash leaves one or the other).
     fn save(&self) {
         let Some(last) = &self.last else { return };
-        let temp = self.record.with_extension("json.new");
         let written = serde_json::to_vec(last)
             .map_err(std::io::Error::other)
             .and_then(|bytes| {
-                use std::io::Write;
-                use std::os::unix::fs::OpenOptionsExt;
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .mode(0o600)
-                    .open(&temp)?
-                    .write_all(&bytes)
-            })
-            .and_then(|()| std::fs::rename(&temp, &self.record));
+                crate::safe_fs::replace_file(&self.record, "json.new", &bytes, 0o600)
+            });
         if let Err(e) = written {
             log::warn!(
                 "manager: cannot record the memory dump in {}: {e}; a restarted launcher will not know it",

@@ -1461,8 +1461,8 @@ mod tests {
         drop(reply);
         assert!(answer.recv().is_err());
         let (reply, answer) = ReplyTo::channel();
-        reply.send(Ok(Map::new().into()));
-        assert_eq!(answer.recv().unwrap(), Ok(Map::new().into()));
+        reply.send(Ok(crate::protocol::Return::new()));
+        assert_eq!(answer.recv().unwrap(), Ok(crate::protocol::Return::new()));
     }
 
     #[test]
@@ -1470,9 +1470,10 @@ mod tests {
         let slot = ReplySlot::new();
         for n in 0..3u64 {
             let reply = slot.reply_to("query-status");
-            let mut answer = Map::new();
-            answer.insert("n".into(), n.into());
-            reply.send(Ok(answer.clone().into()));
+            let answer = crate::replies::Thawed {
+                thawed_filesystems: n,
+            };
+            reply.send(Ok(answer.into()));
             assert_eq!(slot.wait(), Ok(answer.into()));
         }
         // Dropped unanswered: the waiting client hears so, naming the command.
@@ -1486,8 +1487,9 @@ mod tests {
         // Dropped unsent and discarded: the next request's answer is its own.
         drop(slot.reply_to("ping"));
         slot.discard();
-        slot.reply_to("ping").send(Ok(Map::new().into()));
-        assert_eq!(slot.wait(), Ok(Map::new().into()));
+        slot.reply_to("ping")
+            .send(Ok(crate::protocol::Return::new()));
+        assert_eq!(slot.wait(), Ok(crate::protocol::Return::new()));
         assert!(slot.rx.is_empty());
     }
 

@@ -31,6 +31,7 @@ pub mod network;
 pub mod os;
 pub mod png;
 pub mod protocol;
+pub mod replies;
 pub mod safe_fs;
 #[cfg(test)]
 pub(crate) mod scratch;

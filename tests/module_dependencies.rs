@@ -153,3 +153,153 @@ fn the_architecture_module_table_lists_every_top_level_module() {
         "not in docs/architecture.md's module table: {missing:?}"
     );
 }
+
+/// The sibling modules of `src/manager` that `code` names: `super::name`,
+/// `super::{a, b::c}` and `crate::manager::name`.
+fn manager_modules_named(code: &str, siblings: &[String]) -> Vec<String> {
+    let mut named = Vec::new();
+    let mut note = |path: &str| {
+        let first = path.trim().split("::").next().unwrap_or("").trim();
+        if siblings.iter().any(|s| s == first) && !named.iter().any(|n| n == first) {
+            named.push(first.to_string());
+        }
+    };
+    for prefix in ["super::", "crate::manager::"] {
+        for (at, _) in code.match_indices(prefix) {
+            let rest = &code[at + prefix.len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // The top-level items of the group: `a`, `b::c`, `d::{e}`.
+                let mut depth = 0;
+                let mut item = String::new();
+                for c in group.chars() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            note(&item);
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        item.push(c);
+                    }
+                }
+                note(&item);
+            } else {
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+                    .unwrap_or(rest.len());
+                note(&rest[..end]);
+            }
+        }
+    }
+    named
+}
+
+/// The production code of a source file: comments dropped, and nothing
+/// from its first `#[cfg(test)]` on (test modules may name anything).
+fn production_code(text: &str) -> String {
+    let text = text.split("#[cfg(test)]").next().unwrap_or("");
+    text.lines()
+        .map(|l| l.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A cycle in `edges` (module → the modules it names), if there is one.
+fn find_cycle(edges: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        edges: &std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|p| p == node) {
+            let mut cycle = path[at..].to_vec();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in edges.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(next, edges, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    edges
+        .keys()
+        .find_map(|node| visit(node, edges, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_managers_modules_form_no_cycle() {
+    // Issue 30: the manager's modules depend on each other one way; what
+    // they share (reads, samples, results) is in `reply`, a leaf. `mod.rs`
+    // declares them all and is left out; a module's own directory
+    // (`hotplug/`) counts as that module.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/manager");
+    let mut files: std::collections::BTreeMap<String, Vec<PathBuf>> = Default::default();
+    for entry in fs::read_dir(&dir).unwrap().flatten() {
+        let path = entry.path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if name == "mod" || name == "tests" {
+            continue;
+        }
+        files.entry(name).or_default().extend(sources(&path));
+    }
+    let siblings: Vec<String> = files.keys().cloned().collect();
+    assert!(siblings.len() > 15, "{siblings:?}");
+    let mut edges = std::collections::BTreeMap::new();
+    for (module, paths) in &files {
+        let mut named = Vec::new();
+        for path in paths {
+            let code = production_code(&fs::read_to_string(path).unwrap());
+            for other in manager_modules_named(&code, &siblings) {
+                // A file inside the module's own directory names its
+                // parent as `super::`.
+                if other != *module && !named.contains(&other) {
+                    named.push(other);
+                }
+            }
+        }
+        edges.insert(module.clone(), named);
+    }
+    assert_eq!(find_cycle(&edges), None, "{edges:#?}");
+    assert!(
+        edges["reply"].is_empty(),
+        "reply is a leaf: {:?}",
+        edges["reply"]
+    );
+
+    // The check itself: it reads every form of path, and sees a cycle.
+    let names: Vec<String> = ["jobs", "reply", "stats"].map(String::from).to_vec();
+    assert_eq!(
+        manager_modules_named(
+            "use super::{DomainManager, reply::JobValue, stats::{a, b}};\nlet x = super::jobs::X;",
+            &names
+        ),
+        ["reply", "stats", "jobs"]
+    );
+    let mut cyclic = std::collections::BTreeMap::new();
+    cyclic.insert("jobs".to_string(), vec!["reply".to_string()]);
+    cyclic.insert("reply".to_string(), vec!["stats".to_string()]);
+    cyclic.insert("stats".to_string(), vec!["jobs".to_string()]);
+    assert_eq!(
+        find_cycle(&cyclic),
+        Some(
+            ["jobs", "reply", "stats", "jobs"]
+                .map(String::from)
+                .to_vec()
+        )
+    );
+}

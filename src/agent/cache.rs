@@ -66,15 +66,6 @@ impl GuestAgentCache {
             .unwrap_or_default()
     }
 
-    /// The data of a GUEST_INFO_CHANGED event.
-    pub fn change_summary(&self) -> Value {
-        json!({
-            "os": self.system.os,
-            "interfaces": self.system.interfaces,
-            "fsFreezeStatus": self.fsfreeze_status.map(FreezeStatus::as_str),
-        })
-    }
-
     /// `query-guest-info`, in the shape of KubeVirt's
     /// VirtualMachineInstanceGuestAgentInfo.
     pub fn guest_info(&self) -> Value {

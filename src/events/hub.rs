@@ -161,7 +161,7 @@ mod tests {
     use serde_json::json;
 
     fn event(kind: EventKind, n: u64) -> Event {
-        Event::new(kind, json!({ "n": n }))
+        Event::new(kind, &json!({ "n": n }))
     }
 
     fn n_of(e: &Event) -> u64 {

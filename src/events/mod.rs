@@ -5,7 +5,7 @@ pub mod hub;
 
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde::Serialize;
 
 use crate::protocol::{Timestamp, encode_event};
 pub use hub::{EventHub, SubscriberQueue};
@@ -171,10 +171,11 @@ pub struct Event {
 }
 
 impl Event {
-    pub fn new(kind: EventKind, data: Value) -> Event {
+    /// The event of `kind` with `data`, its typed payload.
+    pub fn new(kind: EventKind, data: &impl Serialize) -> Event {
         Event {
             kind,
-            line: encode_event(kind.name(), &data, Timestamp::now()).into(),
+            line: encode_event(kind.name(), data, Timestamp::now()).into(),
         }
     }
 }
@@ -182,7 +183,7 @@ impl Event {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     #[test]
     fn names_round_trip_and_are_unique() {
@@ -196,7 +197,7 @@ mod tests {
 
     #[test]
     fn event_line_is_one_json_line() {
-        let e = Event::new(EventKind::AgentConnected, json!({"domain": "a_b"}));
+        let e = Event::new(EventKind::AgentConnected, &json!({"domain": "a_b"}));
         assert!(e.line.ends_with('\n'));
         assert_eq!(e.line.matches('\n').count(), 1);
         let v: Value = serde_json::from_str(&e.line).unwrap();

@@ -241,7 +241,10 @@ impl ManagerClient {
             Err(e) => return Err(describe(&e)),
         };
         let status = status_of(&reply);
-        let xml = reply.encoded("xml").filter(|xml| xml.get() != "\"\"");
+        let xml = reply
+            .as_domain()
+            .and_then(|d| d.xml.as_ref())
+            .filter(|xml| xml.get() != "\"\"");
         let Some(xml) = xml else {
             if status.state == DomainState::NoState {
                 return Ok(None);
@@ -546,8 +549,8 @@ impl CmdService {
                 Err(e) => return Err(describe(&e)),
             };
             let bulk = reply
-                .encoded("stats")
-                .cloned()
+                .as_stats()
+                .map(|s| s.stats.clone())
                 .unwrap_or_else(|| Encoded::new(&Map::new()));
             let described = self
                 .run("query-domain", json!({ "fields": ["uuid", "xml"] }))
@@ -556,11 +559,13 @@ impl CmdService {
                 bulk,
                 uuid: described
                     .as_ref()
-                    .and_then(|r| r.member("uuid"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
-                xml: described.as_ref().and_then(|r| r.encoded("xml")).cloned(),
+                    .and_then(|r| r.as_domain())
+                    .and_then(|d| d.uuid.clone())
+                    .unwrap_or_default(),
+                xml: described
+                    .as_ref()
+                    .and_then(|r| r.as_domain())
+                    .and_then(|d| d.xml.clone()),
             };
             self.converted.stats(key, |key| self.make_domain_stats(key))
         })();
@@ -779,15 +784,12 @@ impl CmdService {
 
 /// The state and reason of a `query-domain` reply.
 fn status_of(reply: &Return) -> DomainStatus {
-    let word = |key: &str| {
-        reply
-            .member(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
+    let domain = reply.as_domain();
+    let state = domain.and_then(|d| d.state).unwrap_or_default();
+    let reason = domain.and_then(|d| d.reason).unwrap_or_default();
     DomainStatus::new(
-        DomainState::from_name(word("state")).unwrap_or(DomainState::NoState),
-        StateReason::from_name(word("reason")).unwrap_or(StateReason::Unknown),
+        DomainState::from_name(state).unwrap_or(DomainState::NoState),
+        StateReason::from_name(reason).unwrap_or(StateReason::Unknown),
     )
 }
 
@@ -873,19 +875,22 @@ mod tests {
         std::thread::spawn(move || {
             for request in rx {
                 let answers = answers.lock().unwrap();
-                let mut reply = Return::new();
-                match request.command.name() {
-                    "query-stats" => {
-                        reply.insert("domain", json!("e2e_vm"));
-                        reply.insert_encoded("stats", answers.stats.clone());
+                let reply: Return = match request.command.name() {
+                    "query-stats" => crate::replies::StatsReply {
+                        age_ms: 0,
+                        domain: "e2e_vm".into(),
+                        stats: answers.stats.clone(),
                     }
-                    "query-domain" => {
-                        reply.insert("name", json!("e2e_vm"));
-                        reply.insert("uuid", json!(answers.uuid));
-                        reply.insert_encoded("xml", Encoded::new(&answers.xml));
+                    .into(),
+                    "query-domain" => crate::replies::DomainReply {
+                        name: "e2e_vm".into(),
+                        uuid: Some(answers.uuid.clone()),
+                        xml: Some(Encoded::new(&answers.xml)),
+                        ..Default::default()
                     }
+                    .into(),
                     other => panic!("unexpected {other}"),
-                }
+                };
                 request.reply.send(Ok(reply));
             }
         });

@@ -20,12 +20,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::{JobValue, object};
+use super::reply::JobValue;
+use crate::replies;
 use super::timers::Timer;
 use crate::command::{BackupRequest, BackupTarget, ReplyTo};
 use crate::domxml::Domain;
@@ -123,27 +124,22 @@ impl BackupRecord {
         self.progress = None;
     }
 
-    pub(super) fn to_json(&self) -> Value {
-        let mut value = json!({
-            "mode": self.mode,
-            "checkpoint": self.checkpoint,
-            "incremental": self.incremental,
-            "disks": self.disks,
-            "phase": self.phase,
-            "started": seconds(self.started_ms),
-            "ended": self.ended_ms.map(seconds),
-            "failure": self.failure,
-        });
-        if let Some(format) = &self.format {
-            value["format"] = json!(format);
+    pub(super) fn to_status(&self) -> replies::BackupStatus {
+        replies::BackupStatus {
+            checkpoint: self.checkpoint.clone(),
+            disks: serde_json::to_value(&self.disks).unwrap_or(Value::Null),
+            ended: self.ended_ms.map(seconds),
+            failure: self.failure.clone(),
+            format: self.format.clone(),
+            incremental: self.incremental.clone(),
+            mode: serde_json::to_value(self.mode).unwrap_or(Value::Null),
+            phase: serde_json::to_value(self.phase).unwrap_or(Value::Null),
+            progress: self
+                .progress
+                .map(|p| serde_json::to_value(p).unwrap_or(Value::Null)),
+            socket: self.socket.as_ref().map(|s| s.display().to_string()),
+            started: seconds(self.started_ms),
         }
-        if let Some(socket) = &self.socket {
-            value["socket"] = json!(socket);
-        }
-        if let Some(progress) = self.progress {
-            value["progress"] = json!(progress);
-        }
-        value
     }
 }
 
@@ -441,7 +437,7 @@ impl DomainManager {
             .and_then(|vmi| vmi["spec"]["domain"]["devices"]["disks"].as_array())
             .into_iter()
             .flatten()
-            .filter(|d| d["changedBlockTracking"] == json!(true))
+            .filter(|d| d["changedBlockTracking"].as_bool() == Some(true))
             .filter_map(|d| d["name"].as_str().map(str::to_string))
             .collect()
     }
@@ -555,13 +551,13 @@ impl DomainManager {
         match result {
             Ok(JobValue::BackupStarted { disks }) => {
                 record.disks = std::mem::take(disks);
-                let reply = record.to_json();
+                let reply = record.to_status();
                 self.backup.save();
                 if self.backup.running().is_some() {
                     self.timers.arm_in(Timer::BackupProgress, PROGRESS_EVERY);
                 }
-                log::info!("manager: backup began: {reply}");
-                *result = Ok(JobValue::Reply(object(reply).into()));
+                log::info!("manager: backup began: {reply:?}");
+                *result = Ok(JobValue::Reply(reply.into()));
             }
             Ok(_) => {}
             Err(e) => {
@@ -646,9 +642,9 @@ impl DomainManager {
             ),
         };
         record.end(phase, failure);
-        let data = record.to_json();
+        let data = record.to_status();
         self.backup.save();
-        log::info!("manager: backup ended: {data}");
+        log::info!("manager: backup ended: {data:?}");
         let kind = if phase == BackupPhase::Completed {
             EventKind::BackupCompleted
         } else {
@@ -700,13 +696,15 @@ impl DomainManager {
                         .into_iter()
                         .map(|c| {
                             let xml = hv.checkpoint_xml(&name, &c)?;
-                            Ok(json!({ "name": c, "xml": xml }))
+                            Ok(replies::CheckpointXml { name: c, xml })
                         })
                         .collect::<Result<Vec<_>, _>>()
                 });
                 JobOutput::reply(
                     listed
-                        .map(|list| JobValue::Reply(object(json!({ "checkpoints": list })).into()))
+                        .map(|checkpoints| {
+                            JobValue::Reply(replies::Checkpoints { checkpoints }.into())
+                        })
                         .map_err(|e| hypervisor_error(&e)),
                 )
             },
@@ -805,13 +803,19 @@ fn redefine(
         }
     };
     let answer = match hv.checkpoint_create(name, &xml, true) {
-        Ok(()) => json!({ "checkpoint": checkpoint, "valid": true }),
-        Err(e) if e.kind == HypervisorErrorKind::InvalidCheckpoint => {
-            json!({ "checkpoint": checkpoint, "valid": false, "reason": e.message })
-        }
+        Ok(()) => replies::CheckpointValidity {
+            checkpoint: checkpoint.to_string(),
+            reason: None,
+            valid: true,
+        },
+        Err(e) if e.kind == HypervisorErrorKind::InvalidCheckpoint => replies::CheckpointValidity {
+            checkpoint: checkpoint.to_string(),
+            reason: Some(e.message),
+            valid: false,
+        },
         Err(e) => return Err(hypervisor_error(&e)),
     };
-    Ok(JobValue::Reply(object(answer).into()))
+    Ok(JobValue::Reply(answer.into()))
 }
 
 #[cfg(test)]
@@ -915,8 +919,8 @@ mod tests {
     #[test]
     fn progress_comes_from_the_job_statistics() {
         let stats: Vec<Stat> = vec![
-            ("disk_total".into(), json!(1000u64)),
-            ("disk_processed".into(), json!(250u64)),
+            ("disk_total".into(), Value::from(1000u64)),
+            ("disk_processed".into(), Value::from(250u64)),
         ];
         assert_eq!(
             progress_of(&stats),

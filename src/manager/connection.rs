@@ -4,7 +4,7 @@
 //! on a worker until it succeeds, then re-reads the domain's state: events
 //! sent while the launcher was away are lost.
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, JobResult, Observation, Operation};
@@ -41,6 +41,14 @@ impl Link {
     }
 }
 
+/// LIBVIRT_DISCONNECTED's data (with why) and LIBVIRT_RECONNECTED's.
+#[derive(Debug, Serialize)]
+struct LibvirtLink {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+    uri: String,
+}
+
 impl DomainManager {
     pub(super) fn on_connection_lost(&mut self, connection: ConnectionId, reason: CloseReason) {
         if connection != self.link.connection {
@@ -59,7 +67,10 @@ impl DomainManager {
         self.link.reconnecting = true;
         self.publish(
             EventKind::LibvirtDisconnected,
-            json!({ "uri": self.hypervisor.info().uri, "reason": reason }),
+            LibvirtLink {
+                reason: Some(reason),
+                uri: self.hypervisor.info().uri,
+            },
         );
         self.start_reconnect();
     }
@@ -98,7 +109,10 @@ impl DomainManager {
         log::info!("manager: reconnected to libvirt");
         self.publish(
             EventKind::LibvirtReconnected,
-            json!({ "uri": self.hypervisor.info().uri }),
+            LibvirtLink {
+                reason: None,
+                uri: self.hypervisor.info().uri,
+            },
         );
         self.refresh_status();
     }

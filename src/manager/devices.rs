@@ -1,17 +1,29 @@
 //! Devices appearing in and leaving the domain (libvirt's device-added and
 //! device-removed events), published with what kind of device they are.
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::DomainManager;
 use crate::events::EventKind;
+
+/// DEVICE_ADDED's and DEVICE_REMOVED's data.
+#[derive(Debug, Serialize)]
+struct DeviceEvent<'a> {
+    alias: &'a str,
+    domain: &'a str,
+    kind: &'static str,
+}
 
 impl DomainManager {
     pub(super) fn on_device_added(&mut self, alias: String) {
         let kind = self.device_kind(&alias);
         self.publish(
             EventKind::DeviceAdded,
-            json!({ "domain": self.config.domain_name, "alias": alias, "kind": kind }),
+            DeviceEvent {
+                alias: &alias,
+                domain: &self.config.domain_name,
+                kind,
+            },
         );
     }
 
@@ -19,7 +31,11 @@ impl DomainManager {
         let kind = self.device_kind(&alias);
         self.publish(
             EventKind::DeviceRemoved,
-            json!({ "domain": self.config.domain_name, "alias": alias, "kind": kind }),
+            DeviceEvent {
+                alias: &alias,
+                domain: &self.config.domain_name,
+                kind,
+            },
         );
         self.hotplug_device_removed(&alias);
     }

@@ -5,16 +5,17 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Operation};
-use super::reply::{JobValue, object};
+use super::reply::JobValue;
 use crate::command::{MAX_DIRTY_RATE_SECONDS, ReplyTo};
 use crate::hypervisor::state::dotted_version;
 use crate::hypervisor::{DriverKind, Hypervisor, Stat};
 use crate::protocol::{CommandError, ErrorClass};
+use crate::replies;
 
 /// How often a finished measurement is looked for once its period is
 /// over, and for how long (KubeVirt: every 200 ms for a second).
@@ -36,7 +37,10 @@ impl DomainManager {
                     hv.hypervisor_version()
                         .map(|version| {
                             JobValue::Reply(
-                                object(json!({ "version": qemu_version(driver, version) })).into(),
+                                replies::QemuVersion {
+                                    version: qemu_version(driver, version),
+                                }
+                                .into(),
                             )
                         })
                         .map_err(|e| hypervisor_error(&e)),
@@ -64,7 +68,9 @@ impl DomainManager {
         let timeout = self.timing.command + Duration::from_secs(u64::from(seconds));
         self.jobs
             .spawn(Operation::QueryDirtyRate, Some(reply), timeout, move |hv| {
-                JobOutput::reply(measure_dirty_rate(hv, &name, seconds).map(JobValue::Reply))
+                JobOutput::reply(
+                    measure_dirty_rate(hv, &name, seconds).map(|rate| JobValue::Reply(rate.into())),
+                )
             });
     }
 
@@ -74,7 +80,11 @@ impl DomainManager {
             Operation::Screenshot,
             Some(reply),
             self.timing.command,
-            move |hv| JobOutput::reply(take_screenshot(hv, &name).map(JobValue::Reply)),
+            move |hv| {
+                JobOutput::reply(
+                    take_screenshot(hv, &name).map(|shot| JobValue::Reply(shot.into())),
+                )
+            },
         );
     }
 }
@@ -99,7 +109,7 @@ pub(super) fn measure_dirty_rate(
     hv: &dyn Hypervisor,
     name: &str,
     seconds: u32,
-) -> Result<crate::protocol::Return, CommandError> {
+) -> Result<replies::DirtyRate, CommandError> {
     debug_assert!(seconds <= MAX_DIRTY_RATE_SECONDS);
     hv.start_dirty_rate_calc(name, seconds)
         .map_err(|e| hypervisor_error(&e))?;
@@ -132,7 +142,7 @@ pub(super) fn measure_dirty_rate(
     }
 }
 
-fn dirty_rate_reply(name: &str, stats: &[Stat]) -> Result<crate::protocol::Return, CommandError> {
+fn dirty_rate_reply(name: &str, stats: &[Stat]) -> Result<replies::DirtyRate, CommandError> {
     let rate = stat(stats, "dirtyrate.megabytes_per_second")
         .and_then(Value::as_i64)
         .ok_or_else(|| {
@@ -141,21 +151,17 @@ fn dirty_rate_reply(name: &str, stats: &[Stat]) -> Result<crate::protocol::Retur
             )
         })?;
     let get = |key: &str| stat(stats, key).cloned().unwrap_or(Value::Null);
-    Ok(object(json!({
-        "domain": name,
-        "megabytes_per_second": rate,
-        "calc_period_seconds": get("dirtyrate.calc_period"),
-        "calc_start_time": get("dirtyrate.calc_start_time"),
-        "mode": get("dirtyrate.calc_mode"),
-    }))
-    .into())
+    Ok(replies::DirtyRate {
+        calc_period_seconds: get("dirtyrate.calc_period"),
+        calc_start_time: get("dirtyrate.calc_start_time"),
+        domain: name.to_string(),
+        megabytes_per_second: rate,
+        mode: get("dirtyrate.calc_mode"),
+    })
 }
 
 /// The primary display as PNG, refused when the domain has no display.
-fn take_screenshot(
-    hv: &dyn Hypervisor,
-    name: &str,
-) -> Result<crate::protocol::Return, CommandError> {
+fn take_screenshot(hv: &dyn Hypervisor, name: &str) -> Result<replies::Screenshot, CommandError> {
     let (xml, _) = hv.domain_xml(name).map_err(|e| hypervisor_error(&e))?;
     let domain: crate::domxml::Domain = crate::domxml::read::from_str(&xml).map_err(|e| {
         CommandError::internal(format!("screenshot: the domain's XML does not read: {e}"))
@@ -194,14 +200,13 @@ fn take_screenshot(
         }
     };
     let (data, width, height) = png;
-    Ok(object(json!({
-        "mime": "image/png",
-        "width": width,
-        "height": height,
-        "size_bytes": data.len(),
-        "data": crate::encoding::base64_encode(&data),
-    }))
-    .into())
+    Ok(replies::Screenshot {
+        data: crate::encoding::base64_encode(&data),
+        height,
+        mime: "image/png",
+        size_bytes: data.len(),
+        width,
+    })
 }
 
 #[cfg(test)]
@@ -218,16 +223,18 @@ mod tests {
     #[test]
     fn a_measured_rate_is_the_reply() {
         let stats: Vec<Stat> = vec![
-            ("dirtyrate.calc_status".into(), json!(2)),
-            ("dirtyrate.calc_start_time".into(), json!(1_700_000_000)),
-            ("dirtyrate.calc_period".into(), json!(1)),
-            ("dirtyrate.calc_mode".into(), json!("page-sampling")),
-            ("dirtyrate.megabytes_per_second".into(), json!(42)),
+            ("dirtyrate.calc_status".into(), Value::from(2)),
+            (
+                "dirtyrate.calc_start_time".into(),
+                Value::from(1_700_000_000),
+            ),
+            ("dirtyrate.calc_period".into(), Value::from(1)),
+            ("dirtyrate.calc_mode".into(), Value::from("page-sampling")),
+            ("dirtyrate.megabytes_per_second".into(), Value::from(42)),
         ];
         assert_eq!(
-            Value::Object(dirty_rate_reply("ns_vm", &stats).unwrap().into_object()),
-            json!({"domain": "ns_vm", "megabytes_per_second": 42, "calc_period_seconds": 1,
-                   "calc_start_time": 1_700_000_000, "mode": "page-sampling"})
+            serde_json::to_string(&dirty_rate_reply("ns_vm", &stats).unwrap()).unwrap(),
+            r#"{"calc_period_seconds":1,"calc_start_time":1700000000,"domain":"ns_vm","megabytes_per_second":42,"mode":"page-sampling"}"#
         );
         let err = dirty_rate_reply("ns_vm", &stats[..1]).unwrap_err();
         assert_eq!(err.class, ErrorClass::Internal);

@@ -1,16 +1,15 @@
 //! The domain commands: immediate queries answered from the manager's own
 //! view, and domain operations run as jobs.
 
-use serde_json::{Map, Value, json};
-
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::{JobValue, Operated, OperationDetail, object};
+use super::reply::{JobValue, Operated, OperationDetail};
 use super::shutdown::StopIntent;
 use super::{DomainManager, Phase};
 use crate::command::{DomainCommand, ReplyTo};
 use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, RebootMode};
-use crate::protocol::{CommandError, ErrorClass};
+use crate::protocol::{CommandError, ErrorClass, Return};
+use crate::replies;
 
 /// The libvirt operations on the domain that client commands ask for
 /// (the read-only queries are answered by `domain_cache` and `stats`).
@@ -128,7 +127,7 @@ fn op_then_status(
 impl DomainManager {
     pub(super) fn run_domain_command(&mut self, command: DomainCommand, reply: ReplyTo) {
         let operation = match command {
-            DomainCommand::Ping => return reply.send(Ok(Map::new().into())),
+            DomainCommand::Ping => return reply.send(Ok(Return::new())),
             DomainCommand::QueryVersion => return reply.send(Ok(self.query_version().into())),
             DomainCommand::QueryStatus => return reply.send(Ok(self.query_status().into())),
             DomainCommand::Sync { vmi, options } => {
@@ -223,61 +222,62 @@ impl DomainManager {
         }
     }
 
-    fn query_version(&self) -> Map<String, Value> {
+    fn query_version(&self) -> replies::Version {
         let info = self.hypervisor.info();
-        object(json!({
-            "launcher": env!("CARGO_PKG_VERSION"),
-            "protocol": crate::protocol::PROTOCOL_VERSION,
-            "backend": info.backend,
-            "libvirt": {
-                "library": info.library_version,
-                "daemon": info.daemon_version,
-                "uri": info.uri,
+        replies::Version {
+            backend: info.backend,
+            hypervisor: info.hypervisor_version,
+            launcher: env!("CARGO_PKG_VERSION"),
+            libvirt: replies::LibvirtVersion {
+                daemon: info.daemon_version,
+                library: info.library_version,
+                uri: info.uri,
             },
-            "hypervisor": info.hypervisor_version,
-        }))
+            protocol: crate::protocol::PROTOCOL_VERSION,
+        }
     }
 
-    pub(super) fn query_status(&self) -> Map<String, Value> {
-        let grace = self.stop.window.map(|(began, deadline)| {
-            json!({
-                "started_seconds_ago": began.elapsed().as_secs_f64(),
-                "remaining_seconds": deadline
+    pub(super) fn query_status(&self) -> replies::Status {
+        let shutdown = self
+            .stop
+            .window
+            .map(|(began, deadline)| replies::GraceWindow {
+                remaining_seconds: deadline
                     .saturating_duration_since(std::time::Instant::now())
                     .as_secs_f64(),
-            })
-        });
-        let mut status = object(json!({
-            "phase": self.phase.as_str(),
-            "vmi": self.config.vmi_ref(),
-            "uid": self.config.uid,
-            "domain": {
-                "name": self.config.domain_name,
-                "defined": self.domain.defined,
-                "state": self.domain.status.state.as_str(),
-                "reason": self.domain.status.reason.as_str(),
-                "paused_by_user": self.domain.status.is_paused_by_user(),
-            },
-            "agent": { "connected": self.agent.connected },
-            "libvirt": {
-                "uri": self.hypervisor.info().uri,
-                "connected": self.link.is_up(),
-                "spawned": self.daemons.as_ref().map(|d| d.status()),
-            },
-            "job": self.jobs.exclusive_running().map(Operation::name),
-            "migration": self.migration.record.as_ref().map(|m| m.to_json()),
-            "memory_dump": self.memory_dump.last.as_ref().map(|d| d.to_json()),
-            "backup": self.backup.last.as_ref().map(|b| b.to_json()),
-            "shutdown": grace,
-            "uptime_seconds": self.started.elapsed().as_secs_f64(),
-        }));
+                started_seconds_ago: began.elapsed().as_secs_f64(),
+            });
         // Only for a VMI that shares filesystems, so that every other
         // status keeps its shape.
         let virtiofs = crate::daemons::virtiofs::report(&self.virtiofs);
-        if virtiofs.as_array().is_some_and(|a| !a.is_empty()) {
-            status.insert("virtiofs".to_string(), virtiofs);
+        let virtiofs = virtiofs.as_array().is_some_and(|a| !a.is_empty()).then_some(virtiofs);
+        replies::Status {
+            agent: replies::AgentStatus {
+                connected: self.agent.connected,
+            },
+            domain: replies::DomainSummary {
+                defined: self.domain.defined,
+                name: self.config.domain_name.clone(),
+                paused_by_user: self.domain.status.is_paused_by_user(),
+                reason: self.domain.status.reason.as_str(),
+                state: self.domain.status.state.as_str(),
+            },
+            backup: self.backup.last.as_ref().map(|b| b.to_status()),
+            job: self.jobs.exclusive_running().map(Operation::name),
+            libvirt: replies::LibvirtStatus {
+                connected: self.link.is_up(),
+                spawned: self.daemons.as_ref().map(|d| d.status()),
+                uri: self.hypervisor.info().uri,
+            },
+            memory_dump: self.memory_dump.last.as_ref().map(|d| d.status()),
+            migration: self.migration.record.as_ref().map(|m| m.status()),
+            phase: self.phase.as_str(),
+            shutdown,
+            uid: self.config.uid.clone(),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            virtiofs,
+            vmi: self.config.vmi_ref(),
         }
-        status
     }
 
     /// Refuses commands that make no sense now, before any side effect.

@@ -22,45 +22,21 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
+use super::hotplug::VolumeStatus;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::JobValue;
+use super::reply::{DomainRead, JobValue, LiveDomain};
 use crate::command::{DomainFields, DomainQuery, ReplyTo};
 use crate::domxml::Domain;
 use crate::hypervisor::{DomainStatus, Hypervisor};
-use crate::protocol::{CommandError, Encoded, Return};
+use crate::protocol::{CommandError, Encoded};
+use crate::replies::DomainReply;
 
 /// How old a cached read a query without `max_age_ms` accepts.
 pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
-
-/// One read of the live domain.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct LiveDomain {
-    pub(super) uuid: String,
-    pub(super) xml: String,
-    /// The parsed XML.
-    pub(super) domain: Arc<Domain>,
-    /// `domain` as JSON, as replies carry it (`spec`), encoded once.
-    pub(super) spec: Encoded,
-    /// `xml` as a JSON string, encoded once (escaping a few kilobytes of
-    /// XML for every reply cost more than the rest of a cached reply).
-    pub(super) xml_json: Encoded,
-    pub(super) read: Instant,
-}
-
-/// A fresh read, as a job returns it.
-#[derive(Debug, PartialEq)]
-pub(super) struct DomainRead {
-    pub(super) live: LiveDomain,
-    /// The state read with it (`None`: the domain no longer exists).
-    pub(super) status: Option<DomainStatus>,
-    /// The cache's generation when the read started.
-    pub(super) generation: u64,
-    pub(super) fields: DomainFields,
-}
 
 #[derive(Debug, Default)]
 pub(super) struct DomainCache {
@@ -105,36 +81,30 @@ pub(super) fn domain_reply(
     status: DomainStatus,
     fields: DomainFields,
     network: impl FnOnce() -> Value,
-    volumes: Option<Value>,
+    volumes: Option<Vec<VolumeStatus>>,
     now: Instant,
-) -> Return {
-    let mut reply = Return::new();
-    reply.insert("name", Value::String(name.to_string()));
-    if fields.state {
-        reply.insert("state", status.state.as_str().into());
-        reply.insert("reason", status.reason.as_str().into());
-    }
+) -> DomainReply {
+    let (state, reason) = match fields.state {
+        true => (Some(status.state.as_str()), Some(status.reason.as_str())),
+        false => (None, None),
+    };
+    let mut reply = DomainReply {
+        age_ms: None,
+        name: name.to_string(),
+        network: fields.network.then(network),
+        reason,
+        spec: None,
+        state,
+        uuid: None,
+        volumes,
+        xml: None,
+    };
     if let Some(live) = live {
-        if fields.uuid {
-            reply.insert("uuid", Value::String(live.uuid.clone()));
-        }
-        if fields.spec {
-            reply.insert_encoded("spec", live.spec.clone());
-        }
-        if fields.xml {
-            reply.insert_encoded("xml", live.xml_json.clone());
-        }
+        reply.uuid = fields.uuid.then(|| live.uuid.clone());
+        reply.spec = fields.spec.then(|| live.spec.clone());
+        reply.xml = fields.xml.then(|| live.xml_json.clone());
         let age = now.saturating_duration_since(live.read);
-        reply.insert(
-            "age_ms",
-            json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
-        );
-    }
-    if fields.network {
-        reply.insert("network", network());
-    }
-    if let Some(volumes) = volumes {
-        reply.insert("volumes", volumes);
+        reply.age_ms = Some(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
     }
     reply
 }
@@ -173,21 +143,15 @@ impl DomainManager {
         let now = Instant::now();
         let max_age = query.max_age.unwrap_or(self.timing.domain_max_age);
         if !query.fields.need_xml() {
-            return reply.send(Ok(self.domain_reply(
-                None,
-                self.domain.status,
-                query.fields,
-                now,
-            )));
+            return reply.send(Ok(self
+                .domain_reply(None, self.domain.status, query.fields, now)
+                .into()));
         }
         if let Some(live) = self.described.fresh(max_age, now).cloned() {
             let status = self.domain.status;
-            return reply.send(Ok(self.domain_reply(
-                Some(&live),
-                status,
-                query.fields,
-                now,
-            )));
+            return reply.send(Ok(self
+                .domain_reply(Some(&live), status, query.fields, now)
+                .into()));
         }
         let name = self.config.domain_name.clone();
         let generation = self.described.generation();
@@ -213,7 +177,7 @@ impl DomainManager {
 
     /// The reply to a query-domain job: its read is kept (unless a change
     /// overtook it) and answered with the state read with it.
-    pub(super) fn on_domain_read(&mut self, read: DomainRead) -> Return {
+    pub(super) fn on_domain_read(&mut self, read: DomainRead) -> DomainReply {
         let live = Arc::new(read.live);
         self.described.store(live.clone(), read.generation);
         let status = read.status.unwrap_or(DomainStatus::NON_EXISTENT);
@@ -226,14 +190,14 @@ impl DomainManager {
         status: DomainStatus,
         fields: DomainFields,
         now: Instant,
-    ) -> Return {
+    ) -> DomainReply {
         // The volumes of the read, with the phases of those in transition
         // (which the manager keeps: current even when the read is cached).
         let volumes = match live {
             Some(live) if fields.volumes => {
                 let listed =
                     super::hotplug::live_volumes(&live.domain, &self.config.dirs.hotplug_disks);
-                Some(serde_json::to_value(self.volume_statuses(listed)).unwrap_or(Value::Null))
+                Some(self.volume_statuses(listed))
             }
             _ => None,
         };
@@ -313,12 +277,12 @@ mod tests {
             Some(&read),
             running,
             DomainFields::ALL,
-            || json!([]),
+            || Value::Array(Vec::new()),
             None,
             t0 + Duration::from_millis(7),
         );
         let line = serde_json::to_string(&all).unwrap();
-        let all = all.into_object();
+        let all = crate::protocol::Return::from(all).into_object();
         // The encoded members are written as the values they encode.
         assert_eq!(serde_json::to_string(&all).unwrap(), line);
         assert_eq!(all["spec"], serde_json::to_value(&*read.domain).unwrap());
@@ -351,8 +315,8 @@ mod tests {
             t0,
         );
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"name": "ns_vm", "state": "Running", "reason": "Booted"})
+            serde_json::to_string(&reply).unwrap(),
+            r#"{"name":"ns_vm","reason":"Booted","state":"Running"}"#
         );
     }
 }

@@ -6,11 +6,12 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, JobResult, Observation, Operation};
-use super::reply::{Executed, Frozen, JobValue, object};
+use super::reply::{Executed, Frozen, JobValue};
 use super::timers::Timer;
 use super::{DomainManager, Phase};
 use crate::agent::cache::GuestAgentCache;
@@ -22,7 +23,8 @@ use crate::events::EventKind;
 use crate::hypervisor::{
     AgentLifecycle, DomainState, Hypervisor, HypervisorError, HypervisorErrorKind,
 };
-use crate::protocol::{CommandError, ErrorClass};
+use crate::protocol::{CommandError, ErrorClass, Return};
+use crate::replies;
 
 /// The guest agent as the manager knows it.
 pub(super) struct AgentState {
@@ -103,15 +105,46 @@ fn agent_error(
     }
 }
 
+/// A request line to the guest agent.
+#[derive(Debug, Serialize)]
+struct AgentRequest<'a, A> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<A>,
+    execute: &'a str,
+}
+
+/// The request line of the agent's `execute`, with `arguments`.
+fn agent_request_with(execute: &str, arguments: Option<impl Serialize>) -> String {
+    serde_json::to_string(&AgentRequest { arguments, execute }).unwrap_or_default()
+}
+
+/// The request line of the agent's `execute`, without arguments.
+pub(super) fn agent_request(execute: &str) -> String {
+    agent_request_with(execute, None::<()>)
+}
+
+#[derive(Debug, Serialize)]
+struct ExecArguments<'a> {
+    arg: &'a [String],
+    #[serde(rename = "capture-output")]
+    capture_output: bool,
+    path: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct PidArgument {
+    pid: i64,
+}
+
 fn agent_call(
     hv: &dyn Hypervisor,
     name: &str,
     command: &str,
-    request: &Value,
+    request: &str,
     timeout: Duration,
 ) -> Result<Value, CommandError> {
     let raw = hv
-        .agent_command(name, &request.to_string(), timeout)
+        .agent_command(name, request, timeout)
         .map_err(|e| agent_error(&e, command, timeout, true))?;
     let mut reply: Value = serde_json::from_str(&raw).map_err(|e| {
         CommandError::internal(format!("{command}: the agent's reply is not JSON: {e}"))
@@ -137,24 +170,25 @@ impl DomainManager {
         }
         let cache = &self.agent.cache;
         match command {
-            GuestCommand::QueryGuestInfo => reply.send(Ok(object(cache.guest_info()).into())),
-            GuestCommand::QueryUsers => {
-                reply.send(Ok(object(json!({ "users": cache.users })).into()))
+            GuestCommand::QueryGuestInfo => reply.send(Ok(Return::GuestInfo(cache.guest_info()))),
+            GuestCommand::QueryUsers => reply.send(Ok(replies::Users {
+                users: cache.users.clone(),
             }
-            GuestCommand::QueryFilesystems => reply
-                .send(Ok(
-                    object(json!({ "filesystems": cache.filesystems })).into()
-                )),
-            GuestCommand::QueryInterfaces => reply.send(Ok(object(json!({
-                "interfaces": cache.system.interfaces,
-                "network": crate::network::report(&self.network),
-            }))
             .into())),
-            GuestCommand::QueryOsInfo => reply.send(Ok(object(json!({
-                "os": cache.system.os,
-                "hostname": cache.system.hostname,
-                "timezone": cache.timezone_text(),
-            }))
+            GuestCommand::QueryFilesystems => reply.send(Ok(replies::Filesystems {
+                filesystems: cache.filesystems.clone(),
+            }
+            .into())),
+            GuestCommand::QueryInterfaces => reply.send(Ok(replies::Interfaces {
+                interfaces: cache.system.interfaces.clone(),
+                network: crate::network::report(&self.network),
+            }
+            .into())),
+            GuestCommand::QueryOsInfo => reply.send(Ok(replies::OsInfo {
+                hostname: cache.system.hostname.clone(),
+                os: cache.system.os.clone(),
+                timezone: cache.timezone_text(),
+            }
             .into())),
             GuestCommand::Ping { timeout_seconds } => self.start_guest_ping(timeout_seconds, reply),
             GuestCommand::Exec(args) => self.start_guest_exec(args, reply),
@@ -178,7 +212,7 @@ impl DomainManager {
                         hv,
                         &name,
                         "guest-ping",
-                        &json!({"execute": "guest-ping"}),
+                        &agent_request("guest-ping"),
                         timeout,
                     )
                     .map(|_| JobValue::Empty),
@@ -223,7 +257,7 @@ impl DomainManager {
                         hv,
                         &name,
                         "freeze",
-                        &json!({"execute": "guest-fsfreeze-status"}),
+                        &agent_request("guest-fsfreeze-status"),
                         AGENT_TIMEOUT,
                     )
                 };
@@ -239,7 +273,7 @@ impl DomainManager {
                         hv,
                         &name,
                         "freeze",
-                        &json!({"execute": "guest-fsfreeze-freeze"}),
+                        &agent_request("guest-fsfreeze-freeze"),
                         timeout,
                     ) {
                         Ok(count) => count.as_u64().unwrap_or(0),
@@ -248,8 +282,8 @@ impl DomainManager {
                 };
                 JobOutput {
                     result: Ok(JobValue::Frozen(Frozen {
-                        frozen_filesystems: frozen,
                         already_frozen: already,
+                        frozen_filesystems: frozen,
                         unfreeze_timeout_seconds,
                     })),
                     observed: Observation::FsFreeze(FreezeStatus::Frozen),
@@ -271,7 +305,7 @@ impl DomainManager {
                 hv,
                 &name,
                 "unfreeze",
-                &json!({"execute": "guest-fsfreeze-thaw"}),
+                &agent_request("guest-fsfreeze-thaw"),
                 timeout,
             ) {
                 Ok(count) => JobOutput {
@@ -360,7 +394,10 @@ impl DomainManager {
         };
         self.publish(
             kind,
-            json!({ "domain": self.config.domain_name, "reason": agent.reason.describe() }),
+            AgentChanged {
+                domain: &self.config.domain_name,
+                reason: agent.reason.describe(),
+            },
         );
     }
 
@@ -375,9 +412,16 @@ impl DomainManager {
 
     pub(super) fn apply_agent_data(&mut self, data: AgentData) {
         if self.agent.cache.apply(data) {
-            let mut summary = self.agent.cache.change_summary();
-            summary["domain"] = json!(self.config.domain_name);
-            self.publish(EventKind::GuestInfoChanged, summary);
+            let cache = &self.agent.cache;
+            self.publish(
+                EventKind::GuestInfoChanged,
+                GuestInfoChanged {
+                    domain: &self.config.domain_name,
+                    fs_freeze_status: cache.fsfreeze_status.map(FreezeStatus::as_str),
+                    interfaces: &cache.system.interfaces,
+                    os: &cache.system.os,
+                },
+            );
         }
     }
 
@@ -397,6 +441,25 @@ impl DomainManager {
     }
 }
 
+/// AGENT_CONNECTED's and AGENT_DISCONNECTED's data.
+#[derive(Debug, Serialize)]
+struct AgentChanged<'a> {
+    domain: &'a str,
+    reason: &'static str,
+}
+
+/// GUEST_INFO_CHANGED's data: what KubeVirt reports of the guest.
+#[derive(Debug, Serialize)]
+struct GuestInfoChanged<'a> {
+    domain: &'a str,
+    #[serde(rename = "fsFreezeStatus")]
+    fs_freeze_status: Option<&'static str>,
+    #[serde(serialize_with = "crate::replies::sorted")]
+    interfaces: &'a [crate::agent::model::GuestInterface],
+    #[serde(serialize_with = "crate::replies::sorted")]
+    os: &'a Option<crate::agent::model::GuestOsInfo>,
+}
+
 /// `guest-exec` with captured output, then `guest-exec-status` until the
 /// process exits or `timeout` passes. The agent protocol offers no way to
 /// wait, so the worker asks again with a growing pause.
@@ -407,10 +470,14 @@ fn exec_in_guest(
     timeout: Duration,
 ) -> Result<Executed, CommandError> {
     let started = Instant::now();
-    let request = json!({
-        "execute": "guest-exec",
-        "arguments": { "path": args.command, "arg": args.args, "capture-output": true },
-    });
+    let request = agent_request_with(
+        "guest-exec",
+        Some(ExecArguments {
+            arg: &args.args,
+            capture_output: true,
+            path: &args.command,
+        }),
+    );
     let ret = agent_call(hv, name, "guest-exec", &request, AGENT_TIMEOUT)?;
     let pid = ret["pid"].as_i64().ok_or_else(|| {
         CommandError::internal(format!("guest-exec: no pid in the agent's reply {ret}"))
@@ -422,7 +489,7 @@ fn exec_in_guest(
             hv,
             name,
             "guest-exec",
-            &json!({"execute": "guest-exec-status", "arguments": {"pid": pid}}),
+            &agent_request_with("guest-exec-status", Some(PidArgument { pid })),
             AGENT_TIMEOUT,
         )?;
         if status["exited"].as_bool() == Some(true) {
@@ -435,14 +502,14 @@ fn exec_in_guest(
                 }
             };
             return Ok(Executed {
-                pid,
-                exit_code: status["exitcode"].as_i64(),
-                signal: status["signal"].as_i64(),
-                stdout: text("out-data")?,
-                stderr: text("err-data")?,
-                stdout_truncated: status["out-truncated"].as_bool().unwrap_or(false),
-                stderr_truncated: status["err-truncated"].as_bool().unwrap_or(false),
                 elapsed_seconds: started.elapsed().as_secs_f64(),
+                exit_code: status["exitcode"].as_i64(),
+                pid,
+                signal: status["signal"].as_i64(),
+                stderr: text("err-data")?,
+                stderr_truncated: status["err-truncated"].as_bool().unwrap_or(false),
+                stdout: text("out-data")?,
+                stdout_truncated: status["out-truncated"].as_bool().unwrap_or(false),
             });
         }
         if Instant::now() >= deadline {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
@@ -62,14 +62,25 @@ pub enum VolumePhase {
 }
 
 /// KubeVirt's volumeStatus in spirit, for query-domain and
-/// VOLUME_STATUS_CHANGED.
+/// VOLUME_STATUS_CHANGED (keys in byte order, as replies write them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VolumeStatus {
+    pub hotpluggable: bool,
     pub name: String,
-    pub target: String,
     pub phase: VolumePhase,
     pub reason: String,
-    pub hotpluggable: bool,
+    pub target: String,
+}
+
+/// VOLUME_STATUS_CHANGED's data: the volume's status and its domain.
+#[derive(Debug, Serialize)]
+struct VolumeEvent<'a> {
+    domain: &'a str,
+    hotpluggable: bool,
+    name: &'a str,
+    phase: VolumePhase,
+    reason: &'a str,
+    target: &'a str,
 }
 
 /// What the sync job reports while it runs.
@@ -180,7 +191,7 @@ impl DomainManager {
         vmi: &VirtualMachineInstance,
     ) -> Result<(), CommandError> {
         let info = self.hypervisor.info();
-        let version = super::sync::parse_libvirt_version(&info.daemon_version);
+        let version = crate::convert::parse_libvirt_version(&info.daemon_version);
         if crate::convert::passt_by_libvirt(version) {
             return Ok(());
         }
@@ -387,13 +398,17 @@ impl DomainManager {
             status.phase,
             status.reason
         );
-        let mut data = json!({ "domain": self.config.domain_name });
-        if let (Value::Object(map), Ok(Value::Object(fields))) =
-            (&mut data, serde_json::to_value(&status))
-        {
-            map.extend(fields);
-        }
-        self.publish(EventKind::VolumeStatusChanged, data);
+        self.publish(
+            EventKind::VolumeStatusChanged,
+            VolumeEvent {
+                domain: &self.config.domain_name,
+                hotpluggable: status.hotpluggable,
+                name: &status.name,
+                phase: status.phase,
+                reason: &status.reason,
+                target: &status.target,
+            },
+        );
     }
 
     /// libvirt removed a device: a running sync may be waiting for it, and

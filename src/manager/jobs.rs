@@ -188,7 +188,7 @@ pub enum Observation {
     /// A sample of the domain's statistics, taken by a job that started at
     /// the stats cache's `generation`.
     StatsSample {
-        sample: super::stats::StatsSample,
+        sample: super::reply::StatsSample,
         generation: u64,
     },
     /// libvirt's statistics of the domain's running job.

@@ -2,7 +2,7 @@
 //! and from what jobs read, so that queries never wait for libvirt; and the
 //! reactions to the domain starting and stopping.
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::timers::Timer;
 use super::{DomainManager, Phase};
@@ -27,6 +27,16 @@ impl Default for DomainView {
             started_once: false,
         }
     }
+}
+
+/// DOMAIN_LIFECYCLE's data: libvirt's event and the state after it.
+#[derive(Debug, Serialize)]
+struct LifecycleData<'a> {
+    detail: &'static str,
+    domain: &'a str,
+    event: &'static str,
+    reason: &'static str,
+    state: &'static str,
 }
 
 impl DomainManager {
@@ -54,13 +64,13 @@ impl DomainManager {
         self.jobs.note_domain_event();
         self.publish(
             EventKind::DomainLifecycle,
-            json!({
-                "domain": self.config.domain_name,
-                "event": lifecycle.name(),
-                "detail": lifecycle.detail(),
-                "state": self.domain.status.state.as_str(),
-                "reason": self.domain.status.reason.as_str(),
-            }),
+            LifecycleData {
+                detail: lifecycle.detail(),
+                domain: &self.config.domain_name,
+                event: lifecycle.name(),
+                reason: self.domain.status.reason.as_str(),
+                state: self.domain.status.state.as_str(),
+            },
         );
         if self.on_target_lifecycle(lifecycle) {
             return;

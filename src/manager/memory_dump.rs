@@ -15,17 +15,17 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::{JobValue, object};
+use super::reply::JobValue;
 use super::timers::Timer;
 use crate::command::{DumpTarget, ReplyTo};
 use crate::events::EventKind;
 use crate::hypervisor::Stat;
-use crate::protocol::CommandError;
+use crate::protocol::{CommandError, Return};
+use crate::replies::{MemoryDumpProgress, MemoryDumpStatus};
 
 /// The file in the private directory that holds the last dump's record.
 pub(super) const RECORD: &str = "memory-dump.json";
@@ -40,12 +40,18 @@ pub(super) enum DumpPhase {
     Failed,
 }
 
-/// How far a running dump is, from libvirt's job statistics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct DumpProgress {
-    pub(super) memory_processed: u64,
-    pub(super) memory_total: u64,
+impl DumpPhase {
+    fn as_str(self) -> &'static str {
+        match self {
+            DumpPhase::InProgress => "InProgress",
+            DumpPhase::Completed => "Completed",
+            DumpPhase::Failed => "Failed",
+        }
+    }
 }
+
+/// How far a running dump is, from libvirt's job statistics.
+pub(super) type DumpProgress = MemoryDumpProgress;
 
 /// The last dump, as `query-status` shows it and the record keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,20 +111,35 @@ impl DumpRecord {
     }
 
     /// As `query-status` shows it: times in seconds since the epoch.
-    pub(super) fn to_json(&self) -> Value {
-        let mut value = json!({
-            "path": self.path,
-            "phase": self.phase,
-            "started": seconds(self.started_ms),
-            "ended": self.ended_ms.map(seconds),
-            "size_bytes": self.size_bytes,
-            "failure": self.failure,
-        });
-        if let Some(progress) = self.progress {
-            value["progress"] = json!(progress);
+    pub(super) fn status(&self) -> MemoryDumpStatus {
+        MemoryDumpStatus {
+            ended: self.ended_ms.map(seconds),
+            failure: self.failure.clone(),
+            path: self.path.clone(),
+            phase: self.phase.as_str(),
+            progress: self.progress,
+            size_bytes: self.size_bytes,
+            started: seconds(self.started_ms),
         }
-        value
     }
+}
+
+/// MEMORY_DUMP_COMPLETED's data.
+#[derive(Debug, Serialize)]
+struct DumpCompleted {
+    ended: Option<f64>,
+    path: PathBuf,
+    size_bytes: Option<u64>,
+    started: f64,
+}
+
+/// MEMORY_DUMP_FAILED's data.
+#[derive(Debug, Serialize)]
+struct DumpFailed {
+    ended: Option<f64>,
+    path: PathBuf,
+    reason: Option<String>,
+    started: f64,
 }
 
 /// The manager's memory dump: the last one's record, kept in `dir`.
@@ -203,7 +224,7 @@ fn progress_of(stats: &[Stat]) -> Option<DumpProgress> {
 
 impl DomainManager {
     pub(super) fn start_memory_dump(&mut self, target: DumpTarget, reply: ReplyTo) {
-        reply.send(self.begin_memory_dump(target).map(|r| object(r).into()));
+        reply.send(self.begin_memory_dump(target));
     }
 
     /// Where a dump into the VMI's memoryDump volume `volume` goes, named
@@ -241,7 +262,7 @@ impl DomainManager {
         Ok(dir.join(format!("{}-{volume}-{stamp}.memory.dump", self.config.name)))
     }
 
-    fn begin_memory_dump(&mut self, target: DumpTarget) -> Result<Value, CommandError> {
+    fn begin_memory_dump(&mut self, target: DumpTarget) -> Result<Return, CommandError> {
         let command = "memory-dump";
         if let Some(running) = self.memory_dump.running() {
             return Err(CommandError::invalid_state(format!(
@@ -271,7 +292,7 @@ impl DomainManager {
             DumpTarget::Volume(volume) => self.volume_dump_path(&volume)?,
         };
         let record = DumpRecord::started(path.clone());
-        let reply = record.to_json();
+        let reply = record.status();
         self.memory_dump.last = Some(record);
         self.memory_dump.save();
         let name = self.config.domain_name.clone();
@@ -299,8 +320,11 @@ impl DomainManager {
         );
         self.timers
             .arm_in(Timer::MemoryDumpProgress, PROGRESS_EVERY);
-        log::info!("manager: dumping the guest's memory to {}", reply["path"]);
-        Ok(reply)
+        log::info!(
+            "manager: dumping the guest's memory to {}",
+            reply.path.display()
+        );
+        Ok(reply.into())
     }
 
     /// The dump job ended: record the outcome and say so.
@@ -317,28 +341,33 @@ impl DomainManager {
         record.end(outcome);
         let record = record.clone();
         self.memory_dump.save();
-        let (kind, data) = match record.phase {
-            DumpPhase::Completed => (
+        let ended = record.ended_ms.map(seconds);
+        let started = seconds(record.started_ms);
+        log::info!(
+            "manager: memory dump to {} ended: {}",
+            record.path.display(),
+            record.phase.as_str()
+        );
+        match record.phase {
+            DumpPhase::Completed => self.publish(
                 EventKind::MemoryDumpCompleted,
-                json!({
-                    "path": record.path,
-                    "size_bytes": record.size_bytes,
-                    "started": seconds(record.started_ms),
-                    "ended": record.ended_ms.map(seconds),
-                }),
+                DumpCompleted {
+                    ended,
+                    path: record.path,
+                    size_bytes: record.size_bytes,
+                    started,
+                },
             ),
-            _ => (
+            _ => self.publish(
                 EventKind::MemoryDumpFailed,
-                json!({
-                    "path": record.path,
-                    "reason": record.failure,
-                    "started": seconds(record.started_ms),
-                    "ended": record.ended_ms.map(seconds),
-                }),
+                DumpFailed {
+                    ended,
+                    path: record.path,
+                    reason: record.failure,
+                    started,
+                },
             ),
-        };
-        log::info!("manager: memory dump ended: {}", record.to_json());
-        self.publish(kind, data);
+        }
     }
 
     /// The progress timer: read the running dump's job statistics.
@@ -379,6 +408,7 @@ impl DomainManager {
 mod tests {
     use super::*;
     use crate::scratch::ScratchDir;
+    use serde_json::Value;
 
     #[test]
     fn the_record_survives_a_restart_and_a_running_dump_is_reported_failed() {
@@ -412,9 +442,9 @@ mod tests {
     #[test]
     fn progress_comes_from_the_job_statistics() {
         let stats: Vec<Stat> = vec![
-            ("type".into(), json!(2)),
-            ("memory_total".into(), json!(201_326_592u64)),
-            ("memory_processed".into(), json!(50_331_648u64)),
+            ("type".into(), Value::from(2)),
+            ("memory_total".into(), Value::from(201_326_592u64)),
+            ("memory_processed".into(), Value::from(50_331_648u64)),
         ];
         assert_eq!(
             progress_of(&stats),

@@ -6,12 +6,13 @@ use std::os::unix::fs::FileTypeExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use super::errors::hypervisor_error;
 use super::guest::TimeSync;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::{JobValue, object};
+use super::reply::JobValue;
 use super::timers::Timer;
 use super::{DomainManager, Phase};
 use crate::command::{MigrationCommand, ReplyTo};
@@ -21,10 +22,11 @@ use crate::exit::ExitCode;
 use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent, Stat};
 use crate::migration::worker::CancelHandle;
 use crate::migration::{
-    AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationRecord, MigrationUpdate,
-    Role, TargetAddress, progress_summary, worker,
+    AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress, MigrationRecord,
+    MigrationUpdate, Role, TargetAddress, worker,
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
+use crate::replies;
 use crate::sink::Sink;
 
 /// The target's sockets for the memory and the disk streams, in its
@@ -32,6 +34,96 @@ use crate::sink::Sink;
 const MIGRATION_SOCKETS: [&str; 2] = ["migration.sock", "migration-disks.sock"];
 /// MIGRATION_PROGRESS is sent at most this often.
 const PROGRESS_EVENT_EVERY: Duration = Duration::from_secs(1);
+
+/// MIGRATION_STARTED's data (and the target's MIGRATION_COMPLETED).
+#[derive(Debug, Serialize)]
+struct MigrationEvent<'a> {
+    domain: &'a str,
+    role: Role,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_uri: Option<&'a str>,
+}
+
+/// MIGRATION_PROGRESS's data: the source's figures.
+#[derive(Debug, Serialize)]
+struct ProgressEvent<'a> {
+    data_processed: &'a Value,
+    data_remaining: &'a Value,
+    data_total: &'a Value,
+    disk_processed: &'a Value,
+    disk_remaining: &'a Value,
+    domain: &'a str,
+    iteration: &'a Value,
+    memory_bps: &'a Value,
+    memory_dirty_rate: &'a Value,
+    mode: &'static str,
+    role: Role,
+    time_elapsed_ms: &'a Value,
+}
+
+impl<'a> ProgressEvent<'a> {
+    fn new(domain: &'a str, p: &'a MigrationProgress) -> ProgressEvent<'a> {
+        ProgressEvent {
+            data_processed: &p.data_processed,
+            data_remaining: &p.data_remaining,
+            data_total: &p.data_total,
+            disk_processed: &p.disk_processed,
+            disk_remaining: &p.disk_remaining,
+            domain,
+            iteration: &p.iteration,
+            memory_bps: &p.memory_bps,
+            memory_dirty_rate: &p.memory_dirty_rate,
+            mode: p.mode,
+            role: Role::Source,
+            time_elapsed_ms: &p.time_elapsed_ms,
+        }
+    }
+}
+
+/// MIGRATION_PROGRESS's data when the source switched to post-copy.
+#[derive(Debug, Serialize)]
+struct PostCopyEvent<'a> {
+    domain: &'a str,
+    mode: &'static str,
+    reason: &'a str,
+    role: Role,
+}
+
+/// The source's MIGRATION_COMPLETED: libvirt's final figures.
+#[derive(Debug, Serialize)]
+struct SourceCompleted<'a> {
+    data_total: Option<&'a Value>,
+    domain: &'a str,
+    downtime_ms: Option<&'a Value>,
+    mode: &'static str,
+    role: Role,
+    stats: &'a Map<String, Value>,
+    time_elapsed_ms: Option<&'a Value>,
+}
+
+/// The source's MIGRATION_FAILED.
+#[derive(Debug, Serialize)]
+struct SourceFailed<'a> {
+    cancelled: bool,
+    domain: &'a str,
+    reason: &'a str,
+    role: Role,
+}
+
+/// The target's MIGRATION_FAILED.
+#[derive(Debug, Serialize)]
+struct TargetFailed<'a> {
+    domain: &'a str,
+    reason: &'a str,
+    role: Role,
+}
+
+/// JOB_COMPLETED's data: libvirt's job statistics by name.
+#[derive(Debug, Serialize)]
+struct JobCompleted<'a> {
+    domain: &'a str,
+    stats: &'a Map<String, Value>,
+}
 
 /// The migration this launcher takes part in.
 pub(super) struct MigrationState {
@@ -88,8 +180,8 @@ impl DomainManager {
             MigrationCommand::Migrate(options) => reply.send(self.start_migration(*options)),
             MigrationCommand::Cancel => reply.send(self.cancel_migration()),
             MigrationCommand::Query => {
-                let record = self.migration.record.as_ref().map(MigrationRecord::to_json);
-                reply.send(Ok(object(json!({ "migration": record })).into()))
+                let migration = self.migration.record.as_ref().map(MigrationRecord::status);
+                reply.send(Ok(replies::MigrationReply { migration }.into()))
             }
             MigrationCommand::Finalize => reply.send(self.finalize_migration()),
         }
@@ -258,13 +350,17 @@ impl DomainManager {
         self.migration.last_progress_event = None;
         self.publish(
             EventKind::MigrationStarted,
-            json!({
-                "domain": self.config.domain_name,
-                "role": Role::Source,
-                "target_uri": target_uri,
-            }),
+            MigrationEvent {
+                domain: &self.config.domain_name,
+                role: Role::Source,
+                target_uri: Some(&target_uri),
+            },
         );
-        Ok(object(json!({ "started": true, "target_uri": target_uri })).into())
+        Ok(replies::MigrationStarted {
+            started: true,
+            target_uri,
+        }
+        .into())
     }
 
     fn cancel_migration(&mut self) -> CommandResult {
@@ -279,19 +375,19 @@ impl DomainManager {
                 if let Some(cancel) = &self.migration.cancel {
                     cancel.cancel("cancelled by migrate-cancel");
                 }
-                Ok(object(json!({ "cancelling": true })).into())
+                Ok(replies::Cancelling { cancelling: true }.into())
             }
             // Prepared, nothing arrived yet: clean up and leave.
             (Role::Target, MigrationPhase::Prepared) => {
                 self.abort_target("cancelled on the target before the domain arrived".into());
-                Ok(object(json!({ "cancelling": true })).into())
+                Ok(replies::Cancelling { cancelling: true }.into())
             }
             // The domain is arriving: libvirt cannot abort an incoming
             // migration, so destroy the incoming domain; its stop ends this
             // launcher and fails the source's migration.
             (Role::Target, MigrationPhase::Running) => {
                 self.destroy_incoming();
-                Ok(object(json!({ "cancelling": true })).into())
+                Ok(replies::Cancelling { cancelling: true }.into())
             }
             (_, phase) => Err(CommandError::invalid_state(format!(
                 "migrate-cancel: the migration is already {}",
@@ -320,7 +416,11 @@ impl DomainManager {
             TimeSync::AlreadyRunning => "already running",
             TimeSync::NoAgent => "skipped: no guest agent",
         };
-        Ok(object(json!({ "finalized": true, "guest_time_sync": time_sync })).into())
+        Ok(replies::Finalized {
+            finalized: true,
+            guest_time_sync: time_sync,
+        }
+        .into())
     }
 
     /// The source worker's reports.
@@ -332,17 +432,12 @@ impl DomainManager {
         };
         match update {
             MigrationUpdate::Progress(stats) => {
-                let mut summary = progress_summary(&stats);
-                summary["mode"] = json!(if record.post_copy {
-                    "post-copy"
-                } else {
-                    "pre-copy"
-                });
+                let progress = MigrationProgress::from_stats(&stats, record.mode());
                 // Samples before libvirt has figures (or while it cannot
                 // read them) say nothing: the last real figures stand.
-                let has_figures = summary["data_total"].as_u64().is_some_and(|t| t > 0);
+                let has_figures = progress.data_total.as_u64().is_some_and(|t| t > 0);
                 if has_figures {
-                    record.progress = Some(summary.clone());
+                    record.progress = Some(progress.clone());
                 }
                 let due = has_figures
                     && self
@@ -351,16 +446,22 @@ impl DomainManager {
                         .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
                 if due {
                     self.migration.last_progress_event = Some(Instant::now());
-                    summary["domain"] = json!(domain);
-                    summary["role"] = json!(Role::Source);
-                    self.publish(EventKind::MigrationProgress, summary);
+                    self.publish(
+                        EventKind::MigrationProgress,
+                        ProgressEvent::new(&domain, &progress),
+                    );
                 }
             }
             MigrationUpdate::SwitchedToPostCopy { reason } => {
                 record.post_copy = true;
                 self.publish(
                     EventKind::MigrationProgress,
-                    json!({ "domain": domain, "role": Role::Source, "mode": "post-copy", "reason": reason }),
+                    PostCopyEvent {
+                        domain: &domain,
+                        mode: "post-copy",
+                        reason: &reason,
+                        role: Role::Source,
+                    },
                 );
             }
             MigrationUpdate::Completed { stats } => {
@@ -376,20 +477,20 @@ impl DomainManager {
                 };
                 let stats: Map<String, Value> = stats.into_iter().collect();
                 record.end(MigrationPhase::Completed);
-                record.completed_stats = Some(Value::Object(stats.clone()));
+                record.completed_stats = Some(stats.clone());
                 self.migration.cancel = None;
                 log::info!("manager: migration completed");
                 self.publish(
                     EventKind::MigrationCompleted,
-                    json!({
-                        "domain": domain,
-                        "role": Role::Source,
-                        "downtime_ms": stats.get("downtime"),
-                        "time_elapsed_ms": stats.get("time_elapsed"),
-                        "data_total": stats.get("data_total"),
-                        "mode": if record.post_copy { "post-copy" } else { "pre-copy" },
-                        "stats": stats,
-                    }),
+                    SourceCompleted {
+                        data_total: stats.get("data_total"),
+                        domain: &domain,
+                        downtime_ms: stats.get("downtime"),
+                        mode: record.mode(),
+                        role: Role::Source,
+                        stats: &stats,
+                        time_elapsed_ms: stats.get("time_elapsed"),
+                    },
                 );
             }
             MigrationUpdate::Failed { reason, cancelled } => {
@@ -410,7 +511,12 @@ impl DomainManager {
                 log::warn!("manager: migration failed: {reason}; the guest keeps running here");
                 self.publish(
                     EventKind::MigrationFailed,
-                    json!({ "domain": domain, "role": Role::Source, "reason": reason, "cancelled": cancelled }),
+                    SourceFailed {
+                        cancelled,
+                        domain: &domain,
+                        reason: &reason,
+                        role: Role::Source,
+                    },
                 );
             }
         }
@@ -427,7 +533,10 @@ impl DomainManager {
         let stats: Map<String, Value> = stats.into_iter().collect();
         self.publish(
             EventKind::JobCompleted,
-            json!({ "domain": self.config.domain_name, "stats": stats }),
+            JobCompleted {
+                domain: &self.config.domain_name,
+                stats: &stats,
+            },
         );
     }
 
@@ -456,7 +565,11 @@ impl DomainManager {
             self.adopt_guest_nics();
             self.publish(
                 EventKind::MigrationStarted,
-                json!({ "domain": domain, "role": Role::Target }),
+                MigrationEvent {
+                    domain: &domain,
+                    role: Role::Target,
+                    target_uri: None,
+                },
             );
         }
         let Some(record) = self.migration.record.as_mut() else {
@@ -470,7 +583,11 @@ impl DomainManager {
             log::info!("manager: the migrated domain runs here now");
             self.publish(
                 EventKind::MigrationCompleted,
-                json!({ "domain": domain, "role": Role::Target }),
+                MigrationEvent {
+                    domain: &domain,
+                    role: Role::Target,
+                    target_uri: None,
+                },
             );
         }
         // Let the usual reaction (started, poller) follow.
@@ -585,7 +702,11 @@ impl DomainManager {
         }
         self.publish(
             EventKind::MigrationFailed,
-            json!({ "domain": self.config.domain_name, "role": Role::Target, "reason": reason }),
+            TargetFailed {
+                domain: &self.config.domain_name,
+                reason: &reason,
+                role: Role::Target,
+            },
         );
         self.finish(code, reason);
     }

@@ -56,6 +56,7 @@ use connection::Link;
 pub use exit::ExitRequest;
 use exit::ExitState;
 use guest::AgentState;
+pub use hotplug::{VolumePhase, VolumeStatus};
 pub use inbox::{Inbox, ManagerInput};
 use jobs::{Finished, JobRunner, Observation, Operation};
 use lifecycle::DomainView;
@@ -356,7 +357,9 @@ impl DomainManager {
             HypervisorEvent::AgentLifecycle(agent) => self.on_agent_lifecycle(agent),
             HypervisorEvent::Reboot => self.publish(
                 EventKind::DomainReboot,
-                serde_json::json!({ "domain": self.config.domain_name }),
+                DomainOnly {
+                    domain: &self.config.domain_name,
+                },
             ),
             HypervisorEvent::DeviceAdded { alias } => self.on_device_added(alias),
             HypervisorEvent::DeviceRemoved { alias } => self.on_device_removed(alias),
@@ -412,13 +415,13 @@ impl DomainManager {
             Operation::Sync => self.on_sync_finished(output.result.is_ok()),
             Operation::QueryDomain => {
                 if let Ok(JobValue::Described(read)) = output.result {
-                    output.result = Ok(JobValue::Reply(self.on_domain_read(*read)));
+                    output.result = Ok(JobValue::Reply(self.on_domain_read(*read).into()));
                 }
             }
             Operation::StatsRefresh => self.after_stats_refresh(),
             Operation::QueryVmStats => {
                 if let Ok(JobValue::VmStats(read)) = output.result {
-                    output.result = Ok(JobValue::Reply(self.vm_stats_reply(*read)));
+                    output.result = Ok(JobValue::Reply(self.vm_stats_reply(*read).into()));
                 }
             }
             Operation::MemoryDump => self.on_memory_dump_finished(&output.result),
@@ -482,9 +485,17 @@ impl DomainManager {
         self.exit_when_settled();
     }
 
-    fn publish(&self, kind: EventKind, data: Value) {
-        self.hub.publish(Event::new(kind, data));
+    /// Tells subscribers: `data` is the event's typed payload, encoded
+    /// once for all of them.
+    fn publish(&self, kind: EventKind, data: impl serde::Serialize) {
+        self.hub.publish(Event::new(kind, &data));
     }
+}
+
+/// The data of events that name only the domain.
+#[derive(Debug, serde::Serialize)]
+struct DomainOnly<'a> {
+    domain: &'a str,
 }
 
 fn humanize(d: Duration) -> String {

@@ -1,17 +1,77 @@
-//! What jobs produce, as typed values. The manager reads their fields (a
+//! What jobs produce, as typed values: the manager's shared vocabulary,
+//! a leaf that names no other module of the manager (reads of the domain,
+//! statistics samples, operation results). The manager reads their fields (a
 //! sync that started paused, a freeze's thaw timeout); they become JSON only
 //! when they are written into a client's reply (`into_reply`).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::domain_cache::DomainRead;
+use crate::command::{DomainFields, VmStatsQuery};
+use crate::domxml::Domain;
 use crate::hotplug::plan::Change;
 use crate::hypervisor::{DomainStatus, RebootMode};
 use crate::migration::TargetAddress;
-use crate::protocol::Return;
+use crate::protocol::{Encoded, Return};
+use crate::replies;
+use crate::replies::DirtyRate;
+pub use crate::replies::{Executed, Frozen};
+
+/// One read of the live domain.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct LiveDomain {
+    pub(super) uuid: String,
+    pub(super) xml: String,
+    /// The parsed XML.
+    pub(super) domain: Arc<Domain>,
+    /// `domain` as JSON, as replies carry it (`spec`), encoded once.
+    pub(super) spec: Encoded,
+    /// `xml` as a JSON string, encoded once (escaping a few kilobytes of
+    /// XML for every reply cost more than the rest of a cached reply).
+    pub(super) xml_json: Encoded,
+    pub(super) read: Instant,
+}
+
+/// A fresh read, as a job returns it.
+#[derive(Debug, PartialEq)]
+pub(super) struct DomainRead {
+    pub(super) live: LiveDomain,
+    /// The state read with it (`None`: the domain no longer exists).
+    pub(super) status: Option<DomainStatus>,
+    /// The cache's generation when the read started.
+    pub(super) generation: u64,
+    pub(super) fields: DomainFields,
+}
+
+/// A sample of the domain's statistics.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct StatsSample {
+    /// The statistics as a JSON object, encoded once for every reply.
+    pub(super) encoded: Encoded,
+    pub(super) taken: Instant,
+}
+
+impl StatsSample {
+    pub(super) fn new(stats: &Map<String, Value>, taken: Instant) -> StatsSample {
+        StatsSample {
+            encoded: Encoded::new(stats),
+            taken,
+        }
+    }
+}
+
+/// What a job read for a `query-vm-stats`.
+#[derive(Debug, PartialEq)]
+pub(super) struct VmStatsRead {
+    pub(super) query: VmStatsQuery,
+    pub(super) agent: Vec<(&'static str, Result<Value, String>)>,
+    pub(super) stats: Option<(Result<StatsSample, String>, u64)>,
+    pub(super) dirty_rate: Option<Result<DirtyRate, String>>,
+    pub(super) taken: Instant,
+}
 
 /// A job's successful result.
 #[derive(Debug, PartialEq)]
@@ -41,7 +101,7 @@ pub enum JobValue {
     },
     /// What a `query-vm-stats` job read, which the manager keeps and
     /// answers from.
-    VmStats(Box<super::vm_stats::VmStatsRead>),
+    VmStats(Box<VmStatsRead>),
     /// `memory-dump`'s dump is written.
     Dumped {
         size_bytes: u64,
@@ -132,14 +192,12 @@ impl Steps {
         out
     }
 
-    /// `{"name": milliseconds, ...}`, with microsecond resolution.
-    pub fn to_json(&self) -> Value {
-        let mut map = Map::new();
-        for (name, took) in &self.0 {
-            let ms = (took.as_secs_f64() * 1e6).round() / 1e3;
-            map.insert((*name).to_string(), json!(ms));
-        }
-        Value::Object(map)
+    /// Milliseconds by name, with microsecond resolution.
+    pub fn milliseconds(&self) -> BTreeMap<&'static str, f64> {
+        self.0
+            .iter()
+            .map(|(name, took)| (*name, (took.as_secs_f64() * 1e6).round() / 1e3))
+            .collect()
     }
 
     /// "plan 0.05 ms, define 12.1 ms, ..." for the log.
@@ -152,108 +210,60 @@ impl Steps {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Executed {
-    pub pid: i64,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub stdout: String,
-    pub stderr: String,
-    pub stdout_truncated: bool,
-    pub stderr_truncated: bool,
-    pub elapsed_seconds: f64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct Frozen {
-    pub frozen_filesystems: u64,
-    pub already_frozen: bool,
-    pub unfreeze_timeout_seconds: u64,
-}
-
-/// `state` and `reason` as a reply shows them.
-pub fn status_fields(status: DomainStatus) -> Map<String, Value> {
-    object(json!({ "state": status.state.as_str(), "reason": status.reason.as_str() }))
-}
-
-pub fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
-fn serialized(value: &impl Serialize) -> Map<String, Value> {
-    serde_json::to_value(value).map(object).unwrap_or_default()
-}
-
 impl JobValue {
     /// The `return` object of the client's reply.
     pub fn into_reply(self) -> Return {
         match self {
+            JobValue::Empty => Return::new(),
             JobValue::Reply(reply) => reply,
-            built => built.into_members().into(),
-        }
-    }
-
-    fn into_members(self) -> Map<String, Value> {
-        match self {
-            JobValue::Empty => Map::new(),
             JobValue::Operated(Operated { after, detail }) => {
-                let mut reply = match after {
-                    Some(status) => status_fields(status.unwrap_or(DomainStatus::NON_EXISTENT)),
-                    None => Map::new(),
-                };
+                let mut reply = replies::Operated::default();
                 match detail {
                     OperationDetail::None => {}
-                    OperationDetail::AcpiPowerButton => {
-                        reply.insert("acpi_power_button".into(), Value::Bool(true));
-                    }
+                    OperationDetail::AcpiPowerButton => reply.acpi_power_button = Some(true),
                     OperationDetail::Rebooted(mode) => {
-                        let mode = match mode {
+                        reply.mode = Some(match mode {
                             RebootMode::GuestAgent => "guest-agent",
                             RebootMode::Acpi => "acpi",
-                        };
-                        reply.insert("mode".into(), mode.into());
+                        });
                     }
-                    OperationDetail::Undefined => {
-                        reply.insert("undefined".into(), Value::Bool(true));
-                    }
+                    OperationDetail::Undefined => reply.undefined = Some(true),
                 }
-                reply
-            }
-            JobValue::Synced(synced) => {
-                let mut reply = object(json!({
-                    "domain": synced.domain,
-                    "action": synced.action.as_str(),
-                    "started_paused": synced.started_paused,
-                    "changes": synced.changes,
-                    "steps_ms": synced.steps.to_json(),
-                }));
-                if let Some(status) = synced.after {
-                    reply.extend(status_fields(status));
+                match after {
+                    Some(status) => reply.with_status(status.unwrap_or(DomainStatus::NON_EXISTENT)),
+                    None => reply,
                 }
-                reply
+                .into()
             }
+            JobValue::Synced(synced) => replies::Synced {
+                action: synced.action.as_str(),
+                changes: synced.changes,
+                domain: synced.domain,
+                reason: synced.after.map(|s| s.reason.as_str()),
+                started_paused: synced.started_paused,
+                state: synced.after.map(|s| s.state.as_str()),
+                steps_ms: synced.steps.milliseconds(),
+            }
+            .into(),
             // The manager answers these itself (`on_domain_read`); a read
             // that reaches here has only its state to say.
-            JobValue::Described(read) => {
-                status_fields(read.status.unwrap_or(DomainStatus::NON_EXISTENT))
-            }
-            JobValue::Reply(reply) => reply.into_object(),
-            JobValue::Executed(executed) => serialized(&executed),
-            JobValue::Frozen(frozen) => serialized(&frozen),
+            JobValue::Described(read) => replies::Operated::default()
+                .with_status(read.status.unwrap_or(DomainStatus::NON_EXISTENT))
+                .into(),
+            JobValue::Executed(executed) => executed.into(),
+            JobValue::Frozen(frozen) => frozen.into(),
             JobValue::Thawed { thawed_filesystems } => {
-                object(json!({ "thawed_filesystems": thawed_filesystems }))
+                replies::Thawed { thawed_filesystems }.into()
             }
-            JobValue::TargetPrepared { target } => {
-                object(json!({ "target": serde_json::to_value(&target).unwrap_or(Value::Null) }))
-            }
-            JobValue::Dumped { size_bytes } => object(json!({ "size_bytes": size_bytes })),
+            JobValue::TargetPrepared { target } => replies::TargetPrepared { target }.into(),
+            JobValue::Dumped { size_bytes } => replies::Dumped { size_bytes }.into(),
             // The manager answers with the whole record (`on_backup_begun`).
-            JobValue::BackupStarted { disks } => object(json!({ "disks": disks })),
+            JobValue::BackupStarted { disks } => replies::BackupStarted {
+                disks: serde_json::to_value(&disks).unwrap_or(Value::Null),
+            }
+            .into(),
             // The manager answers these itself (`vm_stats_reply`).
-            JobValue::VmStats(_) => Map::new(),
+            JobValue::VmStats(_) => Return::new(),
         }
     }
 }
@@ -263,37 +273,41 @@ mod tests {
     use super::*;
     use crate::hypervisor::{DomainState, StateReason};
 
+    /// The `return` object as the socket writes it.
+    fn line(value: JobValue) -> String {
+        serde_json::to_string(&value.into_reply()).unwrap()
+    }
+
     #[test]
     fn operations_show_the_state_after_and_their_own_fields() {
         let running = DomainStatus::new(DomainState::Running, StateReason::Booted);
         let reply = JobValue::Operated(Operated {
             after: Some(Some(running)),
             detail: OperationDetail::Rebooted(RebootMode::Acpi),
-        })
-        .into_reply();
+        });
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"state": "Running", "reason": "Booted", "mode": "acpi"})
+            line(reply),
+            r#"{"mode":"acpi","reason":"Booted","state":"Running"}"#
         );
         // Gone after the operation.
         let reply = JobValue::Operated(Operated {
             after: Some(None),
             detail: OperationDetail::None,
-        })
-        .into_reply();
-        assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"state": "NoState", "reason": "NonExistent"})
-        );
+        });
+        assert_eq!(line(reply), r#"{"reason":"NonExistent","state":"NoState"}"#);
         // The read after failed: only the operation's own fields.
         let reply = JobValue::Operated(Operated {
             after: None,
             detail: OperationDetail::Undefined,
-        })
-        .into_reply();
+        });
+        assert_eq!(line(reply), r#"{"undefined":true}"#);
+        let reply = JobValue::Operated(Operated {
+            after: Some(Some(running)),
+            detail: OperationDetail::AcpiPowerButton,
+        });
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"undefined": true})
+            line(reply),
+            r#"{"acpi_power_button":true,"reason":"Booted","state":"Running"}"#
         );
     }
 
@@ -306,15 +320,13 @@ mod tests {
             after: Some(DomainStatus::new(DomainState::Paused, StateReason::User)),
             changes: Vec::new(),
             steps: Steps(vec![
-                ("define", Duration::from_micros(12_345)),
                 ("start", Duration::from_millis(250)),
+                ("define", Duration::from_micros(12_345)),
             ]),
         };
         assert_eq!(
-            Value::Object(JobValue::Synced(synced.clone()).into_reply().into_object()),
-            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true,
-                   "changes": [], "state": "Paused", "reason": "User",
-                   "steps_ms": {"define": 12.345, "start": 250.0}})
+            line(JobValue::Synced(synced.clone())),
+            r#"{"action":"defined-and-started","changes":[],"domain":"ns_vm","reason":"User","started_paused":true,"state":"Paused","steps_ms":{"define":12.345,"start":250.0}}"#
         );
         let unread = Synced {
             after: None,
@@ -322,23 +334,21 @@ mod tests {
             ..synced
         };
         assert_eq!(
-            Value::Object(JobValue::Synced(unread).into_reply().into_object()),
-            json!({"domain": "ns_vm", "action": "defined-and-started", "started_paused": true, "changes": [],
-                   "steps_ms": {}})
+            line(JobValue::Synced(unread)),
+            r#"{"action":"defined-and-started","changes":[],"domain":"ns_vm","started_paused":true,"steps_ms":{}}"#
         );
     }
 
     #[test]
     fn guest_results_keep_their_wire_names() {
         let reply = JobValue::Frozen(Frozen {
-            frozen_filesystems: 2,
             already_frozen: false,
+            frozen_filesystems: 2,
             unfreeze_timeout_seconds: 60,
-        })
-        .into_reply();
+        });
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"frozen_filesystems": 2, "already_frozen": false, "unfreeze_timeout_seconds": 60})
+            line(reply),
+            r#"{"already_frozen":false,"frozen_filesystems":2,"unfreeze_timeout_seconds":60}"#
         );
         let reply = JobValue::Executed(Executed {
             pid: 7,
@@ -349,11 +359,17 @@ mod tests {
             stdout_truncated: false,
             stderr_truncated: false,
             elapsed_seconds: 0.5,
-        })
-        .into_reply()
-        .into_object();
-        assert_eq!(reply["exit_code"], 1);
-        assert_eq!(reply["signal"], Value::Null);
-        assert_eq!(reply["pid"], 7);
+        });
+        assert_eq!(
+            line(reply),
+            r#"{"elapsed_seconds":0.5,"exit_code":1,"pid":7,"signal":null,"stderr":"","stderr_truncated":false,"stdout":"x","stdout_truncated":false}"#
+        );
+        assert_eq!(
+            line(JobValue::Thawed {
+                thawed_filesystems: 3
+            }),
+            r#"{"thawed_filesystems":3}"#
+        );
+        assert_eq!(line(JobValue::Empty), "{}");
     }
 }

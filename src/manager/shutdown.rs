@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
+use serde::Serialize;
 
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
@@ -58,6 +58,22 @@ impl GracefulStop {
             presses: 0,
         }
     }
+}
+
+/// SHUTDOWN_STARTED's data: the deadline in seconds since the epoch.
+#[derive(Debug, Serialize)]
+struct ShutdownStarted<'a> {
+    deadline: u64,
+    domain: &'a str,
+    grace_period_seconds: u64,
+    signal: &'static str,
+}
+
+/// SHUTDOWN_GRACE_EXPIRED's data.
+#[derive(Debug, Serialize)]
+struct GraceExpired<'a> {
+    domain: &'a str,
+    grace_period_seconds: u64,
 }
 
 impl DomainManager {
@@ -119,12 +135,12 @@ impl DomainManager {
         );
         self.publish(
             EventKind::ShutdownStarted,
-            json!({
-                "domain": self.config.domain_name,
-                "signal": name,
-                "grace_period_seconds": grace.as_secs(),
-                "deadline": deadline_unix,
-            }),
+            ShutdownStarted {
+                deadline: deadline_unix,
+                domain: &self.config.domain_name,
+                grace_period_seconds: grace.as_secs(),
+                signal: name,
+            },
         );
         if grace.is_zero() {
             self.on_grace_deadline();
@@ -221,10 +237,10 @@ impl DomainManager {
             );
             self.publish(
                 EventKind::ShutdownGraceExpired,
-                json!({
-                    "domain": self.config.domain_name,
-                    "grace_period_seconds": self.stop.period.as_secs(),
-                }),
+                GraceExpired {
+                    domain: &self.config.domain_name,
+                    grace_period_seconds: self.stop.period.as_secs(),
+                },
             );
         }
         if !self.jobs.is_running(Operation::ForceOff) {

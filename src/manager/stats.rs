@@ -15,16 +15,17 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::JobValue;
+use super::reply::{JobValue, StatsSample};
 use super::timers::Timer;
 use crate::command::ReplyTo;
 use crate::hypervisor::{Hypervisor, Stat};
-use crate::protocol::{Encoded, Return};
+
+use crate::replies::StatsReply;
 
 /// How often the refresher takes a sample while clients ask.
 pub(super) const REFRESH: Duration = Duration::from_secs(3);
@@ -33,23 +34,6 @@ pub(super) const REFRESH: Duration = Duration::from_secs(3);
 pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
 /// The refresher stops after this long without a `query-stats`.
 pub(super) const IDLE_STOP: Duration = Duration::from_secs(60);
-
-/// A sample of the domain's statistics.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct StatsSample {
-    /// The statistics as a JSON object, encoded once for every reply.
-    pub(super) encoded: Encoded,
-    pub(super) taken: Instant,
-}
-
-impl StatsSample {
-    pub(super) fn new(stats: &Map<String, Value>, taken: Instant) -> StatsSample {
-        StatsSample {
-            encoded: Encoded::new(stats),
-            taken,
-        }
-    }
-}
 
 /// The manager's statistics cache and its refresher.
 #[derive(Debug, Default)]
@@ -103,16 +87,17 @@ impl StatsCache {
 }
 
 /// The reply: the domain, its statistics, and how old they are.
-pub(super) fn stats_reply(domain: &str, sample: &StatsSample, now: Instant) -> Return {
-    let age = now.saturating_duration_since(sample.taken);
-    let mut reply = Return::new();
-    reply.insert("domain", Value::String(domain.to_string()));
-    reply.insert_encoded("stats", sample.encoded.clone());
-    reply.insert(
-        "age_ms",
-        json!(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),
-    );
-    reply
+pub(super) fn stats_reply(domain: &str, sample: &StatsSample, now: Instant) -> StatsReply {
+    StatsReply {
+        age_ms: age_ms(sample.taken, now),
+        domain: domain.to_string(),
+        stats: sample.encoded.clone(),
+    }
+}
+
+/// Milliseconds from `then` to `now`, as replies show ages.
+pub(super) fn age_ms(then: Instant, now: Instant) -> u64 {
+    u64::try_from(now.saturating_duration_since(then).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Reads the statistics (a job's work).
@@ -133,7 +118,7 @@ impl DomainManager {
         self.keep_refreshing_stats(now);
         let max_age = max_age.unwrap_or(self.timing.stats_max_age);
         if let Some(sample) = self.stats.fresh(max_age, now) {
-            return reply.send(Ok(stats_reply(&self.config.domain_name, sample, now)));
+            return reply.send(Ok(stats_reply(&self.config.domain_name, sample, now).into()));
         }
         let name = self.config.domain_name.clone();
         let generation = self.stats.generation();
@@ -208,7 +193,7 @@ fn stats_job(hv: &dyn Hypervisor, name: String, generation: u64) -> JobOutput {
         Ok(sample) => {
             let now = Instant::now();
             JobOutput {
-                result: Ok(JobValue::Reply(stats_reply(&name, &sample, now))),
+                result: Ok(JobValue::Reply(stats_reply(&name, &sample, now).into())),
                 observed: Observation::StatsSample { sample, generation },
             }
         }
@@ -222,7 +207,7 @@ mod tests {
 
     fn sample(at: Instant) -> StatsSample {
         let mut stats = Map::new();
-        stats.insert("state.state".into(), json!(1));
+        stats.insert("state.state".into(), Value::from(1));
         StatsSample::new(&stats, at)
     }
 
@@ -238,8 +223,8 @@ mod tests {
         assert!(cache.fresh(Duration::ZERO, later).is_none());
         let reply = stats_reply("ns_vm", cache.fresh(DEFAULT_MAX_AGE, later).unwrap(), later);
         assert_eq!(
-            Value::Object(reply.into_object()),
-            json!({"domain": "ns_vm", "stats": {"state.state": 1}, "age_ms": 1500})
+            serde_json::to_string(&reply).unwrap(),
+            r#"{"age_ms":1500,"domain":"ns_vm","stats":{"state.state":1}}"#
         );
     }
 

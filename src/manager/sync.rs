@@ -94,15 +94,6 @@ fn at_vmi_path(path: &str, message: &str) -> String {
     }
 }
 
-/// "9.0.0" → 9000000 (libvirt's encoding); `None` when unparsable.
-pub(super) fn parse_libvirt_version(dotted: &str) -> Option<u32> {
-    let mut parts = dotted.split('.').map(|p| p.parse::<u32>().ok());
-    let major = parts.next()??;
-    let minor = parts.next().flatten().unwrap_or(0);
-    let micro = parts.next().flatten().unwrap_or(0);
-    Some(convert::libvirt_version(major, minor, micro))
-}
-
 /// Only a VMI with dedicated CPUs needs the cpuset and host topology.
 fn wants_dedicated_cpus(vmi: &crate::vmi::VirtualMachineInstance) -> bool {
     vmi.spec
@@ -229,7 +220,7 @@ impl DomainManager {
             present_paths: Default::default(),
             cpuset: Err(String::new()),
             host_topology: None,
-            libvirt_version: parse_libvirt_version(&info.daemon_version),
+            libvirt_version: convert::parse_libvirt_version(&info.daemon_version),
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
@@ -325,7 +316,7 @@ impl DomainManager {
         };
         let mut plan = crate::network::plan::plan(vmi, &interfaces, &networks, queues)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
-        let by_libvirt = convert::passt_by_libvirt(parse_libvirt_version(
+        let by_libvirt = convert::passt_by_libvirt(convert::parse_libvirt_version(
             &self.hypervisor.info().daemon_version,
         ));
         for passt in &mut plan.passt {

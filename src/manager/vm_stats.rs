@@ -11,19 +11,20 @@
 //! only what is older than that, in one job, and a part that fails is an
 //! `error` in its place (and in `errors`), not a failed command.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::DomainManager;
 use super::diagnostics::measure_dirty_rate;
+use super::guest::agent_request;
 use super::jobs::{JobOutput, Operation};
-use super::reply::JobValue;
-use super::stats::{StatsSample, sample_stats};
+use super::reply::{JobValue, VmStatsRead};
+use super::stats::{age_ms, sample_stats};
 use crate::command::{ReplyTo, VmStatsQuery};
 use crate::hypervisor::Hypervisor;
-use crate::protocol::Return;
+use crate::replies::{AgedStats, AgentReturn, DirtyRate, Part, VmStats};
 
 /// How long KubeVirt's launcher keeps the answer to each guest agent
 /// command GetVMStats may ask (manager.go's agentDataCommandTTLs).
@@ -52,16 +53,16 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A part of the reply and when it was read.
 #[derive(Debug, Clone, PartialEq)]
-struct Kept {
-    value: Value,
+struct Kept<T> {
+    value: T,
     taken: Instant,
 }
 
 /// The agent's answers and the dirty rate, as last read.
 #[derive(Debug, Default)]
 pub(super) struct VmStatsCache {
-    agent: HashMap<&'static str, Kept>,
-    dirty_rate: Option<Kept>,
+    agent: HashMap<&'static str, Kept<Value>>,
+    dirty_rate: Option<Kept<DirtyRate>>,
 }
 
 impl VmStatsCache {
@@ -73,25 +74,11 @@ impl VmStatsCache {
     }
 }
 
-/// What a job read for a `query-vm-stats`.
-#[derive(Debug, PartialEq)]
-pub struct VmStatsRead {
-    query: VmStatsQuery,
-    agent: Vec<(&'static str, Result<Value, String>)>,
-    stats: Option<(Result<StatsSample, String>, u64)>,
-    dirty_rate: Option<Result<Value, String>>,
-    taken: Instant,
-}
-
 fn ttl_of(command: &str) -> Duration {
     AGENT_COMMANDS
         .iter()
         .find(|(c, _)| *c == command)
         .map_or(Duration::ZERO, |(_, ttl)| *ttl)
-}
-
-fn age_ms(taken: Instant, now: Instant) -> u64 {
-    u64::try_from(now.saturating_duration_since(taken).as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The `return` of an agent's raw reply, or its error.
@@ -148,7 +135,7 @@ impl DomainManager {
                 dirty_rate: None,
                 taken: now,
             };
-            return reply.send(Ok(self.vm_stats_reply(read)));
+            return reply.send(Ok(self.vm_stats_reply(read).into()));
         }
         let seconds = query.dirty_rate_seconds;
         let timeout = self.timing.command + Duration::from_secs(u64::from(seconds));
@@ -167,7 +154,7 @@ impl DomainManager {
     }
 
     /// Keeps what a job read and answers from the caches.
-    pub(super) fn vm_stats_reply(&mut self, read: VmStatsRead) -> Return {
+    pub(super) fn vm_stats_reply(&mut self, read: VmStatsRead) -> VmStats {
         let VmStatsRead {
             query,
             agent,
@@ -202,75 +189,90 @@ impl DomainManager {
 
         let now = Instant::now();
         let mut errors = Vec::new();
-        let mut reply = Map::new();
-        reply.insert("domain".into(), json!(self.config.domain_name));
-        if query.domain_stats {
-            let part = match (
+        // Each part that was not read says why, and so does `errors`.
+        let mut failed = |what: String, e: &str| {
+            errors.push(format!("{what}: {e}"));
+            e.to_string()
+        };
+        let domain_stats = query.domain_stats.then(|| {
+            match (
                 stats_error,
                 self.stats.fresh(self.timing.stats_max_age, now),
             ) {
-                (None, Some(sample)) => {
-                    json!({ "stats": sample.encoded, "age_ms": age_ms(sample.taken, now) })
-                }
-                (Some(e), _) => {
-                    errors.push(format!("domain stats: {e}"));
-                    json!({ "error": e })
-                }
+                (None, Some(sample)) => Part::Read(AgedStats {
+                    age_ms: age_ms(sample.taken, now),
+                    stats: sample.encoded.clone(),
+                }),
+                (Some(e), _) => Part::Failed {
+                    error: failed("domain stats".into(), &e),
+                },
                 // Dropped by an event while it was read.
-                (None, None) => {
-                    let e = "the domain changed while its statistics were read; ask again";
-                    errors.push(format!("domain stats: {e}"));
-                    json!({ "error": e })
-                }
-            };
-            reply.insert("domain_stats".into(), part);
-        }
-        if query.dirty_rate {
-            let part = if self.migration_running_as_source() {
-                let e = "skipped: a migration is running (query-migration has its dirty rate)";
-                errors.push(format!("dirty rate: {e}"));
-                json!({ "error": e })
-            } else if let Some(e) = dirty_rate_error {
-                errors.push(format!("dirty rate: {e}"));
-                json!({ "error": e })
-            } else if let Some(kept) = &self.vm_stats.dirty_rate {
-                let mut part = kept.value.clone();
-                part["age_ms"] = json!(age_ms(kept.taken, now));
-                part
-            } else {
-                let e = "not measured";
-                errors.push(format!("dirty rate: {e}"));
-                json!({ "error": e })
-            };
-            reply.insert("dirty_rate".into(), part);
-        }
-        if !query.agent.is_empty() {
-            let mut agent = Map::new();
-            for command in &query.agent {
-                let part = if !self.agent.connected {
-                    let e = "the guest agent is not connected";
-                    errors.push(format!("agent {command}: {e}"));
-                    json!({ "error": e })
-                } else if let Some(e) = fresh_errors.remove(command) {
-                    errors.push(format!("agent {command}: {e}"));
-                    json!({ "error": e })
-                } else if let Some(kept) = self.vm_stats.agent.get(command) {
-                    json!({ "return": kept.value, "age_ms": age_ms(kept.taken, now) })
-                } else {
-                    let e = "not read";
-                    errors.push(format!("agent {command}: {e}"));
-                    json!({ "error": e })
-                };
-                agent.insert((*command).to_string(), part);
+                (None, None) => Part::Failed {
+                    error: failed(
+                        "domain stats".into(),
+                        "the domain changed while its statistics were read; ask again",
+                    ),
+                },
             }
-            reply.insert(
-                "guest_agent_version".into(),
-                json!(self.agent.cache.version.as_ref().map(|v| v.version.clone())),
-            );
-            reply.insert("agent".into(), Value::Object(agent));
+        });
+        let dirty_rate = query.dirty_rate.then(|| {
+            if self.migration_running_as_source() {
+                Part::Failed {
+                    error: failed(
+                        "dirty rate".into(),
+                        "skipped: a migration is running (query-migration has its dirty rate)",
+                    ),
+                }
+            } else if let Some(e) = dirty_rate_error {
+                Part::Failed {
+                    error: failed("dirty rate".into(), &e),
+                }
+            } else if let Some(kept) = &self.vm_stats.dirty_rate {
+                Part::Read(kept.value.aged(age_ms(kept.taken, now)))
+            } else {
+                Part::Failed {
+                    error: failed("dirty rate".into(), "not measured"),
+                }
+            }
+        });
+        let mut agent = None;
+        let mut guest_agent_version = None;
+        if !query.agent.is_empty() {
+            let mut parts = BTreeMap::new();
+            for command in &query.agent {
+                let what = format!("agent {command}");
+                let part = if !self.agent.connected {
+                    Part::Failed {
+                        error: failed(what, "the guest agent is not connected"),
+                    }
+                } else if let Some(e) = fresh_errors.remove(command) {
+                    Part::Failed {
+                        error: failed(what, &e),
+                    }
+                } else if let Some(kept) = self.vm_stats.agent.get(command) {
+                    Part::Read(AgentReturn {
+                        age_ms: age_ms(kept.taken, now),
+                        value: kept.value.clone(),
+                    })
+                } else {
+                    Part::Failed {
+                        error: failed(what, "not read"),
+                    }
+                };
+                parts.insert((*command).to_string(), part);
+            }
+            guest_agent_version =
+                Some(self.agent.cache.version.as_ref().map(|v| v.version.clone()));
+            agent = Some(parts);
         }
-        reply.insert("errors".into(), json!(errors));
-        reply.into()
+        VmStats {
+            agent,
+            dirty_rate,
+            domain: self.config.domain_name.clone(),
+            domain_stats,
+            errors,
+            guest_agent_version,
+        }
     }
 }
 
@@ -287,7 +289,7 @@ fn read_vm_stats(
     let agent = agent
         .iter()
         .map(|command| {
-            let request = json!({ "execute": command }).to_string();
+            let request = agent_request(command);
             let result = hv
                 .agent_command(name, &request, AGENT_TIMEOUT)
                 .map_err(|e| e.to_string())
@@ -297,17 +299,8 @@ fn read_vm_stats(
         .collect();
     let stats =
         stats_generation.map(|generation| (sample_stats(hv, name).map_err(|e| e.desc), generation));
-    let dirty_rate = measure_seconds.map(|seconds| {
-        measure_dirty_rate(hv, name, seconds)
-            .map(|ret| {
-                let mut value = Value::Object(ret.into_object());
-                if let Some(map) = value.as_object_mut() {
-                    map.remove("domain");
-                }
-                value
-            })
-            .map_err(|e| e.desc)
-    });
+    let dirty_rate =
+        measure_seconds.map(|seconds| measure_dirty_rate(hv, name, seconds).map_err(|e| e.desc));
     VmStatsRead {
         query,
         agent,
@@ -324,8 +317,8 @@ mod tests {
     #[test]
     fn an_agents_reply_is_its_return_or_its_error() {
         assert_eq!(
-            agent_return(r#"{"return":{"seconds":5}}"#),
-            Ok(json!({"seconds": 5}))
+            agent_return(r#"{"return":{"seconds":5}}"#).map(|v| v.to_string()),
+            Ok(r#"{"seconds":5}"#.to_string())
         );
         let err = agent_return(
             r#"{"error":{"class":"CommandNotFound","desc":"The command guest-get-load has not been found"}}"#,

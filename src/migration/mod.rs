@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 
 use crate::domxml::Domain;
 use crate::hypervisor::Stat;
@@ -155,9 +155,9 @@ pub struct MigrationRecord {
     pub ended: Option<SystemTime>,
     pub target_uri: Option<String>,
     pub post_copy: bool,
-    pub progress: Option<Value>,
+    pub progress: Option<MigrationProgress>,
     pub failure: Option<String>,
-    pub completed_stats: Option<Value>,
+    pub completed_stats: Option<Map<String, Value>>,
     /// KubeVirt's migration UID, when KubeVirt started this migration.
     pub migration_uid: Option<String>,
     /// A cancel's progress (KubeVirt's `MigrationAbortStatus`).
@@ -198,7 +198,8 @@ impl MigrationRecord {
         self.ended = Some(SystemTime::now());
     }
 
-    pub fn to_json(&self) -> Value {
+    /// As `query-migration` and `query-status` show it.
+    pub fn status(&self) -> MigrationStatus {
         let seconds = |t: SystemTime| {
             t.duration_since(SystemTime::UNIX_EPOCH)
                 .map(|d| d.as_secs_f64())
@@ -210,20 +211,92 @@ impl MigrationRecord {
             .duration_since(self.started)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0);
-        json!({
-            "role": self.role,
-            "phase": self.phase,
-            "started": seconds(self.started),
-            "ended": self.ended.map(seconds),
-            "elapsed_seconds": elapsed,
-            "target_uri": self.target_uri,
-            "mode": if self.post_copy { "post-copy" } else { "pre-copy" },
-            "progress": self.progress,
-            "failure": self.failure,
-            "completed": self.completed_stats,
-            "migration_uid": self.migration_uid,
-            "abort": self.abort,
-        })
+        MigrationStatus {
+            abort: self.abort,
+            completed: self.completed_stats.clone(),
+            elapsed_seconds: elapsed,
+            ended: self.ended.map(seconds),
+            failure: self.failure.clone(),
+            migration_uid: self.migration_uid.clone(),
+            mode: self.mode(),
+            phase: self.phase,
+            progress: self.progress.clone(),
+            role: self.role,
+            started: seconds(self.started),
+            target_uri: self.target_uri.clone(),
+        }
+    }
+
+    /// "pre-copy", or "post-copy" once switched.
+    pub fn mode(&self) -> &'static str {
+        if self.post_copy {
+            "post-copy"
+        } else {
+            "pre-copy"
+        }
+    }
+}
+
+/// A migration as `query-migration` shows it (keys in byte order, as
+/// every reply writes them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MigrationStatus {
+    /// A cancel's progress (KubeVirt's `MigrationAbortStatus`).
+    pub abort: Option<AbortStatus>,
+    /// libvirt's final job statistics.
+    pub completed: Option<Map<String, Value>>,
+    pub elapsed_seconds: f64,
+    pub ended: Option<f64>,
+    pub failure: Option<String>,
+    /// KubeVirt's migration UID, when KubeVirt started this migration.
+    pub migration_uid: Option<String>,
+    pub mode: &'static str,
+    pub phase: MigrationPhase,
+    pub progress: Option<MigrationProgress>,
+    pub role: Role,
+    pub started: f64,
+    pub target_uri: Option<String>,
+}
+
+/// The figures a MIGRATION_PROGRESS event carries and `query-migration`
+/// shows, from libvirt's job statistics as libvirt reported them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MigrationProgress {
+    pub data_processed: Value,
+    pub data_remaining: Value,
+    pub data_total: Value,
+    pub disk_processed: Value,
+    pub disk_remaining: Value,
+    pub iteration: Value,
+    pub memory_bps: Value,
+    pub memory_dirty_rate: Value,
+    /// "pre-copy" or "post-copy".
+    pub mode: &'static str,
+    pub time_elapsed_ms: Value,
+}
+
+impl MigrationProgress {
+    /// The figures of `stats`, in `mode`.
+    pub fn from_stats(stats: &[Stat], mode: &'static str) -> MigrationProgress {
+        let get = |name: &str| {
+            stats
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(Value::Null)
+        };
+        MigrationProgress {
+            data_processed: get("data_processed"),
+            data_remaining: get("data_remaining"),
+            data_total: get("data_total"),
+            disk_processed: get("disk_processed"),
+            disk_remaining: get("disk_remaining"),
+            iteration: get("memory_iteration"),
+            memory_bps: get("memory_bps"),
+            memory_dirty_rate: get("memory_dirty_rate"),
+            mode,
+            time_elapsed_ms: get("time_elapsed"),
+        }
     }
 }
 
@@ -238,29 +311,6 @@ pub fn kubevirt_migration_uid(vmi: &Value) -> Option<String> {
         .and_then(Value::as_str)
         .filter(|uid| !uid.is_empty())
         .map(str::to_string)
-}
-
-/// The figures a MIGRATION_PROGRESS event carries, from libvirt's job
-/// statistics.
-pub fn progress_summary(stats: &[Stat]) -> Value {
-    let get = |name: &str| {
-        stats
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or(Value::Null)
-    };
-    json!({
-        "iteration": get("memory_iteration"),
-        "data_processed": get("data_processed"),
-        "data_remaining": get("data_remaining"),
-        "data_total": get("data_total"),
-        "memory_dirty_rate": get("memory_dirty_rate"),
-        "memory_bps": get("memory_bps"),
-        "disk_processed": get("disk_processed"),
-        "disk_remaining": get("disk_remaining"),
-        "time_elapsed_ms": get("time_elapsed"),
-    })
 }
 
 /// Gives the source's migratable XML the target launcher's paths: every
@@ -335,6 +385,7 @@ pub fn local_disks(xml: &str, paths: &LauncherPaths) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn paths(root: &str, uid: &str) -> LauncherPaths {
         LauncherPaths {

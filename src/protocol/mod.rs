@@ -8,7 +8,8 @@
 pub mod codec;
 mod returned;
 
-pub use returned::{Encoded, Return};
+pub use crate::replies::Return;
+pub use returned::Encoded;
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -437,11 +438,11 @@ pub fn encode_error(error: &CommandError, id: Option<&RequestId>) -> String {
 }
 
 /// Encodes an event line (with trailing newline).
-pub fn encode_event(name: &str, data: &Value, timestamp: Timestamp) -> String {
+pub fn encode_event<T: Serialize + ?Sized>(name: &str, data: &T, timestamp: Timestamp) -> String {
     #[derive(Serialize)]
-    struct Line<'a> {
+    struct Line<'a, T: ?Sized> {
         event: &'a str,
-        data: &'a Value,
+        data: &'a T,
         timestamp: Timestamp,
     }
     finish_line(serde_json::to_string(&Line {
@@ -682,24 +683,33 @@ mod tests {
 
     #[test]
     fn replies_are_single_compact_lines() {
-        let mut ret = Map::new();
-        ret.insert("nested".into(), json!({"a":[1,2,{"b":"c\nd"}]}));
-        let line = encode_return(&ret.into(), Some(&RequestId::from_value(&json!("id-1"))));
+        let ret = Return::from(crate::replies::Executed {
+            elapsed_seconds: 0.5,
+            exit_code: None,
+            pid: 1,
+            signal: None,
+            stderr: "c\nd".into(),
+            stderr_truncated: false,
+            stdout: String::new(),
+            stdout_truncated: false,
+        });
+        let line = encode_return(&ret, Some(&RequestId::from_value(&json!("id-1"))));
         assert_eq!(
             line,
-            "{\"return\":{\"nested\":{\"a\":[1,2,{\"b\":\"c\\nd\"}]}},\"id\":\"id-1\"}\n"
+            "{\"return\":{\"elapsed_seconds\":0.5,\"exit_code\":null,\"pid\":1,\"signal\":null,\"stderr\":\"c\\nd\",\"stderr_truncated\":false,\"stdout\":\"\",\"stdout_truncated\":false},\"id\":\"id-1\"}\n"
         );
         assert_eq!(encode_return(&Return::new(), None), "{\"return\":{}}\n");
-        let mut encoded = Return::new();
-        encoded.insert_encoded("b", Encoded::new(&json!({"x": [1, "y"]})));
-        encoded.insert("a", json!(null));
-        encoded.insert("c", json!("z"));
+        let encoded = Return::from(crate::replies::StatsReply {
+            age_ms: 3,
+            domain: "d".into(),
+            stats: Encoded::new(&json!({"x": [1, "y"]})),
+        });
         assert_eq!(
             encode_return(
                 &encoded,
                 Some(&RequestId::from_value(&json!([1, {"k": "v"}])))
             ),
-            "{\"return\":{\"a\":null,\"b\":{\"x\":[1,\"y\"]},\"c\":\"z\"},\"id\":[1,{\"k\":\"v\"}]}\n"
+            "{\"return\":{\"age_ms\":3,\"domain\":\"d\",\"stats\":{\"x\":[1,\"y\"]}},\"id\":[1,{\"k\":\"v\"}]}\n"
         );
         let err =
             CommandError::new(ErrorClass::NotFound, "no domain").with_cause("virDomainLookup");

@@ -7,8 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
-
 use super::ServerShared;
 use crate::command::{COMMANDS, Command, LocalCommand, ManagerCommand, ManagerRequest, ReplySlot};
 use crate::events::{Event, EventKind, SubscriberQueue};
@@ -18,6 +16,7 @@ use crate::protocol::{
     CommandError, CommandResult, ErrorClass, encode_error, encode_hello, encode_return,
     parse_request,
 };
+use crate::replies::{CommandList, CommandSummary, Subscribed, Unsubscribed};
 use crate::sink::Sink;
 use crate::threads;
 
@@ -172,11 +171,14 @@ impl Connection {
     fn run_local(&mut self, command: LocalCommand) -> CommandResult {
         match command {
             LocalCommand::QueryCommands => {
-                let list: Vec<Value> = COMMANDS
+                let commands = COMMANDS
                     .iter()
-                    .map(|c| json!({"name": c.name, "summary": c.summary}))
+                    .map(|c| CommandSummary {
+                        name: c.name,
+                        summary: c.summary,
+                    })
                     .collect();
-                Ok(object(json!({ "commands": list })).into())
+                Ok(CommandList { commands }.into())
             }
             LocalCommand::Subscribe { events } => self.subscribe(events),
             LocalCommand::Unsubscribe => {
@@ -184,17 +186,24 @@ impl Connection {
                 if let Some(id) = was {
                     self.shared.hub.unsubscribe(id);
                 }
-                Ok(object(json!({ "subscribed": false, "was_subscribed": was.is_some() })).into())
+                Ok(Unsubscribed {
+                    subscribed: false,
+                    was_subscribed: was.is_some(),
+                }
+                .into())
             }
         }
     }
 
     fn subscribe(&mut self, events: Option<Vec<EventKind>>) -> CommandResult {
-        let names: Vec<&str> = match &events {
+        let names: Vec<&'static str> = match &events {
             Some(kinds) => kinds.iter().map(|k| k.name()).collect(),
             None => EventKind::ALL.iter().map(|k| k.name()).collect(),
         };
-        let reply = object(json!({ "subscribed": true, "events": names }));
+        let reply = Subscribed {
+            events: names,
+            subscribed: true,
+        };
         if let Some(id) = self.subscription {
             self.shared.hub.set_filter(id, events);
             return Ok(reply.into());
@@ -223,11 +232,17 @@ impl Connection {
 
 /// Writes queued events until the subscription ends or the client stops
 /// reading (a write that times out ends the connection).
+/// EVENTS_DROPPED's data: how many events this subscriber missed.
+#[derive(Debug, serde::Serialize)]
+struct EventsDropped {
+    count: u64,
+}
+
 fn write_events(queue: SubscriberQueue, outbox: Outbox) {
     while let Ok(event) = queue.events.recv() {
         let dropped = queue.dropped.swap(0, Ordering::Relaxed);
         if dropped > 0 {
-            let notice = Event::new(EventKind::EventsDropped, json!({ "count": dropped }));
+            let notice = Event::new(EventKind::EventsDropped, &EventsDropped { count: dropped });
             if outbox.write_line(&notice.line).is_err() {
                 outbox.close();
                 break;
@@ -263,13 +278,6 @@ fn ask_manager(
     replies.wait()
 }
 
-fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
-
 pub(super) fn reject_busy(mut stream: UnixStream, max_clients: usize) {
     let line = encode_error(
         &CommandError::new(
@@ -298,6 +306,7 @@ impl Drop for ClientSlot {
 mod tests {
     use super::*;
     use crate::command::DomainCommand;
+    use crate::protocol::Return;
 
     #[test]
     fn a_request_the_manager_drops_fails_instead_of_hanging() {
@@ -307,7 +316,7 @@ mod tests {
         let fake = std::thread::spawn(move || {
             drop(requests.recv().unwrap());
             let answered = requests.recv().unwrap();
-            answered.reply.send(Ok(Map::new().into()));
+            answered.reply.send(Ok(Return::new()));
         });
         let replies = ReplySlot::new();
         let dropped = ask_manager(
@@ -325,7 +334,7 @@ mod tests {
                 &replies,
                 ManagerCommand::Domain(DomainCommand::Ping)
             ),
-            Ok(Map::new().into())
+            Ok(Return::new())
         );
         fake.join().unwrap();
         drop(manager);

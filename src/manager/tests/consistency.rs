@@ -51,12 +51,11 @@ fn complete_job(m: &mut DomainManager, inbox: &Receiver<ManagerInput>) {
 }
 
 fn shown(m: &DomainManager) -> (String, String, bool) {
-    let status = m.query_status();
-    let domain = &status["domain"];
+    let domain = m.query_status().domain;
     (
-        domain["state"].as_str().unwrap().to_string(),
-        domain["reason"].as_str().unwrap().to_string(),
-        domain["paused_by_user"].as_bool().unwrap(),
+        domain.state.to_string(),
+        domain.reason.to_string(),
+        domain.paused_by_user,
     )
 }
 

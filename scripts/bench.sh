@@ -35,7 +35,7 @@ fi
 # RUSTFLAGS replaces .cargo/config.toml's flags for the target, so they
 # are repeated here.
 if [ $# -eq 0 ] || [[ " $* " == *" allocator "* ]]; then
-    RUSTFLAGS="-C relocation-model=static -C target-feature=+crt-static --cfg vl_musl_malloc" \
+    RUSTFLAGS="-C relocation-model=static -C target-feature=+crt-static -C llvm-args=-enable-machine-outliner=always --cfg vl_musl_malloc" \
         cargo build --profile static --locked --no-default-features --features wire \
         --target x86_64-unknown-linux-musl --target-dir target/musl-malloc >&2
     VL_STATIC_MUSL_MALLOC_BIN=target/musl-malloc/x86_64-unknown-linux-musl/static/virt-launcher

@@ -893,7 +893,7 @@ mod tests {
                 .map(|_| cache.alloc(layout(48)))
                 .collect();
             let mut sorted = many.clone();
-            sorted.sort();
+            sorted.sort_unstable();
             sorted.dedup();
             assert_eq!(sorted.len(), many.len());
             for block in many.into_iter().chain([a, b]) {

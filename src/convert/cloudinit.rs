@@ -131,7 +131,7 @@ pub(crate) fn contents(
         None => generated_meta_data(vmi, ctx, data_source)?,
     };
     files.push(file(meta_file, meta_data));
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok(if secrets.is_empty() {
         IsoContents::Files(files)
     } else {

@@ -386,7 +386,7 @@ pub fn hidden_emulators() -> Vec<PathBuf> {
             hidden.push(real);
         }
     }
-    hidden.sort();
+    hidden.sort_unstable();
     hidden
 }
 
@@ -417,7 +417,7 @@ fn other_emulators(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
             }
         }
     }
-    others.sort();
+    others.sort_unstable();
     others
 }
 

@@ -64,17 +64,18 @@ impl Timers {
 
     /// Removes and returns the timers due at `now`, earliest first.
     pub fn take_due(&mut self, now: Instant) -> Vec<Timer> {
-        let mut due: Vec<(Instant, Timer)> = Vec::new();
+        // Timers due at the same instant fire in the order they were armed.
+        let mut due: Vec<(Instant, usize, Timer)> = Vec::new();
         self.armed.retain(|&(at, t)| {
             if at <= now {
-                due.push((at, t));
+                due.push((at, due.len(), t));
                 false
             } else {
                 true
             }
         });
-        due.sort_by_key(|(at, _)| *at);
-        due.into_iter().map(|(_, t)| t).collect()
+        due.sort_unstable_by_key(|&(at, armed, _)| (at, armed));
+        due.into_iter().map(|(_, _, t)| t).collect()
     }
 }
 

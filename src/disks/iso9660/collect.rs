@@ -48,7 +48,7 @@ pub fn collect_dir(dir: &Path) -> Result<Vec<IsoFile>, IsoError> {
     };
     walker.walk(&root, "", 1)?;
     let mut files = walker.files;
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
     Ok(files)
 }
 
@@ -70,7 +70,7 @@ impl Walker {
             let entry = entry.map_err(|err| io_at("cannot list", real, err))?;
             names.push(entry.file_name());
         }
-        names.sort();
+        names.sort_unstable();
         for name in names {
             let full = real.join(&name);
             let Some(name) = name.to_str() else {

@@ -263,7 +263,7 @@ pub(super) fn primary_records(dir: &DirNode) -> Result<Vec<Record>, IsoError> {
             child,
         });
     }
-    records.sort_by(record_cmp);
+    records.sort_unstable_by(record_cmp);
     Ok(records)
 }
 
@@ -313,6 +313,6 @@ pub(super) fn joliet_records(dir: &DirNode) -> Vec<Record> {
             }
         })
         .collect();
-    records.sort_by(record_cmp);
+    records.sort_unstable_by(record_cmp);
     records
 }

@@ -97,7 +97,7 @@ impl<'a> Tree<'a> {
             });
         }
         let mut sorted_files: Vec<usize> = (0..files.len()).collect();
-        sorted_files.sort_by(|&a, &b| files[a].path.cmp(&files[b].path));
+        sorted_files.sort_unstable_by(|&a, &b| files[a].path.cmp(&files[b].path).then(a.cmp(&b)));
         Ok(Tree {
             files,
             dirs,

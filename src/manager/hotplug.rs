@@ -234,22 +234,7 @@ impl DomainManager {
     /// The VMI an earlier launcher recorded; `None` when there is none or
     /// it cannot be read (then only the live domain is compared).
     fn recorded_vmi(&self) -> Option<Value> {
-        let path = self.applied_record();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                log::warn!("manager: cannot read {}: {e}", path.display());
-                return None;
-            }
-        };
-        match serde_json::from_str(&text) {
-            Ok(vmi) => Some(vmi),
-            Err(e) => {
-                log::warn!("manager: {} is not a VMI: {e}; ignoring it", path.display());
-                None
-            }
-        }
+        crate::safe_fs::read_record(&self.applied_record(), "a VMI")
     }
 
     /// Writes the VMI applied to [`applied_record`] (a whole new file

@@ -235,7 +235,7 @@ impl DomainManager {
     }
 
     fn start_freeze(&mut self, unfreeze_timeout_seconds: u64, reply: ReplyTo) {
-        if matches!(self.phase, Phase::ShuttingDown | Phase::Exiting) {
+        if matches!(self.phase.now(), Phase::ShuttingDown | Phase::Exiting) {
             return reply.send(Err(CommandError::invalid_state(
                 "freeze: the domain is being stopped; a frozen guest could not shut down cleanly",
             )));

@@ -113,9 +113,7 @@ impl DomainManager {
         {
             self.domain.started_once = true;
             self.timers.cancel(Timer::QemuTimeout);
-            if self.phase == Phase::WaitingForDomain {
-                self.phase = Phase::Running;
-            }
+            self.phase.domain_started();
         }
         if !self.domain.started_once {
             return;

@@ -221,7 +221,7 @@ impl DomainManager {
         if let Err(busy) = self.jobs.ensure_idle("prepare-migration-target") {
             return reply.send(Err(busy));
         }
-        self.stop.period = plan.grace_period;
+        self.stop.adopt_grace_period(plan.grace_period);
         let migration_uid = crate::migration::kubevirt_migration_uid(&vmi);
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
@@ -279,7 +279,7 @@ impl DomainManager {
         migration_uid: Option<String>,
     ) {
         self.migration.prepared_target = Some(prepared);
-        self.phase = Phase::MigrationTarget;
+        self.phase.target_prepared();
         let mut record = MigrationRecord::new(Role::Target, MigrationPhase::Prepared, None);
         record.migration_uid = migration_uid;
         self.migration.record = Some(record);
@@ -578,7 +578,7 @@ impl DomainManager {
         if status.state == DomainState::Running {
             // The guest runs here now: this launcher owns it.
             record.end(MigrationPhase::Completed);
-            self.phase = Phase::Running;
+            self.phase.migrated_domain_arrived();
             self.migration.prepared_target = None;
             log::info!("manager: the migrated domain runs here now");
             self.publish(

@@ -28,6 +28,7 @@ mod jobs;
 mod lifecycle;
 mod memory_dump;
 mod migration;
+mod phase;
 mod reply;
 mod shutdown;
 mod stats;
@@ -61,6 +62,8 @@ pub use inbox::{Inbox, ManagerInput};
 use jobs::{Finished, JobRunner, Observation, Operation};
 use lifecycle::DomainView;
 use migration::MigrationState;
+use phase::LauncherPhase;
+pub use phase::Phase;
 use reply::JobValue;
 use shutdown::GracefulStop;
 pub use sync::HostFacts;
@@ -93,36 +96,6 @@ pub struct ManagerParts {
     pub virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     /// The manager's own inbox: its workers report there.
     pub inbox: Inbox,
-}
-
-/// Where the launcher is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Starting up: the socket is not yet renamed.
-    Initializing,
-    /// Ready, waiting for a domain (from --vmi or sync).
-    WaitingForDomain,
-    /// The domain has been started.
-    Running,
-    /// Prepared as a migration target: waiting for the domain to arrive.
-    MigrationTarget,
-    /// A signal arrived: the guest is being asked to power off.
-    ShuttingDown,
-    /// The domain stopped; the launcher is exiting.
-    Exiting,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Initializing => "Initializing",
-            Phase::WaitingForDomain => "WaitingForDomain",
-            Phase::Running => "Running",
-            Phase::MigrationTarget => "MigrationTarget",
-            Phase::ShuttingDown => "ShuttingDown",
-            Phase::Exiting => "Exiting",
-        }
-    }
 }
 
 /// How long the manager waits for things. Fixed in the launcher; the
@@ -188,7 +161,7 @@ pub struct DomainManager {
     timing: Timing,
     jobs: JobRunner,
     timers: Timers,
-    phase: Phase,
+    phase: LauncherPhase,
     started: Instant,
     domain: DomainView,
     link: Link,
@@ -241,7 +214,7 @@ impl DomainManager {
             daemons,
             timing: Timing::default(),
             timers: Timers::default(),
-            phase: Phase::Initializing,
+            phase: LauncherPhase::default(),
             started: Instant::now(),
             domain: DomainView::default(),
             link: Link::default(),
@@ -324,13 +297,7 @@ impl DomainManager {
         match message {
             Control::Ready { ack } => {
                 let _ = ack.send(());
-                if self.phase == Phase::Initializing {
-                    self.phase = if self.domain.started_once {
-                        Phase::Running
-                    } else {
-                        Phase::WaitingForDomain
-                    };
-                }
+                self.phase.ready(self.domain.started_once);
                 if !self.domain.started_once {
                     self.timers
                         .arm_in(Timer::QemuTimeout, self.config.qemu_timeout);

@@ -151,7 +151,7 @@ impl DomainManager {
                 "sync: a migration is running; wait for it or migrate-cancel it",
             )));
         }
-        let refused = match self.phase {
+        let refused = match self.phase.now() {
             Phase::MigrationTarget => Some("sync: this launcher is waiting for a migrating domain"),
             Phase::Exiting => Some("sync: the launcher is exiting"),
             Phase::ShuttingDown => Some("sync: the launcher is stopping the domain after a signal"),
@@ -163,7 +163,7 @@ impl DomainManager {
         if let Err(busy) = self.jobs.ensure_idle("sync") {
             return reply.send(Err(busy));
         }
-        self.stop.period = plan.grace_period;
+        self.stop.adopt_grace_period(plan.grace_period);
         let mut plan = plan;
         if self.domain_is_live()
             && let Some(synced) = self.unchanged_sync(&plan.domain)

@@ -247,7 +247,7 @@ impl DomainManager {
             .then_some(virtiofs);
         replies::Status {
             agent: replies::AgentStatus {
-                connected: self.agent.connected,
+                connected: self.agent.is_connected(),
             },
             domain: replies::DomainSummary {
                 defined: self.domain.defined,
@@ -264,7 +264,7 @@ impl DomainManager {
                 uri: self.hypervisor.info().uri,
             },
             memory_dump: self.memory_dump.last.as_ref().map(|d| d.status()),
-            migration: self.migration.record.as_ref().map(|m| m.status()),
+            migration: self.migration.status(),
             phase: self.phase.as_str(),
             shutdown,
             uid: self.config.uid.clone(),
@@ -340,7 +340,7 @@ impl DomainManager {
 
     fn start_domain_job(&mut self, operation: DomainOperation, reply: ReplyTo) {
         let name = self.config.domain_name.clone();
-        let agent_connected = self.agent.connected;
+        let agent_connected = self.agent.is_connected();
         match operation {
             DomainOperation::Shutdown => self.stop.shutdown_requested(),
             DomainOperation::Kill => self.stop.kill_requested(),

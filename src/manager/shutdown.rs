@@ -164,11 +164,10 @@ impl DomainManager {
         }
         // A pod's end stops an outgoing migration; the guest stays here
         // and is shut down like any other.
-        if self.migration_running_as_source()
-            && let Some(cancel) = &self.migration.cancel
-        {
+        if self.migration_running_as_source() {
             log::info!("manager: {name}: cancelling the running migration first");
-            cancel.cancel(&format!("cancelled by {name}: the launcher is stopping"));
+            self.migration
+                .cancel_running(&format!("cancelled by {name}: the launcher is stopping"));
         }
         // A target gives its incoming migration up.
         if self.phase == Phase::MigrationTarget {
@@ -247,7 +246,7 @@ impl DomainManager {
             self.timing.acpi_repeat.as_secs()
         );
         let name = self.config.domain_name.clone();
-        let frozen = self.agent.cache.fsfreeze_status == Some(FreezeStatus::Frozen);
+        let frozen = self.agent.filesystems_frozen();
         let timeout = self.timing.acpi_repeat;
         self.jobs
             .spawn(Operation::AcpiShutdown, None, timeout, move |hv| {

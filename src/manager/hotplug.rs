@@ -283,7 +283,7 @@ impl DomainManager {
         vmi: &VirtualMachineInstance,
     ) -> Result<(), CommandError> {
         let info = self.hypervisor.info();
-        let version = crate::convert::parse_libvirt_version(&info.daemon_version);
+        let version = crate::hypervisor::state::parse_libvirt_version(&info.daemon_version);
         if crate::convert::passt_by_libvirt(version) {
             return Ok(());
         }

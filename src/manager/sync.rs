@@ -220,7 +220,7 @@ impl DomainManager {
             present_paths: Default::default(),
             cpuset: Err(String::new()),
             host_topology: None,
-            libvirt_version: convert::parse_libvirt_version(&info.daemon_version),
+            libvirt_version: crate::hypervisor::state::parse_libvirt_version(&info.daemon_version),
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
@@ -316,9 +316,9 @@ impl DomainManager {
         };
         let mut plan = crate::network::plan::plan(vmi, &interfaces, &networks, queues)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
-        let by_libvirt = convert::passt_by_libvirt(convert::parse_libvirt_version(
-            &self.hypervisor.info().daemon_version,
-        ));
+        let by_libvirt = convert::passt_by_libvirt(
+            crate::hypervisor::state::parse_libvirt_version(&self.hypervisor.info().daemon_version),
+        );
         for passt in &mut plan.passt {
             passt.by_libvirt = by_libvirt;
             passt.socket = convert::passt_socket(&self.config.dirs.private, &passt.name);

@@ -20,6 +20,9 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=scripts/static-link.ld");
     println!("cargo:rustc-check-cfg=cfg(vl_no_unwind_tables)");
+    // scripts/bench.sh's `allocator` section builds the static binary
+    // with musl's own malloc (`--cfg vl_musl_malloc`) to compare it with ours.
+    println!("cargo:rustc-check-cfg=cfg(vl_musl_malloc)");
     let musl = env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|v| v == "musl");
     let size_profile = env::var("OPT_LEVEL").is_ok_and(|v| v == "z");
     if musl && size_profile {

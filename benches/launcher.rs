@@ -12,7 +12,8 @@
 //! `virt-launcher probe` exec -> exit), `network` (pod networking:
 //! set-up time, DHCP answer time, TCP throughput per binding), `vs-go`
 //! (issue 16's rows beside KubeVirt's Go launcher), `backends` (the
-//! default and the static build side by side) and `kubevirt` (KubeVirt
+//! default and the static build side by side), `allocator` (the static
+//! build's allocator beside musl's malloc) and `kubevirt` (KubeVirt
 //! mode through virt-handler's client, beside KubeVirt's launcher). Pass
 //! section names to run only those; `conversion` runs the conversion,
 //! domain XML reading and ISO figures alone.
@@ -111,6 +112,9 @@ fn main() {
     }
     if run("backends") {
         backends::backends();
+    }
+    if run("allocator") {
+        backends::allocator();
     }
     if run("kubevirt") {
         kubevirt::kubevirt();

@@ -6,10 +6,12 @@
 # (re-sync, hotplugged disk), non-root mode, pod networking (set-up
 # time, DHCP answer time, TCP throughput per binding) and the default and
 # static builds side by side (`backends`; VL_BENCH_SOAK_MINUTES=10 makes its
-# agent-polling soak long). A section name runs only that section:
+# agent-polling soak long) and the static build's allocator beside musl's
+# malloc (`allocator`). A section name runs only that section:
 # `scripts/bench.sh test`, `qemu`, `migration`, `reconnect`, `exit`,
 # `sigkill`, `hotplug`, `nonroot`, `network`, `vs-go` (issue 16's rows beside
-# KubeVirt's Go launcher, each with its target), `backends` or `kubevirt`
+# KubeVirt's Go launcher, each with its target), `backends`, `allocator` or
+# `kubevirt`
 # (KubeVirt mode through kvhandler beside virt-launcher-go: round trips,
 # Sync -> Running, Kill -> exit, the pod's memory). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
@@ -21,12 +23,23 @@ if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; 
     cat target/test-guest.log >&2
     exit 1
 fi
-# The static (wire backend) binary, for the backends, vs-go and kubevirt
-# sections.
+# The static (wire backend) binary, for the backends, allocator, vs-go and
+# kubevirt sections.
 if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]] || [[ " $* " == *" vs-go "* ]] ||
-    [[ " $* " == *" kubevirt "* ]]; then
+    [[ " $* " == *" kubevirt "* ]] || [[ " $* " == *" allocator "* ]]; then
     VL_STATIC_BIN=$(scripts/build-static.sh)
     export VL_STATIC_BIN
+fi
+# The same static binary with musl's own malloc in place of ours, for the
+# allocator section (in a target directory of its own: the flags differ).
+# RUSTFLAGS replaces .cargo/config.toml's flags for the target, so they
+# are repeated here.
+if [ $# -eq 0 ] || [[ " $* " == *" allocator "* ]]; then
+    RUSTFLAGS="-C relocation-model=static -C target-feature=+crt-static --cfg vl_musl_malloc" \
+        cargo build --profile static --locked --no-default-features --features wire \
+        --target x86_64-unknown-linux-musl --target-dir target/musl-malloc >&2
+    VL_STATIC_MUSL_MALLOC_BIN=target/musl-malloc/x86_64-unknown-linux-musl/static/virt-launcher
+    export VL_STATIC_MUSL_MALLOC_BIN
 fi
 # Build first, then flush: pages of a just-linked binary are dirty in the
 # page cache until written back, and smaps counts them as the launcher's

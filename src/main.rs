@@ -4,7 +4,8 @@ use std::panic;
 
 // musl's allocator returns freed memory to the kernel at once; the static
 // build keeps a few freed blocks for the next request (src/block_cache.rs).
-#[cfg(target_env = "musl")]
+// `--cfg vl_musl_malloc` leaves musl's, for scripts/bench.sh's comparison.
+#[cfg(all(target_env = "musl", not(vl_musl_malloc)))]
 #[global_allocator]
 static ALLOCATOR: virt_launcher::block_cache::BlockCache =
     virt_launcher::block_cache::BlockCache::new();
@@ -49,15 +50,16 @@ fn main() {
 /// src/block_cache.rs on this binary's block cache, from many threads. In
 /// the static build that is the global allocator itself, which serves the
 /// test's own threads, channels and vectors too (scripts/test.sh runs it
-/// there); other builds have none, and stress one of their own.
+/// there); other builds (and the static one built with musl's malloc for
+/// the benchmark) have none, and stress one of their own.
 fn allocator_self_test_if_requested() -> Option<i32> {
     use virt_launcher::block_cache::stress;
     if std::env::args_os().nth(1)? != stress::MODE {
         return None;
     }
-    #[cfg(target_env = "musl")]
+    #[cfg(all(target_env = "musl", not(vl_musl_malloc)))]
     let cache = &ALLOCATOR;
-    #[cfg(not(target_env = "musl"))]
+    #[cfg(not(all(target_env = "musl", not(vl_musl_malloc))))]
     let cache = &virt_launcher::block_cache::BlockCache::new();
     Some(stress::self_test(cache))
 }

@@ -531,3 +531,169 @@ pub fn backends() {
         l.wait_exit(STEP);
     }
 }
+
+/// Minor page faults of a process so far (all its threads): each page
+/// the allocator maps anew, or maps again after giving it back, faults
+/// once when first touched, so their count per request is how much an
+/// allocator churns the kernel's mappings, on a busy machine as on an
+/// idle one.
+fn minor_faults(pid: u32) -> u64 {
+    // /proc/PID/stat: the command name is in parentheses and may hold
+    // spaces; minflt is the 10th field, the 8th after the closing one.
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let after = s.rsplit_once(')')?.1.to_string();
+            after.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The static build's allocator (src/block_cache.rs) beside musl's own
+/// malloc, in one run: the same static binary built twice
+/// (`VL_STATIC_BIN`, and `VL_STATIC_MUSL_MALLOC_BIN` built with
+/// `--cfg vl_musl_malloc`; scripts/bench.sh builds both), each launcher
+/// running the test guest on the host's libvirtd.
+pub fn allocator() {
+    let (Some(ours), Some(musl)) = (
+        std::env::var_os("VL_STATIC_BIN"),
+        std::env::var_os("VL_STATIC_MUSL_MALLOC_BIN"),
+    ) else {
+        println!(
+            "allocator: VL_STATIC_BIN and VL_STATIC_MUSL_MALLOC_BIN are not set; \
+             scripts/bench.sh allocator builds both static binaries and sets them"
+        );
+        return;
+    };
+    let builds = [
+        Build {
+            backend: "block-cache",
+            bin: PathBuf::from(ours),
+        },
+        Build {
+            backend: "musl-malloc",
+            bin: PathBuf::from(musl),
+        },
+    ];
+    images();
+    let tag = std::process::id();
+    println!(
+        "the static build's allocator beside musl's malloc (daemon {URI}, libvirtd; guest: the test guest):"
+    );
+    let line = |what: &str, a: String, b: String| println!("  {what:<52} {a:>22} {b:>22}");
+    line("", "block cache (ours)".into(), "musl's malloc".into());
+    let sizes = builds.each_ref().map(|b| stripped_mib(&b.bin));
+    line(
+        "stripped binary",
+        format!("{:.2} MiB", sizes[0]),
+        format!("{:.2} MiB", sizes[1]),
+    );
+    let names = builds
+        .each_ref()
+        .map(|b| format!("bench-{}-{tag}", b.backend));
+    let mut launchers: Vec<Launcher> = builds
+        .iter()
+        .zip(&names)
+        .map(|(b, n)| start(b, n, &["--qemu-timeout", "30m"]))
+        .collect();
+    for l in &mut launchers {
+        l.wait_ready(STEP);
+    }
+    let pids = [launchers[0].pid(), launchers[1].pid()];
+    let mut clients: Vec<Client> = launchers.iter().map(|l| l.client()).collect();
+    for c in &mut clients {
+        time_line(c, PING, 200);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let idle = pids.map(memory_kib);
+    line("RSS after ready, idle", mib(idle[0].0), mib(idle[1].0));
+    let [a, b] = p50_pair(alternate(&mut clients, PING, 10_000));
+    line(
+        "ping round trip (10,000)",
+        format!("p50 {a:.1} us"),
+        format!("p50 {b:.1} us"),
+    );
+
+    let mut watchers: Vec<Client> = launchers
+        .iter()
+        .map(|l| {
+            let mut w = l.client();
+            w.ok("subscribe", json!({"events": ["AGENT_CONNECTED"]}));
+            w
+        })
+        .collect();
+    let vmis = names.each_ref().map(|n| guest_vmi(&GuestOptions::new(n)));
+    for (c, vmi) in clients.iter_mut().zip(&vmis) {
+        let synced = c.request_timeout("sync", json!({ "vmi": vmi }), STEP);
+        assert!(synced.get("return").is_some(), "{synced}");
+    }
+    for w in &mut watchers {
+        w.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    }
+    std::thread::sleep(Duration::from_secs(15));
+    let queries = [
+        (
+            "query-domain, cached",
+            r#"{"execute":"query-domain","id":2}"#,
+            1000,
+        ),
+        (
+            "query-domain, max_age_ms 0",
+            r#"{"execute":"query-domain","arguments":{"max_age_ms":0},"id":2}"#,
+            500,
+        ),
+        (
+            "query-stats, max_age_ms 0",
+            r#"{"execute":"query-stats","arguments":{"max_age_ms":0},"id":2}"#,
+            500,
+        ),
+    ];
+    for (what, request, n) in queries {
+        let before = pids.map(minor_faults);
+        let [a, b] = p50_pair(alternate(&mut clients, request, n));
+        let after = pids.map(minor_faults);
+        let per = |i: usize| after[i].saturating_sub(before[i]) as f64 / n as f64;
+        line(
+            &format!("{what} ({n})"),
+            format!("p50 {a:.0} us, {:.1} faults", per(0)),
+            format!("p50 {b:.0} us, {:.1} faults", per(1)),
+        );
+    }
+    let running = pids.map(memory_kib);
+    line(
+        "RSS with the running guest, after the queries",
+        mib(running[0].0),
+        mib(running[1].0),
+    );
+    line(
+        "private dirty with the running guest",
+        mib(running[0].1),
+        mib(running[1].1),
+    );
+    // Nearly 1 MiB request lines parsed into many small blocks and freed,
+    // as in `backends`.
+    let object = format!(
+        r#"{{"execute":"ping","arguments":{{{}}},"id":4}}"#,
+        (0..70_000)
+            .map(|i| format!(r#""k{i:06}":"v""#))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    for _ in 0..3 {
+        for c in &mut clients {
+            c.send_raw(format!("{object}\n").as_bytes());
+            let reply = c.read_reply(STEP);
+            assert_eq!(reply["error"]["class"], "InvalidArgument", "{reply}");
+        }
+    }
+    let after_large = pids.map(memory_kib);
+    line(
+        &format!("RSS after 3 requests of {} KiB", object.len() / 1024),
+        mib(after_large[0].0),
+        mib(after_large[1].0),
+    );
+    for (l, c) in launchers.iter_mut().zip(&mut clients) {
+        c.ok("kill", Value::Null);
+        l.wait_exit(STEP);
+    }
+}

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
-use super::reply::JobValue;
+use super::reply::{BackupDisk, JobValue};
 use super::timers::Timer;
 use crate::command::{BackupRequest, BackupTarget, ReplyTo};
 use crate::domxml::Domain;
@@ -59,21 +59,6 @@ pub(super) enum BackupPhase {
 pub(super) enum BackupMode {
     Push,
     Pull,
-}
-
-/// One disk of a backup.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct BackupDisk {
-    /// The VMI's volume (and disk) name.
-    pub(super) volume: String,
-    /// The guest's device name, e.g. "vda".
-    pub(super) target: String,
-    /// Push mode: the file libvirt writes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) file: Option<PathBuf>,
-    /// Pull mode: the NBD export's name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(super) export: Option<String>,
 }
 
 /// How far a running backup is (libvirt's `disk_processed` of

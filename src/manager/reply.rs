@@ -5,9 +5,11 @@
 //! when they are written into a client's reply (`into_reply`).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::command::{DomainFields, VmStatsQuery};
@@ -108,7 +110,7 @@ pub enum JobValue {
     },
     /// `backup`'s job runs, over these disks.
     BackupStarted {
-        disks: Vec<super::backup::BackupDisk>,
+        disks: Vec<BackupDisk>,
     },
 }
 
@@ -372,4 +374,19 @@ mod tests {
         );
         assert_eq!(line(JobValue::Empty), "{}");
     }
+}
+
+/// One disk of a backup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct BackupDisk {
+    /// The VMI's volume (and disk) name.
+    pub(super) volume: String,
+    /// The guest's device name, e.g. "vda".
+    pub(super) target: String,
+    /// Push mode: the file libvirt writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) file: Option<PathBuf>,
+    /// Pull mode: the NBD export's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) export: Option<String>,
 }

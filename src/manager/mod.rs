@@ -9,7 +9,12 @@
 //! Its state is grouped by purpose, each group in the module that reacts
 //! to it: the domain as the launcher sees it (`lifecycle`), the connection
 //! to libvirt (`connection`), the guest agent (`guest`), the graceful stop
-//! (`shutdown`), the migration (`migration`) and the exit (`exit`).
+//! (`shutdown`), the migration (`migration`), live changes (`hotplug`),
+//! the `query-domain` cache (`domain_cache`) and the exit (`exit`). The
+//! agent, the graceful stop, the migration, hotplug and the cache keep
+//! their fields private and change through methods named for what
+//! happened; the launcher's phase changes only in `phase`. What the
+//! modules share (reads, samples, job results) is in `reply`, a leaf.
 //! Commands are in `domain` (the domain commands), `sync`, `guest` and
 //! `migration`.
 
@@ -170,7 +175,7 @@ pub struct DomainManager {
     migration: MigrationState,
     hotplug: hotplug::HotplugState,
     /// The live domain as `query-domain` last read it.
-    described: domain_cache::DomainCache,
+    domain_cache: domain_cache::DomainCache,
     /// The domain's statistics as `query-stats` last sampled them.
     stats: stats::StatsCache,
     /// What `query-vm-stats` last read of the guest agent and the dirty
@@ -221,7 +226,7 @@ impl DomainManager {
             agent: AgentState::new(poller),
             migration: MigrationState::new(inbox.migration_updates()),
             hotplug: hotplug::HotplugState::new(inbox.hotplug_progress()),
-            described: domain_cache::DomainCache::default(),
+            domain_cache: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
             memory_dump,
             backup,

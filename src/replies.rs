@@ -119,7 +119,50 @@ impl Return {
             _ => None,
         }
     }
+}
 
+/// `Return::as_name`: the reply of one command, when this is its reply;
+/// for the front ends that read the typed values (the gRPC service).
+macro_rules! reply_of {
+    ($($(#[$doc:meta])* $name:ident => $variant:ident($ty:ty);)*) => {
+        impl Return {
+            $(
+                $(#[$doc])*
+                pub fn $name(&self) -> Option<&$ty> {
+                    match self {
+                        Return::$variant(reply) => Some(reply),
+                        _ => None,
+                    }
+                }
+            )*
+        }
+    };
+}
+
+reply_of! {
+    /// `query-migration`'s reply.
+    as_migration => Migration(MigrationReply);
+    /// `query-guest-info`'s reply (KubeVirt's guest agent info).
+    as_guest_info => GuestInfo(Value);
+    /// `query-users`' reply.
+    as_users => Users(Users);
+    /// `query-filesystems`' reply.
+    as_filesystems => Filesystems(Filesystems);
+    /// `query-interfaces`' reply.
+    as_interfaces => Interfaces(Interfaces);
+    /// `query-os-info`'s reply.
+    as_os_info => OsInfo(OsInfo);
+    /// `guest-exec`'s reply.
+    as_executed => Executed(Executed);
+    /// `query-dirty-rate`'s reply.
+    as_dirty_rate => DirtyRate(DirtyRate);
+    /// `query-qemu-version`'s reply.
+    as_qemu_version => QemuVersion(QemuVersion);
+    /// `screenshot`'s reply.
+    as_screenshot => Screenshot(Screenshot);
+}
+
+impl Return {
     /// The object as JSON values: for the front ends that read members by
     /// name, tests and logs; the socket writes the typed value.
     pub fn into_object(self) -> Map<String, Value> {

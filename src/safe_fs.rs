@@ -113,6 +113,27 @@ pub fn replace_file(path: &Path, temp_extension: &str, bytes: &[u8], mode: u32) 
     fs::rename(&temp, path)
 }
 
+/// Reads back a JSON record written with [`replace_file`]: `None` when
+/// there is none. A record that cannot be read or does not parse as `what`
+/// (a half-written file from an older launcher, a hand edit) is logged and
+/// treated as absent, so that a damaged record never stops the launcher.
+pub fn read_record<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Option<T> {
+    match fs::read(path) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                log::warn!("{} is not {what}: {e}; ignoring it", path.display());
+                None
+            }
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            log::warn!("cannot read {}: {e}; ignoring it", path.display());
+            None
+        }
+    }
+}
+
 /// Opens (creating if missing, with `mode`) a regular file for reading and
 /// writing without following a symlink at `path`; an existing file gets
 /// exactly `mode` too. Refuses anything but a regular file owned by the
@@ -206,6 +227,21 @@ mod tests {
         fs::write(dir.join("file"), b"").unwrap();
         let err = ensure_dir(&dir.join("file"), 0o755).unwrap_err();
         assert!(err.to_string().contains("not a directory"), "{err}");
+    }
+
+    #[test]
+    fn records_read_back_and_damaged_ones_count_as_absent() {
+        let dir = temp("record");
+        let path = dir.join("record.json");
+        assert_eq!(read_record::<Vec<u32>>(&path, "a list"), None);
+        replace_file(&path, "tmp", b"[1,2]", 0o600).unwrap();
+        assert_eq!(read_record::<Vec<u32>>(&path, "a list"), Some(vec![1, 2]));
+        fs::write(&path, b"[1,").unwrap();
+        assert_eq!(read_record::<Vec<u32>>(&path, "a list"), None);
+        fs::write(&path, b"{\"a\":1}").unwrap();
+        assert_eq!(read_record::<Vec<u32>>(&path, "a list"), None);
+        // A directory in its place cannot be read: absent too, no panic.
+        assert_eq!(read_record::<Vec<u32>>(&dir, "a list"), None);
     }
 
     #[test]

@@ -92,26 +92,9 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
 /// token (`--service-account-dir`).
 pub const DEFAULT_SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-/// A libvirt version as libvirt encodes it: major × 1,000,000 + minor ×
-/// 1,000 + micro.
-pub fn libvirt_version(major: u32, minor: u32, micro: u32) -> u32 {
-    major * 1_000_000 + minor * 1_000 + micro
-}
-
-/// A version the daemon reports ("9.0.0") as libvirt encodes it
-/// (9000000); `None` when it does not read or does not fit.
-pub fn parse_libvirt_version(dotted: &str) -> Option<u32> {
-    let mut parts = dotted.split('.').map(|p| p.parse::<u32>().ok());
-    let major = parts.next()??;
-    let minor = parts.next().flatten().unwrap_or(0);
-    let micro = parts.next().flatten().unwrap_or(0);
-    if minor >= 1_000 || micro >= 1_000 {
-        return None;
-    }
-    major
-        .checked_mul(1_000_000)?
-        .checked_add(libvirt_version(0, minor, micro))
-}
+/// The converter compares the daemon's version with the ones features
+/// need; versions are the hypervisor layer's vocabulary.
+pub use crate::hypervisor::state::libvirt_version;
 
 /// The host's NUMA cells and the hyper-thread siblings of each CPU, as
 /// libvirt's capabilities report them (read from sysfs by
@@ -373,19 +356,6 @@ pub fn set_balloon_stats_period(domain: &mut Domain, seconds: u32) {
 mod tests {
     use std::fs;
     use std::path::Path;
-
-    #[test]
-    fn daemon_versions_read_as_libvirt_encodes_them() {
-        use super::parse_libvirt_version as parse;
-        assert_eq!(parse("9.0.0"), Some(9_000_000));
-        assert_eq!(parse("10.10.1"), Some(10_010_001));
-        assert_eq!(parse("8.5"), Some(8_005_000));
-        assert_eq!(parse("nine"), None);
-        assert_eq!(parse(""), None);
-        // Too big to encode: no overflow, no answer.
-        assert_eq!(parse("99999.0.0"), None);
-        assert_eq!(parse("9.1000.0"), None);
-    }
 
     /// The source text of every `.rs` file under `src/convert/<rel>`.
     fn sources(rel: &str) -> Vec<(String, String)> {

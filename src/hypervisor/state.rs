@@ -533,6 +533,27 @@ pub fn dotted_version(version: u64) -> String {
     )
 }
 
+/// A libvirt version as libvirt encodes it: major × 1,000,000 + minor ×
+/// 1,000 + micro.
+pub fn libvirt_version(major: u32, minor: u32, micro: u32) -> u32 {
+    major * 1_000_000 + minor * 1_000 + micro
+}
+
+/// A version the daemon reports ("9.0.0") as libvirt encodes it
+/// (9000000); `None` when it does not read or does not fit.
+pub fn parse_libvirt_version(dotted: &str) -> Option<u32> {
+    let mut parts = dotted.split('.').map(|p| p.parse::<u32>().ok());
+    let major = parts.next()??;
+    let minor = parts.next().flatten().unwrap_or(0);
+    let micro = parts.next().flatten().unwrap_or(0);
+    if minor >= 1_000 || micro >= 1_000 {
+        return None;
+    }
+    major
+        .checked_mul(1_000_000)?
+        .checked_add(libvirt_version(0, minor, micro))
+}
+
 /// libvirt's error numbers (`virErrorNumber` in virterror.h, a stable
 /// ABI) that the launcher tells apart, and the `VIR_FROM_RPC` error domain.
 pub mod libvirt_error {
@@ -758,6 +779,19 @@ mod tests {
     fn versions_are_dotted() {
         assert_eq!(dotted_version(9_000_000), "9.0.0");
         assert_eq!(dotted_version(7_002_015), "7.2.15");
+    }
+
+    #[test]
+    fn daemon_versions_read_as_libvirt_encodes_them() {
+        use super::parse_libvirt_version as parse;
+        assert_eq!(parse("9.0.0"), Some(9_000_000));
+        assert_eq!(parse("10.10.1"), Some(10_010_001));
+        assert_eq!(parse("8.5"), Some(8_005_000));
+        assert_eq!(parse("nine"), None);
+        assert_eq!(parse(""), None);
+        // Too big to encode: no overflow, no answer.
+        assert_eq!(parse("99999.0.0"), None);
+        assert_eq!(parse("9.1000.0"), None);
     }
 
     #[test]

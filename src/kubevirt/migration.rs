@@ -11,7 +11,10 @@ use serde_json::Value;
 
 use super::api::{GoTime, MigrationMetadata};
 use crate::domxml::Domain;
-use crate::migration::{KubeVirtMigration, MigrationOptions, TargetAddress};
+use crate::migration::{
+    AbortStatus, KubeVirtMigration, MigrationOptions, MigrationPhase, MigrationStatus,
+    TargetAddress,
+};
 use crate::vmi::Quantity;
 
 /// virt-handler's proxy ports: the guest's memory and the copied disks
@@ -235,53 +238,51 @@ pub fn disks_to_copy(vmi: &Value, domain_xml: &str) -> Result<Vec<String>, Strin
 /// The migration part of `api.Domain`'s KubeVirt metadata, from a
 /// `query-migration` record: what virt-handler reads to follow a
 /// migration (started, ended, failed and why, a cancel's status).
-pub fn metadata(record: &Value) -> Option<MigrationMetadata> {
-    let record = record.as_object()?;
-    let time = |key: &str| {
-        record
-            .get(key)
-            .and_then(Value::as_f64)
-            // metav1.Time has whole seconds; a time past i64 is no time.
-            .and_then(|seconds| format!("{:.0}", seconds.floor()).parse::<i64>().ok())
+pub fn metadata(record: &MigrationStatus) -> MigrationMetadata {
+    // metav1.Time has whole seconds; a time past i64 is no time.
+    let time = |seconds: f64| {
+        format!("{:.0}", seconds.floor())
+            .parse::<i64>()
+            .ok()
             .map(GoTime::from_unix)
     };
-    let phase = record.get("phase").and_then(Value::as_str).unwrap_or("");
-    let failed = matches!(phase, "failed" | "cancelled");
-    let abort = record.get("abort").and_then(Value::as_str).unwrap_or("");
+    let failed = matches!(
+        record.phase,
+        MigrationPhase::Failed | MigrationPhase::Cancelled
+    );
+    let abort = match record.abort {
+        None => "",
+        Some(AbortStatus::Aborting) => "Aborting",
+        Some(AbortStatus::Succeeded) => "Succeeded",
+        Some(AbortStatus::Failed) => "Failed",
+    };
     let failure_reason = if !failed {
         String::new()
-    } else if abort == "Succeeded" {
+    } else if record.abort == Some(AbortStatus::Succeeded) {
         // KubeVirt's launcher words an aborted migration so.
         "Live migration has been aborted".to_string()
     } else {
-        record
-            .get("failure")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+        record.failure.clone().unwrap_or_default()
     };
-    Some(MigrationMetadata {
-        uid: record
-            .get("migration_uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        start_timestamp: time("started"),
-        end_timestamp: time("ended"),
+    MigrationMetadata {
+        uid: record.migration_uid.clone().unwrap_or_default(),
+        start_timestamp: time(record.started),
+        end_timestamp: record.ended.and_then(time),
         failed,
         failure_reason,
         abort_status: abort.to_string(),
-        mode: match record.get("mode").and_then(Value::as_str) {
-            Some("post-copy") => "PostCopy",
+        mode: match record.mode {
+            "post-copy" => "PostCopy",
             _ => "PreCopy",
         }
         .to_string(),
-    })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::migration::Role;
     use serde_json::json;
 
     #[test]
@@ -377,22 +378,41 @@ mod tests {
 
     #[test]
     fn metadata_follows_the_record() {
-        let running = json!({"role": "source", "phase": "running", "started": 1700000000.5,
-            "ended": null, "mode": "pre-copy", "failure": null, "migration_uid": "m1", "abort": null});
-        let m = metadata(&running).unwrap();
+        let running = MigrationStatus {
+            abort: None,
+            completed: None,
+            elapsed_seconds: 1.0,
+            ended: None,
+            failure: None,
+            migration_uid: Some("m1".into()),
+            mode: "pre-copy",
+            phase: MigrationPhase::Running,
+            progress: None,
+            role: Role::Source,
+            started: 1700000000.5,
+            target_uri: None,
+        };
+        let m = metadata(&running);
         assert_eq!(m.uid, "m1");
         assert!(m.start_timestamp.is_some() && m.end_timestamp.is_none());
         assert!(!m.failed && m.abort_status.is_empty());
         assert_eq!(m.mode, "PreCopy");
-        let aborted = json!({"phase": "cancelled", "started": 1.0, "ended": 2.0,
-            "mode": "post-copy", "failure": "cancelled by migrate-cancel", "abort": "Succeeded"});
-        let m = metadata(&aborted).unwrap();
+        let aborted = MigrationStatus {
+            phase: MigrationPhase::Cancelled,
+            started: 1.0,
+            ended: Some(2.0),
+            mode: "post-copy",
+            failure: Some("cancelled by migrate-cancel".into()),
+            migration_uid: None,
+            abort: Some(AbortStatus::Succeeded),
+            ..running
+        };
+        let m = metadata(&aborted);
         assert!(m.failed && m.end_timestamp.is_some());
         assert_eq!(m.failure_reason, "Live migration has been aborted");
         assert_eq!(
             (m.abort_status.as_str(), m.mode.as_str()),
             ("Succeeded", "PostCopy")
         );
-        assert!(metadata(&Value::Null).is_none());
     }
 }

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::api;
@@ -19,11 +19,11 @@ use super::notify::K8sEventSender;
 use super::proto::cmd::*;
 use super::proto::info::{CmdInfoResponse, SUPPORTED_CMD_VERSIONS};
 use super::proto::methods::{CmdMethod, CmdRequest, LauncherMethod};
-use crate::agent::model::{GuestInterface, GuestOsInfo};
 use crate::command::{Command, ManagerCommand, ManagerRequest, MigrationCommand, ReplyTo};
 use crate::config::Config;
 use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
+use crate::migration::{MigrationPhase, MigrationStatus, Role};
 use crate::protocol::{CommandError, CommandResult, Encoded, ErrorClass, Return};
 use crate::sink::Sink;
 
@@ -258,32 +258,25 @@ impl ManagerClient {
         domain.set_status(status);
         // A migration's progress and outcome, where KubeVirt's launcher
         // keeps them for virt-handler.
-        if let Ok(reply) = self.run("query-migration", json!({})) {
-            let reply = reply.into_object();
-            if let Some(record) = reply.get("migration") {
-                domain.spec.metadata.kubevirt.migration = kv_migration::metadata(record);
-            }
+        if let Ok(reply) = self.run("query-migration", json!({}))
+            && let Some(migration) = reply.as_migration()
+        {
+            domain.spec.metadata.kubevirt.migration =
+                migration.migration.as_ref().map(kv_migration::metadata);
         }
         // What the guest agent reported, once it has: the interfaces and
         // the OS, as KubeVirt's launcher merges them into the status.
-        if let Ok(reply) = self.run("query-interfaces", json!({})) {
-            let interfaces: Vec<GuestInterface> = reply
-                .into_object()
-                .get("interfaces")
-                .and_then(|v| Vec::<GuestInterface>::deserialize(v).ok())
-                .unwrap_or_default();
-            if !interfaces.is_empty() {
-                domain.status.interfaces =
-                    Some(interfaces.iter().map(api::interface_status).collect());
-            }
+        if let Ok(reply) = self.run("query-interfaces", json!({}))
+            && let Some(reply) = reply.as_interfaces()
+            && !reply.interfaces.is_empty()
+        {
+            domain.status.interfaces =
+                Some(reply.interfaces.iter().map(api::interface_status).collect());
         }
         if let Ok(reply) = self.run("query-os-info", json!({}))
-            && let Some(os) = reply
-                .into_object()
-                .get("os")
-                .and_then(|v| GuestOsInfo::deserialize(v).ok())
+            && let Some(os) = reply.as_os_info().and_then(|r| r.os.as_ref())
         {
-            domain.status.os_info = api::os_info(&os);
+            domain.status.os_info = api::os_info(os);
         }
         Ok(Some(domain))
     }
@@ -295,9 +288,9 @@ impl ManagerClient {
             .ok()
             .and_then(|reply| {
                 reply
-                    .into_object()
-                    .get("fsFreezeStatus")
-                    .and_then(Value::as_str)
+                    .as_guest_info()?
+                    .get("fsFreezeStatus")?
+                    .as_str()
                     .map(str::to_string)
             })
             .unwrap_or_default()
@@ -399,9 +392,9 @@ impl CmdService {
     }
 
     /// This launcher's migration record, as `query-migration` has it.
-    fn migration_record(&self) -> Option<Map<String, Value>> {
-        let reply = self.run("query-migration", json!({})).ok()?.into_object();
-        reply.get("migration")?.as_object().cloned()
+    fn migration_record(&self) -> Option<MigrationStatus> {
+        let reply = self.run("query-migration", json!({})).ok()?;
+        reply.as_migration()?.migration.clone()
     }
 
     /// `MigrateVirtualMachine` on the source: the domain goes through
@@ -418,14 +411,14 @@ impl CmdService {
             return failed("cannot migrate VMI until migrationState is ready");
         };
         if let Some(record) = self.migration_record()
-            && record.get("migration_uid").and_then(Value::as_str) == Some(&migration_uid)
+            && record.migration_uid.as_deref() == Some(&migration_uid)
         {
-            if record.get("ended").is_some_and(Value::is_null) {
+            if record.ended.is_none() {
                 return ok();
             }
             return failed(format!(
                 "migration job {migration_uid} already executed, phase {}",
-                record.get("phase").and_then(Value::as_str).unwrap_or("?")
+                record.phase.as_str()
             ));
         }
         let handler_options = match HandlerMigrationOptions::parse(&request.options) {
@@ -433,12 +426,12 @@ impl CmdService {
             Err(e) => return failed(e),
         };
         let xml = match self.run("query-domain", json!({ "fields": ["xml"] })) {
+            // The XML is carried as the JSON string the reply writes.
             Ok(reply) => reply
-                .into_object()
-                .get("xml")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
+                .as_domain()
+                .and_then(|d| d.xml.as_ref())
+                .and_then(|xml| serde_json::from_str::<String>(xml.get()).ok())
+                .unwrap_or_default(),
             Err(e) => return failed(describe(&e)),
         };
         let copy_disks = match kv_migration::disks_to_copy(&vmi, &xml) {
@@ -481,10 +474,10 @@ impl CmdService {
             Err(refused) => return refused,
         };
         if let Some(record) = self.migration_record()
-            && record.get("role").and_then(Value::as_str) == Some("target")
+            && record.role == Role::Target
             && matches!(
-                record.get("phase").and_then(Value::as_str),
-                Some("prepared" | "running")
+                record.phase,
+                MigrationPhase::Prepared | MigrationPhase::Running
             )
         {
             return ok();
@@ -514,8 +507,7 @@ impl CmdService {
             return ok();
         }
         let waiting = self.migration_record().is_some_and(|record| {
-            record.get("role").and_then(Value::as_str) == Some("target")
-                && record.get("phase").and_then(Value::as_str) == Some("prepared")
+            record.role == Role::Target && record.phase == MigrationPhase::Prepared
         });
         if waiting {
             log::info!("kubevirt: target pod {pod} signalled to clean up");
@@ -601,18 +593,23 @@ impl CmdService {
         serde_json::to_string(&stats).map_err(|e| format!("cannot encode the stats: {e}"))
     }
 
-    /// A guest-agent query's answer as JSON text: `member` of the reply,
-    /// or the whole reply; an agent that is not there answers `empty`, as
-    /// KubeVirt's agent cache does before its first poll.
-    fn agent_json(&self, command: &str, member: Option<&str>, empty: &str) -> (Response, String) {
+    /// A guest-agent query's answer as JSON text: what `answer` takes
+    /// of the reply (`null` when the reply is not the command's); an
+    /// agent that is not there answers `empty`, as KubeVirt's agent cache
+    /// does before its first poll.
+    fn agent_json<T: Serialize>(
+        &self,
+        command: &str,
+        answer: impl FnOnce(&Return) -> Option<&T>,
+        empty: &str,
+    ) -> (Response, String) {
         match self.run(command, json!({})) {
             Ok(reply) => {
-                let object = reply.into_object();
-                let value = match member {
-                    Some(member) => object.get(member).cloned().unwrap_or(Value::Null),
-                    None => Value::Object(object),
-                };
-                match serde_json::to_string(&value) {
+                // Through a JSON value: its objects write their keys in
+                // byte order, as the socket's replies do.
+                let text = serde_json::to_value(answer(&reply))
+                    .and_then(|value| serde_json::to_string(&value));
+                match text {
                     Ok(text) => (ok(), text),
                     Err(e) => (
                         failed(format!("cannot encode {command}: {e}")),
@@ -628,7 +625,8 @@ impl CmdService {
     }
 
     fn get_guest_info(&self) -> GuestInfoResponse {
-        let (response, guest_info_response) = self.agent_json("query-guest-info", None, "{}");
+        let (response, guest_info_response) =
+            self.agent_json("query-guest-info", Return::as_guest_info, "{}");
         GuestInfoResponse {
             response: Some(response),
             guest_info_response,
@@ -637,7 +635,7 @@ impl CmdService {
 
     fn get_users(&self) -> GuestUserListResponse {
         let (response, guest_user_list_response) =
-            self.agent_json("query-users", Some("users"), "[]");
+            self.agent_json("query-users", |r| r.as_users().map(|u| &u.users), "[]");
         GuestUserListResponse {
             response: Some(response),
             guest_user_list_response,
@@ -645,8 +643,11 @@ impl CmdService {
     }
 
     fn get_filesystems(&self) -> GuestFilesystemsResponse {
-        let (response, guest_filesystems_response) =
-            self.agent_json("query-filesystems", Some("filesystems"), "[]");
+        let (response, guest_filesystems_response) = self.agent_json(
+            "query-filesystems",
+            |r| r.as_filesystems().map(|f| &f.filesystems),
+            "[]",
+        );
         GuestFilesystemsResponse {
             response: Some(response),
             guest_filesystems_response,
@@ -681,17 +682,12 @@ impl CmdService {
         );
         match result {
             Ok(reply) => {
-                let reply = reply.into_object();
-                let exit_code = reply
-                    .get("exit_code")
-                    .and_then(Value::as_i64)
+                let executed = reply.as_executed();
+                let exit_code = executed
+                    .and_then(|e| e.exit_code)
                     .and_then(|c| i32::try_from(c).ok())
                     .unwrap_or(-1);
-                let std_out = reply
-                    .get("stdout")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string();
+                let std_out = executed.map(|e| e.stdout.clone()).unwrap_or_default();
                 Ok(ExecResponse {
                     response: Some(ok()),
                     exit_code,
@@ -729,10 +725,8 @@ impl CmdService {
             Ok(reply) => DirtyRateStatsResponse {
                 response: Some(ok()),
                 dirty_rate_mbs: reply
-                    .into_object()
-                    .get("megabytes_per_second")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0),
+                    .as_dirty_rate()
+                    .map_or(0, |rate| rate.megabytes_per_second),
             },
             Err(e) => DirtyRateStatsResponse {
                 response: Some(failed(describe(&e))),
@@ -743,12 +737,13 @@ impl CmdService {
 
     fn screenshot(&self) -> ScreenshotResponse {
         let taken = self.run("screenshot", json!({})).and_then(|reply| {
-            let reply = reply.into_object();
-            let text = |key: &str| reply.get(key).and_then(Value::as_str).unwrap_or_default();
-            let data = crate::encoding::base64_decode(text("data")).map_err(|e| {
+            let Some(shot) = reply.as_screenshot() else {
+                return Ok((String::new(), Vec::new()));
+            };
+            let data = crate::encoding::base64_decode(&shot.data).map_err(|e| {
                 CommandError::internal(format!("screenshot: the image is not base64: {e}"))
             })?;
-            Ok((text("mime").to_string(), data))
+            Ok((shot.mime.to_string(), data))
         });
         match taken {
             Ok((mime, data)) => ScreenshotResponse {
@@ -768,11 +763,9 @@ impl CmdService {
             Ok(reply) => QemuVersionResponse {
                 response: Some(ok()),
                 version: reply
-                    .into_object()
-                    .get("version")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
+                    .as_qemu_version()
+                    .map(|v| v.version.clone())
+                    .unwrap_or_default(),
             },
             Err(e) => QemuVersionResponse {
                 response: Some(failed(describe(&e))),

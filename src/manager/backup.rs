@@ -138,21 +138,7 @@ pub(super) struct BackupState {
 impl BackupState {
     pub(super) fn load(private_dir: &Path) -> BackupState {
         let record = private_dir.join(RECORD);
-        let last = match std::fs::read(&record) {
-            Ok(bytes) => serde_json::from_slice::<BackupRecord>(&bytes)
-                .map_err(|e| {
-                    log::warn!(
-                        "manager: {} is not a backup record: {e}; ignoring it",
-                        record.display()
-                    );
-                })
-                .ok(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                log::warn!("manager: cannot read {}: {e}", record.display());
-                None
-            }
-        };
+        let last = crate::safe_fs::read_record::<BackupRecord>(&record, "a backup record");
         let mut state = BackupState { last, record };
         if let Some(last) = state.last.as_mut()
             && last.phase == BackupPhase::InProgress

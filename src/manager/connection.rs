@@ -156,7 +156,7 @@ impl DomainManager {
         }
         self.apply_observed_status(status);
         if let Some(connected) = agent
-            && connected != self.agent.connected
+            && connected != self.agent.is_connected()
             && self.domain.status.state.is_active()
         {
             log::info!(

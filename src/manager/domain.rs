@@ -4,7 +4,6 @@
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::{JobValue, Operated, OperationDetail};
-use super::shutdown::StopIntent;
 use super::{DomainManager, Phase};
 use crate::command::{DomainCommand, ReplyTo};
 use crate::hypervisor::{DomainState, Hypervisor, HypervisorError, RebootMode};
@@ -238,15 +237,7 @@ impl DomainManager {
     }
 
     pub(super) fn query_status(&self) -> replies::Status {
-        let shutdown = self
-            .stop
-            .window
-            .map(|(began, deadline)| replies::GraceWindow {
-                remaining_seconds: deadline
-                    .saturating_duration_since(std::time::Instant::now())
-                    .as_secs_f64(),
-                started_seconds_ago: began.elapsed().as_secs_f64(),
-            });
+        let shutdown = self.stop.grace_window(std::time::Instant::now());
         // Only for a VMI that shares filesystems, so that every other
         // status keeps its shape.
         let virtiofs = crate::daemons::virtiofs::report(&self.virtiofs);
@@ -256,7 +247,7 @@ impl DomainManager {
             .then_some(virtiofs);
         replies::Status {
             agent: replies::AgentStatus {
-                connected: self.agent.connected,
+                connected: self.agent.is_connected(),
             },
             domain: replies::DomainSummary {
                 defined: self.domain.defined,
@@ -273,7 +264,7 @@ impl DomainManager {
                 uri: self.hypervisor.info().uri,
             },
             memory_dump: self.memory_dump.last.as_ref().map(|d| d.status()),
-            migration: self.migration.record.as_ref().map(|m| m.status()),
+            migration: self.migration.status(),
             phase: self.phase.as_str(),
             shutdown,
             uid: self.config.uid.clone(),
@@ -349,12 +340,10 @@ impl DomainManager {
 
     fn start_domain_job(&mut self, operation: DomainOperation, reply: ReplyTo) {
         let name = self.config.domain_name.clone();
-        let agent_connected = self.agent.connected;
+        let agent_connected = self.agent.is_connected();
         match operation {
-            DomainOperation::Shutdown => {
-                self.stop.intent.get_or_insert(StopIntent::Shutdown);
-            }
-            DomainOperation::Kill => self.stop.intent = Some(StopIntent::Kill),
+            DomainOperation::Shutdown => self.stop.shutdown_requested(),
+            DomainOperation::Kill => self.stop.kill_requested(),
             _ => {}
         }
         let command = operation.name();

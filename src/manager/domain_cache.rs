@@ -147,14 +147,14 @@ impl DomainManager {
                 .domain_reply(None, self.domain.status, query.fields, now)
                 .into()));
         }
-        if let Some(live) = self.described.fresh(max_age, now).cloned() {
+        if let Some(live) = self.domain_cache.fresh(max_age, now).cloned() {
             let status = self.domain.status;
             return reply.send(Ok(self
                 .domain_reply(Some(&live), status, query.fields, now)
                 .into()));
         }
         let name = self.config.domain_name.clone();
-        let generation = self.described.generation();
+        let generation = self.domain_cache.generation();
         let fields = query.fields;
         self.jobs.spawn(
             Operation::QueryDomain,
@@ -179,7 +179,7 @@ impl DomainManager {
     /// overtook it) and answered with the state read with it.
     pub(super) fn on_domain_read(&mut self, read: DomainRead) -> DomainReply {
         let live = Arc::new(read.live);
-        self.described.store(live.clone(), read.generation);
+        self.domain_cache.store(live.clone(), read.generation);
         let status = read.status.unwrap_or(DomainStatus::NON_EXISTENT);
         self.domain_reply(Some(&live), status, read.fields, Instant::now())
     }
@@ -216,7 +216,7 @@ impl DomainManager {
     /// Drops what the caches hold about the domain: it changed, or may
     /// have.
     pub(super) fn domain_changed(&mut self) {
-        self.described.invalidate();
+        self.domain_cache.invalidate();
         self.stats.invalidate();
         self.vm_stats.invalidate();
     }

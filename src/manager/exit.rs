@@ -113,7 +113,7 @@ impl DomainManager {
 
     /// The domain stopped: exit with the status its stop means.
     pub(super) fn finish_after_stop(&mut self, reason: StateReason) {
-        let (code, why) = stop_outcome(reason, self.stop.intent, self.stop.period.as_secs());
+        let (code, why) = stop_outcome(reason, self.stop.intent(), self.stop.period().as_secs());
         self.finish(code, why);
     }
 
@@ -123,10 +123,9 @@ impl DomainManager {
     /// launcher is its owner; a stale definition would otherwise outlive
     /// it), or after `Timing::exit_cleanup` at most.
     pub(super) fn finish(&mut self, code: ExitCode, reason: String) {
-        if self.phase == Phase::Exiting {
+        if !self.phase.exit_decided() {
             return;
         }
-        self.phase = Phase::Exiting;
         self.timers = Timers::default();
         self.exit.pending = Some(ExitRequest { code, reason });
         let stopped_and_defined = self.domain.defined && !self.domain.status.state.is_active();

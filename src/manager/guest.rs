@@ -30,9 +30,9 @@ use crate::replies;
 pub(super) struct AgentState {
     /// The agent's channel is connected (AGENT_CONNECTED since the domain
     /// started).
-    pub(super) connected: bool,
+    connected: bool,
     /// What the agent last reported.
-    pub(super) cache: GuestAgentCache,
+    cache: GuestAgentCache,
     /// The agent poller, and whether it was last told to poll.
     poller: Option<Sender<PollerControl>>,
     polling: bool,
@@ -45,6 +45,54 @@ impl AgentState {
             cache: GuestAgentCache::default(),
             poller,
             polling: false,
+        }
+    }
+
+    /// The agent's channel is connected.
+    pub(super) fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// What the agent last reported.
+    pub(super) fn cache(&self) -> &GuestAgentCache {
+        &self.cache
+    }
+
+    /// The guest's filesystems were frozen when the agent last said.
+    pub(super) fn filesystems_frozen(&self) -> bool {
+        self.cache.fsfreeze_status == Some(FreezeStatus::Frozen)
+    }
+
+    /// libvirt (an event, or the live XML) says the channel connected or
+    /// disconnected.
+    fn channel_changed(&mut self, connected: bool) {
+        self.connected = connected;
+    }
+
+    /// The domain stopped: its agent went with it.
+    pub(super) fn domain_stopped(&mut self) {
+        self.connected = false;
+    }
+
+    /// Takes in what a poll read; true when what KubeVirt reports (OS,
+    /// interfaces, freeze status) changed.
+    fn take_report(&mut self, data: AgentData) -> bool {
+        self.cache.apply(data)
+    }
+
+    /// Polls only while the agent is connected and the domain runs; the
+    /// poller is told only when that changes.
+    fn steer_poller(&mut self, domain_running: bool) {
+        let want = self.connected && domain_running;
+        if want != self.polling {
+            self.polling = want;
+            if let Some(poller) = &self.poller {
+                let _ = poller.send(if want {
+                    PollerControl::Start
+                } else {
+                    PollerControl::Stop
+                });
+            }
         }
     }
 }
@@ -159,7 +207,7 @@ impl DomainManager {
     /// Guest-agent commands: refused at once while no agent is connected;
     /// queries answered from the cache, the rest run as jobs.
     pub(super) fn run_guest_command(&mut self, command: GuestCommand, reply: ReplyTo) {
-        if !self.agent.connected {
+        if !self.agent.is_connected() {
             return reply.send(Err(CommandError::new(
                 ErrorClass::Unavailable,
                 format!(
@@ -168,7 +216,7 @@ impl DomainManager {
                 ),
             )));
         }
-        let cache = &self.agent.cache;
+        let cache = self.agent.cache();
         match command {
             GuestCommand::QueryGuestInfo => reply.send(Ok(Return::GuestInfo(cache.guest_info()))),
             GuestCommand::QueryUsers => reply.send(Ok(replies::Users {
@@ -235,7 +283,7 @@ impl DomainManager {
     }
 
     fn start_freeze(&mut self, unfreeze_timeout_seconds: u64, reply: ReplyTo) {
-        if matches!(self.phase, Phase::ShuttingDown | Phase::Exiting) {
+        if matches!(self.phase.now(), Phase::ShuttingDown | Phase::Exiting) {
             return reply.send(Err(CommandError::invalid_state(
                 "freeze: the domain is being stopped; a frozen guest could not shut down cleanly",
             )));
@@ -341,7 +389,7 @@ impl DomainManager {
     /// After unpause the guest's clock is behind by the pause; set it from
     /// the host through the agent, retrying while the agent catches up.
     pub(super) fn start_guest_time_sync(&mut self) -> TimeSync {
-        if !self.agent.connected {
+        if !self.agent.is_connected() {
             return TimeSync::NoAgent;
         }
         if self.jobs.is_running(Operation::GuestTimeSync) {
@@ -385,7 +433,7 @@ impl DomainManager {
 
     /// The agent's channel connected or disconnected.
     pub(super) fn on_agent_lifecycle(&mut self, agent: AgentLifecycle) {
-        self.agent.connected = agent.connected;
+        self.agent.channel_changed(agent.connected);
         self.update_poller();
         let kind = if agent.connected {
             EventKind::AgentConnected
@@ -411,8 +459,8 @@ impl DomainManager {
     }
 
     pub(super) fn apply_agent_data(&mut self, data: AgentData) {
-        if self.agent.cache.apply(data) {
-            let cache = &self.agent.cache;
+        if self.agent.take_report(data) {
+            let cache = self.agent.cache();
             self.publish(
                 EventKind::GuestInfoChanged,
                 GuestInfoChanged {
@@ -427,17 +475,8 @@ impl DomainManager {
 
     /// Polls only while the agent is connected and the domain runs.
     pub(super) fn update_poller(&mut self) {
-        let want = self.agent.connected && self.domain.status.state == DomainState::Running;
-        if want != self.agent.polling {
-            self.agent.polling = want;
-            if let Some(poller) = &self.agent.poller {
-                let _ = poller.send(if want {
-                    PollerControl::Start
-                } else {
-                    PollerControl::Stop
-                });
-            }
-        }
+        let domain_running = self.domain.status.state == DomainState::Running;
+        self.agent.steer_poller(domain_running);
     }
 }
 

@@ -39,7 +39,7 @@ use crate::vmi::VirtualMachineInstance;
 
 /// What the last successful sync applied to the running domain.
 #[derive(Debug, Clone)]
-pub(super) struct Applied {
+struct Applied {
     /// The VMI, as JSON.
     vmi: Value,
     /// The domain the converter made of it.
@@ -94,7 +94,8 @@ const APPLIED_RECORD: &str = "applied-vmi.json";
 
 /// The manager's share of live changes.
 pub(super) struct HotplugState {
-    pub(super) applied: Option<Applied>,
+    /// What the last successful sync applied.
+    applied: Option<Applied>,
     /// The VMI and domain of the sync job that runs, recorded when it
     /// succeeds.
     pending: Option<(Value, Domain)>,
@@ -115,6 +116,98 @@ impl HotplugState {
             volumes: BTreeMap::new(),
             removals: None,
             progress,
+        }
+    }
+
+    /// The VMI the running domain was last made from (or changed to).
+    fn applied_vmi(&self) -> Option<&Value> {
+        self.applied.as_ref().map(|a| &a.vmi)
+    }
+
+    /// A sync job starts changing the domain to `domain` (from `vmi`):
+    /// until it ends, the device removals libvirt reports go to the job,
+    /// on the receiver returned.
+    fn sync_started(&mut self, vmi: &Value, domain: &Domain) -> Receiver<String> {
+        let (removals_tx, removals) = unbounded();
+        self.removals = Some(removals_tx);
+        self.pending = Some((vmi.clone(), domain.clone()));
+        removals
+    }
+
+    /// Whether a sync job is changing the domain.
+    fn sync_running(&self) -> bool {
+        self.removals.is_some()
+    }
+
+    /// The sync job ended. When it succeeded, what it applied is the
+    /// domain's now (returned, to be recorded); otherwise the domain may
+    /// have changed halfway.
+    fn sync_ended(&mut self, ok: bool) -> bool {
+        self.removals = None;
+        match (ok, self.pending.take()) {
+            (true, Some((vmi, domain))) => {
+                self.applied = Some(Applied {
+                    vmi,
+                    domain,
+                    dirty: false,
+                });
+                true
+            }
+            _ => {
+                self.domain_changed_elsewhere();
+                false
+            }
+        }
+    }
+
+    /// Whether the running domain is `domain` as the last sync left it,
+    /// with nothing changed since.
+    fn still_applied(&self, domain: &Domain) -> bool {
+        self.applied
+            .as_ref()
+            .is_some_and(|a| !a.dirty && &a.domain == domain)
+    }
+
+    /// The domains the launcher is applying and last applied.
+    fn known_domains(&self) -> impl Iterator<Item = &Domain> {
+        let pending = self.pending.as_ref().map(|(_, d)| d);
+        let applied = self.applied.as_ref().map(|a| &a.domain);
+        pending.into_iter().chain(applied)
+    }
+
+    /// Something other than a successful sync changed the domain: the
+    /// next sync looks at the live domain even for the same VMI.
+    fn domain_changed_elsewhere(&mut self) {
+        if let Some(applied) = self.applied.as_mut() {
+            applied.dirty = true;
+        }
+    }
+
+    /// libvirt removed the device `alias`: the running sync job may be
+    /// waiting for it; without one, the launcher did not ask for it.
+    fn device_removed(&mut self, alias: &str) {
+        if let Some(tx) = &self.removals {
+            let _ = tx.send(alias.to_string());
+        } else {
+            self.domain_changed_elsewhere();
+        }
+    }
+
+    /// Takes a volume's new status; false when there is nothing to tell
+    /// (a detach already reported).
+    fn volume_changed(&mut self, status: &VolumeStatus) -> bool {
+        match status.phase {
+            VolumePhase::Attaching | VolumePhase::Detaching => {
+                self.volumes.insert(status.name.clone(), status.clone());
+                true
+            }
+            VolumePhase::Ready => {
+                self.volumes.remove(&status.name);
+                true
+            }
+            // Published once: by whichever of the job and the event saw
+            // it first.
+            VolumePhase::Detached => self.volumes.remove(&status.name).is_some(),
         }
     }
 }
@@ -166,15 +259,14 @@ impl DomainManager {
         changes::check_bounds(vmi).map_err(|e| refused(&e))?;
         let before = self
             .hotplug
-            .applied
-            .as_ref()
-            .map(|a| a.vmi.clone())
+            .applied_vmi()
+            .cloned()
             .or_else(|| self.recorded_vmi());
         if let Some(before) = &before {
             self.check_passt_unchanged(before, vmi)?;
         }
-        if let Some(applied) = &self.hotplug.applied {
-            changes::check(&applied.vmi, vmi_json).map_err(|e| refused(&e))?;
+        if let Some(applied) = self.hotplug.applied_vmi() {
+            changes::check(applied, vmi_json).map_err(|e| refused(&e))?;
         } else if let Some(recorded) = self.recorded_vmi() {
             // A launcher restarted next to a running domain: what an
             // earlier launcher applied is on disk.
@@ -191,7 +283,7 @@ impl DomainManager {
         vmi: &VirtualMachineInstance,
     ) -> Result<(), CommandError> {
         let info = self.hypervisor.info();
-        let version = crate::convert::parse_libvirt_version(&info.daemon_version);
+        let version = crate::hypervisor::state::parse_libvirt_version(&info.daemon_version);
         if crate::convert::passt_by_libvirt(version) {
             return Ok(());
         }
@@ -222,7 +314,7 @@ impl DomainManager {
 
     /// The VMI the running domain was last made from (or changed to).
     pub(super) fn applied_vmi(&self) -> Option<&Value> {
-        self.hotplug.applied.as_ref().map(|a| &a.vmi)
+        self.hotplug.applied_vmi()
     }
 
     /// Where the VMI last applied is kept, so that a restarted launcher
@@ -234,22 +326,7 @@ impl DomainManager {
     /// The VMI an earlier launcher recorded; `None` when there is none or
     /// it cannot be read (then only the live domain is compared).
     fn recorded_vmi(&self) -> Option<Value> {
-        let path = self.applied_record();
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                log::warn!("manager: cannot read {}: {e}", path.display());
-                return None;
-            }
-        };
-        match serde_json::from_str(&text) {
-            Ok(vmi) => Some(vmi),
-            Err(e) => {
-                log::warn!("manager: {} is not a VMI: {e}; ignoring it", path.display());
-                None
-            }
-        }
+        crate::safe_fs::read_record(&self.applied_record(), "a VMI")
     }
 
     /// Writes the VMI applied to [`applied_record`] (a whole new file
@@ -273,8 +350,7 @@ impl DomainManager {
     /// The reply for a VMI the running domain already has, when nothing
     /// else is to do: no libvirt call at all.
     pub(super) fn unchanged_sync(&self, domain: &Domain) -> Option<super::reply::Synced> {
-        let applied = self.hotplug.applied.as_ref()?;
-        if applied.dirty || &applied.domain != domain {
+        if !self.hotplug.still_applied(domain) {
             return None;
         }
         let status = self.domain.status;
@@ -305,9 +381,7 @@ impl DomainManager {
         vmi: &VirtualMachineInstance,
         domain: &Domain,
     ) -> LiveChange {
-        let (removals_tx, removals) = unbounded();
-        self.hotplug.removals = Some(removals_tx);
-        self.hotplug.pending = Some((vmi_json.clone(), domain.clone()));
+        let removals = self.hotplug.sync_started(vmi_json, domain);
         let memory = vmi.spec.domain.memory.as_ref();
         let guest_memory = memory
             .filter(|m| m.max_guest.is_some())
@@ -348,22 +422,10 @@ impl DomainManager {
     /// A sync job ended: record what it applied, or that the domain may
     /// have changed.
     pub(super) fn on_sync_finished(&mut self, ok: bool) {
-        self.hotplug.removals = None;
-        let pending = self.hotplug.pending.take();
-        match (ok, pending) {
-            (true, Some((vmi, domain))) => {
-                self.record_applied(&vmi);
-                self.hotplug.applied = Some(Applied {
-                    vmi,
-                    domain,
-                    dirty: false,
-                })
-            }
-            _ => {
-                if let Some(applied) = self.hotplug.applied.as_mut() {
-                    applied.dirty = true;
-                }
-            }
+        if self.hotplug.sync_ended(ok)
+            && let Some(vmi) = self.hotplug.applied_vmi()
+        {
+            self.record_applied(vmi);
         }
     }
 
@@ -374,22 +436,8 @@ impl DomainManager {
     }
 
     fn set_volume_status(&mut self, status: VolumeStatus) {
-        match status.phase {
-            VolumePhase::Attaching | VolumePhase::Detaching => {
-                self.hotplug
-                    .volumes
-                    .insert(status.name.clone(), status.clone());
-            }
-            VolumePhase::Ready => {
-                self.hotplug.volumes.remove(&status.name);
-            }
-            VolumePhase::Detached => {
-                // Published once: by whichever of the job and the event saw
-                // it first.
-                if self.hotplug.volumes.remove(&status.name).is_none() {
-                    return;
-                }
-            }
+        if !self.hotplug.volume_changed(&status) {
+            return;
         }
         log::info!(
             "manager: volume {} ({}) is {:?}: {}",
@@ -414,12 +462,7 @@ impl DomainManager {
     /// libvirt removed a device: a running sync may be waiting for it, and
     /// a volume whose detach timed out earlier is finally gone.
     pub(super) fn hotplug_device_removed(&mut self, alias: &str) {
-        if let Some(tx) = &self.hotplug.removals {
-            let _ = tx.send(alias.to_string());
-        } else if let Some(applied) = self.hotplug.applied.as_mut() {
-            // Not the launcher's doing (or its late completion).
-            applied.dirty = true;
-        }
+        self.hotplug.device_removed(alias);
         let name = alias.trim_start_matches("ua-");
         if let Some(status) = self.hotplug.volumes.get(name)
             && status.phase == VolumePhase::Detaching
@@ -436,12 +479,8 @@ impl DomainManager {
     /// The kind of device a user alias names, from what the launcher
     /// applied or is applying; `None` when it does not know it.
     pub(super) fn applied_device_kind(&self, alias: &str) -> Option<&'static str> {
-        let domains = [
-            self.hotplug.pending.as_ref().map(|(_, d)| d),
-            self.hotplug.applied.as_ref().map(|a| &a.domain),
-        ];
         let has = |a: &Option<crate::domxml::Alias>| a.as_ref().is_some_and(|a| a.name == alias);
-        domains.into_iter().flatten().find_map(|domain| {
+        self.hotplug.known_domains().find_map(|domain| {
             if domain.devices.disks.iter().any(|d| has(&d.alias)) {
                 Some("disk")
             } else if domain.devices.interfaces.iter().any(|i| has(&i.alias)) {
@@ -467,7 +506,7 @@ impl DomainManager {
             .filter(|v| v.phase == VolumePhase::Detaching && !by_name.contains_key(&v.name))
             .cloned()
             .collect();
-        let job_running = self.hotplug.removals.is_some();
+        let job_running = self.hotplug.sync_running();
         for status in gone {
             // While a sync job runs, its own detach may still be waiting
             // for the event; the job reports it.

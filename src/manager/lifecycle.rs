@@ -103,7 +103,7 @@ impl DomainManager {
     fn after_status_change(&mut self, lifecycle: Option<LifecycleEvent>) {
         let status = self.domain.status;
         if !status.state.is_active() {
-            self.agent.connected = false;
+            self.agent.domain_stopped();
         }
         self.update_poller();
         // A migration target's incoming domain is not its own until it runs.
@@ -113,9 +113,7 @@ impl DomainManager {
         {
             self.domain.started_once = true;
             self.timers.cancel(Timer::QemuTimeout);
-            if self.phase == Phase::WaitingForDomain {
-                self.phase = Phase::Running;
-            }
+            self.phase.domain_started();
         }
         if !self.domain.started_once {
             return;
@@ -123,7 +121,7 @@ impl DomainManager {
         match lifecycle {
             Some(LifecycleEvent::Stopped(_)) => {
                 self.timers.cancel(Timer::FinalEvent);
-                self.agent.connected = false;
+                self.agent.domain_stopped();
                 self.finish_after_stop(status.reason);
             }
             Some(_) => {}
@@ -145,7 +143,7 @@ impl DomainManager {
             return;
         }
         log::warn!("manager: the domain stopped but libvirt sent no Stopped event");
-        self.agent.connected = false;
+        self.agent.domain_stopped();
         self.finish_after_stop(self.domain.status.reason);
     }
 }

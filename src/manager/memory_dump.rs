@@ -153,23 +153,7 @@ impl MemoryDumpState {
     /// Reads what an earlier launcher recorded in `private_dir`.
     pub(super) fn load(private_dir: &Path) -> MemoryDumpState {
         let record = private_dir.join(RECORD);
-        let last = match std::fs::read(&record) {
-            Ok(bytes) => match serde_json::from_slice::<DumpRecord>(&bytes) {
-                Ok(record) => Some(record),
-                Err(e) => {
-                    log::warn!(
-                        "manager: {} is not a memory dump record: {e}; ignoring it",
-                        record.display()
-                    );
-                    None
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                log::warn!("manager: cannot read {}: {e}", record.display());
-                None
-            }
-        };
+        let last = crate::safe_fs::read_record::<DumpRecord>(&record, "a memory dump record");
         let mut state = MemoryDumpState { last, record };
         if let Some(last) = state.last.as_mut()
             && last.phase == DumpPhase::InProgress

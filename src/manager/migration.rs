@@ -23,7 +23,7 @@ use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent, Stat};
 use crate::migration::worker::CancelHandle;
 use crate::migration::{
     AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress,
-    MigrationRecord, MigrationUpdate, Role, TargetAddress, worker,
+    MigrationRecord, MigrationStatus, MigrationUpdate, Role, TargetAddress, worker,
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 use crate::replies;
@@ -129,9 +129,9 @@ struct JobCompleted<'a> {
 pub(super) struct MigrationState {
     /// The migration, once there is one (kept after it ends, for
     /// query-migration).
-    pub(super) record: Option<MigrationRecord>,
+    record: Option<MigrationRecord>,
     /// Cancels the source's running migration.
-    pub(super) cancel: Option<CancelHandle>,
+    cancel: Option<CancelHandle>,
     /// Where the source worker reports (the manager's inbox).
     updates: Sink<MigrationUpdate>,
     last_progress_event: Option<Instant>,
@@ -152,6 +152,72 @@ impl MigrationState {
             prepared_target: None,
             last_completed_job: None,
         }
+    }
+
+    /// `query-migration`'s and `query-status`' `migration`.
+    pub(super) fn status(&self) -> Option<MigrationStatus> {
+        self.record.as_ref().map(MigrationRecord::status)
+    }
+
+    /// Asks the source's running migration to stop (the guest keeps
+    /// running here); nothing when none runs.
+    pub(super) fn cancel_running(&self, reason: &str) {
+        if let Some(cancel) = &self.cancel {
+            cancel.cancel(reason);
+        }
+    }
+
+    /// A target was prepared with `prepared`'s files: it waits for the
+    /// incoming domain.
+    fn target_prepared(&mut self, prepared: disks::PreparedDisks, migration_uid: Option<String>) {
+        self.prepared_target = Some(prepared);
+        let mut record = MigrationRecord::new(Role::Target, MigrationPhase::Prepared, None);
+        record.migration_uid = migration_uid;
+        self.record = Some(record);
+    }
+
+    /// The source's worker runs, cancelled through `cancel`.
+    fn source_started(
+        &mut self,
+        cancel: CancelHandle,
+        target_uri: String,
+        migration_uid: Option<String>,
+    ) {
+        self.cancel = Some(cancel);
+        let mut record =
+            MigrationRecord::new(Role::Source, MigrationPhase::Running, Some(target_uri));
+        record.migration_uid = migration_uid;
+        self.record = Some(record);
+        self.last_progress_event = None;
+    }
+
+    /// Whether a progress event is due (they are spaced out); if so, the
+    /// next one counts from now.
+    fn progress_event_due(&mut self) -> bool {
+        let due = self
+            .last_progress_event
+            .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
+        if due {
+            self.last_progress_event = Some(Instant::now());
+        }
+        due
+    }
+
+    /// The source's worker ended (completed or failed): nothing is left to
+    /// cancel.
+    fn source_worker_ended(&mut self) {
+        self.cancel = None;
+    }
+
+    /// The incoming domain runs here: what the target prepared is its own
+    /// now, nothing to roll back.
+    fn incoming_domain_kept(&mut self) {
+        self.prepared_target = None;
+    }
+
+    /// The target gives up: what it prepared, to roll back.
+    fn take_prepared_target(&mut self) -> Option<disks::PreparedDisks> {
+        self.prepared_target.take()
     }
 }
 
@@ -180,7 +246,7 @@ impl DomainManager {
             MigrationCommand::Migrate(options) => reply.send(self.start_migration(*options)),
             MigrationCommand::Cancel => reply.send(self.cancel_migration()),
             MigrationCommand::Query => {
-                let migration = self.migration.record.as_ref().map(MigrationRecord::status);
+                let migration = self.migration.status();
                 reply.send(Ok(replies::MigrationReply { migration }.into()))
             }
             MigrationCommand::Finalize => reply.send(self.finalize_migration()),
@@ -221,7 +287,7 @@ impl DomainManager {
         if let Err(busy) = self.jobs.ensure_idle("prepare-migration-target") {
             return reply.send(Err(busy));
         }
-        self.stop.period = plan.grace_period;
+        self.stop.adopt_grace_period(plan.grace_period);
         let migration_uid = crate::migration::kubevirt_migration_uid(&vmi);
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
@@ -278,11 +344,8 @@ impl DomainManager {
         prepared: disks::PreparedDisks,
         migration_uid: Option<String>,
     ) {
-        self.migration.prepared_target = Some(prepared);
-        self.phase = Phase::MigrationTarget;
-        let mut record = MigrationRecord::new(Role::Target, MigrationPhase::Prepared, None);
-        record.migration_uid = migration_uid;
-        self.migration.record = Some(record);
+        self.migration.target_prepared(prepared, migration_uid);
+        self.phase.target_prepared();
         log::info!("manager: prepared as a migration target; waiting for the domain");
     }
 
@@ -339,15 +402,11 @@ impl DomainManager {
             &self.fatal,
         )
         .map_err(|e| CommandError::internal(format!("migrate: cannot start the worker: {e}")))?;
-        self.migration.cancel = Some(cancel);
-        let mut record = MigrationRecord::new(
-            Role::Source,
-            MigrationPhase::Running,
-            Some(target_uri.clone()),
+        self.migration.source_started(
+            cancel,
+            target_uri.clone(),
+            options.kubevirt.map(|k| k.migration_uid),
         );
-        record.migration_uid = options.kubevirt.map(|k| k.migration_uid);
-        self.migration.record = Some(record);
-        self.migration.last_progress_event = None;
         self.publish(
             EventKind::MigrationStarted,
             MigrationEvent {
@@ -372,9 +431,7 @@ impl DomainManager {
         match (record.role, record.phase) {
             (Role::Source, MigrationPhase::Running) => {
                 record.abort = Some(AbortStatus::Aborting);
-                if let Some(cancel) = &self.migration.cancel {
-                    cancel.cancel("cancelled by migrate-cancel");
-                }
+                self.migration.cancel_running("cancelled by migrate-cancel");
                 Ok(replies::Cancelling { cancelling: true }.into())
             }
             // Prepared, nothing arrived yet: clean up and leave.
@@ -439,13 +496,7 @@ impl DomainManager {
                 if has_figures {
                     record.progress = Some(progress.clone());
                 }
-                let due = has_figures
-                    && self
-                        .migration
-                        .last_progress_event
-                        .is_none_or(|at| at.elapsed() >= PROGRESS_EVENT_EVERY);
-                if due {
-                    self.migration.last_progress_event = Some(Instant::now());
+                if has_figures && self.migration.progress_event_due() {
                     self.publish(
                         EventKind::MigrationProgress,
                         ProgressEvent::new(&domain, &progress),
@@ -478,7 +529,7 @@ impl DomainManager {
                 let stats: Map<String, Value> = stats.into_iter().collect();
                 record.end(MigrationPhase::Completed);
                 record.completed_stats = Some(stats.clone());
-                self.migration.cancel = None;
+                self.migration.source_worker_ended();
                 log::info!("manager: migration completed");
                 self.publish(
                     EventKind::MigrationCompleted,
@@ -507,7 +558,7 @@ impl DomainManager {
                         AbortStatus::Failed
                     });
                 }
-                self.migration.cancel = None;
+                self.migration.source_worker_ended();
                 log::warn!("manager: migration failed: {reason}; the guest keeps running here");
                 self.publish(
                     EventKind::MigrationFailed,
@@ -578,8 +629,8 @@ impl DomainManager {
         if status.state == DomainState::Running {
             // The guest runs here now: this launcher owns it.
             record.end(MigrationPhase::Completed);
-            self.phase = Phase::Running;
-            self.migration.prepared_target = None;
+            self.phase.migrated_domain_arrived();
+            self.migration.incoming_domain_kept();
             log::info!("manager: the migrated domain runs here now");
             self.publish(
                 EventKind::MigrationCompleted,
@@ -689,7 +740,7 @@ impl DomainManager {
     /// Ends a target: removes what it prepared, reports MIGRATION_FAILED
     /// and exits with `code`.
     pub(super) fn end_target(&mut self, reason: String, code: ExitCode) {
-        if let Some(prepared) = self.migration.prepared_target.take() {
+        if let Some(prepared) = self.migration.take_prepared_target() {
             prepared.rollback();
         }
         let uid_dir = self.config.dirs.private.join(&self.config.uid);

@@ -9,7 +9,12 @@
 //! Its state is grouped by purpose, each group in the module that reacts
 //! to it: the domain as the launcher sees it (`lifecycle`), the connection
 //! to libvirt (`connection`), the guest agent (`guest`), the graceful stop
-//! (`shutdown`), the migration (`migration`) and the exit (`exit`).
+//! (`shutdown`), the migration (`migration`), live changes (`hotplug`),
+//! the `query-domain` cache (`domain_cache`) and the exit (`exit`). The
+//! agent, the graceful stop, the migration, hotplug and the cache keep
+//! their fields private and change through methods named for what
+//! happened; the launcher's phase changes only in `phase`. What the
+//! modules share (reads, samples, job results) is in `reply`, a leaf.
 //! Commands are in `domain` (the domain commands), `sync`, `guest` and
 //! `migration`.
 
@@ -28,6 +33,7 @@ mod jobs;
 mod lifecycle;
 mod memory_dump;
 mod migration;
+mod phase;
 mod reply;
 mod shutdown;
 mod stats;
@@ -61,6 +67,8 @@ pub use inbox::{Inbox, ManagerInput};
 use jobs::{Finished, JobRunner, Observation, Operation};
 use lifecycle::DomainView;
 use migration::MigrationState;
+use phase::LauncherPhase;
+pub use phase::Phase;
 use reply::JobValue;
 use shutdown::GracefulStop;
 pub use sync::HostFacts;
@@ -93,36 +101,6 @@ pub struct ManagerParts {
     pub virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     /// The manager's own inbox: its workers report there.
     pub inbox: Inbox,
-}
-
-/// Where the launcher is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Starting up: the socket is not yet renamed.
-    Initializing,
-    /// Ready, waiting for a domain (from --vmi or sync).
-    WaitingForDomain,
-    /// The domain has been started.
-    Running,
-    /// Prepared as a migration target: waiting for the domain to arrive.
-    MigrationTarget,
-    /// A signal arrived: the guest is being asked to power off.
-    ShuttingDown,
-    /// The domain stopped; the launcher is exiting.
-    Exiting,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Initializing => "Initializing",
-            Phase::WaitingForDomain => "WaitingForDomain",
-            Phase::Running => "Running",
-            Phase::MigrationTarget => "MigrationTarget",
-            Phase::ShuttingDown => "ShuttingDown",
-            Phase::Exiting => "Exiting",
-        }
-    }
 }
 
 /// How long the manager waits for things. Fixed in the launcher; the
@@ -188,7 +166,7 @@ pub struct DomainManager {
     timing: Timing,
     jobs: JobRunner,
     timers: Timers,
-    phase: Phase,
+    phase: LauncherPhase,
     started: Instant,
     domain: DomainView,
     link: Link,
@@ -197,7 +175,7 @@ pub struct DomainManager {
     migration: MigrationState,
     hotplug: hotplug::HotplugState,
     /// The live domain as `query-domain` last read it.
-    described: domain_cache::DomainCache,
+    domain_cache: domain_cache::DomainCache,
     /// The domain's statistics as `query-stats` last sampled them.
     stats: stats::StatsCache,
     /// What `query-vm-stats` last read of the guest agent and the dirty
@@ -241,14 +219,14 @@ impl DomainManager {
             daemons,
             timing: Timing::default(),
             timers: Timers::default(),
-            phase: Phase::Initializing,
+            phase: LauncherPhase::default(),
             started: Instant::now(),
             domain: DomainView::default(),
             link: Link::default(),
             agent: AgentState::new(poller),
             migration: MigrationState::new(inbox.migration_updates()),
             hotplug: hotplug::HotplugState::new(inbox.hotplug_progress()),
-            described: domain_cache::DomainCache::default(),
+            domain_cache: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
             memory_dump,
             backup,
@@ -324,13 +302,7 @@ impl DomainManager {
         match message {
             Control::Ready { ack } => {
                 let _ = ack.send(());
-                if self.phase == Phase::Initializing {
-                    self.phase = if self.domain.started_once {
-                        Phase::Running
-                    } else {
-                        Phase::WaitingForDomain
-                    };
-                }
+                self.phase.ready(self.domain.started_once);
                 if !self.domain.started_once {
                     self.timers
                         .arm_in(Timer::QemuTimeout, self.config.qemu_timeout);

@@ -16,6 +16,7 @@ use crate::agent::model::FreezeStatus;
 use crate::events::EventKind;
 use crate::exit::ExitCode;
 use crate::hypervisor::DomainState;
+use crate::replies;
 use crate::signals::Signal;
 
 /// KubeVirt's default terminationGracePeriodSeconds.
@@ -38,15 +39,15 @@ pub(super) enum StopIntent {
 pub(super) struct GracefulStop {
     /// How long a signalled guest has to power off: --grace-period-seconds,
     /// else the synced VMI's terminationGracePeriodSeconds.
-    pub(super) period: Duration,
+    period: Duration,
     /// Why the domain is expected to stop, once something asked it to.
-    pub(super) intent: Option<StopIntent>,
+    intent: Option<StopIntent>,
     /// When the graceful stop after a signal began and when its grace
     /// period ends.
-    pub(super) window: Option<(Instant, Instant)>,
+    window: Option<(Instant, Instant)>,
     /// ACPI power button presses since the signal, numbered in the log: a
     /// guest still booting misses the first ones.
-    pub(super) presses: u32,
+    presses: u32,
 }
 
 impl GracefulStop {
@@ -57,6 +58,71 @@ impl GracefulStop {
             window: None,
             presses: 0,
         }
+    }
+
+    /// How long a signalled guest has to power off.
+    pub(super) fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// Why the domain is expected to stop, if something asked it to.
+    pub(super) fn intent(&self) -> Option<StopIntent> {
+        self.intent
+    }
+
+    /// A synced or prepared VMI brings its own grace period.
+    pub(super) fn adopt_grace_period(&mut self, period: Duration) {
+        self.period = period;
+    }
+
+    /// `shutdown` asked the guest to power off; a stop already under way
+    /// keeps its own reason.
+    pub(super) fn shutdown_requested(&mut self) {
+        self.intent.get_or_insert(StopIntent::Shutdown);
+    }
+
+    /// `kill` forces the domain off, whatever asked for a stop before.
+    pub(super) fn kill_requested(&mut self) {
+        self.intent = Some(StopIntent::Kill);
+    }
+
+    /// A signal arrived at `now`: the grace period starts; returns when it
+    /// ends.
+    fn begin_after_signal(&mut self, now: Instant) -> Instant {
+        let deadline = crate::limits::later(now, self.period);
+        self.window = Some((now, deadline));
+        self.intent = Some(StopIntent::Signal);
+        deadline
+    }
+
+    /// When the grace period after a signal ends, once one began.
+    fn deadline(&self) -> Option<Instant> {
+        self.window.map(|(_, deadline)| deadline)
+    }
+
+    /// Counts one more press of the power button; returns its number.
+    fn power_button_pressed(&mut self) -> u32 {
+        self.presses = self.presses.saturating_add(1);
+        self.presses
+    }
+
+    /// The grace period ran out: the domain is forced off. True the first
+    /// time only (the force-off is retried; its announcement is not).
+    fn grace_expired(&mut self) -> bool {
+        if self.intent == Some(StopIntent::GraceExpired) {
+            return false;
+        }
+        self.intent = Some(StopIntent::GraceExpired);
+        true
+    }
+
+    /// `query-status`' `shutdown`: how far the graceful stop after a
+    /// signal is, while there is one.
+    pub(super) fn grace_window(&self, now: Instant) -> Option<replies::GraceWindow> {
+        self.window.map(|(began, deadline)| replies::GraceWindow {
+            remaining_seconds: deadline.saturating_duration_since(now).as_secs_f64(),
+            started_seconds_ago: now.saturating_duration_since(began).as_secs_f64(),
+        })
     }
 }
 
@@ -81,7 +147,7 @@ impl DomainManager {
     /// handles the others itself).
     pub(super) fn handle_signal(&mut self, signal: Signal) {
         let name = signal.name();
-        match self.phase {
+        match self.phase.now() {
             Phase::ShuttingDown => {
                 let left = self
                     .stop
@@ -98,11 +164,10 @@ impl DomainManager {
         }
         // A pod's end stops an outgoing migration; the guest stays here
         // and is shut down like any other.
-        if self.migration_running_as_source()
-            && let Some(cancel) = &self.migration.cancel
-        {
+        if self.migration_running_as_source() {
             log::info!("manager: {name}: cancelling the running migration first");
-            cancel.cancel(&format!("cancelled by {name}: the launcher is stopping"));
+            self.migration
+                .cancel_running(&format!("cancelled by {name}: the launcher is stopping"));
         }
         // A target gives its incoming migration up.
         if self.phase == Phase::MigrationTarget {
@@ -119,12 +184,9 @@ impl DomainManager {
             );
             return;
         }
-        let grace = self.stop.period;
-        let now = Instant::now();
-        let deadline = crate::limits::later(now, grace);
-        self.phase = Phase::ShuttingDown;
-        self.stop.window = Some((now, deadline));
-        self.stop.intent = Some(StopIntent::Signal);
+        let grace = self.stop.period();
+        let deadline = self.stop.begin_after_signal(Instant::now());
+        self.phase.graceful_stop_started();
         let deadline_unix = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.saturating_add(grace).as_secs())
@@ -159,7 +221,7 @@ impl DomainManager {
     }
 
     pub(super) fn on_repeat_acpi(&mut self) {
-        let Some((_, deadline)) = self.stop.window else {
+        let Some(deadline) = self.stop.deadline() else {
             return;
         };
         if self.phase != Phase::ShuttingDown || !self.domain.status.state.is_active() {
@@ -177,14 +239,14 @@ impl DomainManager {
         if self.jobs.is_running(Operation::AcpiShutdown) {
             return;
         }
-        self.stop.presses = self.stop.presses.saturating_add(1);
+        let press = self.stop.power_button_pressed();
         log::info!(
             "manager: ACPI power button press {} (again every {} s until the guest powers off)",
-            self.stop.presses,
+            press,
             self.timing.acpi_repeat.as_secs()
         );
         let name = self.config.domain_name.clone();
-        let frozen = self.agent.cache.fsfreeze_status == Some(FreezeStatus::Frozen);
+        let frozen = self.agent.filesystems_frozen();
         let timeout = self.timing.acpi_repeat;
         self.jobs
             .spawn(Operation::AcpiShutdown, None, timeout, move |hv| {
@@ -229,17 +291,16 @@ impl DomainManager {
             return;
         }
         self.timers.cancel(Timer::RepeatAcpi);
-        if self.stop.intent != Some(StopIntent::GraceExpired) {
-            self.stop.intent = Some(StopIntent::GraceExpired);
+        if self.stop.grace_expired() {
             log::warn!(
                 "manager: the guest did not power off within {} s; forcing it off",
-                self.stop.period.as_secs()
+                self.stop.period().as_secs()
             );
             self.publish(
                 EventKind::ShutdownGraceExpired,
                 GraceExpired {
                     domain: &self.config.domain_name,
-                    grace_period_seconds: self.stop.period.as_secs(),
+                    grace_period_seconds: self.stop.period().as_secs(),
                 },
             );
         }

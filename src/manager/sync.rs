@@ -151,7 +151,7 @@ impl DomainManager {
                 "sync: a migration is running; wait for it or migrate-cancel it",
             )));
         }
-        let refused = match self.phase {
+        let refused = match self.phase.now() {
             Phase::MigrationTarget => Some("sync: this launcher is waiting for a migrating domain"),
             Phase::Exiting => Some("sync: the launcher is exiting"),
             Phase::ShuttingDown => Some("sync: the launcher is stopping the domain after a signal"),
@@ -163,7 +163,7 @@ impl DomainManager {
         if let Err(busy) = self.jobs.ensure_idle("sync") {
             return reply.send(Err(busy));
         }
-        self.stop.period = plan.grace_period;
+        self.stop.adopt_grace_period(plan.grace_period);
         let mut plan = plan;
         if self.domain_is_live()
             && let Some(synced) = self.unchanged_sync(&plan.domain)
@@ -220,7 +220,7 @@ impl DomainManager {
             present_paths: Default::default(),
             cpuset: Err(String::new()),
             host_topology: None,
-            libvirt_version: convert::parse_libvirt_version(&info.daemon_version),
+            libvirt_version: crate::hypervisor::state::parse_libvirt_version(&info.daemon_version),
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
@@ -316,9 +316,9 @@ impl DomainManager {
         };
         let mut plan = crate::network::plan::plan(vmi, &interfaces, &networks, queues)
             .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
-        let by_libvirt = convert::passt_by_libvirt(convert::parse_libvirt_version(
-            &self.hypervisor.info().daemon_version,
-        ));
+        let by_libvirt = convert::passt_by_libvirt(
+            crate::hypervisor::state::parse_libvirt_version(&self.hypervisor.info().daemon_version),
+        );
         for passt in &mut plan.passt {
             passt.by_libvirt = by_libvirt;
             passt.socket = convert::passt_socket(&self.config.dirs.private, &passt.name);

@@ -101,7 +101,7 @@ impl DomainManager {
     pub(super) fn query_vm_stats(&mut self, query: VmStatsQuery, reply: ReplyTo) {
         let now = Instant::now();
         let name = self.config.domain_name.clone();
-        let agent_connected = self.agent.connected;
+        let agent_connected = self.agent.is_connected();
         let fetch_agent: Vec<&'static str> = if agent_connected {
             query
                 .agent
@@ -241,7 +241,7 @@ impl DomainManager {
             let mut parts = BTreeMap::new();
             for command in &query.agent {
                 let what = format!("agent {command}");
-                let part = if !self.agent.connected {
+                let part = if !self.agent.is_connected() {
                     Part::Failed {
                         error: failed(what, "the guest agent is not connected"),
                     }
@@ -261,8 +261,13 @@ impl DomainManager {
                 };
                 parts.insert((*command).to_string(), part);
             }
-            guest_agent_version =
-                Some(self.agent.cache.version.as_ref().map(|v| v.version.clone()));
+            guest_agent_version = Some(
+                self.agent
+                    .cache()
+                    .version
+                    .as_ref()
+                    .map(|v| v.version.clone()),
+            );
             agent = Some(parts);
         }
         VmStats {

@@ -137,6 +137,19 @@ pub enum MigrationPhase {
     Cancelled,
 }
 
+impl MigrationPhase {
+    /// The phase as replies write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MigrationPhase::Prepared => "prepared",
+            MigrationPhase::Running => "running",
+            MigrationPhase::Completed => "completed",
+            MigrationPhase::Failed => "failed",
+            MigrationPhase::Cancelled => "cancelled",
+        }
+    }
+}
+
 /// What the source's worker reports to the manager.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MigrationUpdate {
@@ -386,6 +399,20 @@ pub fn local_disks(xml: &str, paths: &LauncherPaths) -> Vec<String> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn phases_are_named_as_replies_write_them() {
+        use MigrationPhase as P;
+        for phase in [
+            P::Prepared,
+            P::Running,
+            P::Completed,
+            P::Failed,
+            P::Cancelled,
+        ] {
+            assert_eq!(json!(phase), json!(phase.as_str()));
+        }
+    }
 
     fn paths(root: &str, uid: &str) -> LauncherPaths {
         LauncherPaths {

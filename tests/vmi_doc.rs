@@ -227,7 +227,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::DownwardMetricsVolume => {
             json!({"spec": {"volumes": [{"name": "m", "downwardMetrics": {}}]}})
         }
-        Refused::Vsock => devices(json!({"autoattachVSOCK": true})),
         Refused::PersistentEfiVariables => {
             domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}}))
         }

@@ -52,7 +52,10 @@ pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
-pub use probe::{default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset};
+pub use probe::{
+    default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset,
+    read_vsock_local_namespace,
+};
 pub use refusals::{Checked, Refused, path_matches};
 
 /// A context with KubeVirt's default directories, fixed OVMF paths,
@@ -84,6 +87,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         host_topology: None,
         libvirt_version: None,
         device_env: BTreeMap::new(),
+        vsock_local_namespace: false,
         options: None,
     }
 }
@@ -213,6 +217,10 @@ pub struct ConvertContext {
     /// (`PCI_RESOURCE_*`, `MDEV_PCI_RESOURCE_*`, `KUBEVIRT_RESOURCE_NAME_*`;
     /// see `hostdev`).
     pub device_env: BTreeMap<String, String>,
+    /// The launcher's vsock namespace is in the `local` mode
+    /// ([`read_vsock_local_namespace`]): the guest gets KubeVirt's local
+    /// CID instead of the one of the VMI's status.
+    pub vsock_local_namespace: bool,
     /// What virt-handler sent beside the VMI; `None`: this launcher's
     /// defaults (KubeVirt's cluster defaults).
     pub options: Option<ClusterOptions>,

@@ -61,7 +61,6 @@ field_table! {
         DownwardMetricsVolume => "spec.volumes[].downwardMetrics",
         // Refused by the converter, where it depends on the value or on
         // other fields.
-        Vsock => "spec.domain.devices.autoattachVSOCK",
         PersistentEfiVariables => "spec.domain.firmware.bootloader.efi.persistent",
         SupplementalPoolIoThreads => "spec.domain.ioThreadsPolicy",
         LunReservation => "spec.domain.devices.disks[].lun.reservation",

@@ -48,6 +48,32 @@ pub struct Devices {
     pub hostdevs: Vec<HostDev>,
     #[serde(rename = "filesystem", skip_serializing_if = "Vec::is_empty")]
     pub filesystems: Vec<FilesystemDevice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vsock: Option<Vsock>,
+}
+
+/// `<vsock model='virtio-non-transitional'><cid auto='no' address='N'/>`:
+/// a vhost-vsock device with the CID virt-controller allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Vsock {
+    #[serde(rename = "@model", skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub cid: VsockCid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<Alias>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<Address>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VsockCid {
+    /// "no": the CID is `address`, not libvirt's choice.
+    #[serde(rename = "@auto")]
+    pub auto: String,
+    #[serde(rename = "@address", skip_serializing_if = "Option::is_none")]
+    pub address: Option<u32>,
 }
 
 /// `<filesystem type='mount' accessmode='passthrough'><driver

@@ -224,6 +224,8 @@ impl DomainManager {
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
+            vsock_local_namespace: vmi.spec.domain.devices.autoattach_vsock == Some(true)
+                && convert::read_vsock_local_namespace(Path::new("/proc")),
             options,
         };
         let ctx = ConvertContext {
@@ -259,6 +261,9 @@ impl DomainManager {
                 })
                 .map_err(|e| CommandError::new(ErrorClass::Unavailable, e))?;
         }
+        if conversion.domain.devices.vsock.is_some() {
+            self.check_vhost_vsock()?;
+        }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
         let virtiofs = if conversion.filesystems.is_empty() || info.driver == DriverKind::Test {
             None
@@ -290,6 +295,24 @@ impl DomainManager {
             live: None,
             steps: Steps::default(),
         })
+    }
+
+    /// The host device a vsock needs, checked on every driver (the test
+    /// driver too, so that `--vhost-vsock-device` can be tested there): a
+    /// kernel without vhost_vsock is named here rather than by QEMU
+    /// failing at start.
+    fn check_vhost_vsock(&self) -> Result<(), CommandError> {
+        let device = &self.config.vhost_vsock_device;
+        match std::fs::metadata(device) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(CommandError::new(
+                ErrorClass::Unavailable,
+                format!(
+                    "sync: spec.domain.devices.autoattachVSOCK needs the host's {} ({e}): load the kernel module vhost_vsock, or name the device with --vhost-vsock-device",
+                    device.display()
+                ),
+            )),
+        }
     }
 
     /// The VMI's pod networking (crate::network), decided on the manager

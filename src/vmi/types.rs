@@ -30,7 +30,18 @@ pub struct VirtualMachineInstance {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: VmiSpec,
-    // `status` (and anything else at the top level) is ignored.
+    /// Only what virt-controller decides for the launcher is read; the
+    /// rest of `status` (and anything else at the top level) is ignored.
+    #[serde(default)]
+    pub status: Option<VmiStatus>,
+}
+
+/// The parts of `status` the domain depends on; other fields are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct VmiStatus {
+    /// The vsock CID virt-controller allocated for `autoattachVSOCK`.
+    #[serde(default, rename = "VSOCKCID")]
+    pub vsock_cid: Option<u32>,
 }
 
 /// Kubernetes object metadata; unknown fields (managedFields, ...) are ignored.

@@ -508,3 +508,130 @@ fn host_devices_from_the_environment_start_with_the_domain_but_only_the_fake_att
         "{desc}"
     );
 }
+
+/// KubeVirt's `examples/vmi-usb.yaml`, as JSON: a host device of KubeVirt's
+/// USB device plugin (resource `kubevirt.io/storage`).
+fn kubevirt_vmi_usb_example() -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"labels": {"special": "vmi-usb"}, "name": "vmi-usb"},
+        "spec": {
+            "domain": {
+                "devices": {
+                    "disks": [
+                        {"disk": {"bus": "virtio"}, "name": "containerdisk"},
+                        {"disk": {"bus": "virtio"}, "name": "cloudinitdisk"}
+                    ],
+                    "hostDevices": [
+                        {"deviceName": "kubevirt.io/storage", "name": "node-usb-to-vmi-storage"}
+                    ],
+                    "rng": {}
+                },
+                "memory": {"guest": "1024M"},
+                "resources": {}
+            },
+            "terminationGracePeriodSeconds": 0,
+            "volumes": [
+                {"containerDisk": {"image": "registry:5000/kubevirt/fedora-with-test-tooling-container-disk:devel"},
+                 "name": "containerdisk"},
+                {"cloudInitNoCloud": {"userData": "#cloud-config\npassword: fedora\nchpasswd: { expire: False }\npackages:\n  - nginx\nruncmd:\n  - [ \"systemctl\", \"enable\", \"--now\", \"nginx\" ]"},
+                 "name": "cloudinitdisk"}
+            ]
+        }
+    })
+}
+
+/// KubeVirt's vmi-usb example with its USB device plugin's environment
+/// (`USB_RESOURCE_<resource>=<bus>:<device>`) is defined with a
+/// `<hostdev type='usb'>` and the USB controller; without the variable it
+/// is refused as a PCI or mediated device is, naming the variables.
+#[test]
+fn kubevirts_vmi_usb_example_gets_the_usb_device_its_plugin_assigned() {
+    if !require(&[
+        Need::Program("qemu-img"),
+        Need::Program("virt-xml-validate"),
+    ]) {
+        return;
+    }
+    let start = |env: &[&str]| {
+        let tree = TempTree::new("usb");
+        // The container disk's image, where KubeVirt's handler puts it.
+        let image = tree.path("container-disks/disk_0.img");
+        fs::create_dir_all(image.parent().unwrap()).unwrap();
+        let made = std::process::Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2"])
+            .arg(&image)
+            .arg("64M")
+            .status()
+            .expect("run qemu-img");
+        assert!(made.success());
+        let wrapper: Vec<String> = std::iter::once("env")
+            .chain(env.iter().copied())
+            .map(str::to_string)
+            .collect();
+        let args: Vec<String> = [
+            "--connect",
+            "test:///default",
+            "--name",
+            "vmi-usb",
+            "--namespace",
+            "default",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let mut launcher = Launcher::start_wrapped(tree, &wrapper, &args, Some("debug"));
+        launcher.wait_ready(Duration::from_secs(20));
+        launcher
+    };
+    let vmi = kubevirt_vmi_usb_example();
+
+    let launcher = start(&[]);
+    let mut client = launcher.client();
+    let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert_eq!(class, "InvalidArgument");
+    assert_eq!(
+        desc,
+        "arguments.vmi.spec.domain.devices.hostDevices[0]: no device of resource \"kubevirt.io/storage\" was assigned to the launcher: PCI_RESOURCE_KUBEVIRT_IO_STORAGE, MDEV_PCI_RESOURCE_KUBEVIRT_IO_STORAGE or USB_RESOURCE_KUBEVIRT_IO_STORAGE is not set in its environment (the device plugin sets it)"
+    );
+    drop(client);
+    drop(launcher);
+
+    let launcher = start(&["USB_RESOURCE_KUBEVIRT_IO_STORAGE=2:7"]);
+    let mut client = launcher.client();
+    let reply = sync(&mut client, &vmi);
+    assert_eq!(reply["action"], "defined-and-started");
+    let domain = client.ok("query-domain", Value::Null);
+    let devices = &domain["spec"]["devices"];
+    let hostdev = &devices["hostdev"][0];
+    assert_eq!(hostdev["@type"], "usb", "{devices}");
+    assert_eq!(hostdev["@mode"], "subsystem");
+    assert_eq!(
+        hostdev["alias"]["@name"],
+        "ua-usb-host-node-usb-to-vmi-storage"
+    );
+    assert_eq!(hostdev["source"]["address"]["@bus"], "2");
+    assert_eq!(hostdev["source"]["address"]["@device"], "7");
+    let usb_controller: Vec<&Value> = devices["controller"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["@type"] == "usb")
+        .collect();
+    assert_eq!(usb_controller[0]["@model"], "qemu-xhci", "{devices}");
+    // What libvirt holds passes libvirt's own schema.
+    let xml_path = launcher.tree.path("live.xml");
+    fs::write(&xml_path, domain["xml"].as_str().unwrap()).unwrap();
+    let validate = std::process::Command::new("virt-xml-validate")
+        .arg(&xml_path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    assert!(
+        validate.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validate.stdout),
+        String::from_utf8_lossy(&validate.stderr)
+    );
+}

@@ -401,11 +401,16 @@ fn configure_controllers(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         .disks
         .iter()
         .any(|d| d.target.bus.as_deref() == Some("usb"));
+    let usb_hostdev = domain
+        .devices
+        .hostdevs
+        .iter()
+        .any(|d| d.hostdev_type == "usb");
     domain.devices.controllers.push(Controller {
         controller_type: "usb".to_string(),
         index: 0,
         model: Some(
-            if usb_input || usb_disk {
+            if usb_input || usb_disk || usb_hostdev {
                 "qemu-xhci"
             } else {
                 "none"

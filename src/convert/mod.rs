@@ -352,8 +352,9 @@ pub fn convert(
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
     let filesystems = filesystems::configure(vmi, ctx, &mut domain)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
-    devices::configure(vmi, ctx, &mut domain, &mut plan)?;
+    // Host devices first: a USB one needs the USB controller.
     hostdev::configure(vmi, ctx, &mut domain)?;
+    devices::configure(vmi, ctx, &mut domain, &mut plan)?;
     dedicated::configure(vmi, ctx, &mut domain)?;
     if let Some(options) = &ctx.options {
         cluster_options::apply(options, &mut domain);

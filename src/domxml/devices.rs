@@ -766,7 +766,7 @@ pub struct HostDev {
     /// "subsystem".
     #[serde(rename = "@mode")]
     pub mode: String,
-    /// "pci" or "mdev".
+    /// "pci", "mdev" or "usb".
     #[serde(rename = "@type")]
     pub hostdev_type: String,
     /// "no": the device plugin has bound the device to vfio-pci already.
@@ -833,13 +833,24 @@ pub struct HostAddress {
     pub function: Option<String>,
     #[serde(rename = "@uuid", skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// A USB device's number on its `bus` (both decimal).
+    #[serde(rename = "@device", skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl HostAddress {
-    /// "0000:81:00.1" for a PCI device, the UUID for a mediated one.
+    /// "0000:81:00.1" for a PCI device, the UUID for a mediated one,
+    /// "001:005" (bus:device, as `lsusb` and /dev/bus/usb name them) for a
+    /// USB one.
     pub fn describe(&self) -> String {
         if let Some(uuid) = &self.uuid {
             return uuid.clone();
+        }
+        if let Some(device) = &self.device {
+            return format!(
+                "{:0>3}:{device:0>3}",
+                self.bus.as_deref().unwrap_or_default()
+            );
         }
         let part = |v: &Option<String>| {
             v.as_deref()

@@ -68,6 +68,8 @@ pub struct Config {
     pub cpuset_file: Option<PathBuf>,
     /// --vhost-vsock-device.
     pub vhost_vsock_device: PathBuf,
+    /// --dra-metadata-dir.
+    pub dra_metadata_dir: PathBuf,
     /// KubeVirt mode and KubeVirt's own flags (`--kubevirt`).
     pub kubevirt: crate::cli::KubevirtArgs,
     /// KubeVirt mode without --connect or --spawn-libvirt: the launcher
@@ -195,6 +197,7 @@ impl Config {
             ovmf_path: args.ovmf_path,
             cpuset_file: args.cpuset_file,
             vhost_vsock_device: args.vhost_vsock_device,
+            dra_metadata_dir: args.dra_metadata_dir,
             kubevirt: args.kubevirt,
             pod_daemons,
         })

@@ -30,6 +30,8 @@ pub struct Args {
     pub cpuset_file: Option<PathBuf>,
     /// The host's vhost-vsock device (`autoattachVSOCK`).
     pub vhost_vsock_device: PathBuf,
+    /// Where the DRA drivers' metadata of the pod's resource claims is.
+    pub dra_metadata_dir: PathBuf,
     pub connect: Option<String>,
     pub qemu_timeout: Duration,
     /// None: use the VMI's terminationGracePeriodSeconds.
@@ -293,6 +295,16 @@ pub static FLAGS: &[FlagSpec] = &[
         "The host's vhost-vsock device, which a VMI with autoattachVSOCK needs: a sync of one is refused before anything starts when it is missing (the kernel module vhost_vsock makes it).",
         |a, v| {
             a.vhost_vsock_device = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "dra-metadata-dir",
+        "DIR",
+        Some("/var/run/kubernetes.io/dra-device-attributes"),
+        "Where Kubernetes mounts the DRA drivers' metadata of the pod's resource claims (resourceclaims/<claim>/<request>/*-metadata.json, resourceclaimtemplates/...), read at each sync for the GPUs and host devices with a claimName.",
+        |a, v| {
+            a.dra_metadata_dir = path(v)?;
             Ok(())
         }
     ),
@@ -661,6 +673,7 @@ impl Args {
             ovmf_path: None,
             cpuset_file: None,
             vhost_vsock_device: PathBuf::new(),
+            dra_metadata_dir: PathBuf::new(),
             connect: None,
             qemu_timeout: zero,
             grace_period_seconds: None,

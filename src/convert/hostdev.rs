@@ -22,6 +22,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::dra::{DraDevice, claim_of};
 use super::pci::parse_pci_address;
 use super::{ConvertContext, ConvertError};
 use crate::domxml::{Alias, BootOrder, Domain, HostAddress, HostDev, HostDevSource};
@@ -87,6 +88,12 @@ pub(crate) fn configure(
     let devices = &vmi.spec.domain.devices;
     for (i, dev) in devices.host_devices.iter().enumerate() {
         let path = format!("spec.domain.devices.hostDevices[{i}]");
+        if dev.device_name.is_empty() {
+            let claim = claim_of(&dev.claim_name, &dev.request_name);
+            let hostdev = claimed(ctx, &path, &format!("dra-hostdevice-{}", dev.name), claim)?;
+            domain.devices.hostdevs.push(hostdev);
+            continue;
+        }
         domain.devices.hostdevs.push(assigned(
             &mut pools,
             &path,
@@ -95,8 +102,41 @@ pub(crate) fn configure(
             Pools::ANY.with_usb(&format!("usb-host-{}", dev.name)),
         )?);
     }
+    // KubeVirt turns the display of the first claimed vGPU on when no GPU
+    // says anything about displays.
+    let mut default_display = !devices.gpus.iter().any(|g| {
+        g.virtual_gpu_options
+            .as_ref()
+            .is_some_and(|o| o.display.is_some())
+    });
     for (i, gpu) in devices.gpus.iter().enumerate() {
         let path = format!("spec.domain.devices.gpus[{i}]");
+        if gpu.device_name.is_empty() {
+            let claim = claim_of(&gpu.claim_name, &gpu.request_name);
+            let mut hostdev = claimed(ctx, &path, &format!("dra-gpu-{}", gpu.name), claim)?;
+            if hostdev.hostdev_type == "mdev" {
+                let display = gpu
+                    .virtual_gpu_options
+                    .as_ref()
+                    .and_then(|o| o.display.as_ref());
+                let (on, ramfb) = match display {
+                    Some(d) => (
+                        d.enabled != Some(false),
+                        d.ram_fb.as_ref().is_none_or(|r| r.is_enabled()),
+                    ),
+                    None => (default_display, default_display),
+                };
+                if on {
+                    hostdev.display = Some("on".to_string());
+                    default_display = false;
+                }
+                if on && ramfb {
+                    hostdev.ramfb = Some("on".to_string());
+                }
+            }
+            domain.devices.hostdevs.push(hostdev);
+            continue;
+        }
         let mut hostdev = assigned(
             &mut pools,
             &path,
@@ -163,6 +203,77 @@ pub(crate) fn configure(
         domain.devices.hostdevs.push(hostdev);
     }
     Ok(())
+}
+
+/// The `<hostdev>` of a device of a resource claim, from the DRA metadata
+/// the caller read ([`super::detect_dra_devices`]).
+fn claimed(
+    ctx: &ConvertContext,
+    path: &str,
+    name: &str,
+    claim: Option<(&str, &str)>,
+) -> Result<HostDev, ConvertError> {
+    let Some((claim, request)) = claim else {
+        return Err(ConvertError::new(
+            path,
+            "needs a deviceName (a device plugin's resource), or a claimName and a requestName (a resource claim)",
+        ));
+    };
+    let device = ctx
+        .dra_devices
+        .get(&(claim.to_string(), request.to_string()))
+        .cloned()
+        .unwrap_or_else(|| Err("its metadata was not read".to_string()))
+        .map_err(|why| {
+            ConvertError::new(
+                path,
+                format!(
+                    "no device of claim {claim:?} request {request:?} was allocated to the launcher: {why}"
+                ),
+            )
+        })?;
+    let alias = Some(Alias::user(name));
+    Ok(match device {
+        DraDevice::Pci(address) => {
+            let parsed = parse_pci_address(&address, path).map_err(|_| {
+                ConvertError::new(
+                    path,
+                    format!(
+                        "the DRA driver gave claim {claim:?} request {request:?} the PCI address {address:?}, which is not one such as 0000:81:01.0"
+                    ),
+                )
+            })?;
+            HostDev {
+                mode: "subsystem".to_string(),
+                hostdev_type: "pci".to_string(),
+                managed: Some("no".to_string()),
+                source: HostDevSource {
+                    address: Some(HostAddress {
+                        domain: parsed.domain,
+                        bus: parsed.bus,
+                        slot: parsed.slot,
+                        function: parsed.function,
+                        ..HostAddress::default()
+                    }),
+                },
+                alias,
+                ..HostDev::default()
+            }
+        }
+        DraDevice::Mdev(uuid) => HostDev {
+            mode: "subsystem".to_string(),
+            hostdev_type: "mdev".to_string(),
+            model: Some("vfio-pci".to_string()),
+            source: HostDevSource {
+                address: Some(HostAddress {
+                    uuid: Some(uuid),
+                    ..HostAddress::default()
+                }),
+            },
+            alias,
+            ..HostDev::default()
+        },
+    })
 }
 
 /// Which of a resource's variables a device may come from.
@@ -508,6 +619,79 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(gpu.contains("PCI_RESOURCE_KUBEVIRT_IO_STORAGE or MDEV_PCI_RESOURCE_KUBEVIRT_IO_STORAGE is not set"), "{gpu}");
+    }
+
+    #[test]
+    fn claimed_devices_come_from_the_dra_metadata_with_kubevirts_aliases() {
+        use crate::convert::DraDevice;
+        let key = |c: &str, r: &str| (c.to_string(), r.to_string());
+        let ctx = ConvertContext {
+            dra_devices: [
+                (
+                    key("gpus", "pgpu"),
+                    Ok(DraDevice::Pci("0000:81:00.0".into())),
+                ),
+                (key("gpus", "vgpu"), Ok(DraDevice::Mdev("u-1".into()))),
+                (
+                    key("nics", "nic"),
+                    Ok(DraDevice::Pci("0000:3b:02.4".into())),
+                ),
+                (
+                    key("gone", "x"),
+                    Err("claim \"gone\" is not in spec.resourceClaims".into()),
+                ),
+            ]
+            .into_iter()
+            .collect(),
+            ..context()
+        };
+        let devs = hostdevs(
+            json!({"domain": {"devices": {
+                "gpus": [{"name": "p", "claimName": "gpus", "requestName": "pgpu"},
+                         {"name": "v", "claimName": "gpus", "requestName": "vgpu"}],
+                "hostDevices": [{"name": "n", "claimName": "nics", "requestName": "nic"}]}}}),
+            &ctx,
+        )
+        .unwrap();
+        let xml: Vec<String> = devs
+            .iter()
+            .map(|d| Domain::device_xml("hostdev", d).unwrap())
+            .collect();
+        assert_eq!(
+            xml,
+            [
+                "<hostdev mode=\"subsystem\" type=\"pci\" managed=\"no\"><source><address domain=\"0x0000\" bus=\"0x3b\" slot=\"0x02\" function=\"0x4\"/></source><alias name=\"ua-dra-hostdevice-n\"/></hostdev>",
+                "<hostdev mode=\"subsystem\" type=\"pci\" managed=\"no\"><source><address domain=\"0x0000\" bus=\"0x81\" slot=\"0x00\" function=\"0x0\"/></source><alias name=\"ua-dra-gpu-p\"/></hostdev>",
+                // KubeVirt's default: the first claimed vGPU shows a display.
+                "<hostdev mode=\"subsystem\" type=\"mdev\" model=\"vfio-pci\" display=\"on\" ramfb=\"on\"><source><address uuid=\"u-1\"/></source><alias name=\"ua-dra-gpu-v\"/></hostdev>",
+            ]
+        );
+        let off = hostdevs(
+            json!({"domain": {"devices": {"gpus": [{"name": "v", "claimName": "gpus", "requestName": "vgpu",
+                "virtualGPUOptions": {"display": {"enabled": false}}}]}}}),
+            &ctx,
+        )
+        .unwrap();
+        assert_eq!((off[0].display.clone(), off[0].ramfb.clone()), (None, None));
+
+        let err = hostdevs(
+            json!({"domain": {"devices": {"hostDevices": [{"name": "g", "claimName": "gone", "requestName": "x"}]}}}),
+            &ctx,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "spec.domain.devices.hostDevices[0]: no device of claim \"gone\" request \"x\" was allocated to the launcher: claim \"gone\" is not in spec.resourceClaims"
+        );
+        let neither = hostdevs(
+            json!({"domain": {"devices": {"gpus": [{"name": "g", "claimName": "gpus"}]}}}),
+            &ctx,
+        )
+        .unwrap_err();
+        assert_eq!(
+            neither,
+            "spec.domain.devices.gpus[0]: needs a deviceName (a device plugin's resource), or a claimName and a requestName (a resource claim)"
+        );
     }
 
     #[test]

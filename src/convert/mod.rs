@@ -19,6 +19,7 @@ mod cpu;
 mod dedicated;
 mod detect;
 mod devices;
+mod dra;
 mod features;
 mod filesystems;
 mod firmware;
@@ -48,6 +49,7 @@ use crate::vmi::VirtualMachineInstance;
 pub use cluster_options::{ClusterOptions, SmbiosSystem};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
+pub use dra::{DEFAULT_DRA_METADATA_DIR, DraDevice, DraDevices, detect_dra_devices};
 pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
@@ -88,6 +90,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         libvirt_version: None,
         device_env: BTreeMap::new(),
         vsock_local_namespace: false,
+        dra_devices: DraDevices::new(),
         options: None,
     }
 }
@@ -221,6 +224,9 @@ pub struct ConvertContext {
     /// ([`read_vsock_local_namespace`]): the guest gets KubeVirt's local
     /// CID instead of the one of the VMI's status.
     pub vsock_local_namespace: bool,
+    /// The devices of the resource claims the VMI's GPUs and host devices
+    /// name ([`detect_dra_devices`]).
+    pub dra_devices: DraDevices,
     /// What virt-handler sent beside the VMI; `None`: this launcher's
     /// defaults (KubeVirt's cluster defaults).
     pub options: Option<ClusterOptions>,

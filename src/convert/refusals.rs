@@ -44,15 +44,12 @@ field_table! {
     /// with "not supported by this launcher", never accepted and ignored.
     Refused {
         // Refused by the VMI model as it is read (`Unsupported` fields).
-        ResourceClaims => "spec.resourceClaims",
         UtilityVolumes => "spec.utilityVolumes",
         LaunchSecurity => "spec.domain.launchSecurity",
         Acpi => "spec.domain.firmware.acpi",
         DownwardMetricsDevice => "spec.domain.devices.downwardMetrics",
         ClientPassthrough => "spec.domain.devices.clientPassthrough",
         Sound => "spec.domain.devices.sound",
-        GpuClaimRequest => "spec.domain.devices.gpus[].claimRequest",
-        HostDeviceClaimRequest => "spec.domain.devices.hostDevices[].claimRequest",
         Diag288Watchdog => "spec.domain.devices.watchdog.diag288",
         MatchVolumeBlockSize => "spec.domain.devices.disks[].blockSize.matchVolume",
         MacvtapBinding => "spec.domain.devices.interfaces[].macvtap",

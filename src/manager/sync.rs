@@ -226,6 +226,7 @@ impl DomainManager {
                 .collect(),
             vsock_local_namespace: vmi.spec.domain.devices.autoattach_vsock == Some(true)
                 && convert::read_vsock_local_namespace(Path::new("/proc")),
+            dra_devices: convert::detect_dra_devices(&vmi, &self.config.dra_metadata_dir),
             options,
         };
         let ctx = ConvertContext {

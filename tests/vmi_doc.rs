@@ -229,10 +229,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "domain": {"ioThreadsPolicy": "supplementalPool", "ioThreads": {"supplementalPoolThreadCount": 2},
                 "devices": {"disks": [{"name": "d", "disk": {"bus": "virtio"}}]}},
             "volumes": [empty_disk]}}),
-        Refused::LunReservation => disk_with(
-            json!({"name": "d", "lun": {"bus": "scsi", "reservation": true}}),
-            json!({"name": "d", "persistentVolumeClaim": {"claimName": "d"}}),
-        ),
         Refused::ConfigDriveDiskTag => json!({"spec": {
             "domain": {"devices": {"disks": [{"name": "d", "tag": "data"}]}},
             "volumes": [empty_disk,

@@ -240,6 +240,9 @@ pub struct Conversion {
     /// The directories the VMI's filesystems share, each served by a
     /// virtiofsd the launcher starts before the domain.
     pub filesystems: Vec<VirtiofsShare>,
+    /// Where the qemu-pr-helper the launcher starts before the domain
+    /// listens, when a LUN asks for persistent reservations.
+    pub pr_helper_socket: Option<PathBuf>,
 }
 
 /// Why a VMI cannot be converted: `path` is the JSON path of the field to fix.
@@ -371,6 +374,7 @@ pub fn convert(
         domain,
         disk_plan: plan,
         filesystems,
+        pr_helper_socket: storage::wants_reservations(vmi).then(|| storage::pr_helper_socket(ctx)),
     })
 }
 

@@ -60,7 +60,6 @@ field_table! {
         // other fields.
         PersistentEfiVariables => "spec.domain.firmware.bootloader.efi.persistent",
         SupplementalPoolIoThreads => "spec.domain.ioThreadsPolicy",
-        LunReservation => "spec.domain.devices.disks[].lun.reservation",
         ConfigDriveDiskTag => "spec.domain.devices.disks[].tag",
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",
         NumaPassthroughWithMemoryHotplug => "spec.domain.cpu.numa.guestMappingPassthrough",

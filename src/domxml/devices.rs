@@ -264,6 +264,32 @@ pub struct DiskSource {
     /// libvirt's index in the backing chain (live XML).
     #[serde(rename = "@index", skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
+    /// SCSI persistent reservations through a qemu-pr-helper.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservations: Option<Reservations>,
+}
+
+/// `<reservations managed='no'><source type='unix' path='…'
+/// mode='client'/></reservations>`: QEMU asks the qemu-pr-helper listening
+/// on `path` to issue the LUN's persistent reservation commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Reservations {
+    #[serde(rename = "@managed", skip_serializing_if = "Option::is_none")]
+    pub managed: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<ReservationsSource>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReservationsSource {
+    #[serde(rename = "@type")]
+    pub source_type: String,
+    #[serde(rename = "@path")]
+    pub path: String,
+    #[serde(rename = "@mode", skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// `<backingStore type='file'><format type='raw'/><source file='…'/></backingStore>`.

@@ -266,10 +266,24 @@ impl DomainManager {
             self.check_vhost_vsock()?;
         }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
-        let virtiofs = if conversion.filesystems.is_empty() || info.driver == DriverKind::Test {
+        let virtiofs = if (conversion.filesystems.is_empty()
+            && conversion.pr_helper_socket.is_none())
+            || info.driver == DriverKind::Test
+        {
             None
         } else {
-            if let Some(why) = crate::daemons::virtiofs::unavailable() {
+            let missing = if conversion.filesystems.is_empty() {
+                None
+            } else {
+                crate::daemons::virtiofs::unavailable()
+            };
+            let missing = missing.or_else(|| {
+                conversion
+                    .pr_helper_socket
+                    .as_ref()
+                    .and_then(|_| crate::daemons::pr_helper::unavailable())
+            });
+            if let Some(why) = missing {
                 return Err(CommandError::new(
                     ErrorClass::Unavailable,
                     format!("sync: {why}"),
@@ -277,6 +291,7 @@ impl DomainManager {
             }
             Some(crate::daemons::virtiofs::VirtiofsJob {
                 shares: conversion.filesystems,
+                pr_helper: conversion.pr_helper_socket,
                 daemons: self.daemons.clone(),
                 slot: self.virtiofs.clone(),
                 fatal: self.fatal.clone(),
@@ -575,11 +590,13 @@ fn create_domain(
     };
     // Each filesystem's virtiofsd listens before QEMU connects to it, as
     // KubeVirt's virtiofs containers start with the pod.
+    let what = if job.pr_helper.is_some() {
+        "the domain's helper daemons"
+    } else {
+        "virtiofsd"
+    };
     steps.time("virtiofs", || job.run()).map_err(|e| {
-        CommandError::new(
-            ErrorClass::Unavailable,
-            format!("cannot start virtiofsd: {e}"),
-        )
+        CommandError::new(ErrorClass::Unavailable, format!("cannot start {what}: {e}"))
     })?;
     let started = define_and_start(hv, plan, steps);
     // Stopped again unless a QEMU may be using them (the daemon was lost

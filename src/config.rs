@@ -66,6 +66,10 @@ pub struct Config {
     pub ovmf_path: Option<PathBuf>,
     /// --cpuset-file; None reads the cgroup's.
     pub cpuset_file: Option<PathBuf>,
+    /// --vhost-vsock-device.
+    pub vhost_vsock_device: PathBuf,
+    /// --dra-metadata-dir.
+    pub dra_metadata_dir: PathBuf,
     /// KubeVirt mode and KubeVirt's own flags (`--kubevirt`).
     pub kubevirt: crate::cli::KubevirtArgs,
     /// KubeVirt mode without --connect or --spawn-libvirt: the launcher
@@ -192,6 +196,8 @@ impl Config {
             service_account_dir: args.service_account_dir,
             ovmf_path: args.ovmf_path,
             cpuset_file: args.cpuset_file,
+            vhost_vsock_device: args.vhost_vsock_device,
+            dra_metadata_dir: args.dra_metadata_dir,
             kubevirt: args.kubevirt,
             pod_daemons,
         })

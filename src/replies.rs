@@ -277,6 +277,10 @@ pub struct Status {
     pub memory_dump: Option<MemoryDumpStatus>,
     pub migration: Option<MigrationStatus>,
     pub phase: &'static str,
+    /// The qemu-pr-helper of the VMI's LUN reservations; only while one
+    /// runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pr_helper: Option<Value>,
     pub shutdown: Option<GraceWindow>,
     pub uid: String,
     pub uptime_seconds: f64,
@@ -738,6 +742,7 @@ mod tests {
                 uid: "u".into(),
                 uptime_seconds: 3.0,
                 virtiofs: Some(serde_json::json!([{"name": "fs", "pid": 7}])),
+                pr_helper: None,
                 vmi: "ns/vm".into(),
             }
             .into(),

@@ -392,7 +392,15 @@ pub fn check_domain_host_devices(
     host: &VfioHost,
     who: &Identity,
 ) -> Result<(), String> {
-    let hostdevs: Vec<&HostDev> = domain.devices.hostdevs.iter().collect();
+    // USB devices are opened through their /dev/bus/usb node, which
+    // KubeVirt's USB device plugin hands to QEMU's user; only VFIO devices
+    // need the checks here.
+    let hostdevs: Vec<&HostDev> = domain
+        .devices
+        .hostdevs
+        .iter()
+        .filter(|d| d.hostdev_type != "usb")
+        .collect();
     check_host_devices(&hostdevs, pinned_memory(domain), host, who)
 }
 

@@ -508,3 +508,239 @@ fn host_devices_from_the_environment_start_with_the_domain_but_only_the_fake_att
         "{desc}"
     );
 }
+
+/// A launcher on the test driver for KubeVirt's example VMI `name` (in
+/// namespace default), with the image of its container disk, `env` in its
+/// environment and `extra` flags.
+fn example_launcher(name: &str, env: &[&str], extra: &[&str]) -> Launcher {
+    let tree = TempTree::new(name);
+    // The container disk's image, where KubeVirt's handler puts it.
+    let image = tree.path("container-disks/disk_0.img");
+    fs::create_dir_all(image.parent().unwrap()).unwrap();
+    let made = std::process::Command::new("qemu-img")
+        .args(["create", "-q", "-f", "qcow2"])
+        .arg(&image)
+        .arg("64M")
+        .status()
+        .expect("run qemu-img");
+    assert!(made.success());
+    let wrapper: Vec<String> = std::iter::once("env")
+        .chain(env.iter().copied())
+        .map(str::to_string)
+        .collect();
+    let args: Vec<String> = [
+        "--connect",
+        "test:///default",
+        "--name",
+        name,
+        "--namespace",
+        "default",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
+    let mut launcher = Launcher::start_wrapped(tree, &wrapper, &args, Some("debug"));
+    launcher.wait_ready(Duration::from_secs(20));
+    launcher
+}
+
+/// KubeVirt's `examples/vmi-usb.yaml`, as JSON: a host device of KubeVirt's
+/// USB device plugin (resource `kubevirt.io/storage`).
+fn kubevirt_vmi_usb_example() -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"labels": {"special": "vmi-usb"}, "name": "vmi-usb"},
+        "spec": {
+            "domain": {
+                "devices": {
+                    "disks": [
+                        {"disk": {"bus": "virtio"}, "name": "containerdisk"},
+                        {"disk": {"bus": "virtio"}, "name": "cloudinitdisk"}
+                    ],
+                    "hostDevices": [
+                        {"deviceName": "kubevirt.io/storage", "name": "node-usb-to-vmi-storage"}
+                    ],
+                    "rng": {}
+                },
+                "memory": {"guest": "1024M"},
+                "resources": {}
+            },
+            "terminationGracePeriodSeconds": 0,
+            "volumes": [
+                {"containerDisk": {"image": "registry:5000/kubevirt/fedora-with-test-tooling-container-disk:devel"},
+                 "name": "containerdisk"},
+                {"cloudInitNoCloud": {"userData": "#cloud-config\npassword: fedora\nchpasswd: { expire: False }\npackages:\n  - nginx\nruncmd:\n  - [ \"systemctl\", \"enable\", \"--now\", \"nginx\" ]"},
+                 "name": "cloudinitdisk"}
+            ]
+        }
+    })
+}
+
+/// KubeVirt's vmi-usb example with its USB device plugin's environment
+/// (`USB_RESOURCE_<resource>=<bus>:<device>`) is defined with a
+/// `<hostdev type='usb'>` and the USB controller; without the variable it
+/// is refused as a PCI or mediated device is, naming the variables.
+#[test]
+fn kubevirts_vmi_usb_example_gets_the_usb_device_its_plugin_assigned() {
+    if !require(&[
+        Need::Program("qemu-img"),
+        Need::Program("virt-xml-validate"),
+    ]) {
+        return;
+    }
+    let vmi = kubevirt_vmi_usb_example();
+
+    let launcher = example_launcher("vmi-usb", &[], &[]);
+    let mut client = launcher.client();
+    let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert_eq!(class, "InvalidArgument");
+    assert_eq!(
+        desc,
+        "arguments.vmi.spec.domain.devices.hostDevices[0]: no device of resource \"kubevirt.io/storage\" was assigned to the launcher: PCI_RESOURCE_KUBEVIRT_IO_STORAGE, MDEV_PCI_RESOURCE_KUBEVIRT_IO_STORAGE or USB_RESOURCE_KUBEVIRT_IO_STORAGE is not set in its environment (the device plugin sets it)"
+    );
+    drop(client);
+    drop(launcher);
+
+    let launcher = example_launcher("vmi-usb", &["USB_RESOURCE_KUBEVIRT_IO_STORAGE=2:7"], &[]);
+    let mut client = launcher.client();
+    let reply = sync(&mut client, &vmi);
+    assert_eq!(reply["action"], "defined-and-started");
+    let domain = client.ok("query-domain", Value::Null);
+    let devices = &domain["spec"]["devices"];
+    let hostdev = &devices["hostdev"][0];
+    assert_eq!(hostdev["@type"], "usb", "{devices}");
+    assert_eq!(hostdev["@mode"], "subsystem");
+    assert_eq!(
+        hostdev["alias"]["@name"],
+        "ua-usb-host-node-usb-to-vmi-storage"
+    );
+    assert_eq!(hostdev["source"]["address"]["@bus"], "2");
+    assert_eq!(hostdev["source"]["address"]["@device"], "7");
+    let usb_controller: Vec<&Value> = devices["controller"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["@type"] == "usb")
+        .collect();
+    assert_eq!(usb_controller[0]["@model"], "qemu-xhci", "{devices}");
+    // What libvirt holds passes libvirt's own schema.
+    let xml_path = launcher.tree.path("live.xml");
+    fs::write(&xml_path, domain["xml"].as_str().unwrap()).unwrap();
+    let validate = std::process::Command::new("virt-xml-validate")
+        .arg(&xml_path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    assert!(
+        validate.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validate.stdout),
+        String::from_utf8_lossy(&validate.stderr)
+    );
+}
+
+/// KubeVirt's `examples/vmi-dra-pgpu.yaml`, as JSON: a GPU of a resource
+/// claim made from a template.
+fn kubevirt_vmi_dra_pgpu_example() -> Value {
+    json!({
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"labels": {"special": "vmi-dra-pgpu"}, "name": "vmi-dra-pgpu"},
+        "spec": {
+            "domain": {
+                "devices": {
+                    "disks": [
+                        {"disk": {"bus": "virtio"}, "name": "containerdisk"},
+                        {"disk": {"bus": "virtio"}, "name": "cloudinitdisk"}
+                    ],
+                    "gpus": [
+                        {"claimName": "pgpu-resource-claim", "name": "example-gpu", "requestName": "pgpu"}
+                    ],
+                    "rng": {}
+                },
+                "memory": {"guest": "1024M"},
+                "resources": {}
+            },
+            "resourceClaims": [
+                {"name": "pgpu-resource-claim", "resourceClaimTemplateName": "pgpu-resource-claim-tmpl"}
+            ],
+            "terminationGracePeriodSeconds": 0,
+            "volumes": [
+                {"containerDisk": {"image": "registry:5000/kubevirt/fedora-with-test-tooling-container-disk:devel"},
+                 "name": "containerdisk"},
+                {"cloudInitNoCloud": {"userData": "#cloud-config\npassword: fedora\nchpasswd: { expire: False }"},
+                 "name": "cloudinitdisk"}
+            ]
+        }
+    })
+}
+
+/// KubeVirt's vmi-dra-pgpu example: its GPU is the PCI device the DRA
+/// driver's metadata names, read from `--dra-metadata-dir` where KubeVirt
+/// reads it (`resourceclaimtemplates/<claim>/<request>/*-metadata.json`);
+/// without the metadata the sync is refused naming the GPU, the claim and
+/// the directory looked in.
+#[test]
+fn kubevirts_dra_gpu_example_gets_the_device_of_its_claims_metadata() {
+    if !require(&[
+        Need::Program("qemu-img"),
+        Need::Program("virt-xml-validate"),
+    ]) {
+        return;
+    }
+    let metadata = TempTree::new("dra-metadata");
+    let dir_arg = metadata.path("").display().to_string();
+    let vmi = kubevirt_vmi_dra_pgpu_example();
+    let launcher = example_launcher("vmi-dra-pgpu", &[], &["--dra-metadata-dir", &dir_arg]);
+    let mut client = launcher.client();
+    let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+    assert_eq!(class, "InvalidArgument");
+    let request_dir = metadata.path("resourceclaimtemplates/pgpu-resource-claim/pgpu");
+    assert!(
+        desc.starts_with(&format!(
+            "arguments.vmi.spec.domain.devices.gpus[0]: no device of claim \"pgpu-resource-claim\" request \"pgpu\" was allocated to the launcher: the DRA driver's metadata of claim \"pgpu-resource-claim\" request \"pgpu\" is not in {} (",
+            request_dir.display()
+        )),
+        "{desc}"
+    );
+
+    // The DRA driver's metadata, as KEP-5304 writes it.
+    fs::create_dir_all(&request_dir).unwrap();
+    fs::write(
+        request_dir.join("gpu.nvidia.com-metadata.json"),
+        json!({
+            "apiVersion": "metadata.resource.k8s.io/v1alpha1",
+            "kind": "DeviceMetadata",
+            "metadata": {"name": "vmi-dra-pgpu-pgpu-resource-claim-x7k2q", "namespace": "default"},
+            "podClaimName": "pgpu-resource-claim",
+            "requests": [{"name": "pgpu", "devices": [{
+                "driver": "gpu.nvidia.com", "pool": "node1", "name": "gpu-0",
+                "attributes": {"resource.kubernetes.io/pciBusID": {"string": "0000:3b:00.0"}}}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let reply = sync(&mut client, &vmi);
+    assert_eq!(reply["action"], "defined-and-started");
+    let domain = client.ok("query-domain", Value::Null);
+    let hostdev = &domain["spec"]["devices"]["hostdev"][0];
+    assert_eq!(hostdev["@type"], "pci", "{hostdev}");
+    assert_eq!(hostdev["@managed"], "no");
+    assert_eq!(hostdev["alias"]["@name"], "ua-dra-gpu-example-gpu");
+    assert_eq!(hostdev["source"]["address"]["@bus"], "0x3b");
+    let xml_path = launcher.tree.path("live.xml");
+    fs::write(&xml_path, domain["xml"].as_str().unwrap()).unwrap();
+    let validate = std::process::Command::new("virt-xml-validate")
+        .arg(&xml_path)
+        .arg("domain")
+        .output()
+        .expect("run virt-xml-validate");
+    assert!(
+        validate.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&validate.stdout),
+        String::from_utf8_lossy(&validate.stderr)
+    );
+}

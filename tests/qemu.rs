@@ -803,3 +803,76 @@ fn filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiof
         );
     }
 }
+
+/// The qemu-pr-helper a LUN with `reservation: true` needs is started as
+/// KubeVirt's pr-helper container runs it (`-k <socket>`), listening before
+/// the job returns, supervised (restarted when killed) and stopped with
+/// its socket removed. QEMU's use of it needs a SCSI LUN with persistent
+/// reservations, which this host has not; the converter's unit test checks
+/// the domain's `<reservations>`.
+#[test]
+fn the_pr_helper_of_lun_reservations_is_started_supervised_and_stopped() {
+    if !require(&[Need::Root, Need::Program("qemu-pr-helper")]) {
+        return;
+    }
+    use virt_launcher::daemons::virtiofs::{VirtiofsJob, VirtiofsSlot, report_pr_helper, stop};
+    let tree = TempTree::new("pr-helper");
+    let socket = tree.path("share/daemons/pr/pr-helper.sock");
+    let (fatal, _fatal_rx) = crossbeam_channel::unbounded();
+    let slot = VirtiofsSlot::default();
+    let job = VirtiofsJob {
+        shares: Vec::new(),
+        pr_helper: Some(socket.clone()),
+        daemons: None,
+        slot: slot.clone(),
+        fatal,
+    };
+    job.run().expect("start qemu-pr-helper");
+    assert!(socket.exists(), "{} is not there", socket.display());
+    let first = report_pr_helper(&slot).expect("a running qemu-pr-helper");
+    assert_eq!(first["socket"], socket.display().to_string(), "{first}");
+    let pid_of = |v: &Value| v["pid"].as_u64().and_then(|p| i32::try_from(p).ok());
+    let pid = pid_of(&first).expect("its pid");
+    let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    assert_eq!(
+        cmdline
+            .split('\0')
+            .filter(|a| !a.is_empty())
+            .collect::<Vec<_>>(),
+        [
+            "/usr/bin/qemu-pr-helper",
+            "-k",
+            &socket.display().to_string()
+        ]
+    );
+    // Killed, it is started again.
+    // SAFETY: kill(2) with a pid and a signal number touches no memory.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = report_pr_helper(&slot).expect("still supervised");
+        if now["restarts"].as_u64() == Some(1)
+            && pid_of(&now).is_some_and(|p| p != pid)
+            && socket.exists()
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not restarted: {now}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let restarted = pid_of(&report_pr_helper(&slot).unwrap()).unwrap();
+    stop(&slot);
+    assert!(report_pr_helper(&slot).is_none());
+    assert!(!socket.exists(), "the socket was left behind");
+    let gone = Instant::now() + Duration::from_secs(5);
+    while std::fs::metadata(format!("/proc/{restarted}")).is_ok()
+        && std::fs::read_to_string(format!("/proc/{restarted}/stat"))
+            .is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(
+            Instant::now() < gone,
+            "qemu-pr-helper {restarted} still runs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

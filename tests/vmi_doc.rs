@@ -201,17 +201,12 @@ fn refused_example(refused: Refused) -> (Value, Host) {
     let disk_with = |disk: Value, volume: Value| json!({"spec": {"domain": {"devices": {"disks": [disk]}}, "volumes": [volume]}});
     let empty_disk = json!({"name": "d", "emptyDisk": {"capacity": "1Gi"}});
     let example = match refused {
-        Refused::ResourceClaims => json!({"spec": {"resourceClaims": [{"name": "c"}]}}),
         Refused::UtilityVolumes => json!({"spec": {"utilityVolumes": [{"name": "u"}]}}),
         Refused::LaunchSecurity => domain(json!({"launchSecurity": {"sev": {}}})),
         Refused::Acpi => domain(json!({"firmware": {"acpi": {"slicNameRef": "slic"}}})),
         Refused::DownwardMetricsDevice => devices(json!({"downwardMetrics": {}})),
         Refused::ClientPassthrough => devices(json!({"clientPassthrough": {}})),
         Refused::Sound => devices(json!({"sound": {"name": "s"}})),
-        Refused::GpuClaimRequest => devices(json!({"gpus": [{"name": "g",
-            "deviceName": "nvidia.com/GP102GL", "claimRequest": {"claimName": "c"}}]})),
-        Refused::HostDeviceClaimRequest => devices(json!({"hostDevices": [{"name": "h",
-            "deviceName": "intel.com/qat", "claimRequest": {"claimName": "c"}}]})),
         Refused::Diag288Watchdog => {
             devices(json!({"watchdog": {"name": "w", "diag288": {"action": "reset"}}}))
         }
@@ -227,7 +222,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::DownwardMetricsVolume => {
             json!({"spec": {"volumes": [{"name": "m", "downwardMetrics": {}}]}})
         }
-        Refused::Vsock => devices(json!({"autoattachVSOCK": true})),
         Refused::PersistentEfiVariables => {
             domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}}))
         }
@@ -235,10 +229,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "domain": {"ioThreadsPolicy": "supplementalPool", "ioThreads": {"supplementalPoolThreadCount": 2},
                 "devices": {"disks": [{"name": "d", "disk": {"bus": "virtio"}}]}},
             "volumes": [empty_disk]}}),
-        Refused::LunReservation => disk_with(
-            json!({"name": "d", "lun": {"bus": "scsi", "reservation": true}}),
-            json!({"name": "d", "persistentVolumeClaim": {"claimName": "d"}}),
-        ),
         Refused::ConfigDriveDiskTag => json!({"spec": {
             "domain": {"devices": {"disks": [{"name": "d", "tag": "data"}]}},
             "volumes": [empty_disk,

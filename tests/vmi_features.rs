@@ -232,3 +232,59 @@ fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
         "{xml}"
     );
 }
+
+/// `autoattachVSOCK` needs the host's vhost-vsock device: without it (this
+/// machine's kernel has none, so `--vhost-vsock-device` names a path that
+/// is not there) the sync is refused before anything is defined, naming the
+/// device; with it the domain has the vsock with the CID of the VMI's
+/// status, and without that CID the VMI is refused naming the field.
+#[test]
+fn vsock_needs_the_hosts_device_and_the_cid_of_the_vmis_status() {
+    let tree = TempTree::new("vsock");
+    let missing = tree.path("no-vhost-vsock");
+    let mut launcher = Launcher::start_test(&["--vhost-vsock-device", &missing.to_string_lossy()]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    let mut vsock = demo_vmi();
+    vsock["spec"]["domain"]["devices"]["autoattachVSOCK"] = json!(true);
+    vsock["status"] = json!({"phase": "Scheduled", "VSOCKCID": 1234});
+    let (class, desc) = c.err_class("sync", json!({"vmi": vsock.clone()}));
+    assert_eq!(class, "Unavailable");
+    assert!(
+        desc.starts_with(&format!(
+            "sync: spec.domain.devices.autoattachVSOCK needs the host's {} (",
+            missing.display()
+        )) && desc.contains("load the kernel module vhost_vsock"),
+        "{desc}"
+    );
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["defined"],
+        false
+    );
+    drop(c);
+    drop(launcher);
+
+    let device = tree.path("vhost-vsock");
+    fs::write(&device, "").expect("write the stand-in device");
+    let mut launcher = Launcher::start_test(&["--vhost-vsock-device", &device.to_string_lossy()]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    let mut no_cid = vsock.clone();
+    no_cid["status"] = json!({"phase": "Scheduled"});
+    let (class, desc) = c.err_class("sync", json!({"vmi": no_cid}));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with(
+            "arguments.vmi.status.VSOCKCID: autoattachVSOCK needs the guest's vsock CID"
+        ),
+        "{desc}"
+    );
+    c.ok("sync", json!({"vmi": vsock}));
+    let spec = domain_spec(&mut c);
+    assert_eq!(
+        spec["devices"]["vsock"]["@model"], "virtio-non-transitional",
+        "{spec}"
+    );
+    assert_eq!(spec["devices"]["vsock"]["cid"]["@auto"], "no", "{spec}");
+    assert_eq!(spec["devices"]["vsock"]["cid"]["@address"], 1234, "{spec}");
+}

@@ -28,6 +28,10 @@ pub struct Args {
     pub ovmf_path: Option<PathBuf>,
     /// None: the cgroup's cpuset file, as KubeVirt's launcher reads it.
     pub cpuset_file: Option<PathBuf>,
+    /// The host's vhost-vsock device (`autoattachVSOCK`).
+    pub vhost_vsock_device: PathBuf,
+    /// Where the DRA drivers' metadata of the pod's resource claims is.
+    pub dra_metadata_dir: PathBuf,
     pub connect: Option<String>,
     pub qemu_timeout: Duration,
     /// None: use the VMI's terminationGracePeriodSeconds.
@@ -284,6 +288,26 @@ pub static FLAGS: &[FlagSpec] = &[
         ),
         help: "The file listing the CPUs (\"0-3,8\") a VMI with dedicatedCpuPlacement is pinned to, read at each sync.",
     },
+    value_flag!(
+        "vhost-vsock-device",
+        "PATH",
+        Some("/dev/vhost-vsock"),
+        "The host's vhost-vsock device, which a VMI with autoattachVSOCK needs: a sync of one is refused before anything starts when it is missing (the kernel module vhost_vsock makes it).",
+        |a, v| {
+            a.vhost_vsock_device = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "dra-metadata-dir",
+        "DIR",
+        Some("/var/run/kubernetes.io/dra-device-attributes"),
+        "Where Kubernetes mounts the DRA drivers' metadata of the pod's resource claims (resourceclaims/<claim>/<request>/*-metadata.json, resourceclaimtemplates/...), read at each sync for the GPUs and host devices with a claimName.",
+        |a, v| {
+            a.dra_metadata_dir = path(v)?;
+            Ok(())
+        }
+    ),
     FlagSpec {
         long: "connect",
         short: None,
@@ -648,6 +672,8 @@ impl Args {
             service_account_dir: PathBuf::new(),
             ovmf_path: None,
             cpuset_file: None,
+            vhost_vsock_device: PathBuf::new(),
+            dra_metadata_dir: PathBuf::new(),
             connect: None,
             qemu_timeout: zero,
             grace_period_seconds: None,

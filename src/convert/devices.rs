@@ -4,12 +4,12 @@
 //! watchdog,panic_devices}.go and converter.go's controllers).
 
 use super::virtio::virtio_model;
-use super::{Checked, ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, Refused, paths};
+use super::{Checked, ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths};
 use crate::disks::DiskPlan;
 use crate::domxml::{
     Alias, BalloonStats, Channel, CharLog, CharSource, CharTarget, Console, Controller, Domain,
     Graphics, GraphicsListen, Input, MemBalloon, Panic, Rng, RngBackend, Serial, Tpm, TpmBackend,
-    Video, VideoModel, Watchdog,
+    Video, VideoModel, Vsock, VsockCid, Watchdog,
 };
 use crate::vmi::{InputBus, InputType, VirtualMachineInstance, WatchdogAction};
 
@@ -23,13 +23,7 @@ pub(crate) fn configure(
     plan: &mut DiskPlan,
 ) -> Result<(), ConvertError> {
     let devices = &vmi.spec.domain.devices;
-    if devices.autoattach_vsock == Some(true) {
-        return Err(ConvertError::unsupported(
-            Refused::Vsock,
-            "spec.domain.devices.autoattachVSOCK",
-            "VSOCK",
-        ));
-    }
+    configure_vsock(vmi, ctx, domain)?;
     let console = configure_console(vmi, ctx, domain);
     configure_agent_channel(domain);
     let graphics = configure_graphics(vmi, ctx, domain);
@@ -72,6 +66,59 @@ pub(crate) fn configure(
         });
     }
     configure_controllers(vmi, domain);
+    Ok(())
+}
+
+/// KubeVirt's CID in a vsock namespace of the `local` mode
+/// (pkg/vsock `LocalCID`): each namespace has its own CIDs, and the guest
+/// is the namespace's only one.
+pub const VSOCK_LOCAL_CID: u32 = 3;
+
+/// `autoattachVSOCK: true`: a vhost-vsock device with the CID
+/// virt-controller allocated (`status.VSOCKCID`), as KubeVirt's
+/// `VSOCKDomainConfigurator` writes it; the host's vsock namespace in the
+/// `local` mode gives the guest KubeVirt's local CID instead. KubeVirt adds
+/// no device when the status has no CID; a VMI that asks for one is refused
+/// here instead, since the guest would lack the socket it asked for.
+fn configure_vsock(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    domain: &mut Domain,
+) -> Result<(), ConvertError> {
+    if vmi.spec.domain.devices.autoattach_vsock != Some(true) {
+        return Ok(());
+    }
+    let cid = vmi
+        .status
+        .as_ref()
+        .and_then(|s| s.vsock_cid)
+        .ok_or_else(|| {
+            ConvertError::new(
+                "status.VSOCKCID",
+                "autoattachVSOCK needs the guest's vsock CID, which virt-controller allocates and writes to the VMI's status; this VMI's status has none",
+            )
+        })?;
+    // CIDs 0 to 2 are the hypervisor's, the local loopback and the host's;
+    // the kernel refuses them and CID_ANY (u32::MAX) for a guest.
+    if cid < 3 || cid == u32::MAX {
+        return Err(ConvertError::new(
+            "status.VSOCKCID",
+            format!("{cid} is not a guest's vsock CID (3 to 4294967294)"),
+        ));
+    }
+    domain.devices.vsock = Some(Vsock {
+        // virtio 1.0 only, as KubeVirt forces for vhost-vsock-pci.
+        model: Some("virtio-non-transitional".to_string()),
+        cid: VsockCid {
+            auto: "no".to_string(),
+            address: Some(if ctx.vsock_local_namespace {
+                VSOCK_LOCAL_CID
+            } else {
+                cid
+            }),
+        },
+        ..Vsock::default()
+    });
     Ok(())
 }
 
@@ -354,11 +401,16 @@ fn configure_controllers(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         .disks
         .iter()
         .any(|d| d.target.bus.as_deref() == Some("usb"));
+    let usb_hostdev = domain
+        .devices
+        .hostdevs
+        .iter()
+        .any(|d| d.hostdev_type == "usb");
     domain.devices.controllers.push(Controller {
         controller_type: "usb".to_string(),
         index: 0,
         model: Some(
-            if usb_input || usb_disk {
+            if usb_input || usb_disk || usb_hostdev {
                 "qemu-xhci"
             } else {
                 "none"
@@ -380,7 +432,8 @@ mod tests {
     use serde_json::json;
 
     use super::super::set_balloon_stats_period;
-    use super::super::test_support::{convert_err, convert_ok};
+    use super::super::test_support::convert_ok;
+    use super::*;
     use crate::disks::DiskStep;
 
     #[test]
@@ -488,10 +541,60 @@ mod tests {
             (default[0].model.as_str(), default[0].action.as_deref()),
             ("i6300esb", Some("reset"))
         );
-        let vsock = convert_err(json!({"domain": {"devices": {"autoattachVSOCK": true}}}));
+    }
+
+    /// A VMI with `autoattachVSOCK` and the status virt-controller wrote.
+    fn vsock_vmi(status: serde_json::Value) -> VirtualMachineInstance {
+        let mut vmi = super::super::test_support::vmi_with(
+            json!({"domain": {"devices": {"autoattachVSOCK": true}}}),
+        );
+        vmi.status = serde_json::from_value(status).unwrap();
+        vmi
+    }
+
+    #[test]
+    fn vsock_takes_the_cid_of_the_vmis_status_as_kubevirt_writes_it() {
+        let ctx = super::super::test_support::context();
+        let vmi = vsock_vmi(json!({"VSOCKCID": 50, "phase": "Scheduled"}));
+        let domain = crate::convert::convert(&vmi, &ctx).unwrap().domain;
+        let vsock = domain.devices.vsock.clone().unwrap();
         assert_eq!(
-            vsock,
-            "spec.domain.devices.autoattachVSOCK: VSOCK is not supported by this launcher"
+            Domain::device_xml("vsock", &vsock).unwrap(),
+            "<vsock model=\"virtio-non-transitional\"><cid auto=\"no\" address=\"50\"/></vsock>"
+        );
+        // In a vsock namespace of the local mode the guest is CID 3.
+        let local = ConvertContext {
+            vsock_local_namespace: true,
+            ..ctx.clone()
+        };
+        let domain = crate::convert::convert(&vmi, &local).unwrap().domain;
+        assert_eq!(domain.devices.vsock.unwrap().cid.address, Some(3));
+        // Without autoattachVSOCK a CID in the status adds nothing.
+        let mut off = vmi.clone();
+        off.spec.domain.devices.autoattach_vsock = Some(false);
+        let domain = crate::convert::convert(&off, &ctx).unwrap().domain;
+        assert_eq!(domain.devices.vsock, None);
+    }
+
+    #[test]
+    fn vsock_without_a_cid_in_the_status_is_refused_naming_it() {
+        let ctx = super::super::test_support::context();
+        let refused = |status: serde_json::Value| {
+            crate::convert::convert(&vsock_vmi(status), &ctx)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            refused(json!(null)),
+            "status.VSOCKCID: autoattachVSOCK needs the guest's vsock CID, which virt-controller allocates and writes to the VMI's status; this VMI's status has none"
+        );
+        assert!(
+            refused(json!({"phase": "Pending"}))
+                .starts_with("status.VSOCKCID: autoattachVSOCK needs"),
+        );
+        assert_eq!(
+            refused(json!({"VSOCKCID": 2})),
+            "status.VSOCKCID: 2 is not a guest's vsock CID (3 to 4294967294)"
         );
     }
 

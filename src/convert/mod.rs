@@ -19,6 +19,7 @@ mod cpu;
 mod dedicated;
 mod detect;
 mod devices;
+mod dra;
 mod features;
 mod filesystems;
 mod firmware;
@@ -48,11 +49,15 @@ use crate::vmi::VirtualMachineInstance;
 pub use cluster_options::{ClusterOptions, SmbiosSystem};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
+pub use dra::{DEFAULT_DRA_METADATA_DIR, DraDevice, DraDevices, detect_dra_devices};
 pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
-pub use probe::{default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset};
+pub use probe::{
+    default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset,
+    read_vsock_local_namespace,
+};
 pub use refusals::{Checked, Refused, path_matches};
 
 /// A context with KubeVirt's default directories, fixed OVMF paths,
@@ -84,6 +89,8 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         host_topology: None,
         libvirt_version: None,
         device_env: BTreeMap::new(),
+        vsock_local_namespace: false,
+        dra_devices: DraDevices::new(),
         options: None,
     }
 }
@@ -196,6 +203,13 @@ pub struct ConvertContext {
     /// (`PCI_RESOURCE_*`, `MDEV_PCI_RESOURCE_*`, `KUBEVIRT_RESOURCE_NAME_*`;
     /// see `hostdev`).
     pub device_env: BTreeMap<String, String>,
+    /// The launcher's vsock namespace is in the `local` mode
+    /// ([`read_vsock_local_namespace`]): the guest gets KubeVirt's local
+    /// CID instead of the one of the VMI's status.
+    pub vsock_local_namespace: bool,
+    /// The devices of the resource claims the VMI's GPUs and host devices
+    /// name ([`detect_dra_devices`]).
+    pub dra_devices: DraDevices,
     /// What virt-handler sent beside the VMI; `None`: this launcher's
     /// defaults (KubeVirt's cluster defaults).
     pub options: Option<ClusterOptions>,
@@ -209,6 +223,9 @@ pub struct Conversion {
     /// The directories the VMI's filesystems share, each served by a
     /// virtiofsd the launcher starts before the domain.
     pub filesystems: Vec<VirtiofsShare>,
+    /// Where the qemu-pr-helper the launcher starts before the domain
+    /// listens, when a LUN asks for persistent reservations.
+    pub pr_helper_socket: Option<PathBuf>,
 }
 
 /// Why a VMI cannot be converted: `path` is the JSON path of the field to fix.
@@ -327,8 +344,9 @@ pub fn convert(
     let boot_orders = storage::configure(vmi, ctx, vcpus, &mut domain, &mut plan)?;
     let filesystems = filesystems::configure(vmi, ctx, &mut domain)?;
     network::configure(vmi, ctx, vcpus, &boot_orders, &mut domain)?;
-    devices::configure(vmi, ctx, &mut domain, &mut plan)?;
+    // Host devices first: a USB one needs the USB controller.
     hostdev::configure(vmi, ctx, &mut domain)?;
+    devices::configure(vmi, ctx, &mut domain, &mut plan)?;
     dedicated::configure(vmi, ctx, &mut domain)?;
     if let Some(options) = &ctx.options {
         cluster_options::apply(options, &mut domain);
@@ -339,6 +357,7 @@ pub fn convert(
         domain,
         disk_plan: plan,
         filesystems,
+        pr_helper_socket: storage::wants_reservations(vmi).then(|| storage::pr_helper_socket(ctx)),
     })
 }
 

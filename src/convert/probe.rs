@@ -28,6 +28,15 @@ pub fn default_cpuset_file() -> PathBuf {
     }
 }
 
+/// Whether the caller's vsock namespace is in the `local` mode, as
+/// KubeVirt's `mode.VsockNsMode` reads `<proc>/sys/net/vsock/ns_mode`: a
+/// kernel without vsock namespaces, a file that does not read, or any other
+/// value is the `global` mode (`false`).
+pub fn read_vsock_local_namespace(proc_dir: &Path) -> bool {
+    fs::read_to_string(proc_dir.join("sys/net/vsock/ns_mode"))
+        .is_ok_and(|mode| mode.trim() == "local")
+}
+
 /// The CPUs listed in a cpuset file ("0-3,8,10-11"), sorted.
 pub fn read_cpuset(path: &Path) -> Result<Vec<u32>, String> {
     let text =
@@ -189,6 +198,16 @@ mod tests {
             fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
         }
         fs::write(path, text).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    #[test]
+    fn the_vsock_namespace_is_local_only_when_the_kernel_says_so() {
+        let dir = scratch("vsock");
+        assert!(!read_vsock_local_namespace(&dir.join("missing")));
+        write(dir.join("sys/net/vsock/ns_mode"), "global\n");
+        assert!(!read_vsock_local_namespace(&dir));
+        write(dir.join("sys/net/vsock/ns_mode"), "local\n");
+        assert!(read_vsock_local_namespace(&dir));
     }
 
     #[test]

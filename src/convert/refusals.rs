@@ -44,15 +44,12 @@ field_table! {
     /// with "not supported by this launcher", never accepted and ignored.
     Refused {
         // Refused by the VMI model as it is read (`Unsupported` fields).
-        ResourceClaims => "spec.resourceClaims",
         UtilityVolumes => "spec.utilityVolumes",
         LaunchSecurity => "spec.domain.launchSecurity",
         Acpi => "spec.domain.firmware.acpi",
         DownwardMetricsDevice => "spec.domain.devices.downwardMetrics",
         ClientPassthrough => "spec.domain.devices.clientPassthrough",
         Sound => "spec.domain.devices.sound",
-        GpuClaimRequest => "spec.domain.devices.gpus[].claimRequest",
-        HostDeviceClaimRequest => "spec.domain.devices.hostDevices[].claimRequest",
         Diag288Watchdog => "spec.domain.devices.watchdog.diag288",
         MatchVolumeBlockSize => "spec.domain.devices.disks[].blockSize.matchVolume",
         MacvtapBinding => "spec.domain.devices.interfaces[].macvtap",
@@ -61,10 +58,8 @@ field_table! {
         DownwardMetricsVolume => "spec.volumes[].downwardMetrics",
         // Refused by the converter, where it depends on the value or on
         // other fields.
-        Vsock => "spec.domain.devices.autoattachVSOCK",
         PersistentEfiVariables => "spec.domain.firmware.bootloader.efi.persistent",
         SupplementalPoolIoThreads => "spec.domain.ioThreadsPolicy",
-        LunReservation => "spec.domain.devices.disks[].lun.reservation",
         ConfigDriveDiskTag => "spec.domain.devices.disks[].tag",
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",
         NumaPassthroughWithMemoryHotplug => "spec.domain.cpu.numa.guestMappingPassthrough",

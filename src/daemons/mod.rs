@@ -31,6 +31,7 @@ pub mod error;
 pub mod init;
 mod namespace;
 mod placement;
+pub mod pr_helper;
 mod supervisor;
 pub mod virtiofs;
 

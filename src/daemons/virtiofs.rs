@@ -53,16 +53,25 @@ struct Virtiofsd {
     supervisor: Supervisor,
 }
 
-/// The virtiofsd of every filesystem of the domain; stopped when dropped.
+/// The virtiofsd of every filesystem of the domain, and its
+/// qemu-pr-helper (`pr_helper`) when a LUN asks for reservations; stopped
+/// when dropped.
 pub struct RunningShares {
     daemons: Vec<Virtiofsd>,
+    pr_helper: Option<(PathBuf, Supervisor)>,
 }
 
 impl RunningShares {
-    /// Stops every virtiofsd, side by side.
+    /// Stops every virtiofsd and the qemu-pr-helper, side by side.
     pub fn stop(&mut self) {
         for daemon in &self.daemons {
             daemon.supervisor.ask_to_stop();
+        }
+        if let Some((socket, helper)) = self.pr_helper.take() {
+            helper.ask_to_stop();
+            helper.wait_stopped(STOP_GRACE);
+            let _ = fs::remove_file(&socket);
+            log::info!("pr-helper: qemu-pr-helper stopped");
         }
         for daemon in self.daemons.drain(..) {
             daemon.supervisor.wait_stopped(STOP_GRACE);
@@ -72,6 +81,13 @@ impl RunningShares {
                 daemon.share.name
             );
         }
+    }
+
+    /// The qemu-pr-helper as `query-status` shows it.
+    pub fn report_pr_helper(&self) -> Option<Value> {
+        self.pr_helper.as_ref().map(|(socket, helper)| {
+            json!({"pid": helper.pid(), "restarts": helper.restarts(), "socket": socket})
+        })
     }
 
     pub fn report(&self) -> Value {
@@ -107,6 +123,13 @@ pub fn report(slot: &VirtiofsSlot) -> Value {
         .unwrap_or(Value::Array(Vec::new()))
 }
 
+/// What `query-status` says of the slot's qemu-pr-helper, if one runs.
+pub fn report_pr_helper(slot: &VirtiofsSlot) -> Option<Value> {
+    slot.lock()
+        .ok()
+        .and_then(|s| s.as_ref().and_then(RunningShares::report_pr_helper))
+}
+
 /// Stops whatever the slot holds (every exit path).
 pub fn stop(slot: &VirtiofsSlot) {
     let taken = match slot.lock() {
@@ -138,6 +161,8 @@ pub fn unavailable() -> Option<String> {
 /// the daemons and where to keep them.
 pub struct VirtiofsJob {
     pub shares: Vec<VirtiofsShare>,
+    /// The socket of the qemu-pr-helper to start, if any.
+    pub pr_helper: Option<PathBuf>,
     pub daemons: Option<Arc<LibvirtDaemons>>,
     pub slot: VirtiofsSlot,
     pub fatal: FatalSender,
@@ -155,7 +180,27 @@ impl VirtiofsJob {
             .map_or_else(|| Arc::new(Placement::Pod), |d| d.placement.clone());
         let mut running = RunningShares {
             daemons: Vec::new(),
+            pr_helper: None,
         };
+        if let Some(socket) = &self.pr_helper {
+            if let Some(dir) = socket.parent() {
+                fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            }
+            let helper = Supervisor::spawn(
+                super::pr_helper::spec(socket),
+                placement.clone(),
+                &self.fatal,
+            )
+            .and_then(|one| one.wait_ready(READY_TIMEOUT))
+            .map_err(|e| format!("qemu-pr-helper: {e}"))?;
+            log::info!(
+                "pr-helper: qemu-pr-helper listens on {} (pid {:?})",
+                socket.display(),
+                helper.pid()
+            );
+            running.pr_helper = Some((socket.clone(), helper));
+        }
         // Started side by side, then waited for.
         let mut starting = Vec::new();
         for share in &self.shares {

@@ -48,6 +48,32 @@ pub struct Devices {
     pub hostdevs: Vec<HostDev>,
     #[serde(rename = "filesystem", skip_serializing_if = "Vec::is_empty")]
     pub filesystems: Vec<FilesystemDevice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vsock: Option<Vsock>,
+}
+
+/// `<vsock model='virtio-non-transitional'><cid auto='no' address='N'/>`:
+/// a vhost-vsock device with the CID virt-controller allocated.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Vsock {
+    #[serde(rename = "@model", skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub cid: VsockCid,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<Alias>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<Address>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct VsockCid {
+    /// "no": the CID is `address`, not libvirt's choice.
+    #[serde(rename = "@auto")]
+    pub auto: String,
+    #[serde(rename = "@address", skip_serializing_if = "Option::is_none")]
+    pub address: Option<u32>,
 }
 
 /// `<filesystem type='mount' accessmode='passthrough'><driver
@@ -238,6 +264,32 @@ pub struct DiskSource {
     /// libvirt's index in the backing chain (live XML).
     #[serde(rename = "@index", skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
+    /// SCSI persistent reservations through a qemu-pr-helper.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservations: Option<Reservations>,
+}
+
+/// `<reservations managed='no'><source type='unix' path='…'
+/// mode='client'/></reservations>`: QEMU asks the qemu-pr-helper listening
+/// on `path` to issue the LUN's persistent reservation commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Reservations {
+    #[serde(rename = "@managed", skip_serializing_if = "Option::is_none")]
+    pub managed: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<ReservationsSource>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReservationsSource {
+    #[serde(rename = "@type")]
+    pub source_type: String,
+    #[serde(rename = "@path")]
+    pub path: String,
+    #[serde(rename = "@mode", skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// `<backingStore type='file'><format type='raw'/><source file='…'/></backingStore>`.
@@ -740,7 +792,7 @@ pub struct HostDev {
     /// "subsystem".
     #[serde(rename = "@mode")]
     pub mode: String,
-    /// "pci" or "mdev".
+    /// "pci", "mdev" or "usb".
     #[serde(rename = "@type")]
     pub hostdev_type: String,
     /// "no": the device plugin has bound the device to vfio-pci already.
@@ -807,13 +859,24 @@ pub struct HostAddress {
     pub function: Option<String>,
     #[serde(rename = "@uuid", skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// A USB device's number on its `bus` (both decimal).
+    #[serde(rename = "@device", skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl HostAddress {
-    /// "0000:81:00.1" for a PCI device, the UUID for a mediated one.
+    /// "0000:81:00.1" for a PCI device, the UUID for a mediated one,
+    /// "001:005" (bus:device, as `lsusb` and /dev/bus/usb name them) for a
+    /// USB one.
     pub fn describe(&self) -> String {
         if let Some(uuid) = &self.uuid {
             return uuid.clone();
+        }
+        if let Some(device) = &self.device {
+            return format!(
+                "{:0>3}:{device:0>3}",
+                self.bus.as_deref().unwrap_or_default()
+            );
         }
         let part = |v: &Option<String>| {
             v.as_deref()

@@ -27,6 +27,8 @@ pub struct HostPaths<'a> {
     pub pci: &'a Path,
     /// `/sys/bus/mdev/devices`.
     pub mdev: &'a Path,
+    /// `/dev/bus/usb`: `<bus>/<device>`, three digits each.
+    pub usb: &'a Path,
 }
 
 impl HostPaths<'static> {
@@ -34,6 +36,7 @@ impl HostPaths<'static> {
         HostPaths {
             pci: Path::new("/sys/bus/pci/devices"),
             mdev: Path::new("/sys/bus/mdev/devices"),
+            usb: Path::new("/dev/bus/usb"),
         }
     }
 }
@@ -126,11 +129,16 @@ fn host_device_present(
     host_type: &str,
     host: &HostPaths,
 ) -> Result<(), NotReady> {
-    let (dir, what) = match host_type {
-        "mdev" => (host.mdev, "mediated device"),
-        _ => (host.pci, "PCI device"),
+    let node = match host_type {
+        "mdev" => host.mdev.join(address),
+        "usb" => host.usb.join(address.replace(':', "/")),
+        _ => host.pci.join(address),
     };
-    let node = dir.join(address);
+    let what = match host_type {
+        "mdev" => "mediated device",
+        "usb" => "USB device",
+        _ => "PCI device",
+    };
     match std::fs::metadata(&node) {
         Ok(_) => Ok(()),
         Err(e) => Err(NotReady {
@@ -199,9 +207,13 @@ mod tests {
     fn a_host_device_must_be_in_sysfs_when_the_driver_uses_the_host() {
         let dir = temp_dir("host");
         std::fs::create_dir_all(dir.join("0000:81:00.1")).unwrap();
+        std::fs::create_dir_all(dir.join("usb/001")).unwrap();
+        std::fs::write(dir.join("usb/001/005"), "").unwrap();
+        let usb = dir.join("usb");
         let host = HostPaths {
             pci: &dir,
             mdev: &dir,
+            usb: &usb,
         };
         let step = |address: &str| Step::AttachHostDevice {
             name: "gpu-gpu1".into(),
@@ -221,5 +233,23 @@ mod tests {
         );
         // The test driver touches no host device.
         assert_eq!(check(&[step("0000:ff:1f.7")], None), Ok(()));
+        // A USB device is its node under /dev/bus/usb.
+        let usb_step = |address: &str| Step::AttachHostDevice {
+            name: "usb-host-stick".into(),
+            alias: "ua-usb-host-stick".into(),
+            host_address: address.into(),
+            host_type: "usb".into(),
+            xml: String::new(),
+        };
+        assert_eq!(check(&[usb_step("001:005")], Some(&host)), Ok(()));
+        let err = check(&[usb_step("002:007")], Some(&host)).unwrap_err();
+        assert!(
+            err.message.starts_with(&format!(
+                "host device \"usb-host-stick\": USB device 002:007 is not on this host ({}/002/007: ",
+                usb.display()
+            )),
+            "{}",
+            err.message
+        );
     }
 }

@@ -266,6 +266,7 @@ impl DomainManager {
             memory_dump: self.memory_dump.last.as_ref().map(|d| d.status()),
             migration: self.migration.status(),
             phase: self.phase.as_str(),
+            pr_helper: crate::daemons::virtiofs::report_pr_helper(&self.virtiofs),
             shutdown,
             uid: self.config.uid.clone(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),

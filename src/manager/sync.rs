@@ -224,6 +224,9 @@ impl DomainManager {
             device_env: std::env::vars()
                 .filter(|(name, _)| convert::is_device_variable(name))
                 .collect(),
+            vsock_local_namespace: vmi.spec.domain.devices.autoattach_vsock == Some(true)
+                && convert::read_vsock_local_namespace(Path::new("/proc")),
+            dra_devices: convert::detect_dra_devices(&vmi, &self.config.dra_metadata_dir),
             options,
         };
         let ctx = ConvertContext {
@@ -259,11 +262,28 @@ impl DomainManager {
                 })
                 .map_err(|e| CommandError::new(ErrorClass::Unavailable, e))?;
         }
+        if conversion.domain.devices.vsock.is_some() {
+            self.check_vhost_vsock()?;
+        }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
-        let virtiofs = if conversion.filesystems.is_empty() || info.driver == DriverKind::Test {
+        let virtiofs = if (conversion.filesystems.is_empty()
+            && conversion.pr_helper_socket.is_none())
+            || info.driver == DriverKind::Test
+        {
             None
         } else {
-            if let Some(why) = crate::daemons::virtiofs::unavailable() {
+            let missing = if conversion.filesystems.is_empty() {
+                None
+            } else {
+                crate::daemons::virtiofs::unavailable()
+            };
+            let missing = missing.or_else(|| {
+                conversion
+                    .pr_helper_socket
+                    .as_ref()
+                    .and_then(|_| crate::daemons::pr_helper::unavailable())
+            });
+            if let Some(why) = missing {
                 return Err(CommandError::new(
                     ErrorClass::Unavailable,
                     format!("sync: {why}"),
@@ -271,6 +291,7 @@ impl DomainManager {
             }
             Some(crate::daemons::virtiofs::VirtiofsJob {
                 shares: conversion.filesystems,
+                pr_helper: conversion.pr_helper_socket,
                 daemons: self.daemons.clone(),
                 slot: self.virtiofs.clone(),
                 fatal: self.fatal.clone(),
@@ -290,6 +311,24 @@ impl DomainManager {
             live: None,
             steps: Steps::default(),
         })
+    }
+
+    /// The host device a vsock needs, checked on every driver (the test
+    /// driver too, so that `--vhost-vsock-device` can be tested there): a
+    /// kernel without vhost_vsock is named here rather than by QEMU
+    /// failing at start.
+    fn check_vhost_vsock(&self) -> Result<(), CommandError> {
+        let device = &self.config.vhost_vsock_device;
+        match std::fs::metadata(device) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(CommandError::new(
+                ErrorClass::Unavailable,
+                format!(
+                    "sync: spec.domain.devices.autoattachVSOCK needs the host's {} ({e}): load the kernel module vhost_vsock, or name the device with --vhost-vsock-device",
+                    device.display()
+                ),
+            )),
+        }
     }
 
     /// The VMI's pod networking (crate::network), decided on the manager
@@ -551,11 +590,13 @@ fn create_domain(
     };
     // Each filesystem's virtiofsd listens before QEMU connects to it, as
     // KubeVirt's virtiofs containers start with the pod.
+    let what = if job.pr_helper.is_some() {
+        "the domain's helper daemons"
+    } else {
+        "virtiofsd"
+    };
     steps.time("virtiofs", || job.run()).map_err(|e| {
-        CommandError::new(
-            ErrorClass::Unavailable,
-            format!("cannot start virtiofsd: {e}"),
-        )
+        CommandError::new(ErrorClass::Unavailable, format!("cannot start {what}: {e}"))
     })?;
     let started = define_and_start(hv, plan, steps);
     // Stopped again unless a QEMU may be using them (the daemon was lost

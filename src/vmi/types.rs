@@ -30,7 +30,18 @@ pub struct VirtualMachineInstance {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: VmiSpec,
-    // `status` (and anything else at the top level) is ignored.
+    /// Only what virt-controller decides for the launcher is read; the
+    /// rest of `status` (and anything else at the top level) is ignored.
+    #[serde(default)]
+    pub status: Option<VmiStatus>,
+}
+
+/// The parts of `status` the domain depends on; other fields are ignored.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct VmiStatus {
+    /// The vsock CID virt-controller allocated for `autoattachVSOCK`.
+    #[serde(default, rename = "VSOCKCID")]
+    pub vsock_cid: Option<u32>,
 }
 
 /// Kubernetes object metadata; unknown fields (managedFields, ...) are ignored.
@@ -97,8 +108,9 @@ pub struct VmiSpec {
     /// `serviceAccount` volume).
     #[serde(default)]
     pub service_account_name: Ignored,
+    /// The pod's resource claims that DRA devices name (`claimName`).
     #[serde(default)]
-    pub resource_claims: Unsupported,
+    pub resource_claims: Vec<ResourceClaim>,
     #[serde(default)]
     pub utility_volumes: Unsupported,
 }
@@ -611,13 +623,30 @@ pub struct Filesystem {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HostDevice {
     pub name: String,
-    /// The device plugin's resource name, e.g. "intel.com/qat".
+    /// The device plugin's resource name, e.g. "intel.com/qat"; empty for
+    /// a device of a resource claim.
+    #[serde(default)]
     pub device_name: String,
     #[serde(default)]
     pub tag: Option<String>,
-    /// Dynamic resource allocation.
+    /// Dynamic resource allocation: `spec.resourceClaims[].name`.
     #[serde(default)]
-    pub claim_request: Unsupported,
+    pub claim_name: Option<String>,
+    /// Dynamic resource allocation: the claim's request.
+    #[serde(default)]
+    pub request_name: Option<String>,
+}
+
+/// `spec.resourceClaims[]`: a claim of the pod, by its own name or made
+/// from a template.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceClaim {
+    pub name: String,
+    #[serde(default)]
+    pub resource_claim_name: Option<String>,
+    #[serde(default)]
+    pub resource_claim_template_name: Option<String>,
 }
 
 /// A GPU or vGPU (`spec.domain.devices.gpus`).
@@ -625,13 +654,19 @@ pub struct HostDevice {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Gpu {
     pub name: String,
+    /// Empty for a GPU of a resource claim.
+    #[serde(default)]
     pub device_name: String,
     #[serde(default, rename = "virtualGPUOptions")]
     pub virtual_gpu_options: Option<VgpuOptions>,
     #[serde(default)]
     pub tag: Option<String>,
+    /// Dynamic resource allocation: `spec.resourceClaims[].name`.
     #[serde(default)]
-    pub claim_request: Unsupported,
+    pub claim_name: Option<String>,
+    /// Dynamic resource allocation: the claim's request.
+    #[serde(default)]
+    pub request_name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

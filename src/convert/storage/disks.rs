@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::super::cpu::Vcpus;
 use super::super::pci::parse_pci_address;
-use super::super::{Checked, ConvertError, Refused};
+use super::super::{Checked, ConvertError};
 use super::iothreads::IoThreadPlan;
 use super::{Device, DiskEntry, Source};
 use crate::domxml::{self, Controller, ControllerDriver, DiskDriver, DiskSource, Domain};
@@ -32,26 +32,17 @@ pub(super) fn device_and_bus(entry: &DiskEntry) -> Result<(Device, DiskBus), Con
             Ok((Device::Disk, bus))
         }
         (None, None, None) => Ok((Device::Disk, default)),
-        (None, Some(lun), None) => {
-            if lun.reservation {
-                return Err(ConvertError::unsupported(
-                    Refused::LunReservation,
-                    format!("{path}.lun.reservation"),
-                    "SCSI persistent reservation (it needs qemu-pr-helper)",
-                ));
-            }
-            match lun.bus.unwrap_or(default) {
-                DiskBus::Scsi => Ok((Device::Lun, DiskBus::Scsi)),
-                other => Err(ConvertError::checked(
-                    Checked::LunBus,
-                    format!("{path}.lun.bus"),
-                    format!(
-                        "a LUN needs the scsi bus, not {} (KubeVirt gives a LUN without a bus sata on amd64); set bus: scsi",
-                        other.as_str()
-                    ),
-                )),
-            }
-        }
+        (None, Some(lun), None) => match lun.bus.unwrap_or(default) {
+            DiskBus::Scsi => Ok((Device::Lun, DiskBus::Scsi)),
+            other => Err(ConvertError::checked(
+                Checked::LunBus,
+                format!("{path}.lun.bus"),
+                format!(
+                    "a LUN needs the scsi bus, not {} (KubeVirt gives a LUN without a bus sata on amd64); set bus: scsi",
+                    other.as_str()
+                ),
+            )),
+        },
         (None, None, Some(cdrom)) => match cdrom.bus.unwrap_or(default) {
             DiskBus::Virtio => Err(ConvertError::checked(
                 Checked::CdromBus,
@@ -454,6 +445,43 @@ mod tests {
         assert_eq!(
             conflict,
             "spec.domain.devices.disks[0].cache: a shareable disk needs cache none, not writeback"
+        );
+    }
+
+    /// KubeVirt's setReservation: the LUN's source names the socket of the
+    /// qemu-pr-helper, which the conversion asks the launcher to start.
+    #[test]
+    fn a_lun_with_reservation_names_the_pr_helpers_socket() {
+        let ctx = crate::convert::ConvertContext {
+            block_pvcs: ["l".to_string()].into(),
+            ..context()
+        };
+        let spec = |reservation: bool| {
+            json!({"domain": {"devices": {"disks": [{"name": "l", "lun": {"bus": "scsi", "reservation": reservation}}]}},
+            "volumes": [{"name": "l", "persistentVolumeClaim": {"claimName": "x"}}]})
+        };
+        let conversion = convert_with(spec(true), &ctx).unwrap();
+        let disk = &conversion.domain.devices.disks[0];
+        let xml = domxml::Domain::device_xml("disk", disk).unwrap();
+        assert!(
+            xml.contains("<source dev=\"/dev/l\"><reservations managed=\"no\"><source type=\"unix\" path=\"/var/run/kubevirt/daemons/pr/pr-helper.sock\" mode=\"client\"/></reservations></source>"),
+            "{xml}"
+        );
+        assert_eq!(
+            conversion.pr_helper_socket.as_deref(),
+            Some(std::path::Path::new(
+                "/var/run/kubevirt/daemons/pr/pr-helper.sock"
+            ))
+        );
+        let plain = convert_with(spec(false), &ctx).unwrap();
+        assert_eq!(plain.pr_helper_socket, None);
+        assert!(
+            plain.domain.devices.disks[0]
+                .source
+                .as_ref()
+                .unwrap()
+                .reservations
+                .is_none()
         );
     }
 

@@ -16,6 +16,25 @@ mod volumes;
 use std::collections::BTreeSet;
 
 use super::boot_order::{BootOrders, claim_boot_order};
+
+/// Where KubeVirt's qemu-pr-helper listens (pkg/storage/reservation:
+/// `/var/run/kubevirt/daemons/pr/pr-helper.sock`), under the share dir.
+pub fn pr_helper_socket(ctx: &ConvertContext) -> std::path::PathBuf {
+    ctx.share_dir
+        .join("daemons")
+        .join("pr")
+        .join("pr-helper.sock")
+}
+
+/// Whether a disk of the VMI asks for SCSI persistent reservations.
+pub fn wants_reservations(vmi: &VirtualMachineInstance) -> bool {
+    vmi.spec
+        .domain
+        .devices
+        .disks
+        .iter()
+        .any(|d| d.lun.as_ref().is_some_and(|l| l.reservation))
+}
 use super::cpu::Vcpus;
 use super::virtio::virtio_model;
 use super::{Checked, ConvertContext, ConvertError, Refused, require_libvirt};
@@ -300,6 +319,20 @@ pub(crate) fn configure(
         let thread = io_threads.thread_for(entry);
         disk.driver = Some(driver(entry, device, bus, &source, block_queues, thread)?);
         apply_source(source, &mut disk);
+        if device == Device::Lun && entry.disk.lun.as_ref().is_some_and(|l| l.reservation) {
+            // KubeVirt's setReservation (without migration='yes', which
+            // libvirt 9.0's schema does not know).
+            if let Some(source) = disk.source.as_mut() {
+                source.reservations = Some(domxml::Reservations {
+                    managed: Some("no".to_string()),
+                    source: Some(domxml::ReservationsSource {
+                        source_type: "unix".to_string(),
+                        path: pr_helper_socket(ctx).display().to_string(),
+                        mode: Some("client".to_string()),
+                    }),
+                });
+            }
+        }
         domain.devices.disks.push(disk);
     }
     domain.iothreads = io_threads.count();

@@ -26,13 +26,13 @@ use super::DomainManager;
 use super::errors::hypervisor_error;
 use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::JobValue;
-use crate::replies;
 use super::timers::Timer;
 use crate::command::{BackupRequest, BackupTarget, ReplyTo};
 use crate::domxml::Domain;
 use crate::events::EventKind;
 use crate::hypervisor::{Hypervisor, HypervisorErrorKind, Stat};
 use crate::protocol::CommandError;
+use crate::replies;
 
 /// The file in the private directory that holds the last backup's record.
 pub(super) const RECORD: &str = "backup.json";

@@ -250,7 +250,10 @@ impl DomainManager {
         // Only for a VMI that shares filesystems, so that every other
         // status keeps its shape.
         let virtiofs = crate::daemons::virtiofs::report(&self.virtiofs);
-        let virtiofs = virtiofs.as_array().is_some_and(|a| !a.is_empty()).then_some(virtiofs);
+        let virtiofs = virtiofs
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+            .then_some(virtiofs);
         replies::Status {
             agent: replies::AgentStatus {
                 connected: self.agent.connected,

@@ -22,8 +22,8 @@ use crate::exit::ExitCode;
 use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent, Stat};
 use crate::migration::worker::CancelHandle;
 use crate::migration::{
-    AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress, MigrationRecord,
-    MigrationUpdate, Role, TargetAddress, worker,
+    AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress,
+    MigrationRecord, MigrationUpdate, Role, TargetAddress, worker,
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 use crate::replies;

@@ -13,8 +13,10 @@
 //! set-up time, DHCP answer time, TCP throughput per binding), `vs-go`
 //! (issue 16's rows beside KubeVirt's Go launcher), `backends` (the
 //! default and the static build side by side), `allocator` (the static
-//! build's allocator beside musl's malloc) and `kubevirt` (KubeVirt
-//! mode through virt-handler's client, beside KubeVirt's launcher). Pass
+//! build's allocator beside musl's malloc), `kubevirt` (KubeVirt
+//! mode through virt-handler's client, beside KubeVirt's launcher) and
+//! `mixed` (live migration between this launcher and KubeVirt's, each
+//! pairing's total time and downtime, across two nodes). Pass
 //! section names to run only those; `conversion` runs the conversion,
 //! domain XML reading and ISO figures alone.
 
@@ -34,6 +36,8 @@ mod hotplug;
 mod iso9660;
 #[path = "sections/kubevirt.rs"]
 mod kubevirt;
+#[path = "sections/mixed.rs"]
+mod mixed;
 #[path = "sections/network.rs"]
 mod network;
 #[path = "sections/nonroot.rs"]
@@ -118,6 +122,9 @@ fn main() {
     }
     if run("kubevirt") {
         kubevirt::kubevirt();
+    }
+    if run("mixed") {
+        mixed::mixed();
     }
 }
 

@@ -13,7 +13,10 @@
 # KubeVirt's Go launcher, each with its target), `backends`, `allocator` or
 # `kubevirt`
 # (KubeVirt mode through kvhandler beside virt-launcher-go: round trips,
-# Sync -> Running, Kill -> exit, the pod's memory). The
+# Sync -> Running, Kill -> exit, the pod's memory) or `mixed` (live
+# migration between this launcher and KubeVirt's across two nodes through
+# virt-handler's proxies: total time and downtime per pairing, KubeVirt ->
+# KubeVirt beside them). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail

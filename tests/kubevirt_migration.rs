@@ -8,259 +8,22 @@
 //! virt-handler drives a migration: SyncMigrationTarget on the target,
 //! MigrateVirtualMachine on the source, FinalizeVirtualMachineMigration
 //! on the target. What is asserted is what virt-handler and the guest see.
-//! Run as root under `flock /work/qemu-tests.lock`.
+//! The pods may run this launcher or KubeVirt's own (a mixed fleet: the
+//! guest moves between them both ways). The nodes, pods and proxies are
+//! tests/common/fleet.rs. Run as root under `flock /work/qemu-tests.lock`.
 
 mod common;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use common::fleet::*;
 use common::guest::{BOOT, GuestOptions, REAL_GUEST, STEP, qemu_pids, wait_no_qemu};
-use common::kubevirt::{NotifyServer, PodLauncher, kvhandler, pod_vmi};
-use common::podnet::run;
+use common::kubevirt::pod_vmi;
 use common::{Need, TempTree, require};
-
-const GRACE: u64 = 30;
-/// The VMI's uid, the same in both pods (the proxy sockets' key).
-const UID: &str = "6d1f0a4e-2c3b-4a5d-9e8f-0123456789ab";
-/// Ports of the target node's proxies: the libvirt daemon, memory, disks.
-const PORTS: [u16; 3] = [22100, 22101, 22102];
-
-static COUNTER: AtomicU32 = AtomicU32::new(0);
-
-/// Two network namespaces joined by a veth pair: the source node at
-/// 10.231.0.1, the target node at 10.231.0.2. Removed on drop.
-struct Nodes {
-    source: String,
-    target: String,
-}
-
-const SOURCE_IP: &str = "10.231.0.1";
-const TARGET_IP: &str = "10.231.0.2";
-
-impl Nodes {
-    fn new() -> Nodes {
-        let tag = format!(
-            "{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let nodes = Nodes {
-            source: format!("vlnodea-{tag}"),
-            target: format!("vlnodeb-{tag}"),
-        };
-        run(&["ip", "netns", "add", &nodes.source]);
-        run(&["ip", "netns", "add", &nodes.target]);
-        run(&[
-            "ip",
-            "-n",
-            &nodes.source,
-            "link",
-            "add",
-            "node0",
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "node0",
-            "netns",
-            &nodes.target,
-        ]);
-        for (ns, ip) in [(&nodes.source, SOURCE_IP), (&nodes.target, TARGET_IP)] {
-            run(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-            run(&[
-                "ip",
-                "-n",
-                ns,
-                "addr",
-                "add",
-                &format!("{ip}/24"),
-                "dev",
-                "node0",
-            ]);
-            run(&["ip", "-n", ns, "link", "set", "node0", "up"]);
-        }
-        nodes
-    }
-}
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for ns in [&self.source, &self.target] {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
-}
-
-/// `kvhandler migration-proxy ARGS` in a node's namespace, stopped on
-/// drop.
-struct Proxy(Child);
-
-impl Proxy {
-    /// Runs it as virt-handler's container would: KubeVirt's proxy gives
-    /// its sockets to the `qemu` user, which that container has and this
-    /// machine may not, so it runs with a passwd file of its own (bind
-    /// mounted in a private mount namespace; the host's is untouched).
-    /// The node's pod is seen as virt-handler sees it: the pod's `/run`
-    /// (`pod_run`) at `/run`, so the sockets have the pod's short paths
-    /// (a unix socket's path has at most 108 bytes; the test trees' are
-    /// longer).
-    fn start(netns: &str, passwd_dir: &TempTree, pod_run: &Path, args: &[String]) -> Proxy {
-        let passwd = passwd_dir.path("passwd");
-        if !passwd.exists() {
-            let mut text = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-            if !text.lines().any(|l| l.starts_with("qemu:")) {
-                text.push_str("qemu:x:107:107:qemu:/:/usr/sbin/nologin\n");
-            }
-            std::fs::write(&passwd, text).unwrap();
-        }
-        let child = Command::new("ip")
-            .args(["netns", "exec", netns])
-            .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
-            .arg("mount --bind \"$0\" /etc/passwd && mount --bind \"$1\" /run && shift && exec \"$@\"")
-            .arg(&passwd)
-            .arg(pod_run)
-            .arg(kvhandler())
-            .arg("migration-proxy")
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(passwd_dir.path(&format!("{netns}.log"))).unwrap())
-            .spawn()
-            .expect("start kvhandler migration-proxy");
-        Proxy(child)
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A launcher in its pod on a node, with its notify server.
-struct Pod {
-    launcher: PodLauncher,
-    notify: NotifyServer,
-    vmi: String,
-    domain: String,
-}
-
-impl Pod {
-    fn start(tag: &str, name: &str, netns: &str, pod_name: &str) -> Pod {
-        let tree = TempTree::new(tag);
-        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree), None);
-        let mut launcher = PodLauncher::start_with(
-            tree,
-            name,
-            UID,
-            GRACE,
-            Some(netns),
-            &[("POD_NAME", pod_name)],
-        );
-        launcher.wait_ready(STEP);
-        let domain = launcher.domain_name();
-        Pod {
-            launcher,
-            notify,
-            vmi: String::new(),
-            domain,
-        }
-    }
-
-    fn ok(&self, command: &[&str]) -> Value {
-        self.launcher.ok(command)
-    }
-
-    fn guest_sh(&self, script: &str) -> (i64, String) {
-        let got = self.ok(&[
-            "exec",
-            "--domain",
-            &self.domain,
-            "--timeout",
-            "30",
-            "--",
-            "/bin/sh",
-            "-c",
-            script,
-        ]);
-        (
-            got["exitCode"].as_i64().unwrap_or(-1),
-            got["stdout"].as_str().unwrap_or_default().to_string(),
-        )
-    }
-
-    fn wait_agent(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let (code, out) =
-                self.launcher
-                    .kv(&["guest-ping", "--domain", &self.domain, "--timeout", "5"]);
-            if code == 0 {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the guest agent did not answer within {timeout:?}: {out}"
-            );
-            std::thread::sleep(Duration::from_secs(1));
-        }
-    }
-
-    fn uptime(&self) -> f64 {
-        let (code, out) = self.guest_sh("cut -d' ' -f1 /proc/uptime");
-        assert_eq!(code, 0, "{out}");
-        out.trim().parse().unwrap()
-    }
-
-    /// GetDomain's api.Domain (`Value::Null` when there is none).
-    fn domain(&self) -> Value {
-        let got = self.ok(&["get-domain"]);
-        if got["exists"] == true {
-            got["domain"].clone()
-        } else {
-            Value::Null
-        }
-    }
-
-    /// The pod's libvirt daemon socket, seen from outside the pod.
-    fn daemon_socket(&self) -> String {
-        let dir = self.launcher.tree.path("root/run/libvirt");
-        let deadline = Instant::now() + STEP;
-        loop {
-            for name in ["virtqemud-sock", "libvirt-sock"] {
-                if dir.join(name).exists() {
-                    return dir.join(name).display().to_string();
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no libvirt daemon socket in {}",
-                dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-/// The VMI as virt-handler sends it once a migration is under way: its
-/// `status.migrationState`.
-fn migrating_vmi(base: &Value, migration_uid: &str) -> Value {
-    let mut vmi = base.clone();
-    vmi["status"]["migrationState"] = json!({
-        "migrationUid": migration_uid,
-        "sourcePod": "virt-launcher-source",
-        "targetPod": "virt-launcher-target",
-        "targetNode": "node-b",
-        "sourceNode": "node-a",
-    });
-    vmi["status"]["migrationTransport"] = json!("Unix");
-    vmi
-}
 
 /// The running guest moves from the pod on node A to the pod on node B
 /// through virt-handler's proxies, its memory (a file written before, its
@@ -486,4 +249,273 @@ fn a_guest_migrates_across_nodes_through_virt_handlers_proxies() {
 #[test]
 fn a_guest_with_a_local_disk_migrates_it_through_the_block_proxy() {
     migrate_between_nodes("kvm-blk", "kvblock", true);
+}
+
+/// How a migration is stopped mid-flight.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    /// CancelVirtualMachineMigration on the source.
+    CancelOnSource,
+    /// SignalTargetPodCleanup on the target (virt-handler aborting the
+    /// migration from the target's side: the target pod ends).
+    TargetPodCleanup,
+    /// The target pod dies: its launcher's whole process group and its
+    /// QEMU are killed.
+    TargetDies,
+    /// Nothing: the migration fails on its own (at full speed).
+    FailsOnItsOwn,
+}
+
+/// A migration from `source` to a fresh pod of `kind`, slowed down (1 MiB/s)
+/// and stopped mid-flight as `stop` says: the source's metadata says it
+/// failed, the source still runs the same guest, the target pod ends
+/// clean (no domain, no QEMU, its launcher gone).
+#[allow(clippy::too_many_arguments)]
+fn stopped_mid_flight(
+    source: &mut Pod,
+    kind: Launcher,
+    from: Node,
+    to: Node,
+    vmi: &Value,
+    migration_uid: &str,
+    tag: &str,
+    logs: &TempTree,
+    stop: Stop,
+    before: &GuestState,
+) -> (GuestState, Value) {
+    let bandwidth = match stop {
+        Stop::FailsOnItsOwn => "0",
+        _ => "1Mi",
+    };
+    let flight = take_off(
+        source,
+        kind,
+        from,
+        to,
+        vmi,
+        migration_uid,
+        tag,
+        logs,
+        bandwidth,
+    );
+    let step = format!("{} {stop:?}", flight.step);
+    let mut target = flight.target;
+    if !matches!(stop, Stop::FailsOnItsOwn) {
+        mid_flight(source, &target, to, migration_uid, &step);
+    }
+    match stop {
+        Stop::FailsOnItsOwn => {}
+        Stop::CancelOnSource => {
+            assert_eq!(
+                source.ok(&["cancel-migration", "--vmi", &flight.source_vmi]),
+                Value::Null,
+                "{step}"
+            );
+        }
+        Stop::TargetPodCleanup => {
+            assert_eq!(
+                target.ok(&["signal-target-pod-cleanup", "--vmi", &target.vmi]),
+                Value::Null,
+                "{step}"
+            );
+        }
+        Stop::TargetDies => {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", target.launcher.child.id())])
+                .status();
+            for pid in qemu_in(to.netns, &target.domain) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+        }
+    }
+    let ended = migration_end(source, migration_uid, BOOT);
+    assert_eq!(ended["Failed"], true, "{step}: {ended}");
+    if matches!(stop, Stop::CancelOnSource) {
+        assert_eq!(ended["AbortStatus"], "Succeeded", "{step}: {ended}");
+    }
+    // virt-handler ends the target pod of a failed migration (a dead one
+    // is gone already).
+    if !matches!(stop, Stop::TargetDies) && target.launcher.kv(&["ping"]).0 == 0 {
+        let _ = target
+            .launcher
+            .kv(&["signal-target-pod-cleanup", "--vmi", &target.vmi]);
+    }
+    // (Its exit status is the launcher's own: KubeVirt's panics, 2, when
+    // no domain ever arrived; ours says why in man/virt-launcher.8.)
+    let code = target.launcher.wait_exit(BOOT);
+    eprintln!("{step}: the target pod exited with {code}");
+    let deadline = Instant::now() + STEP;
+    while !qemu_in(to.netns, &target.domain).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{step}: the target's QEMU remains"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The source runs the guest, as it was.
+    assert_eq!(source.domain()["Status"]["Status"], "Running", "{step}");
+    assert_eq!(qemu_pids(&source.domain).len(), 1, "{step}: QEMU processes");
+    (same_guest(source, before, &step), ended)
+}
+
+/// Waits until the migration is really under way: the incoming domain
+/// exists on the target and its QEMU runs, and the source has not seen it
+/// end a second later (the bandwidth limit keeps it going).
+fn mid_flight(source: &mut Pod, target: &Pod, to: Node, migration_uid: &str, step: &str) {
+    let deadline = Instant::now() + STEP;
+    while target.domain().is_null() || qemu_in(to.netns, &target.domain).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{step}: no incoming domain on the target"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    while source.notify.next(Duration::from_millis(100)).is_some() {}
+    let ended = source.notify.seen.iter().any(|e| {
+        let m = &e["domain"]["Spec"]["Metadata"]["KubeVirt"]["Migration"];
+        m["EndTimestamp"].is_string() && m["UID"] == migration_uid
+    });
+    assert!(!ended, "{step}: the migration ended before it was stopped");
+}
+
+/// KubeVirt's launcher to this one and back, three times each way, on the
+/// same guest.
+#[test]
+fn a_guest_moves_between_kubevirts_launcher_and_this_one_both_ways() {
+    use Launcher::{Go, Ours};
+    if !require(&[REAL_GUEST, &[Need::Kvhandler, Need::GoLauncher]].concat()) {
+        return;
+    }
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new("kvm-mix-proxy");
+    let vmi = mixed_vmi("kvmixed", false);
+    let (pod, _, _) = mixed_fleet(
+        "kvm-mix",
+        "kvmixed",
+        &vmi,
+        &[Go, Ours, Go, Ours, Go, Ours, Go],
+        (a, b),
+        &logs,
+    );
+    end_guest(pod);
+}
+
+/// Local disks (an emptyDisk and a cloud-init disk) are copied from this
+/// launcher's pod into KubeVirt's launcher's, whose domain then uses them
+/// at the same paths. KubeVirt's launcher cannot copy them back on this
+/// machine: it asks libvirt for `migrate_disks_detect_zeroes`, which the
+/// host's libvirt (Debian 12's 9.0) does not know; that migration fails
+/// with libvirt's error and the guest runs on where it was.
+#[test]
+fn local_disks_move_from_this_launcher_into_kubevirts() {
+    use Launcher::{Go, Ours};
+    if !require(&[REAL_GUEST, &[Need::Kvhandler, Need::GoLauncher]].concat()) {
+        return;
+    }
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new("kvm-mixdisk-proxy");
+    let vmi = mixed_vmi("kvmixdisk", true);
+    let (mut pod, state, here) =
+        mixed_fleet("kvm-mixdisk", "kvmixdisk", &vmi, &[Ours, Go], (a, b), &logs);
+    let (_, ended) = stopped_mid_flight(
+        &mut pod,
+        Ours,
+        here.0,
+        here.1,
+        &vmi,
+        "migration-back",
+        "kvm-mixdisk-back",
+        &logs,
+        Stop::FailsOnItsOwn,
+        &state,
+    );
+    let reason = ended["FailureReason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("migrate_disks_detect_zeroes"),
+        "KubeVirt's launcher copying disks failed otherwise: {ended}"
+    );
+    end_guest(pod);
+}
+
+/// A migration stopped mid-flight from either side, or whose target pod
+/// dies, leaves the source (of `source` kind) running the same guest and
+/// the target clean; targets of both kinds.
+fn stopped_migrations(tag: &str, name: &str, source: Launcher) {
+    use Launcher::{Go, Ours};
+    if !require(&[REAL_GUEST, &[Need::Kvhandler, Need::GoLauncher]].concat()) {
+        return;
+    }
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new(&format!("{tag}-proxy"));
+    let vmi = mixed_vmi(name, false);
+    let (mut pod, mut state) = boot(source, a, tag, name, &vmi);
+    let mut i = 0;
+    for stop in [
+        Stop::CancelOnSource,
+        Stop::TargetPodCleanup,
+        Stop::TargetDies,
+    ] {
+        for target in [Go, Ours] {
+            // KubeVirt's launcher does not stop an incoming migration on
+            // SignalTargetPodCleanup (it only stops waiting for a domain):
+            // whether the migration still completes into the pod told to
+            // end is a race (docs/kubevirt-differences.md).
+            if matches!((stop, target), (Stop::TargetPodCleanup, Go)) {
+                continue;
+            }
+            i += 1;
+            let (now, ended) = stopped_mid_flight(
+                &mut pod,
+                target,
+                a,
+                b,
+                &vmi,
+                &format!("migration-{i}"),
+                &format!("{tag}-{i}"),
+                &logs,
+                stop,
+                &state,
+            );
+            eprintln!("{stop:?} -> {target:?}: {ended}");
+            state = now;
+        }
+    }
+    end_guest(pod);
+}
+
+#[test]
+fn migrations_from_this_launcher_stopped_mid_flight_leave_it_running() {
+    stopped_migrations("kvm-stop", "kvstop", Launcher::Ours);
+}
+
+#[test]
+fn migrations_from_kubevirts_launcher_stopped_mid_flight_leave_it_running() {
+    stopped_migrations("kvm-gostop", "kvgostop", Launcher::Go);
 }

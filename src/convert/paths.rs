@@ -43,12 +43,22 @@ pub(crate) fn overlay_image(ctx: &ConvertContext, volume: &str) -> PathBuf {
     overlay_dir(ctx, volume).join("disk.qcow2")
 }
 
-/// emptyDisk image. KubeVirt (pkg/emptydisk/emptydisk.go) uses
-/// /var/run/libvirt/empty-disks/<volume>.qcow2; this launcher keeps it under
-/// the ephemeral disk dir so every per-VMI file lives in a directory the
-/// caller chose.
+/// KubeVirt's ephemeral disk dir in its pod. A launcher given it runs in
+/// KubeVirt's pod layout, where per-VMI files must be where KubeVirt's
+/// launcher keeps them: a domain defined by either launcher runs, and
+/// migrates, under the other's pod.
+const POD_EPHEMERAL_DISK_DIR: &str = "/var/run/kubevirt-ephemeral-disks";
+
+/// emptyDisk images: pkg/emptydisk/emptydisk.go
+/// (`/var/run/libvirt/empty-disks/<volume>.qcow2`) in KubeVirt's pod
+/// layout. Elsewhere this launcher keeps them under the ephemeral disk dir,
+/// so that every per-VMI file lives in a directory the caller chose.
 pub(crate) fn empty_disk_dir(ctx: &ConvertContext) -> PathBuf {
-    ctx.ephemeral_disk_dir.join("empty-disks")
+    if ctx.ephemeral_disk_dir == Path::new(POD_EPHEMERAL_DISK_DIR) {
+        PathBuf::from("/var/run/libvirt/empty-disks")
+    } else {
+        ctx.ephemeral_disk_dir.join("empty-disks")
+    }
 }
 
 pub(crate) fn empty_disk_image(ctx: &ConvertContext, volume: &str) -> PathBuf {

@@ -491,8 +491,10 @@ impl CmdService {
 
     /// `SignalTargetPodCleanup`: virt-handler gave up a migration into
     /// this pod. As KubeVirt's launcher, only the VMI's target pod (its
-    /// `POD_NAME`) takes it; a target still waiting for the domain then
-    /// cleans up and exits.
+    /// `POD_NAME`) takes it; a target still waiting for the domain cleans
+    /// up and exits, and one the domain is arriving into destroys the
+    /// incoming domain (which fails the source's migration) and exits, as
+    /// KubeVirt's target pod ends on the signal whatever it was doing.
     fn signal_target_pod_cleanup(&self, vmi: Option<&Vmi>) -> Response {
         let vmi = match vmi_of(vmi) {
             Ok(vmi) => vmi,
@@ -506,10 +508,11 @@ impl CmdService {
         if pod.is_empty() || pod != target_pod {
             return ok();
         }
-        let waiting = self.migration_record().is_some_and(|record| {
-            record.role == Role::Target && record.phase == MigrationPhase::Prepared
+        let unfinished = self.migration_record().is_some_and(|record| {
+            record.role == Role::Target
+                && matches!(record.phase, MigrationPhase::Prepared | MigrationPhase::Running)
         });
-        if waiting {
+        if unfinished {
             log::info!("kubevirt: target pod {pod} signalled to clean up");
             if let Err(e) = self.run("migrate-cancel", json!({})) {
                 log::warn!("kubevirt: SignalTargetPodCleanup: {}", describe(&e));

@@ -269,8 +269,6 @@ impl PodLauncher {
         let monitor = tree.path("virt-launcher-monitor");
         std::os::unix::fs::symlink(&bin, &monitor).unwrap();
         fs::create_dir_all(Self::share_dir_of(&tree)).unwrap();
-        let log = tree.path("launcher.log");
-        let log_file = fs::File::create(&log).expect("create log");
         let grace = grace.to_string();
         // pkg/virt-controller/services/template.go: the compute
         // container's command and arguments for a root pod on a cluster
@@ -312,7 +310,7 @@ impl PodLauncher {
             }
             None => Command::new(script),
         };
-        let child = command
+        command
             .envs(env.iter().copied())
             .arg(&tree.root)
             .arg("--")
@@ -321,14 +319,76 @@ impl PodLauncher {
             // As virt-controller sets it for a VMI with a log verbosity
             // label: debug logs.
             .env("VIRT_LAUNCHER_LOG_VERBOSITY", "4")
-            .env_remove("RUST_LOG")
+            .env_remove("RUST_LOG");
+        Self::spawn(command, tree, name, uid)
+    }
+
+    /// KubeVirt's own launcher (`virt-launcher-go`) in its pod, through
+    /// its `run-go-launcher.sh` (a private mount namespace whose /var/run
+    /// is `TREE/root/run`, as for [`PodLauncher::start_with`]): the other
+    /// side of a mixed fleet. In the network namespace `netns` when given
+    /// (entered with nsenter: `ip netns exec` remounts /sys, where the
+    /// launcher reads its pod's cpuset).
+    pub fn start_go(
+        tree: TempTree,
+        name: &str,
+        uid: &str,
+        grace: u64,
+        netns: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> PodLauncher {
+        fs::create_dir_all(Self::share_dir_of(&tree)).unwrap();
+        let grace = grace.to_string();
+        let script = super::needs::go_launcher_script();
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/var/run/netns/{ns}")).arg(script);
+                c
+            }
+            None => Command::new(script),
+        };
+        command
+            .envs(env.iter().copied())
+            .arg(&tree.root)
+            .arg("--")
+            .args([
+                "--qemu-timeout",
+                "287s",
+                "--name",
+                name,
+                "--uid",
+                uid,
+                "--namespace",
+                NAMESPACE,
+                "--kubevirt-share-dir",
+                POD_SHARE_DIR,
+                "--ephemeral-disk-dir",
+                POD_EPHEMERAL_DISK_DIR,
+                "--container-disk-dir",
+                POD_CONTAINER_DISK_DIR,
+                "--hotplug-disk-dir",
+                "/var/run/kubevirt/hotplug-disks",
+                "--grace-period-seconds",
+                &grace,
+                "--hook-sidecars",
+                "0",
+                "--allow-emulation",
+            ]);
+        Self::spawn(command, tree, name, uid)
+    }
+
+    fn spawn(mut command: Command, tree: TempTree, name: &str, uid: &str) -> PodLauncher {
+        let log = tree.path("launcher.log");
+        let log_file = fs::File::create(&log).expect("create log");
+        let child = command
             // Its own process group: a failed test can end the whole pod.
             .process_group(0)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().unwrap())
             .stderr(log_file)
             .spawn()
-            .expect("run scripts/run-in-pod.sh");
+            .expect("start the pod's launcher");
         let vmi_file = tree.path("vmi-ref.json");
         let reference = json!({
             "apiVersion": "kubevirt.io/v1",
@@ -511,6 +571,15 @@ impl Drop for PodLauncher {
                     .status();
             }
         }
+        // Daemons of the pod that left its process group (KubeVirt's
+        // launcher's virtlogd daemonizes): whatever still runs in the
+        // pod's mount namespace, which names the tree.
+        for pid in pod_processes(&self.tree.root) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
         if std::thread::panicking() {
             eprintln!(
                 "---- launcher log ({}) ----\n{}",
@@ -519,4 +588,21 @@ impl Drop for PodLauncher {
             );
         }
     }
+}
+
+/// The processes whose mounts name `root` (those of a pod's private mount
+/// namespace under it).
+fn pod_processes(root: &Path) -> Vec<u32> {
+    let needle = format!("{}/root/", root.display());
+    let me = std::process::id();
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| *pid != me)
+        .filter(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| m.contains(&needle))
+        })
+        .collect()
 }

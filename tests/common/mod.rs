@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub mod daemon;
 pub mod diff;
 pub mod examples;
+pub mod fleet;
 pub mod guest;
 pub mod kubevirt;
 pub mod needs;

@@ -38,6 +38,9 @@ pub enum Need {
     Program(&'static str),
     /// KubeVirt's virt-handler client, `kvhandler` ([`kvhandler_path`]).
     Kvhandler,
+    /// KubeVirt's own launcher, `virt-launcher-go`, and its
+    /// `run-go-launcher.sh`, beside `kvhandler` ([`go_launcher_script`]).
+    GoLauncher,
 }
 
 /// Which tests `VL_TESTS` asks for.
@@ -69,6 +72,7 @@ impl Need {
             Need::TestGuest => "the test guest".into(),
             Need::Program(program) => program.into(),
             Need::Kvhandler => "kvhandler".into(),
+            Need::GoLauncher => "KubeVirt's launcher (virt-launcher-go)".into(),
         }
     }
 
@@ -140,6 +144,17 @@ impl Need {
                     Err(format!(
                         "kvhandler is not at {} (set VL_KVHANDLER)",
                         path.display()
+                    ))
+                }
+            }
+            Need::GoLauncher => {
+                let script = go_launcher_script();
+                if script.is_file() && script.with_file_name("virt-launcher-go").is_file() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "KubeVirt's launcher is not beside {} (virt-launcher-go, run-go-launcher.sh)",
+                        script.display()
                     ))
                 }
             }
@@ -222,4 +237,10 @@ pub fn kvhandler_path() -> PathBuf {
         .unwrap_or_else(|| {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/kubevirt/kvhandler")
         })
+}
+
+/// KubeVirt's `run-go-launcher.sh`, beside `kvhandler`: runs its own
+/// launcher (`virt-launcher-go`) as in its pod.
+pub fn go_launcher_script() -> PathBuf {
+    kvhandler_path().with_file_name("run-go-launcher.sh")
 }

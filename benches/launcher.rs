@@ -13,12 +13,16 @@
 //! set-up time, DHCP answer time, TCP throughput per binding), `vs-go`
 //! (issue 16's rows beside KubeVirt's Go launcher), `backends` (the
 //! default and the static build side by side) and `kubevirt` (KubeVirt
-//! mode through virt-handler's client, beside KubeVirt's launcher). Pass
+//! mode through virt-handler's client, beside KubeVirt's launcher) and
+//! `backup` (full and incremental backups and a memory dump, beside
+//! `qemu-img convert`). Pass
 //! section names to run only those; `conversion` runs the conversion,
 //! domain XML reading and ISO figures alone.
 
 #[path = "sections/backends.rs"]
 mod backends;
+#[path = "sections/backup.rs"]
+mod backup;
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "sections/conversion.rs"]
@@ -114,6 +118,9 @@ fn main() {
     }
     if run("kubevirt") {
         kubevirt::kubevirt();
+    }
+    if run("backup") {
+        backup::backup();
     }
 }
 

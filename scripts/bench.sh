@@ -11,7 +11,9 @@
 # `sigkill`, `hotplug`, `nonroot`, `network`, `vs-go` (issue 16's rows beside
 # KubeVirt's Go launcher, each with its target), `backends` or `kubevirt`
 # (KubeVirt mode through kvhandler beside virt-launcher-go: round trips,
-# Sync -> Running, Kill -> exit, the pod's memory). The
+# Sync -> Running, Kill -> exit, the pod's memory) or `backup` (full and
+# incremental backup and memory dump throughput, beside `qemu-img convert`
+# of the same disk). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail

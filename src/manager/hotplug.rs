@@ -233,7 +233,7 @@ impl DomainManager {
 
     /// The VMI an earlier launcher recorded; `None` when there is none or
     /// it cannot be read (then only the live domain is compared).
-    fn recorded_vmi(&self) -> Option<Value> {
+    pub(super) fn recorded_vmi(&self) -> Option<Value> {
         let path = self.applied_record();
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,

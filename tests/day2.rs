@@ -2,7 +2,10 @@
 //! QEMU version, the VM statistics, the dirty rate of a busy guest against
 //! an idle one, a memory dump and a screenshot, checked against what the host's own
 //! tools say (`qemu-system-x86_64 --version`, the ELF header, `virsh
-//! screenshot`, Python's zlib).
+//! screenshot`, Python's zlib); and changed block tracking backups, full
+//! and incremental, push and pull, restored with `qemu-img` and compared
+//! with the guest's disk, also after an aborted backup and after the
+//! launcher was killed and a new one adopted the running guest.
 
 mod common;
 

@@ -14,14 +14,18 @@
 //! (issue 16's rows beside KubeVirt's Go launcher), `backends` (the
 //! default and the static build side by side), `allocator` (the static
 //! build's allocator beside musl's malloc), `kubevirt` (KubeVirt
-//! mode through virt-handler's client, beside KubeVirt's launcher) and
+//! mode through virt-handler's client, beside KubeVirt's launcher),
 //! `mixed` (live migration between this launcher and KubeVirt's, each
-//! pairing's total time and downtime, across two nodes). Pass
+//! pairing's total time and downtime, across two nodes) and `backup`
+//! (full and incremental backups and a memory dump, beside
+//! `qemu-img convert`). Pass
 //! section names to run only those; `conversion` runs the conversion,
 //! domain XML reading and ISO figures alone.
 
 #[path = "sections/backends.rs"]
 mod backends;
+#[path = "sections/backup.rs"]
+mod backup;
 #[path = "../tests/common/mod.rs"]
 mod common;
 #[path = "sections/conversion.rs"]
@@ -125,6 +129,9 @@ fn main() {
     }
     if run("mixed") {
         mixed::mixed();
+    }
+    if run("backup") {
+        backup::backup();
     }
 }
 

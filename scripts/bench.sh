@@ -13,10 +13,11 @@
 # KubeVirt's Go launcher, each with its target), `backends`, `allocator` or
 # `kubevirt`
 # (KubeVirt mode through kvhandler beside virt-launcher-go: round trips,
-# Sync -> Running, Kill -> exit, the pod's memory) or `mixed` (live
+# Sync -> Running, Kill -> exit, the pod's memory), `mixed` (live
 # migration between this launcher and KubeVirt's across two nodes through
 # virt-handler's proxies: total time and downtime per pairing, KubeVirt ->
-# KubeVirt beside them). The
+# KubeVirt beside them) or `backup` (full and incremental backup and
+# memory dump throughput, beside `qemu-img convert` of the same disk). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail

@@ -126,7 +126,9 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # host's libvirtd, events and the agent, a daemon killed and reconnected, a
 # live migration, disks plugged in and out (DEVICE_REMOVED), vCPUs, virtio-mem
 # and a NIC changed live, the dirty rate, a memory dump and a screenshot (a
-# libvirt stream); and the whole KubeVirt suite (tests/kubevirt.rs: the
+# libvirt stream), changed block tracking backups (checkpoints created,
+# listed, redefined and deleted, push and pull, an abort, a launcher
+# restart, and virt-handler's BackupVirtualMachine); and the whole KubeVirt suite (tests/kubevirt.rs: the
 # launcher in a pod driven by virt-handler's own client). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
 # VL_STATIC_SUITES=all runs the whole qemu, agent and migration suites with it
@@ -171,7 +173,10 @@ else
         virt_handler_drives_a_guests_whole_life_through_the_pods_launcher \
         sigterm_powers_the_guest_off_by_acpi_and_the_pod_ends_as_kubevirts \
         bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain \
-        version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest
+        version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest \
+        full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_guest_disk \
+        an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working \
+        virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

@@ -2,7 +2,10 @@
 //! QEMU version, the VM statistics, the dirty rate of a busy guest against
 //! an idle one, a memory dump and a screenshot, checked against what the host's own
 //! tools say (`qemu-system-x86_64 --version`, the ELF header, `virsh
-//! screenshot`, Python's zlib).
+//! screenshot`, Python's zlib); and changed block tracking backups, full
+//! and incremental, push and pull, restored with `qemu-img` and compared
+//! with the guest's disk, also after an aborted backup and after the
+//! launcher was killed and a new one adopted the running guest.
 
 mod common;
 
@@ -11,8 +14,10 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use common::guest::{GuestOptions, REAL_GUEST, STEP, boot_vmi, guest_sh, guest_vmi};
-use common::{Client, TempTree, named, require};
+use common::guest::{
+    BOOT, GuestOptions, REAL_GUEST, STEP, boot_vmi, guest_sh, guest_vmi, qemu_pids, wait_status,
+};
+use common::{Client, Launcher, Need, TempTree, named, require};
 
 /// The guest's memory (tests/common/guest.rs gives it 192Mi).
 const GUEST_MEMORY: u64 = 192 << 20;
@@ -331,10 +336,15 @@ fn qemu_img(args: &[&str]) {
 
 /// Starts a backup and waits for its end; the event's data.
 fn backup(g: &mut common::guest::Booted, arguments: Value) -> Value {
-    let started = g.client.ok("backup", arguments.clone());
+    backup_on(&mut g.client, &mut g.watcher, arguments)
+}
+
+/// `backup` through a launcher's command client and subscribed watcher.
+fn backup_on(client: &mut Client, watcher: &mut Client, arguments: Value) -> Value {
+    let started = client.ok("backup", arguments.clone());
     eprintln!("backup {arguments}: {started}");
     assert_eq!(started["phase"], "InProgress", "{started}");
-    let ended = g.watcher.wait_event(STEP, "BACKUP_COMPLETED", |e| {
+    let ended = watcher.wait_event(STEP, "BACKUP_COMPLETED", |e| {
         e["event"] == "BACKUP_COMPLETED" || e["event"] == "BACKUP_FAILED"
     });
     eprintln!("backup ended: {ended}");
@@ -498,4 +508,172 @@ fn full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_gue
     let status = g.client.ok("query-status", Value::Null);
     assert_eq!(status["backup"]["checkpoint"], "c5", "{status}");
     assert_eq!(status["backup"]["phase"], "Completed", "{status}");
+}
+
+/// The host daemon's domain, destroyed and undefined when the test ends
+/// (a launcher killed by the test leaves it running).
+struct HostDomain(String);
+
+impl Drop for HostDomain {
+    fn drop(&mut self) {
+        for action in ["destroy", "undefine"] {
+            let _ = Command::new("virsh")
+                .args(["-c", "qemu:///system", action, &self.0])
+                .output();
+        }
+    }
+}
+
+/// `qemu-img convert` of `full` with `incrementals` rebased over it in
+/// turn: the disk as the last one saw it.
+fn restore(full: &std::path::Path, incrementals: &[&std::path::Path], to: &std::path::Path) {
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let mut base = full;
+    for inc in incrementals {
+        qemu_img(&["rebase", "-u", "-F", "qcow2", "-b", &s(base), &s(inc)]);
+        base = inc;
+    }
+    qemu_img(&["convert", "-O", "raw", &s(base), &s(to)]);
+}
+
+#[test]
+fn an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working() {
+    if !require(&[Need::Root, Need::Qemu, Need::TestGuest, Need::HostLibvirtd]) {
+        return;
+    }
+    // On the host's daemon, so that a killed launcher leaves the guest
+    // running for the next one to adopt.
+    let name = format!("bkabort{}", std::process::id());
+    let domain = format!("e2e_{name}");
+    let _cleanup = HostDomain(domain.clone());
+    let tree = TempTree::new("backup-abort");
+    // A disk full of random bytes, written on the host: a full backup of
+    // it takes long enough to be aborted while it runs.
+    let raw = tree.path("data.img");
+    let filled = Command::new("dd")
+        .args(["if=/dev/urandom", "bs=1M", "count=384", "status=none"])
+        .arg(format!("of={}", raw.display()))
+        .status()
+        .unwrap();
+    assert!(filled.success());
+    let backups = tree.path("backups");
+    fs::create_dir_all(&backups).unwrap();
+    let mut opts = GuestOptions::new(&name);
+    opts.extra_volumes.push((
+        json!({"name": "data", "disk": {"bus": "virtio"}, "changedBlockTracking": true}),
+        json!({"name": "data", "hostDisk": {"path": raw, "type": "Disk"}}),
+    ));
+    let args = [
+        "--connect",
+        "qemu:///system",
+        "--force-emulation",
+        "--name",
+        &name,
+        "--namespace",
+        "e2e",
+        "--uid",
+        "a1d0b7e5-0000-4000-8000-00000000bac0",
+    ]
+    .map(String::from);
+    let mut first = Launcher::start_in(TempTree::new("backup-abort-run"), &args);
+    first.wait_ready(STEP);
+    let mut watcher = first.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = first.client();
+    let synced = client.request_timeout("sync", json!({"vmi": guest_vmi(&opts)}), STEP);
+    assert!(synced.get("return").is_some(), "sync failed: {synced}");
+    watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+
+    let file = |b: &Value| std::path::PathBuf::from(b["disks"][0]["file"].as_str().unwrap());
+    let size = |p: &std::path::Path| fs::metadata(p).unwrap().len();
+    let full = file(&backup_on(
+        &mut client,
+        &mut watcher,
+        json!({"target_dir": backups, "checkpoint": "c1"}),
+    ));
+
+    // A second full backup, aborted while it copies.
+    guest_write(&mut client, 8, 1);
+    let started = client.ok("backup", json!({"target_dir": backups, "checkpoint": "c2"}));
+    assert_eq!(started["phase"], "InProgress", "{started}");
+    client.ok("backup-abort", Value::Null);
+    let ended = watcher.wait_event(STEP, "BACKUP_FAILED", |e| {
+        e["event"] == "BACKUP_COMPLETED" || e["event"] == "BACKUP_FAILED"
+    });
+    eprintln!("aborted backup: {ended}");
+    assert_eq!(ended["event"], "BACKUP_FAILED", "{ended}");
+    assert_eq!(ended["data"]["phase"], "Aborted", "{ended}");
+    // The guest runs on, and answers.
+    let status = client.ok("query-status", Value::Null);
+    assert_eq!(status["domain"]["state"], "Running", "{status}");
+    assert_eq!(status["backup"]["phase"], "Aborted", "{status}");
+    let (code, out) = guest_sh(&mut client, "echo alive");
+    assert_eq!((code, out.trim()), (0, "alive"));
+
+    // The next incremental, since the last completed backup, carries
+    // what changed since it.
+    guest_write(&mut client, 16, 1);
+    let inc3 = file(&backup_on(
+        &mut client,
+        &mut watcher,
+        json!({"target_dir": backups, "checkpoint": "c3", "incremental": "c1"}),
+    ));
+    let at_c3 = sha256(&raw);
+    let restored = tree.path("restored-c3.raw");
+    restore(&full, &[&inc3], &restored);
+    assert_eq!(sha256(&restored), at_c3);
+    assert!(
+        size(&inc3) < size(&full) / 4,
+        "{} of {}",
+        size(&inc3),
+        size(&full)
+    );
+
+    // The launcher is killed; the guest keeps running and the next
+    // launcher on the same directories adopts it.
+    first.signal("KILL");
+    assert_eq!(first.wait_exit(STEP), -1);
+    let qemu = qemu_pids(&domain);
+    assert_eq!(qemu.len(), 1, "the guest did not keep running: {qemu:?}");
+    let run_tree = std::mem::replace(&mut first.tree, TempTree::new("backup-abort-gone"));
+    let mut second = Launcher::start_in(run_tree, &args);
+    second.wait_ready(STEP);
+    let mut watcher = second.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = second.client();
+    let status = wait_status(&mut client, STEP, "the adopted guest's agent", |s| {
+        s["domain"]["state"] == "Running" && s["agent"]["connected"] == true
+    });
+    // It knows the last backup, and libvirt its checkpoints.
+    assert_eq!(status["backup"]["checkpoint"], "c3", "{status}");
+    assert_eq!(status["backup"]["phase"], "Completed", "{status}");
+    let listed = client.ok("query-checkpoints", Value::Null);
+    let names: Vec<&str> = listed["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"c3"), "{listed}");
+
+    // The next incremental is one: small, and over the others it gives
+    // the disk as it is now.
+    guest_write(&mut client, 40, 1);
+    let inc4 = file(&backup_on(
+        &mut client,
+        &mut watcher,
+        json!({"target_dir": backups, "checkpoint": "c4", "incremental": "c3"}),
+    ));
+    let at_c4 = sha256(&raw);
+    assert!(
+        size(&inc4) < size(&full) / 4,
+        "{} of {}",
+        size(&inc4),
+        size(&full)
+    );
+    let restored = tree.path("restored-c4.raw");
+    restore(&full, &[&inc3, &inc4], &restored);
+    assert_eq!(sha256(&restored), at_c4);
+    assert_eq!(qemu_pids(&domain), qemu);
+    client.ok("kill", Value::Null);
 }

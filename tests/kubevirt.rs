@@ -937,3 +937,172 @@ fn cluster_options_reach_the_guest_and_its_panic_reaches_virt_handler_as_a_k8s_e
         .count();
     assert_eq!(panics, 1, "{}", summary(&pod.notify.seen));
 }
+
+/// Waits until the pod's launcher has logged `count` events `event`.
+fn wait_logged(pod: &Pod, event: &str, count: usize) {
+    let needle = format!("\"event\":\"{event}\"");
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let seen = pod.launcher.log_text().matches(&needle).count();
+        if seen >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no {count} {event} within 180 s");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// `qemu-img ARGS`, which must succeed.
+fn qemu_img(args: &[&str]) {
+    let out = std::process::Command::new("qemu-img")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "qemu-img {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk() {
+    if !require(KUBEVIRT_POD) {
+        return;
+    }
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-0000000000b4";
+    let name = "kvbackup";
+    let tree = TempTree::new("kv-backup");
+    let raw = tree.path("data.img");
+    fs::File::create(&raw).unwrap().set_len(64 << 20).unwrap();
+    let target = tree.path("backups");
+    fs::create_dir_all(&target).unwrap();
+    let mut opts = GuestOptions::new(name);
+    opts.extra_volumes.push((
+        json!({"name": "data", "disk": {"bus": "virtio"}, "changedBlockTracking": true}),
+        json!({"name": "data", "hostDisk": {"path": raw, "type": "Disk"}}),
+    ));
+    let vmi = pod_vmi(&opts, UID);
+    let options_file = tree.path("options.json");
+    let mut pod = Pod::start_in(tree, name, UID, &vmi);
+    pod.sync_to_running(UID);
+    pod.wait_agent(BOOT);
+    let call = |options: Value| -> (i32, Value) {
+        fs::write(&options_file, options.to_string()).unwrap();
+        let file = options_file.to_str().unwrap();
+        pod.launcher
+            .kv(&["backup", "--vmi", &pod.vmi, "--options", file])
+    };
+
+    // A full push backup, named and placed as KubeVirt's launcher does.
+    pod.guest_sh("dd if=/dev/urandom of=/dev/vda bs=1M count=8 oflag=direct conv=fsync");
+    let full = json!({"backupName": "kvb", "cmd": "Start", "mode": "Push",
+        "backupStartTime": "2026-12-02T05:00:00Z", "targetPath": target});
+    let (code, out) = call(full.clone());
+    assert_eq!((code, &out["ok"]), (0, &json!(true)), "{out}");
+    wait_logged(&pod, "BACKUP_COMPLETED", 1);
+    let checkpoint = "kvb-2026-12-02_05-00-00";
+    let full_file = target
+        .join(name)
+        .join(checkpoint)
+        .join(format!("{checkpoint}-data.qcow2"));
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    // The guest is idle: the backup is its disk.
+    qemu_img(&[
+        "compare",
+        "-f",
+        "raw",
+        "-F",
+        "qcow2",
+        &s(&raw),
+        &s(&full_file),
+    ]);
+    // The same backup again is refused: it ran.
+    let (code, out) = call(full);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out["error"].as_str().unwrap().contains("already executed"),
+        "{out}"
+    );
+
+    // An incremental since it: over the full one, the disk now.
+    pod.guest_sh("dd if=/dev/urandom of=/dev/vda bs=1M seek=32 count=1 oflag=direct conv=fsync");
+    let (code, out) = call(json!({"backupName": "kvi", "cmd": "Start", "mode": "Push",
+        "backupStartTime": "2026-12-02T05:10:00Z", "targetPath": target,
+        "incremental": checkpoint, "skipQuiesce": true}));
+    assert_eq!((code, &out["ok"]), (0, &json!(true)), "{out}");
+    wait_logged(&pod, "BACKUP_COMPLETED", 2);
+    let inc_file = target
+        .join(name)
+        .join("kvi-2026-12-02_05-10-00")
+        .join("kvi-2026-12-02_05-10-00-data.qcow2");
+    assert!(fs::metadata(&inc_file).unwrap().len() < fs::metadata(&full_file).unwrap().len() / 2);
+    qemu_img(&[
+        "rebase",
+        "-u",
+        "-F",
+        "qcow2",
+        "-b",
+        &s(&full_file),
+        &s(&inc_file),
+    ]);
+    qemu_img(&[
+        "compare",
+        "-f",
+        "raw",
+        "-F",
+        "qcow2",
+        &s(&raw),
+        &s(&inc_file),
+    ]);
+
+    // Abort of a backup that ended, and of an unknown one.
+    let (code, out) = call(json!({"backupName": "kvi", "cmd": "Abort",
+        "backupStartTime": "2026-12-02T05:10:00Z"}));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out["error"].as_str().unwrap().contains("already completed"),
+        "{out}"
+    );
+    // The TLS export of a pull backup is not offered.
+    let (code, out) = call(json!({"backupName": "kvi", "cmd": "Export", "mode": "Pull"}));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out["error"].as_str().unwrap().contains("not supported"),
+        "{out}"
+    );
+
+    // RedefineCheckpoint: a checkpoint whose bitmap the image has is
+    // redefined; one no image has is invalid.
+    let checkpoint_file = tree_path(&options_file, "checkpoint.json");
+    let redefine = |body: Value| -> (i32, Value) {
+        fs::write(&checkpoint_file, body.to_string()).unwrap();
+        let file = checkpoint_file.to_str().unwrap();
+        pod.launcher.kv(&[
+            "redefine-checkpoint",
+            "--vmi",
+            &pod.vmi,
+            "--checkpoint",
+            file,
+        ])
+    };
+    let (code, out) = redefine(json!({"name": "kvi-2026-12-02_05-10-00",
+        "creationTime": "2026-12-02T05:10:00Z"}));
+    assert_eq!((code, &out["ok"]), (0, &json!(true)), "{out}");
+    let (code, out) = redefine(json!({"name": "ghost"}));
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out["error"]
+            .as_str()
+            .unwrap()
+            .contains("failed to redefine checkpoint ghost"),
+        "{out}"
+    );
+    assert_eq!(pod.state().0, "Running");
+}
+
+/// `file` beside `beside`.
+fn tree_path(beside: &std::path::Path, file: &str) -> std::path::PathBuf {
+    beside.with_file_name(file)
+}

@@ -5,6 +5,7 @@
 //! `converted`) and the notify client (`notify`).
 
 pub mod api;
+mod backup;
 mod converted;
 pub mod k8s_events;
 pub mod migration;

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::api;
+use super::backup as kv_backup;
 use super::converted::{Converted, StatsKey};
 use super::k8s_events::K8sEvent;
 use super::migration::{self as kv_migration, HandlerMigrationOptions};
@@ -365,7 +366,8 @@ impl CmdService {
                 Ok(_) => plain(response(&self.run("finalize-migration", json!({})))),
                 Err(refused) => plain(refused),
             },
-            R::InjectLaunchSecret(_) | R::BackupVirtualMachine(_) => plain(unsupported(method)),
+            R::InjectLaunchSecret(_) => plain(unsupported(method)),
+            R::BackupVirtualMachine(r) => plain(self.backup(&r)),
             R::GetSEVInfo(_) => Ok(SevInfoResponse {
                 response: Some(unsupported(method)),
                 ..Default::default()
@@ -378,16 +380,136 @@ impl CmdService {
             .encode()),
             R::GetDomainDirtyRateStats(_) => Ok(self.dirty_rate().encode()),
             R::GetScreenshot(_) => Ok(self.screenshot().encode()),
-            R::RedefineCheckpoint(_) => Ok(RedefineCheckpointResponse {
-                response: Some(unsupported(method)),
-                ..Default::default()
-            }
-            .encode()),
+            R::RedefineCheckpoint(r) => Ok(self.redefine_checkpoint(&r).encode()),
             R::GetVMStats(_) => Ok(VmStatsResponse {
                 response: Some(unsupported(method)),
                 ..Default::default()
             }
             .encode()),
+        }
+    }
+
+    /// `BackupVirtualMachine`: KubeVirt's start (idempotent for the
+    /// same backup name and start time) or abort of a changed block
+    /// tracking backup, as the `backup` and `backup-abort` commands.
+    fn backup(&self, request: &BackupRequest) -> Response {
+        let vmi = match vmi_of(request.vmi.as_ref()) {
+            Ok(vmi) => vmi,
+            Err(refused) => return refused,
+        };
+        let vmi_name = vmi["metadata"]["name"]
+            .as_str()
+            .unwrap_or(&self.config.name);
+        let call = match kv_backup::backup_call(&request.options, vmi_name, &self.config.dirs.share)
+        {
+            Ok(call) => call,
+            Err(message) => return failed(message),
+        };
+        // The last backup, as query-status reports it.
+        let last = self
+            .run("query-status", json!({}))
+            .ok()
+            .and_then(|status| status.into_object().get("backup").cloned())
+            .filter(Value::is_object);
+        let last_is = |checkpoint: &str| {
+            last.as_ref()
+                .filter(|b| b["checkpoint"] == checkpoint)
+                .map(|b| b["phase"] == "InProgress")
+        };
+        match call {
+            kv_backup::BackupCall::Start {
+                checkpoint,
+                arguments,
+                make_dir,
+                quiesce,
+            } => {
+                match last_is(&checkpoint) {
+                    Some(true) => return ok(),
+                    Some(false) => {
+                        return failed(format!(
+                            "backup {checkpoint} already executed: {}",
+                            last.as_ref().map_or(Value::Null, |b| b["phase"].clone())
+                        ));
+                    }
+                    None => {}
+                }
+                if let Some(dir) = make_dir
+                    && let Err(e) = std::fs::create_dir_all(&dir)
+                {
+                    return failed(format!(
+                        "error creating dir for backup: {}: {e}",
+                        dir.display()
+                    ));
+                }
+                // As KubeVirt's launcher: the guest's filesystems frozen
+                // while libvirt takes the checkpoint, a failed freeze only
+                // logged.
+                let frozen = quiesce
+                    && match self.run("freeze", json!({})) {
+                        Ok(_) => true,
+                        Err(e) => {
+                            log::warn!(
+                                "kubevirt: backup {checkpoint}: Failed freezing guest filesystem: {}",
+                                describe(&e)
+                            );
+                            false
+                        }
+                    };
+                let started = self.run("backup", arguments);
+                if frozen && let Err(e) = self.run("unfreeze", json!({})) {
+                    log::warn!(
+                        "kubevirt: backup {checkpoint}: Failed to unfreeze filesystem after backup completion: {}",
+                        describe(&e)
+                    );
+                }
+                response(&started)
+            }
+            kv_backup::BackupCall::Abort { checkpoint } => match last_is(&checkpoint) {
+                Some(true) => response(&self.run("backup-abort", json!({}))),
+                Some(false) => failed("failed to abort backup: backup already completed"),
+                None if last.as_ref().is_some_and(|b| b["phase"] == "InProgress") => {
+                    failed("failed to abort backup: requested backup differs from ongoing one")
+                }
+                None => failed("failed to abort backup: could not find ongoing backup"),
+            },
+        }
+    }
+
+    /// `RedefineCheckpoint`: the `redefine-checkpoint` command over the
+    /// VMI's changedBlockTracking disks; an invalid checkpoint (its
+    /// bitmaps missing or broken) fails with `checkpointInvalid`.
+    fn redefine_checkpoint(
+        &self,
+        request: &RedefineCheckpointRequest,
+    ) -> RedefineCheckpointResponse {
+        let answer = |response: Response, checkpoint_invalid: bool| RedefineCheckpointResponse {
+            response: Some(response),
+            checkpoint_invalid,
+        };
+        if let Err(refused) = vmi_of(request.vmi.as_ref()) {
+            return answer(refused, false);
+        }
+        let (name, arguments) = match kv_backup::redefine_arguments(&request.checkpoint) {
+            Ok(parsed) => parsed,
+            Err(message) => return answer(failed(message), false),
+        };
+        match self.run("redefine-checkpoint", arguments) {
+            Ok(reply) => {
+                let reply = reply.into_object();
+                if reply.get("valid") == Some(&Value::Bool(true)) {
+                    answer(ok(), false)
+                } else {
+                    let reason = reply
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("libvirt found its bitmaps invalid");
+                    answer(
+                        failed(format!("failed to redefine checkpoint {name}: {reason}")),
+                        true,
+                    )
+                }
+            }
+            Err(e) => answer(failed(describe(&e)), false),
         }
     }
 

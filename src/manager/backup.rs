@@ -404,7 +404,14 @@ fn progress_of(stats: &[Stat]) -> Option<BackupProgress> {
 impl DomainManager {
     /// The names of the applied VMI's disks with changedBlockTracking.
     fn tracked_volumes(&self) -> Vec<String> {
+        // A launcher restarted beside the running domain knows the VMI
+        // from the record the one before it kept, until the next sync.
+        let recorded = match self.applied_vmi() {
+            Some(_) => None,
+            None => self.recorded_vmi(),
+        };
         self.applied_vmi()
+            .or(recorded.as_ref())
             .and_then(|vmi| vmi["spec"]["domain"]["devices"]["disks"].as_array())
             .into_iter()
             .flatten()

@@ -325,7 +325,7 @@ impl DomainManager {
 
     /// The VMI an earlier launcher recorded; `None` when there is none or
     /// it cannot be read (then only the live domain is compared).
-    fn recorded_vmi(&self) -> Option<Value> {
+    pub(super) fn recorded_vmi(&self) -> Option<Value> {
         crate::safe_fs::read_record(&self.applied_record(), "a VMI")
     }
 

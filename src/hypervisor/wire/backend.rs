@@ -1123,14 +1123,18 @@ impl Hypervisor for WireHypervisor {
             0
         };
         // The reply is the new checkpoint's reference (its name and the
-        // domain), which the launcher does not need.
+        // domain), which the launcher does not need but must read whole.
         self.domain_call(
             name,
             &proc::DOMAIN_CHECKPOINT_CREATE_XML,
             |e| {
                 e.string(xml).u32(f);
             },
-            |_, _| Ok(()),
+            |_, d| {
+                d.string()?;
+                decode_domain(d)?;
+                Ok(())
+            },
         )
     }
 

@@ -42,6 +42,11 @@ impl GoTime {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Seconds since the Unix epoch (0 for none: it was parsed as a time).
+    pub fn unix_seconds(&self) -> i64 {
+        rfc3339_seconds(&self.0).unwrap_or(0)
+    }
 }
 
 impl fmt::Display for GoTime {

@@ -498,6 +498,11 @@ fn replies_decode_into_the_launchers_values() {
                 420 => enc(|e| {
                     e.i32(0);
                 }),
+                // The new checkpoint: its name and its domain.
+                411 => enc(|e| {
+                    e.string("c1");
+                    dom(OUR_DOMAIN).encode(e);
+                }),
                 // Everything else is void.
                 _ => Vec::new(),
             };
@@ -530,6 +535,19 @@ fn replies_decode_into_the_launchers_values() {
             .unwrap(),
         vec![("hostname".to_string(), json!("guest"))]
     );
+    // A checkpoint redefined: its XML and the REDEFINE|REDEFINE_VALIDATE
+    // flags go out, and the checkpoint reference that comes back is read
+    // whole.
+    hv.checkpoint_create(OUR_DOMAIN, "<domaincheckpoint/>", true)
+        .unwrap();
+    let payload = fake.payload_of(411);
+    let mut d = Decoder::new(&payload);
+    assert_eq!(decode_domain(&mut d).unwrap(), dom(OUR_DOMAIN));
+    assert_eq!(
+        (d.string().unwrap(), d.u32().unwrap()),
+        ("<domaincheckpoint/>".to_string(), 1 | 4)
+    );
+    d.finish().unwrap();
     // The guest info call alone does not set the agent response timeout.
     assert!(!fake.procedures(0).contains(&420));
     hv.set_agent_timeout(OUR_DOMAIN, Duration::from_secs(5))

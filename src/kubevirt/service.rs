@@ -632,7 +632,10 @@ impl CmdService {
         }
         let unfinished = self.migration_record().is_some_and(|record| {
             record.role == Role::Target
-                && matches!(record.phase, MigrationPhase::Prepared | MigrationPhase::Running)
+                && matches!(
+                    record.phase,
+                    MigrationPhase::Prepared | MigrationPhase::Running
+                )
         });
         if unfinished {
             log::info!("kubevirt: target pod {pod} signalled to clean up");

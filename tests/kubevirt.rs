@@ -296,19 +296,13 @@ fn devices_of_size(partitions: &str, blocks: &str) -> Vec<String> {
 
 /// The calls this launcher does not support yet, as kvhandler's commands,
 /// the RPC each answers for, and the extra arguments each needs.
-const NOT_SUPPORTED: [(&str, &str, &[&str]); 6] = [
+const NOT_SUPPORTED: [(&str, &str, &[&str]); 4] = [
     ("sev-info", "GetSEVInfo", &[]),
     ("launch-measurement", "GetLaunchMeasurement", &[]),
     (
         "inject-launch-secret",
         "InjectLaunchSecret",
         &["--options", "EMPTY"],
-    ),
-    ("backup", "BackupVirtualMachine", &["--options", "EMPTY"]),
-    (
-        "redefine-checkpoint",
-        "RedefineCheckpoint",
-        &["--checkpoint", "EMPTY"],
     ),
     ("vm-stats", "GetVMStats", &[]),
 ];

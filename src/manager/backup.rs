@@ -17,7 +17,7 @@
 //! full one.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -87,6 +87,31 @@ pub(super) struct BackupRecord {
     pub(super) failure: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) progress: Option<BackupProgress>,
+}
+
+/// How long a completed push backup's files may stay open in QEMU before
+/// the completion is reported anyway.
+const TARGET_RELEASE_WAIT: Duration = Duration::from_secs(10);
+
+/// Waits, up to `limit`, until no process holds QEMU's image locks on
+/// `files` (a file that cannot be opened or probed counts as released).
+fn wait_until_released(files: &[PathBuf], limit: Duration) {
+    let deadline = Instant::now() + limit;
+    for file in files {
+        let Ok(opened) = std::fs::File::open(file) else {
+            continue;
+        };
+        while crate::os::image_locked(&opened).unwrap_or(false) {
+            if Instant::now() >= deadline {
+                log::warn!(
+                    "backup: {} is still open in QEMU {limit:?} after the job completed",
+                    file.display()
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -572,9 +597,17 @@ impl DomainManager {
             .iter()
             .find(|(k, _)| k == "operation")
             .and_then(|(_, v)| v.as_i64());
-        if self.backup.running().is_none() || operation.is_some_and(|o| o != OPERATION_BACKUP) {
+        let Some(running) = self.backup.running() else {
+            return;
+        };
+        if operation.is_some_and(|o| o != OPERATION_BACKUP) {
             return;
         }
+        let files: Vec<PathBuf> = running
+            .disks
+            .iter()
+            .filter_map(|d| d.file.clone())
+            .collect();
         let name = self.config.domain_name.clone();
         let event_stats = stats.to_vec();
         self.jobs.spawn(
@@ -585,6 +618,10 @@ impl DomainManager {
                 // The event's statistics lack the job's type; the completed
                 // job's statistics have it (as KubeVirt reads it).
                 let stats = hv.job_stats(&name, true).unwrap_or(event_stats);
+                // libvirt reports the job before QEMU has closed the files
+                // it wrote: BACKUP_COMPLETED waits for that, so whoever
+                // reads it can open them (qemu-img takes their locks).
+                wait_until_released(&files, TARGET_RELEASE_WAIT);
                 JobOutput {
                     result: Ok(JobValue::Empty),
                     observed: Observation::BackupEnded(stats),

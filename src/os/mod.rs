@@ -169,6 +169,31 @@ pub fn memlock_hard_limit() -> Option<u64> {
     Some(limit.rlim_max)
 }
 
+/// Whether another open file description holds a lock on QEMU's image
+/// locking bytes of `file` (QEMU's raw driver locks bytes 100 and up with
+/// open file description locks while an image is open). libvirt reports
+/// a backup job completed before QEMU closes the backup's target files.
+#[allow(clippy::cast_possible_truncation)] // lock types and SEEK_SET: 0..=2
+pub fn image_locked(file: &File) -> io::Result<bool> {
+    // SAFETY: flock is plain data; all-zero is a valid value of it.
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    probe.l_start = QEMU_LOCK_BYTES.0;
+    probe.l_len = QEMU_LOCK_BYTES.1;
+    // SAFETY: the descriptor is open for the call (borrowed from `file`);
+    // F_OFD_GETLK reads and writes `probe`, which lives across the call.
+    let ret = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) };
+    if ret != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(probe.l_type != libc::F_UNLCK as libc::c_short)
+}
+
+/// QEMU's lock bytes: 100 + permission for what it uses, 200 + permission
+/// for what it does not share (block/file-posix.c), as (start, length).
+const QEMU_LOCK_BYTES: (libc::off_t, libc::off_t) = (100, 200);
+
 /// Moves the calling process into a new user namespace in which its user
 /// and group ids are the same as outside (`uid uid 1`), with every
 /// capability there, over namespaces it then creates, and none over
@@ -613,6 +638,35 @@ pub fn before_exec(command: &mut Command, steps: Vec<BeforeExec>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    #[allow(clippy::cast_possible_truncation)] // as in image_locked
+    fn a_lock_on_qemus_bytes_by_another_description_is_seen_and_gone_once_closed() {
+        let path = std::env::temp_dir().join(format!("vl-os-lock-{}", std::process::id()));
+        std::fs::write(&path, [0u8; 512]).unwrap();
+        let probe = File::open(&path).unwrap();
+        assert!(!image_locked(&probe).unwrap(), "nobody holds it yet");
+        let holder = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        // A shared lock on one permission byte, as QEMU takes them.
+        // SAFETY: flock is plain data; all-zero is a valid value of it.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_RDLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_start = 201;
+        lock.l_len = 1;
+        // SAFETY: the holder's descriptor is open for the call; F_OFD_SETLK
+        // only reads `lock`, which lives across it.
+        let ret = unsafe { libc::fcntl(holder.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+        assert_eq!(ret, 0, "{}", io::Error::last_os_error());
+        assert!(image_locked(&probe).unwrap(), "the holder's lock is seen");
+        drop(holder);
+        assert!(!image_locked(&probe).unwrap(), "closing releases it");
+        let _ = std::fs::remove_file(&path);
+    }
+
     use super::*;
 
     #[test]

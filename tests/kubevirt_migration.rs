@@ -143,9 +143,17 @@ fn migrate_between_nodes(tag: &str, name: &str, scratch: bool) {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(500));
-    // The source pod's proxy answers (what its libvirt daemon dials).
+    // The source pod's proxy answers (what its libvirt daemon dials),
+    // dialled through the directory's descriptor: the whole path may be
+    // longer than a unix socket's path can be.
     let socket = a.launcher.share_dir().join("migrationproxy").join(&keys[0]);
-    if let Err(e) = std::os::unix::net::UnixStream::connect(&socket) {
+    let dir = std::fs::File::open(socket.parent().unwrap()).unwrap();
+    let short = format!(
+        "/proc/self/fd/{}/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&dir),
+        keys[0]
+    );
+    if let Err(e) = std::os::unix::net::UnixStream::connect(&short) {
         let logs: Vec<String> = [&nodes.source, &nodes.target]
             .iter()
             .map(|ns| {

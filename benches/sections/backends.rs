@@ -353,22 +353,7 @@ pub fn backends() {
         drop(twin);
     }
 
-    let mut watchers: Vec<Client> = launchers
-        .iter()
-        .map(|l| {
-            let mut w = l.client();
-            w.ok("subscribe", json!({"events": ["AGENT_CONNECTED"]}));
-            w
-        })
-        .collect();
-    let vmis = names.each_ref().map(|n| guest_vmi(&GuestOptions::new(n)));
-    for (c, vmi) in clients.iter_mut().zip(&vmis) {
-        let synced = c.request_timeout("sync", json!({ "vmi": vmi }), STEP);
-        assert!(synced.get("return").is_some(), "{synced}");
-    }
-    for w in &mut watchers {
-        w.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
-    }
+    let vmis = boot_guests(&launchers, &mut clients, &names);
     // The agent poller's first rounds.
     std::thread::sleep(Duration::from_secs(15));
 
@@ -496,13 +481,7 @@ pub fn backends() {
     // (ping refuses arguments, after parsing them). Three of them: an
     // object of 70,000 members, an array of 200,000 strings, the object
     // again.
-    let object = format!(
-        r#"{{"execute":"ping","arguments":{{{}}},"id":4}}"#,
-        (0..70_000)
-            .map(|i| format!(r#""k{i:06}":"v""#))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let object = near_limit_object();
     let array = format!(
         r#"{{"execute":"ping","arguments":{{"a":[{}]}},"id":4}}"#,
         vec![r#""x""#; 200_000].join(",")
@@ -530,6 +509,41 @@ pub fn backends() {
         c.ok("kill", Value::Null);
         l.wait_exit(STEP);
     }
+}
+
+/// Syncs each launcher's test guest (VMI named after `names`) and waits
+/// until every guest's agent connected; returns the VMIs.
+fn boot_guests(launchers: &[Launcher], clients: &mut [Client], names: &[String; 2]) -> [Value; 2] {
+    let mut watchers: Vec<Client> = launchers
+        .iter()
+        .map(|l| {
+            let mut w = l.client();
+            w.ok("subscribe", json!({"events": ["AGENT_CONNECTED"]}));
+            w
+        })
+        .collect();
+    let vmis = names.each_ref().map(|n| guest_vmi(&GuestOptions::new(n)));
+    for (c, vmi) in clients.iter_mut().zip(&vmis) {
+        let synced = c.request_timeout("sync", json!({ "vmi": vmi }), STEP);
+        assert!(synced.get("return").is_some(), "{synced}");
+    }
+    for w in &mut watchers {
+        w.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    }
+    vmis
+}
+
+/// A `ping` request line just under the default 1 MiB limit: an object
+/// of 70,000 members, parsed into many small blocks and freed (ping
+/// refuses arguments, after parsing them).
+fn near_limit_object() -> String {
+    format!(
+        r#"{{"execute":"ping","arguments":{{{}}},"id":4}}"#,
+        (0..70_000)
+            .map(|i| format!(r#""k{i:06}":"v""#))
+            .collect::<Vec<_>>()
+            .join(",")
+    )
 }
 
 /// Minor page faults of a process so far (all its threads): each page
@@ -614,22 +628,7 @@ pub fn allocator() {
         format!("p50 {b:.1} us"),
     );
 
-    let mut watchers: Vec<Client> = launchers
-        .iter()
-        .map(|l| {
-            let mut w = l.client();
-            w.ok("subscribe", json!({"events": ["AGENT_CONNECTED"]}));
-            w
-        })
-        .collect();
-    let vmis = names.each_ref().map(|n| guest_vmi(&GuestOptions::new(n)));
-    for (c, vmi) in clients.iter_mut().zip(&vmis) {
-        let synced = c.request_timeout("sync", json!({ "vmi": vmi }), STEP);
-        assert!(synced.get("return").is_some(), "{synced}");
-    }
-    for w in &mut watchers {
-        w.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
-    }
+    boot_guests(&launchers, &mut clients, &names);
     std::thread::sleep(Duration::from_secs(15));
     let queries = [
         (
@@ -672,13 +671,7 @@ pub fn allocator() {
     );
     // Nearly 1 MiB request lines parsed into many small blocks and freed,
     // as in `backends`.
-    let object = format!(
-        r#"{{"execute":"ping","arguments":{{{}}},"id":4}}"#,
-        (0..70_000)
-            .map(|i| format!(r#""k{i:06}":"v""#))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    let object = near_limit_object();
     for _ in 0..3 {
         for c in &mut clients {
             c.send_raw(format!("{object}\n").as_bytes());

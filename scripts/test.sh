@@ -129,7 +129,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # libvirt stream), changed block tracking backups (checkpoints created,
 # listed, redefined and deleted, push and pull, an abort, a launcher
 # restart, and virt-handler's BackupVirtualMachine); and the whole KubeVirt suite (tests/kubevirt.rs: the
-# launcher in a pod driven by virt-handler's own client). (tests/backends.rs,
+# launcher in a pod driven by virt-handler's own client), and what virt-handler reads from it
+# compared field by field with KubeVirt's own launcher (tests/kubevirt_equivalence.rs). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
 # VL_STATIC_SUITES=all runs the whole qemu, agent and migration suites with it
 # instead of this selection.
@@ -164,11 +165,11 @@ VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test daemon -- 
 VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test protocol_doc -- --test-threads=2
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
-    run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
-        -- --test-threads=2 --skip host_devices_from_the_environment
+    run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
+        --test kubevirt_equivalence --test day2 -- --test-threads=2 --skip host_devices_from_the_environment
 else
-    run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
-        -- --test-threads=2 --exact \
+    run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
+        --test kubevirt_equivalence --test day2 -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
@@ -179,6 +180,7 @@ else
         vcpus_memory_and_a_nic_change_live \
         virt_handler_drives_a_guests_whole_life_through_the_pods_launcher \
         sigterm_powers_the_guest_off_by_acpi_and_the_pod_ends_as_kubevirts \
+        virt_handler_reads_the_same_from_this_launcher_as_from_kubevirts \
         bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain \
         version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest \
         full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_guest_disk \

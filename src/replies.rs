@@ -142,6 +142,8 @@ macro_rules! reply_of {
 reply_of! {
     /// `query-migration`'s reply.
     as_migration => Migration(MigrationReply);
+    /// `query-status`' reply.
+    as_status => Status(Status);
     /// `query-guest-info`'s reply (KubeVirt's guest agent info).
     as_guest_info => GuestInfo(Value);
     /// `query-users`' reply.
@@ -282,6 +284,10 @@ pub struct Status {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pr_helper: Option<Value>,
     pub shutdown: Option<GraceWindow>,
+    /// When the first `shutdown` command came (seconds since the epoch);
+    /// absent before one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shutdown_requested: Option<f64>,
     pub uid: String,
     pub uptime_seconds: f64,
     /// The virtiofsd serving the VMI's filesystems; only for a VMI that
@@ -739,6 +745,7 @@ mod tests {
                     remaining_seconds: 1.0,
                     started_seconds_ago: 2.0,
                 }),
+                shutdown_requested: None,
                 uid: "u".into(),
                 uptime_seconds: 3.0,
                 virtiofs: Some(serde_json::json!([{"name": "fs", "pid": 7}])),

@@ -265,6 +265,19 @@ impl ManagerClient {
             domain.spec.metadata.kubevirt.migration =
                 migration.migration.as_ref().map(kv_migration::metadata);
         }
+        // When virt-handler's Shutdown first asked the guest to power off:
+        // virt-handler counts the grace period from it before it kills the
+        // domain, and KubeVirt's launcher keeps it in the grace period
+        // metadata (SignalShutdownVMI).
+        if let Ok(reply) = self.run("query-status", json!({}))
+            && let Some(at) = reply.as_status().and_then(|s| s.shutdown_requested)
+            && let Some(seconds) = std::time::Duration::try_from_secs_f64(at)
+                .ok()
+                .and_then(|since| i64::try_from(since.as_secs()).ok())
+            && let Some(grace) = domain.spec.metadata.kubevirt.grace_period.as_mut()
+        {
+            grace.deletion_timestamp = Some(api::GoTime::from_unix(seconds));
+        }
         // What the guest agent reported, once it has: the interfaces and
         // the OS, as KubeVirt's launcher merges them into the status.
         if let Ok(reply) = self.run("query-interfaces", json!({}))

@@ -268,6 +268,7 @@ impl DomainManager {
             phase: self.phase.as_str(),
             pr_helper: crate::daemons::virtiofs::report_pr_helper(&self.virtiofs),
             shutdown,
+            shutdown_requested: self.stop.shutdown_requested_at(),
             uid: self.config.uid.clone(),
             uptime_seconds: self.started.elapsed().as_secs_f64(),
             virtiofs,

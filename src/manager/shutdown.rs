@@ -48,6 +48,11 @@ pub(super) struct GracefulStop {
     /// ACPI power button presses since the signal, numbered in the log: a
     /// guest still booting misses the first ones.
     presses: u32,
+    /// When the first `shutdown` command asked the guest to power off
+    /// (wall-clock time: virt-handler counts its grace period from it, as
+    /// KubeVirt's launcher records it in the domain's grace period
+    /// metadata).
+    shutdown_requested_at: Option<SystemTime>,
 }
 
 impl GracefulStop {
@@ -57,6 +62,7 @@ impl GracefulStop {
             intent: None,
             window: None,
             presses: 0,
+            shutdown_requested_at: None,
         }
     }
 
@@ -79,6 +85,15 @@ impl GracefulStop {
     /// keeps its own reason.
     pub(super) fn shutdown_requested(&mut self) {
         self.intent.get_or_insert(StopIntent::Shutdown);
+        self.shutdown_requested_at
+            .get_or_insert_with(SystemTime::now);
+    }
+
+    /// When the first `shutdown` command came, in seconds since the epoch.
+    pub(super) fn shutdown_requested_at(&self) -> Option<f64> {
+        self.shutdown_requested_at
+            .and_then(|at| at.duration_since(UNIX_EPOCH).ok())
+            .map(|since| since.as_secs_f64())
     }
 
     /// `kill` forces the domain off, whatever asked for a stop before.

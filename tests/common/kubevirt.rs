@@ -264,6 +264,21 @@ impl PodLauncher {
         netns: Option<&str>,
         env: &[(&str, &str)],
     ) -> PodLauncher {
+        Self::start_with_args(tree, name, uid, grace, netns, env, &[])
+    }
+
+    /// As [`PodLauncher::start_with`], with `extra` added to the pod's
+    /// command line (flags virt-controller may add, such as the agent's
+    /// polling intervals).
+    pub fn start_with_args(
+        tree: TempTree,
+        name: &str,
+        uid: &str,
+        grace: u64,
+        netns: Option<&str>,
+        env: &[(&str, &str)],
+        extra: &[&str],
+    ) -> PodLauncher {
         let bin = fs::canonicalize(launcher_bin()).expect("the launcher binary");
         // virt-controller's command is /usr/bin/virt-launcher-monitor.
         let monitor = tree.path("virt-launcher-monitor");
@@ -316,6 +331,7 @@ impl PodLauncher {
             .arg("--")
             .arg(&monitor)
             .args(pod_args)
+            .args(extra)
             // As virt-controller sets it for a VMI with a log verbosity
             // label: debug logs.
             .env("VIRT_LAUNCHER_LOG_VERBOSITY", "4")
@@ -337,9 +353,25 @@ impl PodLauncher {
         netns: Option<&str>,
         env: &[(&str, &str)],
     ) -> PodLauncher {
+        let script = super::needs::go_launcher_script();
+        Self::start_go_with(tree, name, uid, grace, netns, env, &script, &[])
+    }
+
+    /// As [`PodLauncher::start_go`], through `script` (run-go-launcher.sh
+    /// or a copy of it), with `extra` added to the launcher's flags.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_go_with(
+        tree: TempTree,
+        name: &str,
+        uid: &str,
+        grace: u64,
+        netns: Option<&str>,
+        env: &[(&str, &str)],
+        script: &Path,
+        extra: &[&str],
+    ) -> PodLauncher {
         fs::create_dir_all(Self::share_dir_of(&tree)).unwrap();
         let grace = grace.to_string();
-        let script = super::needs::go_launcher_script();
         let mut command = match netns {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
@@ -374,7 +406,8 @@ impl PodLauncher {
                 "--hook-sidecars",
                 "0",
                 "--allow-emulation",
-            ]);
+            ])
+            .args(extra);
         Self::spawn(command, tree, name, uid)
     }
 

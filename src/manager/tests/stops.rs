@@ -213,3 +213,22 @@ fn a_stop_seen_only_by_a_job_still_ends_the_launcher() {
     let exit = h.exit();
     assert_eq!(exit.code, ExitCode::DomainCrashed);
 }
+
+#[test]
+fn the_first_shutdown_command_is_when_the_grace_period_began() {
+    let h = Harness::start();
+    h.sync();
+    h.fake.set_acpi(AcpiGuest::Ignores);
+    assert!(h.status().get("shutdown_requested").is_none());
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    h.ok("shutdown", Value::Null);
+    let first = h.status()["shutdown_requested"].as_f64().unwrap();
+    assert!(first >= before.floor(), "{first} < {before}");
+    // virt-handler asks again while the guest ignores it: the start stays.
+    std::thread::sleep(Duration::from_millis(20));
+    h.ok("shutdown", Value::Null);
+    assert_eq!(h.status()["shutdown_requested"].as_f64(), Some(first));
+}

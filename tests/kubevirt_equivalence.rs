@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use common::guest::{BOOT, REAL_GUEST, STEP, ext4_image, images, wait_no_qemu};
-use common::kubevirt::{NotifyServer, PodLauncher, summary};
+use common::kubevirt::{NotifyServer, PodLauncher};
 use common::podnet::run;
 use common::{Need, TempTree, require};
 
@@ -325,7 +325,22 @@ impl Pod {
         let first = self.notify.seen.len();
         self.notify.wait(timeout, what, pred);
         while self.notify.next(Duration::from_secs(1)).is_some() {}
-        self.notify.seen[first..].to_vec()
+        self.since(first)
+    }
+
+    /// The events from the `first`th on, after a `before` entry with the
+    /// domain of the last event before them (the state the step began in),
+    /// if there was one.
+    fn since(&self, first: usize) -> Vec<Value> {
+        let before = self.notify.seen[..first]
+            .iter()
+            .rev()
+            .find(|e| e["event"] == "domain");
+        before
+            .map(|e| json!({"event": "before", "domain": e["domain"]}))
+            .into_iter()
+            .chain(self.notify.seen[first..].iter().cloned())
+            .collect()
     }
 }
 
@@ -372,7 +387,7 @@ fn observe(side: Side) -> BTreeMap<String, Value> {
         r["items"].as_array().is_some_and(|i| !i.is_empty())
     });
     while pod.notify.next(Duration::from_secs(1)).is_some() {}
-    events.insert("start", pod.notify.seen[first..].to_vec());
+    events.insert("start", pod.since(first));
     seen.insert("GetDomain running".to_string(), running);
     seen.insert("GetDomainStats".to_string(), pod.ok(&["get-domain-stats"]));
     seen.insert("GetGuestInfo".to_string(), pod.ok(&["get-guest-info"]));
@@ -428,7 +443,7 @@ fn observe(side: Side) -> BTreeMap<String, Value> {
         is_domain(e, "MODIFIED", "Shutoff", Some("Shutdown"))
     });
     while pod.notify.next(Duration::from_secs(1)).is_some() {}
-    events.insert("shutdown", pod.notify.seen[first..].to_vec());
+    events.insert("shutdown", pod.since(first));
     seen.insert("GetDomain shut off".to_string(), pod.get_domain());
     delete(&mut pod, &mut events, "delete after shutdown");
     drop(pod);
@@ -470,7 +485,7 @@ fn delete(pod: &mut Pod, events: &mut BTreeMap<&'static str, Vec<Value>>, step: 
     pod.notify.wait(STEP, "NoState/NonExistent", |e| {
         is_domain(e, "MODIFIED", "NoState", Some("NonExistent"))
     });
-    let mut list = pod.notify.seen[first..].to_vec();
+    let mut list = pod.since(first);
     let status = pod.launcher.wait_exit(STEP);
     list.push(json!({"exit status": status}));
     events.insert(step, list);
@@ -488,15 +503,16 @@ fn delete(pod: &mut Pod, events: &mut BTreeMap<&'static str, Vec<Value>>, step: 
 /// - the times in a domain (a delete's, the grace period's start, a
 ///   migration record's) are when each run did it; whether a time is
 ///   there is compared;
-/// - notify events that repeat the one before (the same type, status and
-///   reason) are folded into it: how many such refreshes a launcher sends
-///   depends on when its agent polls fell, and virt-handler treats each
-///   as the whole state again. A step's sequence is compared, and the
-///   domain of its last event in full;
-/// - a `ShuttingDown` state right before `Shutoff/Destroyed`: libvirt
-///   destroys a domain by signalling QEMU, which reports a shutdown before
-///   it exits; whether a notifier reads the state in between depends on
-///   how fast QEMU exits.
+/// - notify events that repeat the state before them (the same status and
+///   reason, also the state the step began in) are folded into it: how
+///   many such refreshes a launcher sends, and whether one falls into a
+///   step, depends on when its agent polls fell, and virt-handler treats
+///   each as the whole state again. A step's sequence of states is
+///   compared, and the domain of its last event in full;
+/// - a `ShuttingDown` state right before `Shutoff`: QEMU reports the
+///   guest's power-off, or libvirt's signal when it destroys the domain,
+///   before it exits; whether a notifier reads the state in between
+///   depends on how fast QEMU exits.
 fn normalize(name: &str, value: &Value) -> Value {
     match name {
         "GetDomainStats" => stats_shape(value, ""),
@@ -506,30 +522,51 @@ fn normalize(name: &str, value: &Value) -> Value {
         }
         events if events.starts_with("events ") => {
             let list = value.as_array().cloned().unwrap_or_default();
-            let mut sequence: Vec<String> = Vec::new();
+            let state = |e: &Value| {
+                format!(
+                    "{}/{}",
+                    e["domain"]["Status"]["Status"].as_str().unwrap_or("?"),
+                    e["domain"]["Status"]["Reason"].as_str().unwrap_or("?")
+                )
+            };
+            // (line, state) of each event kept; the state the step began
+            // in is the first, and is not shown.
+            let mut kept: Vec<(String, String)> = Vec::new();
             let mut last_domain = Value::Null;
             for event in &list {
-                let line = match event["event"].as_str() {
+                let (line, now) = match event["event"].as_str() {
+                    Some("before") => {
+                        kept.push((String::new(), state(event)));
+                        continue;
+                    }
                     Some("domain") => {
                         last_domain = event["domain"].clone();
-                        summary(std::slice::from_ref(event))
-                            .trim_matches(['[', ']'])
-                            .to_string()
+                        let now = state(event);
+                        let kind = event["type"].as_str().unwrap_or("?");
+                        (format!("{kind} {now}"), now)
                     }
-                    Some("k8s") => format!("k8s {}", event["line"].as_str().unwrap_or("?")),
-                    _ => event.to_string(),
+                    Some("k8s") => {
+                        let line = format!("k8s {}", event["line"].as_str().unwrap_or("?"));
+                        (line.clone(), line)
+                    }
+                    _ => (event.to_string(), event.to_string()),
                 };
-                if line == "MODIFIED Shutoff/Destroyed"
-                    && sequence
+                if now.starts_with("Shutoff/")
+                    && kept
                         .last()
-                        .is_some_and(|l| l.starts_with("MODIFIED ShuttingDown/"))
+                        .is_some_and(|(_, s)| s.starts_with("ShuttingDown/"))
                 {
-                    sequence.pop();
+                    kept.pop();
                 }
-                if sequence.last() != Some(&line) {
-                    sequence.push(line);
+                if kept.last().map(|(_, s)| s) != Some(&now) {
+                    kept.push((line, now));
                 }
             }
+            let sequence: Vec<String> = kept
+                .into_iter()
+                .map(|(line, _)| line)
+                .filter(|line| !line.is_empty())
+                .collect();
             json!({
                 "sequence": sequence.join(", "),
                 "last domain": replace_keys(&last_domain, TIMES, "<time>"),
@@ -899,12 +936,18 @@ fn the_docs_rows_parse_and_allow_only_what_they_say() {
         json!({"event": "domain", "type": "MODIFIED",
                "domain": {"ObjectMeta": {}, "Status": {"Status": status, "Reason": "Unknown"}}})
     };
+    let before = json!({"event": "before", "domain": event("Running")["domain"]});
     let folded = normalize(
-        "events start",
-        &json!([event("Running"), event("Running"), event("Paused")]),
+        "events pause",
+        &json!([before, event("Running"), event("Paused"), event("Paused")]),
+    );
+    assert_eq!(folded["sequence"], "MODIFIED Paused/Unknown");
+    let folded = normalize(
+        "events kill",
+        &json!([event("Running"), event("ShuttingDown"), event("Shutoff")]),
     );
     assert_eq!(
         folded["sequence"],
-        "MODIFIED Running/Unknown, MODIFIED Paused/Unknown"
+        "MODIFIED Running/Unknown, MODIFIED Shutoff/Unknown"
     );
 }

@@ -812,3 +812,112 @@ fn efi_variables_and_tpm_state_outlive_the_launcher_in_the_backend_storage_dir()
     again.client.ok("kill", Value::Null);
     assert_eq!(again.launcher.wait_exit(STEP), 0);
 }
+
+/// A migration between two launchers given the same `--backend-storage-dir`
+/// (shared storage, as KubeVirt's RWX backend-storage PVC): the EFI
+/// variables written before the migration and after it, on the target, are
+/// both in the store a third launcher boots from.
+#[test]
+fn persistent_efi_variables_follow_a_migration_on_a_shared_backend_storage_dir() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let state_tree = TempTree::new("d2-mstate");
+    let backend = state_tree.path("vm-state");
+    let mut vmi = guest_vmi(&GuestOptions::new("efimover"));
+    vmi["spec"]["domain"]["firmware"]["bootloader"] =
+        json!({"efi": {"secureBoot": false, "persistent": true}});
+    let efivars = "/sys/firmware/efi/efivars";
+    let mount_efivarfs = format!(
+        "[ -d /sys/firmware/efi ] || {{ echo not an EFI guest; exit 2; }}; \
+         modprobe efivarfs 2>/dev/null; \
+         grep -q efivarfs /proc/mounts || mount -t efivarfs efivarfs {efivars} || exit 3"
+    );
+    let variable = |n: u32| TEST_EFI_VARIABLE.replacen("VlPersist", &format!("VlMoved{n}"), 1);
+    let write = |client: &mut Client, n: u32, mark: &str| {
+        let (code, out) = guest_sh(
+            client,
+            &format!(
+                "{mount_efivarfs} && printf '\\007\\000\\000\\000{mark}' > {efivars}/{v}",
+                v = variable(n)
+            ),
+        );
+        assert_eq!(code, 0, "{out}");
+    };
+    let read = |client: &mut Client, n: u32| {
+        guest_sh(
+            client,
+            &format!(
+                "{mount_efivarfs} && tail -c +5 {efivars}/{v}",
+                v = variable(n)
+            ),
+        )
+    };
+    let before = format!("before-{}", std::process::id());
+    let after = format!("after-{}", std::process::id());
+
+    let mut a = boot_efi(TempTree::new("d2-mig-a"), &vmi, &backend);
+    write(&mut a.client, 1, &before);
+
+    let b = common::guest::start_qemu_launcher(
+        TempTree::new("d2-mig-b"),
+        "efimover",
+        &["--backend-storage-dir", backend.to_str().unwrap()],
+    );
+    let mut b_watch = b.client();
+    b_watch.ok("subscribe", Value::Null);
+    let mut b_client = b.client();
+    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
+    let target = ret["return"]["target"].clone();
+    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
+    let started = a.client.ok("migrate", json!({"target": target}));
+    assert_eq!(started["started"], true);
+    a.watcher.wait_events(
+        STEP * 2,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            (
+                "Stopped/Migrated",
+                &common::lifecycle("Stopped", "Migrated"),
+            ),
+        ],
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    assert_eq!(
+        b_client.ok("finalize-migration", Value::Null)["finalized"],
+        true
+    );
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    // The same guest on B: the variable is there, and B's QEMU writes the
+    // store.
+    assert_eq!(read(&mut b_client, 1), (0, before.clone()));
+    write(&mut b_client, 2, &after);
+    let b_booted = common::guest::Booted {
+        launcher: b,
+        client: b_client,
+        watcher: b_watch,
+        booted_at: std::time::Instant::now(),
+    };
+    stop_gracefully(b_booted, "e2e_efimover");
+
+    let mut c = boot_efi(TempTree::new("d2-mig-c"), &vmi, &backend);
+    assert_eq!(
+        read(&mut c.client, 1),
+        (0, before),
+        "the variable written before the migration is lost"
+    );
+    assert_eq!(
+        read(&mut c.client, 2),
+        (0, after),
+        "the variable written on the migration's target is lost"
+    );
+    c.client.ok("kill", Value::Null);
+    assert_eq!(c.launcher.wait_exit(STEP), 0);
+}

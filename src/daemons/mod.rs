@@ -678,3 +678,30 @@ fn find_binary(name: &str) -> Result<PathBuf, DaemonError> {
             ))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Session mode: the backend dir's `swtpm/` goes over the session
+    /// daemon's swtpm directory, whose mount point is made in the
+    /// directory mounted over /etc/libvirt; no certificate authority.
+    #[test]
+    fn backend_storage_goes_over_the_session_daemons_swtpm_directory() {
+        let root = std::env::temp_dir().join(format!("vl-backend-mounts-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (backend, runtime) = (root.join("state"), root.join("private/libvirt"));
+        let mounts = backend_storage_mounts(&backend, &runtime, DaemonMode::Session)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            mounts,
+            [(
+                backend.join("swtpm"),
+                PathBuf::from("/etc/libvirt/qemu/swtpm")
+            )]
+        );
+        assert!(backend.join("swtpm").is_dir());
+        assert!(runtime.join("etc/qemu/swtpm").is_dir());
+        let _ = fs::remove_dir_all(&root);
+    }
+}

@@ -5,7 +5,10 @@
 //! screenshot`, Python's zlib); and changed block tracking backups, full
 //! and incremental, push and pull, restored with `qemu-img` and compared
 //! with the guest's disk, also after an aborted backup and after the
-//! launcher was killed and a new one adopted the running guest.
+//! launcher was killed and a new one adopted the running guest; and the
+//! persistent state of `--backend-storage-dir` (EFI variables the guest
+//! writes, a persistent TPM's state) across a launcher restart and a
+//! migration.
 
 mod common;
 

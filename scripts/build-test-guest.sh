@@ -71,6 +71,9 @@ REQUIRED_MODULES="virtio_pci virtio_console virtio_net virtio_blk virtio_scsi
 virtio_balloon virtio_rng virtio_mem button evdev isofs sd_mod sr_mod cdrom
 virtiofs"
 OPTIONAL_MODULES="libahci ahci ata_piix i6300esb"
+# Modules put in the initrd but not loaded at boot: a test loads them where
+# the guest can use them (efivarfs only loads in an EFI guest).
+ON_DEMAND_MODULES="efivarfs"
 # Must be available (built in, or a module that then gets loaded).
 MUST_HAVE_FS="ext4"
 
@@ -265,6 +268,17 @@ for m in $REQUIRED_MODULES $OPTIONAL_MODULES $MUST_HAVE_FS; do
             *" $m "*) NOTES+=("$n:absent") ;;
             *) die "module $m is neither built in nor a module of $KREL" ;;
         esac
+    fi
+done
+for m in $ON_DEMAND_MODULES; do
+    n=${m//-/_}
+    if [ -n "${BUILTIN[$n]:-}" ]; then
+        NOTES+=("$n:builtin")
+    elif [ -n "${MODPATH[$n]:-}" ]; then
+        pick "$n"
+        NOTES+=("$n:on-demand")
+    else
+        NOTES+=("$n:absent")
     fi
 done
 # ext4 with metadata_csum needs crc32c at mount time.

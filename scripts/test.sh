@@ -183,6 +183,8 @@ else
         virt_handler_reads_the_same_from_this_launcher_as_from_kubevirts \
         bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain \
         version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest \
+        efi_variables_and_tpm_state_outlive_the_launcher_in_the_backend_storage_dir \
+        persistent_efi_variables_follow_a_migration_on_a_shared_backend_storage_dir \
         full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_guest_disk \
         an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working \
         virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk

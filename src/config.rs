@@ -70,6 +70,8 @@ pub struct Config {
     pub vhost_vsock_device: PathBuf,
     /// --dra-metadata-dir.
     pub dra_metadata_dir: PathBuf,
+    /// --backend-storage-dir.
+    pub backend_storage_dir: Option<PathBuf>,
     /// KubeVirt mode and KubeVirt's own flags (`--kubevirt`).
     pub kubevirt: crate::cli::KubevirtArgs,
     /// KubeVirt mode without --connect or --spawn-libvirt: the launcher
@@ -198,6 +200,7 @@ impl Config {
             cpuset_file: args.cpuset_file,
             vhost_vsock_device: args.vhost_vsock_device,
             dra_metadata_dir: args.dra_metadata_dir,
+            backend_storage_dir: args.backend_storage_dir,
             kubevirt: args.kubevirt,
             pod_daemons,
         })

@@ -230,6 +230,7 @@ fn run_locked(
     } else if config.spawn_libvirt {
         let daemons = LibvirtDaemons::start(
             &config.dirs.private,
+            config.backend_storage_dir.as_deref(),
             config.libvirt_log_filters.as_deref(),
             &fatal_tx,
         )

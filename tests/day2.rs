@@ -5,7 +5,10 @@
 //! screenshot`, Python's zlib); and changed block tracking backups, full
 //! and incremental, push and pull, restored with `qemu-img` and compared
 //! with the guest's disk, also after an aborted backup and after the
-//! launcher was killed and a new one adopted the running guest.
+//! launcher was killed and a new one adopted the running guest; and the
+//! persistent state of `--backend-storage-dir` (EFI variables the guest
+//! writes, a persistent TPM's state) across a launcher restart and a
+//! migration.
 
 mod common;
 
@@ -676,4 +679,248 @@ fn an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working
     assert_eq!(sha256(&restored), at_c4);
     assert_eq!(qemu_pids(&domain), qemu);
     client.ok("kill", Value::Null);
+}
+
+/// An EFI variable of this test's own (its GUID is random), as efivarfs
+/// names it.
+const TEST_EFI_VARIABLE: &str = "VlPersist-4f1c2b7e-9a3d-4e5f-8b6a-0c1d2e3f4a5b";
+
+/// Boots `vmi` (EFI under emulation: slower than the BIOS boots of
+/// `boot_vmi`) on a new launcher in `tree`, with `--backend-storage-dir`.
+fn boot_efi(tree: TempTree, vmi: &Value, backend: &std::path::Path) -> common::guest::Booted {
+    let name = vmi["metadata"]["name"].as_str().unwrap_or_default();
+    let launcher = common::guest::start_qemu_launcher(
+        tree,
+        name,
+        &["--backend-storage-dir", backend.to_str().unwrap()],
+    );
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", Value::Null);
+    let mut client = launcher.client();
+    let synced = client.request_timeout("sync", json!({ "vmi": vmi }), STEP);
+    assert!(synced.get("return").is_some(), "sync failed: {synced}");
+    let booted_at = std::time::Instant::now();
+    watcher.wait_event(STEP, "Started", common::lifecycle("Started", "Booted"));
+    watcher.wait_event(BOOT * 3, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
+    common::guest::Booted {
+        launcher,
+        client,
+        watcher,
+        booted_at,
+    }
+}
+
+/// The launcher stops the guest gracefully (SIGTERM: ACPI power off) and
+/// exits.
+fn stop_gracefully(mut g: common::guest::Booted, domain: &str) {
+    g.launcher.signal("TERM");
+    g.watcher
+        .wait_event(STEP, "Stopped", common::lifecycle("Stopped", "Shutdown"));
+    assert_eq!(g.launcher.wait_exit(STEP), 0);
+    common::guest::wait_no_qemu(domain, std::time::Duration::from_secs(10));
+}
+
+/// `efi.persistent` and `tpm.persistent` with `--backend-storage-dir`: an
+/// EFI variable the guest writes is there again when a new launcher, with
+/// a private dir of its own, boots the same VMI after a graceful stop; the
+/// TPM's state is kept in the directory and reused (no new endorsement
+/// key certificate is made for it).
+#[test]
+fn efi_variables_and_tpm_state_outlive_the_launcher_in_the_backend_storage_dir() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let state_tree = TempTree::new("d2-state");
+    let backend = state_tree.path("vm-state");
+    let mut vmi = guest_vmi(&GuestOptions::new("persist"));
+    // The test kernel is not signed for Secure Boot.
+    vmi["spec"]["domain"]["firmware"]["bootloader"] =
+        json!({"efi": {"secureBoot": false, "persistent": true}});
+    vmi["spec"]["domain"]["devices"]["tpm"] = json!({"persistent": true});
+    let mark = format!("marker-{}", std::process::id());
+    let efivars = "/sys/firmware/efi/efivars";
+    let mount_efivarfs = format!(
+        "[ -d /sys/firmware/efi ] || {{ echo not an EFI guest; exit 2; }}; \
+         modprobe efivarfs 2>/dev/null; \
+         grep -q efivarfs /proc/mounts || mount -t efivarfs efivarfs {efivars} || exit 3"
+    );
+
+    let mut g = boot_efi(TempTree::new("d2-persist-a"), &vmi, &backend);
+    let spec = g.client.ok("query-domain", Value::Null)["spec"].clone();
+    let nvram = backend.join("nvram/persist_VARS.fd");
+    assert_eq!(
+        spec["os"]["nvram"]["$text"].as_str(),
+        nvram.to_str(),
+        "{spec}"
+    );
+    // Attributes NV | BS | RT (7, little-endian u32), then the data.
+    let (code, out) = guest_sh(
+        &mut g.client,
+        &format!(
+            "{mount_efivarfs} && printf '\\007\\000\\000\\000{mark}' > {efivars}/{TEST_EFI_VARIABLE} \
+             && tail -c +5 {efivars}/{TEST_EFI_VARIABLE}"
+        ),
+    );
+    assert_eq!((code, out.as_str()), (0, mark.as_str()), "{out}");
+    let (code, out) = guest_sh(&mut g.client, "ls /dev/tpm0");
+    assert_eq!(code, 0, "the guest has no TPM: {out}");
+    let uuid = spec["uuid"].as_str().unwrap_or_default().to_string();
+    stop_gracefully(g, "e2e_persist");
+
+    // The variable is in the store the launcher left in the directory.
+    let store = fs::read(&nvram).unwrap_or_else(|e| panic!("{}: {e}", nvram.display()));
+    assert!(
+        store.windows(mark.len()).any(|w| w == mark.as_bytes()),
+        "{} does not hold the variable",
+        nvram.display()
+    );
+    let tpm_state = backend
+        .join("swtpm")
+        .join(&uuid)
+        .join("tpm2/tpm2-00.permall");
+    assert!(
+        tpm_state.is_file(),
+        "no TPM state at {}",
+        tpm_state.display()
+    );
+    // swtpm_localca counts the certificates it signs: the TPM made at the
+    // first start got its endorsement key and platform certificates.
+    let serial = backend.join("swtpm-localca/certserial");
+    let serial_before = fs::read_to_string(&serial).unwrap_or_default();
+    assert!(
+        !serial_before.trim().is_empty(),
+        "no certificate authority state at {}",
+        serial.display()
+    );
+
+    // A new launcher, a new private dir: only the backend dir is shared.
+    let mut again = boot_efi(TempTree::new("d2-persist-b"), &vmi, &backend);
+    let (code, out) = guest_sh(
+        &mut again.client,
+        &format!("{mount_efivarfs} && tail -c +5 {efivars}/{TEST_EFI_VARIABLE}"),
+    );
+    assert_eq!(
+        (code, out.as_str()),
+        (0, mark.as_str()),
+        "the EFI variable did not survive the restart: {out}"
+    );
+    let (code, out) = guest_sh(&mut again.client, "ls /dev/tpm0");
+    assert_eq!(code, 0, "the guest has no TPM after the restart: {out}");
+    assert!(tpm_state.is_file());
+    assert_eq!(
+        fs::read_to_string(&serial).unwrap_or_default(),
+        serial_before,
+        "a new TPM was made at the second start (its state was not reused)"
+    );
+    again.client.ok("kill", Value::Null);
+    assert_eq!(again.launcher.wait_exit(STEP), 0);
+}
+
+/// A migration between two launchers given the same `--backend-storage-dir`
+/// (shared storage, as KubeVirt's RWX backend-storage PVC): the EFI
+/// variables written before the migration and after it, on the target, are
+/// both in the store a third launcher boots from.
+#[test]
+fn persistent_efi_variables_follow_a_migration_on_a_shared_backend_storage_dir() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let state_tree = TempTree::new("d2-mstate");
+    let backend = state_tree.path("vm-state");
+    let mut vmi = guest_vmi(&GuestOptions::new("efimover"));
+    vmi["spec"]["domain"]["firmware"]["bootloader"] =
+        json!({"efi": {"secureBoot": false, "persistent": true}});
+    let efivars = "/sys/firmware/efi/efivars";
+    let mount_efivarfs = format!(
+        "[ -d /sys/firmware/efi ] || {{ echo not an EFI guest; exit 2; }}; \
+         modprobe efivarfs 2>/dev/null; \
+         grep -q efivarfs /proc/mounts || mount -t efivarfs efivarfs {efivars} || exit 3"
+    );
+    let variable = |n: u32| TEST_EFI_VARIABLE.replacen("VlPersist", &format!("VlMoved{n}"), 1);
+    let write = |client: &mut Client, n: u32, mark: &str| {
+        let (code, out) = guest_sh(
+            client,
+            &format!(
+                "{mount_efivarfs} && printf '\\007\\000\\000\\000{mark}' > {efivars}/{v}",
+                v = variable(n)
+            ),
+        );
+        assert_eq!(code, 0, "{out}");
+    };
+    let read = |client: &mut Client, n: u32| {
+        guest_sh(
+            client,
+            &format!(
+                "{mount_efivarfs} && tail -c +5 {efivars}/{v}",
+                v = variable(n)
+            ),
+        )
+    };
+    let before = format!("before-{}", std::process::id());
+    let after = format!("after-{}", std::process::id());
+
+    let mut a = boot_efi(TempTree::new("d2-mig-a"), &vmi, &backend);
+    write(&mut a.client, 1, &before);
+
+    let b = common::guest::start_qemu_launcher(
+        TempTree::new("d2-mig-b"),
+        "efimover",
+        &["--backend-storage-dir", backend.to_str().unwrap()],
+    );
+    let mut b_watch = b.client();
+    b_watch.ok("subscribe", Value::Null);
+    let mut b_client = b.client();
+    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
+    let target = ret["return"]["target"].clone();
+    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
+    let started = a.client.ok("migrate", json!({"target": target}));
+    assert_eq!(started["started"], true);
+    a.watcher.wait_events(
+        STEP * 2,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            (
+                "Stopped/Migrated",
+                &common::lifecycle("Stopped", "Migrated"),
+            ),
+        ],
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    assert_eq!(
+        b_client.ok("finalize-migration", Value::Null)["finalized"],
+        true
+    );
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    // The same guest on B: the variable is there, and B's QEMU writes the
+    // store.
+    assert_eq!(read(&mut b_client, 1), (0, before.clone()));
+    write(&mut b_client, 2, &after);
+    let b_booted = common::guest::Booted {
+        launcher: b,
+        client: b_client,
+        watcher: b_watch,
+        booted_at: std::time::Instant::now(),
+    };
+    stop_gracefully(b_booted, "e2e_efimover");
+
+    let mut c = boot_efi(TempTree::new("d2-mig-c"), &vmi, &backend);
+    assert_eq!(
+        read(&mut c.client, 1),
+        (0, before),
+        "the variable written before the migration is lost"
+    );
+    assert_eq!(
+        read(&mut c.client, 2),
+        (0, after),
+        "the variable written on the migration's target is lost"
+    );
+    c.client.ok("kill", Value::Null);
+    assert_eq!(c.launcher.wait_exit(STEP), 0);
 }

@@ -105,6 +105,8 @@ enum Host {
     PrivateDir(usize),
     /// Two NUMA cells of four CPUs; the cpuset has two of each.
     Numa,
+    /// A `--backend-storage-dir`.
+    BackendStorage,
 }
 
 fn context(host: Host) -> ConvertContext {
@@ -136,6 +138,9 @@ fn context(host: Host) -> ConvertContext {
                 cells: vec![cell(0, 0), cell(1, 4)],
             });
             ctx.cpuset = Ok(vec![0, 1, 4, 5]);
+        }
+        Host::BackendStorage => {
+            ctx.backend_storage_dir = Some(PathBuf::from("/srv/vm-state"));
         }
         _ => {}
     }
@@ -221,9 +226,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         }
         Refused::DownwardMetricsVolume => {
             json!({"spec": {"volumes": [{"name": "m", "downwardMetrics": {}}]}})
-        }
-        Refused::PersistentEfiVariables => {
-            domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}}))
         }
         Refused::SupplementalPoolIoThreads => json!({"spec": {
             "domain": {"ioThreadsPolicy": "supplementalPool", "ioThreads": {"supplementalPoolThreadCount": 2},
@@ -352,6 +354,10 @@ fn checked_example(checked: Checked) -> (Value, Host, Option<Host>) {
         Checked::PausedOnTestDriver => (
             json!({"spec": {"startStrategy": "Paused"}}),
             (Host::TestDriver, Some(Host::Kvm)),
+        ),
+        Checked::PersistentEfiWithoutBackendStorage => (
+            domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}})),
+            (Host::Kvm, Some(Host::BackendStorage)),
         ),
     };
     (example, bad, good)

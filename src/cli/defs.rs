@@ -30,6 +30,9 @@ pub struct Args {
     pub cpuset_file: Option<PathBuf>,
     /// The host's vhost-vsock device (`autoattachVSOCK`).
     pub vhost_vsock_device: PathBuf,
+    /// Where persistent EFI variables and TPM state are kept (KubeVirt's
+    /// backend-storage PVC); None: persistent EFI is refused.
+    pub backend_storage_dir: Option<PathBuf>,
     /// Where the DRA drivers' metadata of the pod's resource claims is.
     pub dra_metadata_dir: PathBuf,
     pub connect: Option<String>,
@@ -287,6 +290,20 @@ pub static FLAGS: &[FlagSpec] = &[
             "/sys/fs/cgroup/cpuset.cpus.effective (cgroup v2), else /sys/fs/cgroup/cpuset/cpuset.cpus",
         ),
         help: "The file listing the CPUs (\"0-3,8\") a VMI with dedicatedCpuPlacement is pinned to, read at each sync.",
+    },
+    FlagSpec {
+        long: "backend-storage-dir",
+        short: None,
+        kind: FlagKind::Value {
+            name: "DIR",
+            apply: |a, v| {
+                a.backend_storage_dir = Some(path(v)?);
+                Ok(())
+            },
+        },
+        default: None,
+        default_doc: Some("none; a VMI with efi.persistent is refused"),
+        help: "The VM's persistent state, as KubeVirt's backend-storage PVC: EFI variables of a VMI with efi.persistent in nvram/NAME_VARS.fd, and with --spawn-libvirt the state of a persistent TPM in swtpm/ (and the TPM certificate authority in swtpm-localca/, as root). Give the same directory to the next launcher of the VM, or to a migration target.",
     },
     value_flag!(
         "vhost-vsock-device",
@@ -673,6 +690,7 @@ impl Args {
             ovmf_path: None,
             cpuset_file: None,
             vhost_vsock_device: PathBuf::new(),
+            backend_storage_dir: None,
             dra_metadata_dir: PathBuf::new(),
             connect: None,
             qemu_timeout: zero,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::metadata::firmware_uuid;
-use super::{ConvertContext, ConvertError, Refused, paths};
+use super::{Checked, ConvertContext, ConvertError, paths};
 use crate::disks::{DiskPlan, PathKind};
 use crate::domxml::{
     BootMenu, Domain, Loader, Nvram, OemStrings, Os, OsBios, OsType, Smbios, SysInfo,
@@ -107,13 +107,21 @@ fn configure_efi(
     plan: &mut DiskPlan,
 ) -> Result<(), ConvertError> {
     const PATH: &str = "spec.domain.firmware.bootloader.efi";
-    if efi.persistent == Some(true) {
-        return Err(ConvertError::unsupported(
-            Refused::PersistentEfiVariables,
-            format!("{PATH}.persistent"),
-            "persistent EFI variables (NVRAM lives only as long as the launcher)",
-        ));
-    }
+    // Where the variables live: a persistent store in the backend-storage
+    // directory, which outlives the launcher, else the private dir's, which
+    // is the launcher's alone.
+    let nvram = if efi.persistent == Some(true) {
+        let backend = ctx.backend_storage_dir.as_deref().ok_or_else(|| {
+            ConvertError::checked(
+                Checked::PersistentEfiWithoutBackendStorage,
+                format!("{PATH}.persistent"),
+                "persistent EFI variables need a directory that outlives the launcher: start it with --backend-storage-dir (KubeVirt's backend-storage PVC)",
+            )
+        })?;
+        paths::persistent_nvram_file(backend, ctx)
+    } else {
+        paths::nvram_file(ctx)
+    };
     let ovmf = ctx.ovmf.as_ref().ok_or_else(|| {
         ConvertError::new(
             PATH,
@@ -142,7 +150,7 @@ fn configure_efi(
     });
     os.nvram = Some(Nvram {
         template: Some(paths::text(vars)),
-        path: paths::text(&paths::nvram_file(ctx)),
+        path: paths::text(&nvram),
     });
     plan.require(code.clone(), PathKind::File, "EFI firmware code (OVMF)");
     plan.require(
@@ -150,7 +158,9 @@ fn configure_efi(
         PathKind::File,
         "EFI variables template (OVMF)",
     );
-    plan.make_dir(paths::nvram_dir(ctx), "EFI variable store");
+    if let Some(dir) = nvram.parent() {
+        plan.make_dir(dir.to_path_buf(), "EFI variable store");
+    }
     Ok(())
 }
 
@@ -339,6 +349,40 @@ mod tests {
         assert_eq!(
             plain.domain.os.loader.map(|l| l.path).as_deref(),
             Some("/usr/share/OVMF/OVMF_CODE_4M.fd")
+        );
+    }
+
+    #[test]
+    fn persistent_efi_variables_live_in_the_backend_storage_dir() {
+        let spec = json!({"domain": {"firmware": {"bootloader": {"efi": {"persistent": true}}}}});
+        let mut ctx = context();
+        ctx.backend_storage_dir = Some("/srv/vm-state".into());
+        let conversion = convert_with(spec.clone(), &ctx).unwrap_or_else(|e| panic!("{e}"));
+        let nvram = conversion.domain.os.nvram.unwrap_or_default();
+        // KubeVirt's PVC layout: the `nvram` subPath, KubeVirt's file name.
+        assert_eq!(nvram.path, "/srv/vm-state/nvram/testvmi_VARS.fd");
+        assert_eq!(
+            nvram.template.as_deref(),
+            Some("/usr/share/OVMF/OVMF_VARS_4M.ms.fd")
+        );
+        assert!(conversion.disk_plan.steps.contains(&DiskStep::MakeDir {
+            path: "/srv/vm-state/nvram".into(),
+            what: "EFI variable store".into(),
+        }));
+        // Not persistent: the private dir's store, even with a backend dir.
+        let plain = convert_with(
+            json!({"domain": {"firmware": {"bootloader": {"efi": {"persistent": false}}}}}),
+            &ctx,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            plain.domain.os.nvram.unwrap_or_default().path,
+            "/var/run/kubevirt-private/libvirt/qemu/nvram/testvmi_VARS.fd"
+        );
+        // Without the directory there is nowhere to keep them.
+        assert_eq!(
+            convert_err(spec),
+            "spec.domain.firmware.bootloader.efi.persistent: persistent EFI variables need a directory that outlives the launcher: start it with --backend-storage-dir (KubeVirt's backend-storage PVC)"
         );
     }
 

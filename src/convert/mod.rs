@@ -54,6 +54,7 @@ pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
+pub use paths::{BACKEND_NVRAM_DIR, BACKEND_SWTPM_DIR, BACKEND_SWTPM_LOCALCA_DIR};
 pub use probe::{
     default_cpuset_file, detect_host_topology, detect_present_paths, read_cpuset,
     read_vsock_local_namespace,
@@ -91,6 +92,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         device_env: BTreeMap::new(),
         vsock_local_namespace: false,
         dra_devices: DraDevices::new(),
+        backend_storage_dir: None,
         options: None,
     }
 }
@@ -210,6 +212,9 @@ pub struct ConvertContext {
     /// The devices of the resource claims the VMI's GPUs and host devices
     /// name ([`detect_dra_devices`]).
     pub dra_devices: DraDevices,
+    /// `--backend-storage-dir`: where the VM's persistent state lives
+    /// (KubeVirt's backend-storage PVC); `None` refuses persistent EFI.
+    pub backend_storage_dir: Option<PathBuf>,
     /// What virt-handler sent beside the VMI; `None`: this launcher's
     /// defaults (KubeVirt's cluster defaults).
     pub options: Option<ClusterOptions>,

@@ -200,7 +200,25 @@ pub(crate) fn nvram_dir(ctx: &ConvertContext) -> PathBuf {
 }
 
 pub(crate) fn nvram_file(ctx: &ConvertContext) -> PathBuf {
-    nvram_dir(ctx).join(format!("{}_VARS.fd", ctx.name))
+    nvram_dir(ctx).join(nvram_file_name(ctx))
+}
+
+fn nvram_file_name(ctx: &ConvertContext) -> String {
+    format!("{}_VARS.fd", ctx.name)
+}
+
+/// The backend-storage directory's subdirectories, named as KubeVirt's
+/// PVC has them (pkg/virt-controller/services/rendervolumes.go
+/// `withBackendStorage`: the subPaths `nvram`, `swtpm`, `swtpm-localca`).
+pub const BACKEND_NVRAM_DIR: &str = "nvram";
+pub const BACKEND_SWTPM_DIR: &str = "swtpm";
+pub const BACKEND_SWTPM_LOCALCA_DIR: &str = "swtpm-localca";
+
+/// A persistent EFI variable store: `<backend>/nvram/<vmi name>_VARS.fd`,
+/// the file KubeVirt's launcher sees at `PathForNVram` with the PVC's
+/// `nvram` subPath mounted there.
+pub(crate) fn persistent_nvram_file(backend: &Path, ctx: &ConvertContext) -> PathBuf {
+    backend.join(BACKEND_NVRAM_DIR).join(nvram_file_name(ctx))
 }
 
 /// Paths go into XML and the disk plan as text.

@@ -58,7 +58,6 @@ field_table! {
         DownwardMetricsVolume => "spec.volumes[].downwardMetrics",
         // Refused by the converter, where it depends on the value or on
         // other fields.
-        PersistentEfiVariables => "spec.domain.firmware.bootloader.efi.persistent",
         SupplementalPoolIoThreads => "spec.domain.ioThreadsPolicy",
         ConfigDriveDiskTag => "spec.domain.devices.disks[].tag",
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",
@@ -86,6 +85,7 @@ field_table! {
         EmulatedHypervClock => "spec.domain.clock.timer.hyperv",
         EmulatedHostPassthrough => "spec.domain.cpu.model",
         PausedOnTestDriver => "spec.startStrategy",
+        PersistentEfiWithoutBackendStorage => "spec.domain.firmware.bootloader.efi.persistent",
     }
 }
 

@@ -140,6 +140,7 @@ impl LibvirtDaemons {
     /// its user namespace ([`enter_user_namespace_if_needed`]).
     pub fn start(
         private_dir: &Path,
+        backend_storage_dir: Option<&Path>,
         log_filters: Option<&str>,
         fatal: &FatalSender,
     ) -> Result<LibvirtDaemons, DaemonError> {
@@ -187,6 +188,9 @@ impl LibvirtDaemons {
         }
 
         let mut mounts = mount_points(&runtime_dir, mode)?;
+        if let Some(backend) = backend_storage_dir {
+            mounts.extend(backend_storage_mounts(backend, &runtime_dir, mode)?);
+        }
         // The daemons see only the emulator the launcher runs (see
         // `capabilities`).
         for emulator in capabilities::hidden_emulators() {
@@ -554,6 +558,59 @@ fn mount_points(
     Ok(mounts)
 }
 
+/// The libvirt daemon keeps a TPM's state in its swtpm directory, by
+/// domain UUID (libvirt 9.0 cannot put it elsewhere), and swtpm_setup its
+/// certificate authority in /var/lib/swtpm-localca. As KubeVirt's pod
+/// mounts its backend-storage PVC's `swtpm` and `swtpm-localca` subPaths
+/// over them, the daemons' namespace gets `<backend>/swtpm` and
+/// `<backend>/swtpm-localca` there: a persistent TPM's state outlives the
+/// launcher and its private dir. In session mode the swtpm directory is
+/// `$XDG_CONFIG_HOME/libvirt/qemu/swtpm`, and swtpm_setup's authority is
+/// per user (not kept).
+fn backend_storage_mounts(
+    backend: &Path,
+    runtime_dir: &Path,
+    mode: DaemonMode,
+) -> Result<Vec<(PathBuf, PathBuf)>, DaemonError> {
+    let create = |dir: &Path| {
+        fs::create_dir_all(dir)
+            .map_err(|e| DaemonError::os(format!("cannot create {}", dir.display()), e))
+    };
+    let swtpm = backend.join(crate::convert::BACKEND_SWTPM_DIR);
+    create(&swtpm)?;
+    // The mount point, in the directory mounted over libvirt's own.
+    let (overlay_point, target) = match mode {
+        DaemonMode::System => (runtime_dir.join("lib/swtpm"), "/var/lib/libvirt/swtpm"),
+        DaemonMode::Session => (
+            runtime_dir.join("etc/qemu/swtpm"),
+            "/etc/libvirt/qemu/swtpm",
+        ),
+    };
+    create(&overlay_point)?;
+    let mut mounts = vec![(swtpm, PathBuf::from(target))];
+    const LOCALCA: &str = "/var/lib/swtpm-localca";
+    if mode == DaemonMode::System
+        && let Ok(host) = fs::metadata(LOCALCA)
+    {
+        // swtpm_setup runs as the swtpm user (tss), who owns the host's.
+        let localca = backend.join(crate::convert::BACKEND_SWTPM_LOCALCA_DIR);
+        create(&localca)?;
+        use std::os::unix::fs::MetadataExt;
+        std::os::unix::fs::chown(&localca, Some(host.uid()), Some(host.gid()))
+            .and_then(|()| {
+                fs::set_permissions(&localca, fs::Permissions::from_mode(host.mode() & 0o7777))
+            })
+            .map_err(|e| {
+                DaemonError::os(
+                    format!("cannot give {} the owner of {LOCALCA}", localca.display()),
+                    e,
+                )
+            })?;
+        mounts.push((localca, PathBuf::from(LOCALCA)));
+    }
+    Ok(mounts)
+}
+
 /// Where the installed libvirt keeps its connection drivers (one module
 /// each), by distribution.
 fn connection_driver_dirs() -> Vec<PathBuf> {
@@ -620,4 +677,31 @@ fn find_binary(name: &str) -> Result<PathBuf, DaemonError> {
                 "{name} is not installed (looked in /usr/sbin, /usr/bin, /usr/local/sbin)"
             ))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Session mode: the backend dir's `swtpm/` goes over the session
+    /// daemon's swtpm directory, whose mount point is made in the
+    /// directory mounted over /etc/libvirt; no certificate authority.
+    #[test]
+    fn backend_storage_goes_over_the_session_daemons_swtpm_directory() {
+        let root = std::env::temp_dir().join(format!("vl-backend-mounts-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let (backend, runtime) = (root.join("state"), root.join("private/libvirt"));
+        let mounts = backend_storage_mounts(&backend, &runtime, DaemonMode::Session)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            mounts,
+            [(
+                backend.join("swtpm"),
+                PathBuf::from("/etc/libvirt/qemu/swtpm")
+            )]
+        );
+        assert!(backend.join("swtpm").is_dir());
+        assert!(runtime.join("etc/qemu/swtpm").is_dir());
+        let _ = fs::remove_dir_all(&root);
+    }
 }

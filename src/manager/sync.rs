@@ -227,6 +227,7 @@ impl DomainManager {
             vsock_local_namespace: vmi.spec.domain.devices.autoattach_vsock == Some(true)
                 && convert::read_vsock_local_namespace(Path::new("/proc")),
             dra_devices: convert::detect_dra_devices(&vmi, &self.config.dra_metadata_dir),
+            backend_storage_dir: self.config.backend_storage_dir.clone(),
             options,
         };
         let ctx = ConvertContext {

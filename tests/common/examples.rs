@@ -42,11 +42,14 @@ pub fn load_example(path: &Path) -> VirtualMachineInstance {
     parse_vmi(&example_json(path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The `--backend-storage-dir` of the golden files (persistent EFI).
+pub const BACKEND_STORAGE_DIR: &str = "/var/lib/vm-state/efi-state";
+
 /// The fixed context of the golden files (made for KVM, as in production): KubeVirt's default directories,
 /// fixed OVMF paths, slirp, the VMI's identity and grace period, the block
 /// PVC volume names the examples use, libvirt 9.0.0 (this project's), and
 /// for dedicated CPUs a cpuset of 4 CPUs on two NUMA cells (0-1 and 2-3,
-/// distance 20).
+/// distance 20), and a `--backend-storage-dir`.
 pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) -> ConvertContext {
     ConvertContext {
         namespace: vmi.namespace().to_string(),
@@ -55,6 +58,7 @@ pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) ->
         block_pvcs: BTreeSet::from(["database".to_string(), "shared-lun".to_string()]),
         grace_period_seconds: vmi.termination_grace_period_seconds(),
         libvirt_version: Some(libvirt_version(9, 0, 0)),
+        backend_storage_dir: Some(PathBuf::from(BACKEND_STORAGE_DIR)),
         cpuset: Ok(vec![0, 1, 2, 3]),
         host_topology: Some(HostTopology {
             cells: (0..2)

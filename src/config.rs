@@ -11,6 +11,12 @@ use serde_json::Value;
 
 use crate::cli::{Args, UsageError};
 
+/// The backend-storage directory in KubeVirt mode with the pod's own
+/// daemons and no `--backend-storage-dir`: the NVRAM store is then
+/// `/var/lib/libvirt/qemu/nvram/<name>_VARS.fd`, where KubeVirt's pod
+/// mounts the PVC's `nvram` subPath.
+pub const KUBEVIRT_POD_BACKEND_STORAGE: &str = "/var/lib/libvirt/qemu";
+
 /// How often the guest-agent poller refreshes each kind of data
 /// (`--qemu-agent-*-interval`, `--qemu-fsfreeze-status-interval`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,7 +206,15 @@ impl Config {
             cpuset_file: args.cpuset_file,
             vhost_vsock_device: args.vhost_vsock_device,
             dra_metadata_dir: args.dra_metadata_dir,
-            backend_storage_dir: args.backend_storage_dir,
+            // In KubeVirt's pod, virt-controller mounts the backend-storage
+            // PVC's `nvram` subPath at libvirt's own NVRAM directory
+            // (`PathForNVram`) and its `swtpm` ones at libvirt's swtpm
+            // directories, which the pod's daemons use as they are: the
+            // PVC's root is, as far as the NVRAM store is concerned,
+            // libvirt's qemu directory.
+            backend_storage_dir: args
+                .backend_storage_dir
+                .or_else(|| pod_daemons.then(|| PathBuf::from(KUBEVIRT_POD_BACKEND_STORAGE))),
             kubevirt: args.kubevirt,
             pod_daemons,
         })
@@ -273,6 +287,30 @@ mod tests {
             std::env::temp_dir().join(format!("vl-config-{tag}-{}.json", std::process::id()));
         fs::write(&path, body).unwrap();
         path
+    }
+
+    #[test]
+    fn kubevirts_pod_keeps_persistent_efi_where_its_backend_storage_is_mounted() {
+        let base = ["--name", "vm", "--namespace", "ns", "--uid", "u1"];
+        let with = |more: &[&str]| {
+            let argv: Vec<&str> = base.iter().chain(more).copied().collect();
+            Config::resolve(args(&argv))
+        };
+        assert_eq!(with(&[]).unwrap().backend_storage_dir, None);
+        let given = with(&["--kubevirt", "--backend-storage-dir", "/srv/state"]).unwrap();
+        assert_eq!(given.backend_storage_dir, Some(PathBuf::from("/srv/state")));
+        // The pod's own daemons need root; as another user the mode is
+        // refused (errors_name_the_flag's concern).
+        if running_as_root() {
+            let pod = with(&["--kubevirt"]).unwrap();
+            assert!(pod.pod_daemons);
+            assert_eq!(
+                pod.backend_storage_dir,
+                Some(PathBuf::from("/var/lib/libvirt/qemu"))
+            );
+        }
+        let spawned = with(&["--kubevirt", "--spawn-libvirt"]).unwrap();
+        assert_eq!(spawned.backend_storage_dir, None);
     }
 
     #[test]

@@ -302,7 +302,9 @@ pub static FLAGS: &[FlagSpec] = &[
             },
         },
         default: None,
-        default_doc: Some("none; a VMI with efi.persistent is refused"),
+        default_doc: Some(
+            "none; a VMI with efi.persistent is refused, except in KubeVirt mode with the pod's own daemons, where the store is /var/lib/libvirt/qemu/nvram/<name>_VARS.fd (KubeVirt's pod mounts its backend-storage PVC there)",
+        ),
         help: "The VM's persistent state, as KubeVirt's backend-storage PVC: EFI variables of a VMI with efi.persistent in nvram/NAME_VARS.fd, and with --spawn-libvirt the state of a persistent TPM in swtpm/ (and the TPM certificate authority in swtpm-localca/, as root). Give the same directory to the next launcher of the VM, or to a migration target.",
     },
     value_flag!(

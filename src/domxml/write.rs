@@ -9,12 +9,16 @@
 //! several times over for every type of the domain model (an element, its
 //! attributes and its text each have their own serializer there); here
 //! each type's `Serialize` is instantiated once, for [`NodeSerializer`],
-//! and everything XML-specific is written once, for the tree.
+//! and everything XML-specific is written once, for the tree. The same
+//! tree gives the domain's JSON form ([`Node::into_json`], what
+//! `query-domain` answers), so that serde_json's own serializer is not
+//! instantiated for the domain types too.
 
 use std::fmt::{self, Write as _};
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
+use serde_json::{Map, Value};
 
 /// A serialized value: what the domain types' `Serialize` produce, in
 /// field order.
@@ -30,6 +34,29 @@ pub enum Node {
     List(Vec<Node>),
     /// A struct: `(field name, value)` in declaration order.
     Struct(Vec<(&'static str, Node)>),
+}
+
+impl Node {
+    /// The JSON form `serde_json::to_value` gives the same value: `None`
+    /// and `()` are `null`, a struct is an object of its fields (sorted by
+    /// name, as serde_json's maps are).
+    pub fn into_json(self) -> Value {
+        match self {
+            Node::Null => Value::Null,
+            Node::Bool(value) => Value::Bool(value),
+            Node::Signed(value) => Value::Number(value.into()),
+            Node::Unsigned(value) => Value::Number(value.into()),
+            Node::Text(text) => Value::String(text),
+            Node::List(items) => Value::Array(items.into_iter().map(Node::into_json).collect()),
+            Node::Struct(fields) => {
+                let mut object = Map::new();
+                for (key, value) in fields {
+                    object.insert(key.to_string(), value.into_json());
+                }
+                Value::Object(object)
+            }
+        }
+    }
 }
 
 /// A value the writer has no XML form for (a map, a float, an enum with

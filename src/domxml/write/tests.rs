@@ -233,3 +233,37 @@ fn refuses_what_has_no_xml_form() {
         "cannot write a list as an attribute or text as domain XML"
     );
 }
+
+/// The JSON form of every document is what `serde_json::to_value` gives
+/// (which `query-domain` answered with before), to the byte.
+#[test]
+fn json_form_is_serde_jsons() {
+    for (path, xml) in documents() {
+        let domain = Domain::from_xml(&xml).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let ours = to_node(&domain).unwrap().into_json();
+        let theirs = serde_json::to_value(&domain).unwrap();
+        assert_eq!(ours, theirs, "{path}");
+        assert_eq!(
+            serde_json::to_string(&ours).unwrap(),
+            serde_json::to_string(&theirs).unwrap(),
+            "{path}"
+        );
+    }
+    let sample = Nested {
+        id: 1,
+        inner: vec![Nested {
+            id: 2,
+            inner: Vec::new(),
+        }],
+    };
+    assert_eq!(
+        to_node(&sample).unwrap().into_json(),
+        serde_json::json!({"@id": 1, "inner": [{"@id": 2, "inner": []}]})
+    );
+    assert_eq!(
+        to_node(&(None::<u8>, -3i64, Flag {}, "s"))
+            .unwrap()
+            .into_json(),
+        serde_json::json!([null, -3, {}, "s"])
+    );
+}

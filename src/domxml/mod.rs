@@ -4,10 +4,11 @@
 //! back from what libvirt returns ([`Domain::from_xml`]), including live XML:
 //! elements and attributes that are not modelled (seclabels, PCI controllers'
 //! details, `<resource>`, ...) are skipped on input. Writing goes through
-//! quick-xml's serde serializer, reading through our own [`read`] (a small
-//! tree and a deserializer with quick-xml's mapping), so attributes are
-//! fields named `@name`, element text is `$text`; `serde_json` renders the
-//! same keys for `query-domain`.
+//! our own [`write`] (a serde serializer into a small tree, written with
+//! quick-xml's mapping), reading through our own [`read`] (a small tree and
+//! a deserializer with quick-xml's mapping), so attributes are fields named
+//! `@name`, element text is `$text`; `serde_json` renders the same keys for
+//! `query-domain`.
 //!
 //! Attribute values that libvirt keeps open-ended (device models, machine
 //! types, ...) are strings; counts and sizes are integers.
@@ -15,6 +16,7 @@
 mod devices;
 mod general;
 pub mod read;
+pub mod write;
 
 use std::fmt;
 
@@ -144,12 +146,11 @@ impl Domain {
     /// Renders the domain as indented XML (two spaces, trailing newline), the
     /// form stored in the golden files and passed to `virDomainDefineXML`.
     pub fn to_xml(&self) -> Result<String, DomXmlError> {
-        let mut xml = String::with_capacity(4096);
-        let mut serializer = quick_xml::se::Serializer::new(&mut xml);
-        serializer.indent(' ', 2);
-        self.serialize(serializer).map_err(|err| DomXmlError {
-            message: format!("cannot write domain XML for {:?}: {err}", self.name),
-        })?;
+        let mut xml = write::to_node(self)
+            .and_then(|node| write::write_document("domain", &node, true))
+            .map_err(|err| DomXmlError {
+                message: format!("cannot write domain XML for {:?}: {err}", self.name),
+            })?;
         xml.push('\n');
         Ok(xml)
     }
@@ -157,9 +158,11 @@ impl Domain {
     /// One device element alone (`<disk>…</disk>`, `<interface>…`), as
     /// libvirt's attach, detach and update calls take it.
     pub fn device_xml<T: Serialize>(tag: &str, device: &T) -> Result<String, DomXmlError> {
-        quick_xml::se::to_string_with_root(tag, device).map_err(|err| DomXmlError {
-            message: format!("cannot write the <{tag}> device XML: {err}"),
-        })
+        write::to_node(device)
+            .and_then(|node| write::write_document(tag, &node, false))
+            .map_err(|err| DomXmlError {
+                message: format!("cannot write the <{tag}> device XML: {err}"),
+            })
     }
 
     /// Parses domain XML as written by [`Domain::to_xml`] or returned by

@@ -31,6 +31,7 @@ use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::{DomainRead, JobValue, LiveDomain};
 use crate::command::{DomainFields, DomainQuery, ReplyTo};
 use crate::domxml::Domain;
+use crate::domxml::write::{Node, to_node};
 use crate::hypervisor::{DomainStatus, Hypervisor};
 use crate::protocol::{CommandError, Encoded};
 use crate::replies::DomainReply;
@@ -110,9 +111,13 @@ pub(super) fn domain_reply(
 }
 
 /// The domain's JSON form as replies carry it: through a JSON tree, so
-/// that its keys come sorted as in every other reply object.
+/// that its keys come sorted as in every other reply object. The tree
+/// comes from the domain XML writer's (`domxml::write`), which gives what
+/// `serde_json::to_value` gives without instantiating serde_json's
+/// serializer for every domain type again.
 fn encode_spec(domain: &Domain) -> Encoded {
-    Encoded::new(&serde_json::to_value(domain).unwrap_or(Value::Null))
+    let spec = to_node(domain).map_or(Value::Null, Node::into_json);
+    Encoded::new(&spec)
 }
 
 /// Reads the live domain: XML, UUID and state, and parses the XML.

@@ -26,4 +26,4 @@ pub fn from_str<T: DeserializeOwned>(xml: &str) -> Result<T, String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

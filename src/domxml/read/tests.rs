@@ -253,7 +253,7 @@ fn wide_documents_with_many_distinct_names_are_read_whole() {
 
 /// Every domain XML the repository holds: the golden files of the
 /// converter and the live XML libvirt returned.
-fn documents() -> Vec<(String, String)> {
+pub(in crate::domxml) fn documents() -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = Vec::new();
     for dir in ["tests/golden", "src/domxml/testdata"] {

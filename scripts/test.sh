@@ -128,7 +128,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # and a NIC changed live, the dirty rate, a memory dump and a screenshot (a
 # libvirt stream), changed block tracking backups (checkpoints created,
 # listed, redefined and deleted, push and pull, an abort, a launcher
-# restart, and virt-handler's BackupVirtualMachine); and the whole KubeVirt suite (tests/kubevirt.rs: the
+# restart, and virt-handler's BackupVirtualMachine); a guest paused by a full
+# volume (the disks libvirt names); and the whole KubeVirt suite (tests/kubevirt.rs: the
 # launcher in a pod driven by virt-handler's own client). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
 # VL_STATIC_SUITES=all runs the whole qemu, agent and migration suites with it
@@ -183,7 +184,8 @@ else
         version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest \
         full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_guest_disk \
         an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working \
-        virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk
+        virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk \
+        a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

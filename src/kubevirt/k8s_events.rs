@@ -9,10 +9,13 @@
 //!   panic that stops the guest; a `Crashloaded` one (the guest's kdump
 //!   took over) each time.
 //! - `Warning GuestAgentPingFailed`: a `GuestPing` that failed.
+//! - `Warning IOerror`: the guest was paused by an I/O error, one event
+//!   per disk libvirt names (`virDomainGetDiskErrors`), with the volume
+//!   behind it. Sent once each time the guest is paused so; KubeVirt's
+//!   launcher repeats it on every domain event while the guest stays
+//!   paused, which Kubernetes folds into one event with a count.
 //!
-//! KubeVirt's launcher sends two more this one does not: `IOerror` (a
-//! guest paused by an I/O error, naming the volume: that needs libvirt's
-//! per-disk errors, which the hypervisor layer does not read) and
+//! KubeVirt's launcher sends one more this one does not:
 //! `AccessCredentialsSyncSuccess` (the VMI's access credentials, which
 //! this launcher does not apply).
 
@@ -22,6 +25,9 @@ use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::hypervisor::DiskErrorKind;
+use crate::replies::DiskErrorReply;
 
 /// How much of the end of the QEMU log is searched for the panic's line
 /// (libvirt writes it last, when the panic happens).
@@ -63,6 +69,24 @@ impl K8sEvent {
             severity: Severity::Warning,
             reason: "GuestAgentPingFailed",
             message: format!("GuestAgentPing probe failed for VMI {vmi_name}"),
+        }
+    }
+
+    /// KubeVirt's words for a disk's I/O error (notify-client's
+    /// `eventCallback`).
+    pub fn io_error(disk: &DiskErrorReply) -> K8sEvent {
+        let message = if disk.error == DiskErrorKind::NoSpace.as_str() {
+            format!(
+                "VM Paused due to not enough space on volume: {}",
+                disk.volume
+            )
+        } else {
+            format!("VM Paused due to IO error at the volume: {}", disk.volume)
+        };
+        K8sEvent {
+            severity: Severity::Warning,
+            reason: "IOerror",
+            message,
         }
     }
 
@@ -273,6 +297,28 @@ mod tests {
         assert_eq!(PanicInfo::from_log(&log).unwrap().args[0], 2);
         assert_eq!(PanicInfo::from_log(&dir.join("none.log")), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn io_errors_name_the_volume_in_kubevirts_words() {
+        let disk = |error: DiskErrorKind| DiskErrorReply {
+            error: error.as_str(),
+            target: "vdb".into(),
+            volume: "data".into(),
+        };
+        let full = K8sEvent::io_error(&disk(DiskErrorKind::NoSpace));
+        assert_eq!(
+            (full.severity, full.reason, full.message.as_str()),
+            (
+                Severity::Warning,
+                "IOerror",
+                "VM Paused due to not enough space on volume: data"
+            )
+        );
+        assert_eq!(
+            K8sEvent::io_error(&disk(DiskErrorKind::Unspecified)).message,
+            "VM Paused due to IO error at the volume: data"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
 use crate::migration::{MigrationPhase, MigrationStatus, Role};
 use crate::protocol::{CommandError, CommandResult, Encoded, ErrorClass, Return};
+use crate::replies::DiskErrorReply;
 use crate::sink::Sink;
 
 /// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services;
@@ -236,12 +237,25 @@ impl ManagerClient {
 
     /// The live domain with its state and what the guest agent reported.
     pub fn read_domain(&self) -> Result<Option<api::Domain>, String> {
+        Ok(self
+            .read_domain_and_disk_errors()?
+            .map(|(domain, _)| domain))
+    }
+
+    /// `read_domain`, with the disks whose I/O errors paused the domain.
+    pub fn read_domain_and_disk_errors(
+        &self,
+    ) -> Result<Option<(api::Domain, Vec<DiskErrorReply>)>, String> {
         let reply = match self.run("query-domain", json!({ "fields": ["xml", "state"] })) {
             Ok(reply) => reply,
             Err(e) if e.class == ErrorClass::NotFound => return Ok(None),
             Err(e) => return Err(describe(&e)),
         };
         let status = status_of(&reply);
+        let disk_errors = reply
+            .as_domain()
+            .and_then(|d| d.disk_errors.clone())
+            .unwrap_or_default();
         let xml = reply
             .as_domain()
             .and_then(|d| d.xml.as_ref())
@@ -279,7 +293,7 @@ impl ManagerClient {
         {
             domain.status.os_info = api::os_info(os);
         }
-        Ok(Some(domain))
+        Ok(Some((domain, disk_errors)))
     }
 
     /// The guest agent's last `guest-fsfreeze-status` (`thawed`,

@@ -820,7 +820,7 @@ fn cluster_options_reach_the_guest_and_its_panic_reaches_virt_handler_as_a_k8s_e
             "VirtualMachineSMBios": {"manufacturer": "Acme", "product": "Rocket",
                 "version": "2.1", "sku": "R-1", "family": "Rockets"},
             "MemBalloonStatsPeriod": 3,
-            "clusterConfig": {"FreePageReportingDisabled": true}
+            "clusterConfig": {"FreePageReportingDisabled": true, "SerialConsoleLogDisabled": true}
         }),
     );
     pod.sync_to_running_with(UID, &["--options", &options]);
@@ -853,6 +853,9 @@ fn cluster_options_reach_the_guest_and_its_panic_reaches_virt_handler_as_a_k8s_e
     let balloon = &spec["Devices"]["Ballooning"];
     assert_eq!(balloon["Stats"]["Period"], 3, "{balloon}");
     assert_eq!(balloon["FreePageReporting"], "off", "{balloon}");
+    // The cluster logs no serial console (the VMI does not ask).
+    let serial = &spec["Devices"]["Serials"][0];
+    assert!(serial.is_object() && serial["Log"].is_null(), "{serial}");
     pod.wait_agent(BOOT);
     let (_, dmi) = pod.guest_sh(
         "cd /sys/class/dmi/id && cat sys_vendor product_name product_version product_sku product_family",

@@ -122,18 +122,21 @@ fn unsupported(method: CmdMethod) -> Response {
 }
 
 /// What of virt-handler's `VirtualMachineOptions` the launcher applies, as
-/// the `sync` command's `options` (see `convert::ClusterOptions`). The
-/// rest is not applied: the NUMA topology, disks info (KubeVirt's launcher
-/// reads the images itself), the interfaces' attachment and migration, the
-/// other cluster settings.
+/// the `sync` command's `options` (see `convert::ClusterOptions`), read as
+/// KubeVirt's `generateConverterContext` reads them (Go's zero values for
+/// what is absent). The rest is not applied: the NUMA topology, disks
+/// info (KubeVirt's launcher reads the images itself), the interfaces'
+/// attachment and migration, and the cluster settings for hardware this
+/// launcher does not pass through (PCI NUMA awareness, vGPU migration,
+/// Grace).
 fn cluster_options(options: &VirtualMachineOptions) -> Value {
+    let cluster = options.cluster_config.clone().unwrap_or_default();
     let mut out = json!({
         "memBalloonStatsPeriod": options.mem_balloon_stats_period,
         "preallocatedVolumes": options.preallocated_volumes,
-        "freePageReportingDisabled": options
-            .cluster_config
-            .as_ref()
-            .is_some_and(|c| c.free_page_reporting_disabled),
+        "freePageReportingDisabled": cluster.free_page_reporting_disabled,
+        "bochsDisplayForEfiGuests": cluster.bochs_display_for_efi_guests,
+        "serialConsoleLogDisabled": cluster.serial_console_log_disabled,
     });
     if let Some(smbios) = &options.virtual_machine_smbios {
         out["smbios"] = json!({
@@ -947,6 +950,8 @@ mod tests {
             preallocated_volumes: vec!["thick".into()],
             cluster_config: Some(ClusterConfig {
                 free_page_reporting_disabled: true,
+                bochs_display_for_efi_guests: true,
+                serial_console_log_disabled: true,
                 ..Default::default()
             }),
             ..Default::default()
@@ -967,10 +972,19 @@ mod tests {
         assert_eq!(parsed.mem_balloon_stats_period, 3);
         assert!(parsed.preallocated_volumes.contains("thick"));
         assert!(parsed.free_page_reporting_disabled);
-        // Options without SMBIOS or cluster settings: none.
+        assert_eq!(parsed.bochs_display_for_efi_guests, Some(true));
+        assert!(parsed.serial_console_log_disabled);
+        // Options without SMBIOS or cluster settings: Go's zero values, as
+        // KubeVirt's launcher reads them (VGA for EFI guests among them).
         let parsed: ClusterOptions =
             serde_json::from_value(cluster_options(&VirtualMachineOptions::default())).unwrap();
-        assert_eq!(parsed, ClusterOptions::default());
+        assert_eq!(
+            parsed,
+            ClusterOptions {
+                bochs_display_for_efi_guests: Some(false),
+                ..ClusterOptions::default()
+            }
+        );
     }
 
     use std::sync::Mutex;

@@ -26,7 +26,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::hypervisor::DiskErrorKind;
+use crate::hypervisor::state::CrashedDetail;
+use crate::hypervisor::{DiskErrorKind, LifecycleEvent};
 use crate::replies::DiskErrorReply;
 
 /// How much of the end of the QEMU log is searched for the panic's line
@@ -227,20 +228,20 @@ impl PanicInfo {
     }
 }
 
-/// Whether a `DOMAIN_LIFECYCLE` event's data is a guest panic: `Some(true)`
-/// for one that stopped the guest (`Panicked`), `Some(false)` for one its
-/// kdump handled (`Crashloaded`), `None` for any other event.
-pub fn panic_of_lifecycle(data: &Value) -> Option<bool> {
-    if data.get("event").and_then(Value::as_str) != Some("Crashed") {
-        return None;
+/// Whether a lifecycle event is a guest panic: `Some(true)` for one that
+/// stopped the guest (`Panicked`), `Some(false)` for one its kdump handled
+/// (`Crashloaded`), `None` for any other event.
+pub fn panic_of_lifecycle(event: LifecycleEvent) -> Option<bool> {
+    match event {
+        LifecycleEvent::Crashed(CrashedDetail::Crashloaded) => Some(false),
+        LifecycleEvent::Crashed(_) => Some(true),
+        _ => None,
     }
-    Some(data.get("detail").and_then(Value::as_str) != Some("Crashloaded"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn vmi() -> VmiRef {
         VmiRef {
@@ -323,11 +324,12 @@ mod tests {
 
     #[test]
     fn only_crashed_lifecycle_events_are_panics() {
-        let panicked = json!({"event": "Crashed", "detail": "Panicked"});
-        assert_eq!(panic_of_lifecycle(&panicked), Some(true));
-        let kdump = json!({"event": "Crashed", "detail": "Crashloaded"});
-        assert_eq!(panic_of_lifecycle(&kdump), Some(false));
-        let stopped = json!({"event": "Stopped", "detail": "Crashed"});
-        assert_eq!(panic_of_lifecycle(&stopped), None);
+        use crate::hypervisor::state::StoppedDetail;
+        let panicked = LifecycleEvent::Crashed(CrashedDetail::Panicked);
+        assert_eq!(panic_of_lifecycle(panicked), Some(true));
+        let kdump = LifecycleEvent::Crashed(CrashedDetail::Crashloaded);
+        assert_eq!(panic_of_lifecycle(kdump), Some(false));
+        let stopped = LifecycleEvent::Stopped(StoppedDetail::Crashed);
+        assert_eq!(panic_of_lifecycle(stopped), None);
     }
 }

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
-use serde_json::Value;
 
 use super::api;
 use super::k8s_events::{self, K8sEvent, PanicInfo, VmiRef};
@@ -215,13 +214,8 @@ struct NotifyState {
 impl NotifyState {
     /// Queues the Kubernetes event a hub event stands for, if any.
     fn note(&mut self, event: &crate::events::Event) {
-        if event.kind != EventKind::DomainLifecycle {
-            return;
-        }
-        let Ok(line) = serde_json::from_str::<Value>(&event.line) else {
-            return;
-        };
-        let Some(stopped_the_guest) = k8s_events::panic_of_lifecycle(&line["data"]) else {
+        let Some(stopped_the_guest) = event.lifecycle.and_then(k8s_events::panic_of_lifecycle)
+        else {
             return;
         };
         if stopped_the_guest && self.panic_reported {

@@ -394,6 +394,9 @@ pub struct Synced {
 pub struct DomainReply {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub age_ms: Option<u64>,
+    /// The disks with an I/O error, when that is what paused the domain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_errors: Option<Vec<DiskErrorReply>>,
     pub name: String,
     /// The pod network's report.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -412,6 +415,19 @@ pub struct DomainReply {
     /// The domain XML as a JSON string, encoded once per read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xml: Option<Encoded>,
+}
+
+/// A disk on which the guest met an I/O error (`query-domain`'s
+/// `disk_errors`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DiskErrorReply {
+    /// `no-space` (the storage behind the disk is full) or `io-error`.
+    pub error: &'static str,
+    /// The disk's target device.
+    pub target: String,
+    /// The VMI volume behind the disk (empty for a disk the VMI does not
+    /// name).
+    pub volume: String,
 }
 
 /// `query-stats`.
@@ -772,6 +788,7 @@ mod tests {
             }
             .into(),
             DomainReply {
+                disk_errors: None,
                 age_ms: Some(1),
                 name: "ns_vm".into(),
                 network: Some(Value::Array(Vec::new())),

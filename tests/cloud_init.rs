@@ -232,6 +232,9 @@ const NETWORK_DATA: &str = "version: 2\nethernets:\n  eth0:\n    dhcp4: true\n";
 
 #[test]
 fn sync_writes_no_cloud_and_config_map_isos_the_real_tools_read() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(ISO_TOOLS) {
         return;
     }
@@ -308,6 +311,9 @@ fn sync_writes_no_cloud_and_config_map_isos_the_real_tools_read() {
 
 #[test]
 fn sync_writes_a_config_drive_iso_in_the_openstack_layout() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(ISO_TOOLS) {
         return;
     }
@@ -363,6 +369,9 @@ fn sync_writes_a_config_drive_iso_in_the_openstack_layout() {
 
 #[test]
 fn a_failed_sync_leaves_no_files_and_no_domain() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(STEP);
     let mut client = launcher.client();

@@ -26,6 +26,9 @@ fn synced(extra: &[&str]) -> (Launcher, Client) {
 
 #[test]
 fn readiness_greeting_socket_files_and_clean_exit() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     assert!(
@@ -99,6 +102,9 @@ fn readiness_greeting_socket_files_and_clean_exit() {
 
 #[test]
 fn stale_socket_is_replaced_and_a_live_owner_is_refused() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("stale");
     let sockets = tree.path("share/sockets");
     fs::create_dir_all(&sockets).unwrap();
@@ -141,6 +147,9 @@ fn stale_socket_is_replaced_and_a_live_owner_is_refused() {
 
 #[test]
 fn protocol_errors_are_answered_and_the_connection_stays_open() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&["--max-line-bytes", "4KiB"]);
     launcher.wait_ready(T);
     let mut c = launcher.client();
@@ -199,6 +208,9 @@ fn protocol_errors_are_answered_and_the_connection_stays_open() {
 
 #[test]
 fn commands_without_a_domain_are_not_found() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut c = launcher.client();
@@ -265,6 +277,9 @@ fn commands_without_a_domain_are_not_found() {
 
 #[test]
 fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut watcher = launcher.client();
@@ -370,6 +385,9 @@ fn sync_lifecycle_commands_and_events_reach_subscribers_only() {
 
 #[test]
 fn shutdown_command_powers_off_and_exits_zero() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (mut launcher, mut c) = synced(&[]);
     let mut w = launcher.client();
     w.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
@@ -381,6 +399,9 @@ fn shutdown_command_powers_off_and_exits_zero() {
 
 #[test]
 fn sigterm_asks_the_guest_and_exits_zero_when_it_powers_off() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (mut launcher, _c) = synced(&["--grace-period-seconds", "45"]);
     let mut w = launcher.client();
     w.ok("subscribe", Value::Null);
@@ -396,6 +417,9 @@ fn sigterm_asks_the_guest_and_exits_zero_when_it_powers_off() {
 
 #[test]
 fn zero_grace_period_forces_the_domain_off_with_status_7() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (mut launcher, _c) = synced(&["--grace-period-seconds", "0"]);
     let mut w = launcher.client();
     w.ok("subscribe", Value::Null);
@@ -408,6 +432,9 @@ fn zero_grace_period_forces_the_domain_off_with_status_7() {
 
 #[test]
 fn qemu_timeout_without_a_domain_exits_5() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&["--qemu-timeout", "1s"]);
     launcher.wait_ready(T);
     let began = Instant::now();
@@ -501,6 +528,9 @@ fn unreachable_libvirt_exits_4_after_retrying() {
 
 #[test]
 fn standalone_vmi_is_synced_at_start() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("standalone");
     let vmi_path = tree.path("vmi.json");
     let name = unique_name("demo");
@@ -530,6 +560,9 @@ fn standalone_vmi_is_synced_at_start() {
 
 #[test]
 fn standalone_vmi_that_cannot_sync_exits_8() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("standalone-bad");
     let vmi_path = tree.path("vmi.json");
     let mut vmi = demo_vmi_named(&unique_name("demo"), "default");
@@ -550,6 +583,9 @@ fn standalone_vmi_that_cannot_sync_exits_8() {
 
 #[test]
 fn clients_beyond_the_limit_get_busy_and_are_closed() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&["--max-clients", "2"]);
     launcher.wait_ready(T);
     // wait_ready's probe connection may hold a slot for a moment.
@@ -587,6 +623,9 @@ fn clients_beyond_the_limit_get_busy_and_are_closed() {
 
 #[test]
 fn bad_vmi_is_invalid_argument_with_its_path_and_nothing_is_defined() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut c = launcher.client();
@@ -619,6 +658,9 @@ fn bad_vmi_is_invalid_argument_with_its_path_and_nothing_is_defined() {
 /// refused with InvalidArgument naming its path, and nothing is defined.
 #[test]
 fn lenient_vmi_shapes_are_invalid_argument_with_their_path() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut c = launcher.client();
@@ -670,6 +712,9 @@ fn lenient_vmi_shapes_are_invalid_argument_with_their_path() {
 
 #[test]
 fn slow_subscriber_loses_oldest_events_and_never_stalls_the_manager() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, mut c) = synced(&[]);
     // A subscriber that does not read.
     let mut slow = launcher.client();
@@ -693,6 +738,9 @@ fn slow_subscriber_loses_oldest_events_and_never_stalls_the_manager() {
 
 #[test]
 fn guest_commands_without_an_agent_are_unavailable_at_once() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     // The test driver has no guest agent, so none ever connects.
     let (_launcher, mut c) = synced(&[]);
     for (command, args) in [
@@ -726,6 +774,9 @@ fn guest_commands_without_an_agent_are_unavailable_at_once() {
 
 #[test]
 fn every_request_is_answered_even_when_it_ends_the_launcher() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     // kill and shutdown stop the domain, which ends the launcher; their
     // replies must still arrive, every time.
     for round in 0..12 {
@@ -742,6 +793,9 @@ fn every_request_is_answered_even_when_it_ends_the_launcher() {
 
 #[test]
 fn the_vmis_grace_period_applies_unless_the_flag_sets_one() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     let mut vmi = launcher.demo_vmi();
     vmi["spec"]["terminationGracePeriodSeconds"] = json!(12);
@@ -769,6 +823,9 @@ fn the_vmis_grace_period_applies_unless_the_flag_sets_one() {
 
 #[test]
 fn a_client_stalled_mid_line_is_dropped_but_an_idle_one_stays() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut stalled = launcher.client();
@@ -812,6 +869,9 @@ fn a_client_stalled_mid_line_is_dropped_but_an_idle_one_stays() {
 
 #[test]
 fn under_racing_pause_and_unpause_the_reported_state_ends_as_libvirts() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, mut c) = synced(&["--max-clients", "20"]);
     let socket = launcher.ready_socket();
     let racers: Vec<_> = (0..16)
@@ -864,6 +924,9 @@ fn under_racing_pause_and_unpause_the_reported_state_ends_as_libvirts() {
 
 #[test]
 fn a_second_delete_is_refused_and_sends_no_second_undefined_event() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, mut c) = synced(&[]);
     let mut watcher = launcher.client();
     watcher.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
@@ -881,6 +944,9 @@ fn a_second_delete_is_refused_and_sends_no_second_undefined_event() {
 
 #[test]
 fn migrate_on_the_test_driver_is_unavailable_up_front() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, mut c) = synced(&[]);
     let mut watcher = launcher.client();
     watcher.ok(

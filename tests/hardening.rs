@@ -180,6 +180,9 @@ fn absurd_numbers_are_usage_errors_before_anything_is_created() {
 
 #[test]
 fn the_largest_numbers_in_range_run_and_stop_cleanly() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     // Every number at the top of its documented range: the launcher
     // starts, runs a domain, and a signal's graceful stop (with a grace
     // period of ten years) ends it with status 0.
@@ -215,6 +218,9 @@ fn the_largest_numbers_in_range_run_and_stop_cleanly() {
 
 #[test]
 fn a_vmi_grace_period_out_of_range_is_refused_and_sigterm_still_stops_gracefully() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_in(TempTree::new("vmi-grace"), &test_args(&[]));
     launcher.wait_ready(T);
     let mut client = launcher.client();
@@ -323,6 +329,9 @@ fn is_log_line(line: &str) -> bool {
 
 #[test]
 fn vv_traces_every_request_reply_and_libvirt_call_and_rust_log_wins() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_in_env(TempTree::new("trace"), &test_args(&["-vv"]), None);
     launcher.wait_ready(T);
     let mut client = launcher.client();
@@ -383,6 +392,9 @@ fn vv_traces_every_request_reply_and_libvirt_call_and_rust_log_wins() {
 
 #[test]
 fn number_ids_are_echoed_exactly_and_blank_lines_get_no_reply() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_in(TempTree::new("ids"), &test_args(&[]));
     launcher.wait_ready(T);
     let mut client = launcher.client();
@@ -403,6 +415,9 @@ fn number_ids_are_echoed_exactly_and_blank_lines_get_no_reply() {
 
 #[test]
 fn a_request_nested_too_deep_in_its_id_runs_nothing_and_says_why_it_has_no_id() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let mut client = launcher.client();
@@ -438,6 +453,9 @@ fn a_request_nested_too_deep_in_its_id_runs_nothing_and_says_why_it_has_no_id() 
 
 #[test]
 fn idle_clients_can_be_limited_but_subscribers_and_busy_clients_stay() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_in(
         TempTree::new("idle"),
         &test_args(&["--client-idle-timeout", "1s"]),
@@ -493,6 +511,9 @@ fn warnings_accounted(log: &str, what: &str, summary: &str) -> (usize, u64) {
 
 #[test]
 fn a_flood_of_refused_connections_is_summarised_not_logged_line_by_line() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_in_env(
         TempTree::new("flood"),
         &test_args(&["--max-clients", "1"]),
@@ -540,6 +561,9 @@ fn a_flood_of_refused_connections_is_summarised_not_logged_line_by_line() {
 
 #[test]
 fn sighup_and_sigquit_stop_gracefully_like_sigterm() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     for signal in ["HUP", "QUIT"] {
         let mut launcher = Launcher::start_in(TempTree::new("hup"), &test_args(&[]));
         launcher.wait_ready(T);
@@ -582,6 +606,9 @@ fn sighup_and_sigquit_stop_gracefully_like_sigterm() {
 
 #[test]
 fn sigusr1_and_sigusr2_log_the_state_and_sigpipe_is_ignored() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_in(TempTree::new("usr"), &test_args(&[]));
     launcher.wait_ready(T);
     let mut client = launcher.client();
@@ -606,6 +633,9 @@ fn sigusr1_and_sigusr2_log_the_state_and_sigpipe_is_ignored() {
 
 #[test]
 fn the_lock_comes_before_libvirt_and_covers_every_writable_directory() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut first = Launcher::start_in(TempTree::new("lock-a"), &test_args(&[]));
     first.wait_ready(T);
     let mut client = first.client();
@@ -665,6 +695,9 @@ fn the_lock_comes_before_libvirt_and_covers_every_writable_directory() {
 
 #[test]
 fn the_lock_is_an_flock_not_the_files_existence() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("flock");
     let sockets = tree.path("share/sockets");
     fs::create_dir_all(&sockets).unwrap();
@@ -694,6 +727,9 @@ fn the_lock_is_an_flock_not_the_files_existence() {
 
 #[test]
 fn a_sigkilled_launchers_socket_and_locks_are_stale_and_replaced() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut first = Launcher::start_in(TempTree::new("killed"), &test_args(&[]));
     first.wait_ready(T);
     first.signal("KILL");
@@ -725,6 +761,9 @@ fn a_sigkilled_launchers_socket_and_locks_are_stale_and_replaced() {
 
 #[test]
 fn anything_but_a_stale_socket_at_launcher_sock_is_refused_not_deleted() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     for (what, make) in [
         (
             "a regular file",
@@ -788,6 +827,9 @@ fn start_with_umask_000(tree: TempTree, args: &[String]) -> Launcher {
 
 #[test]
 fn under_umask_000_every_mode_is_still_exact_and_user_data_private() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("umask");
     // A link planted where the cloud-init ISO is staged, pointing at a file
     // root owns: it must be neither written through nor become the image.
@@ -823,6 +865,9 @@ fn under_umask_000_every_mode_is_still_exact_and_user_data_private() {
 
 #[test]
 fn created_directories_are_exact_under_umask_000() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     // The cloud-init directories do not exist before the sync: created by
     // it, they must be 0755, not 0777.
     let mut launcher = start_with_umask_000(TempTree::new("umask-dirs"), &test_args(&[]));
@@ -897,6 +942,9 @@ fn assert_refused_at_define(reply: &Value) {
 
 #[test]
 fn a_failed_sync_keeps_an_image_it_did_not_create() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("rollback");
     let iso = tree.path("ephemeral/cloud-init-data/default/demo/noCloud.iso");
     fs::create_dir_all(iso.parent().unwrap()).unwrap();

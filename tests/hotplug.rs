@@ -428,6 +428,9 @@ fn test_driver_launcher(env: &[&str]) -> Launcher {
 /// driver nor this host (no IOMMU, no mediated devices) can attach one.
 #[test]
 fn host_devices_from_the_environment_start_with_the_domain_but_only_the_fake_attaches_one_live() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[Need::Program("virt-xml-validate")]) {
         return;
     }
@@ -584,6 +587,9 @@ fn kubevirt_vmi_usb_example() -> Value {
 /// is refused as a PCI or mediated device is, naming the variables.
 #[test]
 fn kubevirts_vmi_usb_example_gets_the_usb_device_its_plugin_assigned() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[
         Need::Program("qemu-img"),
         Need::Program("virt-xml-validate"),
@@ -684,6 +690,9 @@ fn kubevirt_vmi_dra_pgpu_example() -> Value {
 /// the directory looked in.
 #[test]
 fn kubevirts_dra_gpu_example_gets_the_device_of_its_claims_metadata() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[
         Need::Program("qemu-img"),
         Need::Program("virt-xml-validate"),

@@ -820,7 +820,7 @@ fn cluster_options_reach_the_guest_and_its_panic_reaches_virt_handler_as_a_k8s_e
             "VirtualMachineSMBios": {"manufacturer": "Acme", "product": "Rocket",
                 "version": "2.1", "sku": "R-1", "family": "Rockets"},
             "MemBalloonStatsPeriod": 3,
-            "clusterConfig": {"FreePageReportingDisabled": true}
+            "clusterConfig": {"FreePageReportingDisabled": true, "SerialConsoleLogDisabled": true}
         }),
     );
     pod.sync_to_running_with(UID, &["--options", &options]);
@@ -853,6 +853,9 @@ fn cluster_options_reach_the_guest_and_its_panic_reaches_virt_handler_as_a_k8s_e
     let balloon = &spec["Devices"]["Ballooning"];
     assert_eq!(balloon["Stats"]["Period"], 3, "{balloon}");
     assert_eq!(balloon["FreePageReporting"], "off", "{balloon}");
+    // The cluster logs no serial console (the VMI does not ask).
+    let serial = &spec["Devices"]["Serials"][0];
+    assert!(serial.is_object() && serial["Log"].is_null(), "{serial}");
     pod.wait_agent(BOOT);
     let (_, dmi) = pod.guest_sh(
         "cd /sys/class/dmi/id && cat sys_vendor product_name product_version product_sku product_family",
@@ -1099,4 +1102,96 @@ fn virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk()
 /// `file` beside `beside`.
 fn tree_path(beside: &std::path::Path, file: &str) -> std::path::PathBuf {
     beside.with_file_name(file)
+}
+
+/// A small tmpfs, unmounted when dropped.
+struct SmallTmpfs(std::path::PathBuf);
+
+impl SmallTmpfs {
+    fn mount(tag: &str, size: &str) -> SmallTmpfs {
+        let dir = std::env::temp_dir().join(format!("vl-{tag}-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount a tmpfs on {}", dir.display());
+        SmallTmpfs(dir)
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error() {
+    if !require(KUBEVIRT_POD) {
+        return;
+    }
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-0000000000e0";
+    let name = "kvioerror";
+    // A 64 MiB sparse disk on 4 MiB of storage: the guest fills it.
+    let small = SmallTmpfs::mount("kv-ioerror-storage", "4m");
+    let raw = small.0.join("data.img");
+    fs::File::create(&raw).unwrap().set_len(64 << 20).unwrap();
+    let mut opts = GuestOptions::new(name);
+    opts.extra_volumes.push((
+        // tmpfs has no O_DIRECT, which cache none needs.
+        json!({"name": "data", "disk": {"bus": "virtio"}, "cache": "writethrough"}),
+        json!({"name": "data", "hostDisk": {"path": raw, "type": "Disk"}}),
+    ));
+    let vmi = pod_vmi(&opts, UID);
+    let mut pod = Pod::start("kv-ioerror", name, UID, &vmi);
+    pod.sync_to_running(UID);
+    pod.wait_agent(BOOT);
+    let (_, partitions) = pod.guest_sh("cat /proc/partitions");
+    let devices = devices_of_size(&partitions, "65536");
+    assert_eq!(devices.len(), 1, "the 64 MiB disk: {partitions}");
+
+    // Writing past what the storage holds: QEMU stops the guest
+    // (error_policy stop, KubeVirt's default) and libvirt names the disk.
+    let (code, out) = pod.guest_sh(&format!(
+        "(dd if=/dev/urandom of=/dev/{} bs=1M count=16 oflag=direct >/dev/null 2>&1 &); echo started",
+        devices[0]
+    ));
+    assert_eq!((code, out.trim()), (0, "started"));
+    let event = pod.notify.wait(STEP, "the IOerror event", |e| {
+        e["event"] == "k8s" && e["line"].as_str().is_some_and(|l| l.contains("IOerror"))
+    });
+    // What KubeVirt's launcher reports, naming the VMI's volume.
+    assert_eq!(
+        event["line"], "Warning IOerror VM Paused due to not enough space on volume: data",
+        "{event}"
+    );
+    let paused = |e: &Value| {
+        e["event"] == "domain"
+            && e["domain"]["Status"]["Status"] == "Paused"
+            && e["domain"]["Status"]["Reason"] == "IOError"
+    };
+    if !pod.notify.seen.iter().any(paused) {
+        pod.notify
+            .wait_domain(STEP, "MODIFIED", "Paused", Some("IOError"));
+    }
+    assert_eq!(pod.state(), ("Paused".to_string(), "IOError".to_string()));
+    // Once for the pause, not again on the next domain reads.
+    std::thread::sleep(Duration::from_secs(2));
+    pod.domain();
+    let io_errors = k8s_events(&pod.notify.seen)
+        .into_iter()
+        .filter(|l| l.contains("IOerror"))
+        .count();
+    assert_eq!(io_errors, 1, "{}", summary(&pod.notify.seen));
+
+    assert_eq!(pod.ok_vmi("kill"), Value::Null);
+    pod.notify
+        .wait_domain(STEP, "MODIFIED", "Shutoff", Some("Destroyed"));
+    pod.delete_and_exit();
 }

@@ -543,6 +543,9 @@ fn shown_backend(example: &Example) -> &'static str {
 
 #[test]
 fn every_test_driver_socat_example_in_protocol_md_is_what_the_launcher_prints() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[Need::Program("socat")]) {
         return;
     }

@@ -100,6 +100,9 @@ fn sock(l: &Launcher) -> String {
 
 #[test]
 fn ctl_sends_one_command_and_prints_its_reply() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, mut client) = synced();
     let s = sock(&launcher);
     // Not a terminal: one line of JSON, the return object.
@@ -155,6 +158,9 @@ fn ctl_sends_one_command_and_prints_its_reply() {
 
 #[test]
 fn ctl_indents_its_output_on_a_terminal() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[Need::Program("script")]) {
         return;
     }
@@ -179,6 +185,9 @@ fn ctl_indents_its_output_on_a_terminal() {
 
 #[test]
 fn ctl_arguments_are_a_json_object_or_key_value_pairs() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, _client) = synced();
     let s = sock(&launcher);
     // KEY=VALUE with a JSON value: reaches the command as a number (the
@@ -217,6 +226,9 @@ fn ctl_arguments_are_a_json_object_or_key_value_pairs() {
 
 #[test]
 fn ctl_alone_lists_the_launchers_commands() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(T);
     let client = launcher.client();
@@ -290,6 +302,9 @@ impl Drop for Follower {
 
 #[test]
 fn ctl_events_follows_events_until_the_launcher_exits() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (mut launcher, mut client) = synced();
     let s = sock(&launcher);
     let all = Follower::start(&["ctl", "--socket", &s, "--events"]);
@@ -365,6 +380,9 @@ fn ctl_events_follows_events_until_the_launcher_exits() {
 
 #[test]
 fn probe_without_an_agent_fails_at_once_with_the_reason() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let (launcher, _client) = synced();
     let r = run(&["probe", "--socket", &sock(&launcher), "--timeout", "5s"]);
     assert_eq!(r.code, 1);
@@ -446,6 +464,9 @@ fn probe_wedged(socket: &Path) -> String {
 
 #[test]
 fn probe_of_a_wedged_launcher_gives_up_at_its_timeout() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     // A listener that accepts nothing: the connection is queued, the
     // greeting never comes.
     let tree = TempTree::new("probe-wedged");
@@ -499,6 +520,9 @@ fn listener_with_backlog_0(path: &Path) -> OwnedFd {
 
 #[test]
 fn freeze_and_unfreeze_do_nothing_without_a_running_guest_agent() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     // As virt-freezer: success, nothing frozen, and why.
     let (launcher, mut client) = synced();
     let s = sock(&launcher);

@@ -32,6 +32,9 @@ fn domain_spec(client: &mut Client) -> Value {
 
 #[test]
 fn dedicated_cpus_are_pinned_to_the_cpus_of_the_cpuset_file() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("cpuset");
     let cpuset = tree.path("cpuset.cpus");
     fs::write(&cpuset, "2-3\n").expect("write cpuset");
@@ -60,6 +63,9 @@ fn dedicated_cpus_are_pinned_to_the_cpus_of_the_cpuset_file() {
 
 #[test]
 fn dedicated_cpus_that_do_not_fit_are_refused_naming_the_cpuset() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("cpuset-small");
     let cpuset = tree.path("cpuset.cpus");
     fs::write(&cpuset, "2\n").expect("write cpuset");
@@ -93,6 +99,9 @@ fn dedicated_cpus_that_do_not_fit_are_refused_naming_the_cpuset() {
 
 #[test]
 fn kubevirt_defaults_show_in_the_defined_domain() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[Need::Program("qemu-img")]) {
         return;
     }
@@ -153,6 +162,9 @@ fn kubevirt_defaults_show_in_the_defined_domain() {
 
 #[test]
 fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     if !require(&[Need::Program("qemu-img")]) {
         return;
     }
@@ -240,6 +252,9 @@ fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
 /// status, and without that CID the VMI is refused naming the field.
 #[test]
 fn vsock_needs_the_hosts_device_and_the_cid_of_the_vmis_status() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let tree = TempTree::new("vsock");
     let missing = tree.path("no-vhost-vsock");
     let mut launcher = Launcher::start_test(&["--vhost-vsock-device", &missing.to_string_lossy()]);

@@ -36,6 +36,31 @@ pub struct ClusterOptions {
     /// (`clusterConfig.freePageReportingDisabled`).
     #[serde(default)]
     pub free_page_reporting_disabled: bool,
+    /// EFI guests get the bochs display rather than VGA
+    /// (`clusterConfig.bochsDisplayForEFIGuests`); `None`: this launcher's
+    /// default, bochs, as KubeVirt's default cluster has it.
+    #[serde(default)]
+    pub bochs_display_for_efi_guests: Option<bool>,
+    /// The serial console is not logged unless the VMI asks
+    /// (`clusterConfig.serialConsoleLogDisabled`).
+    #[serde(default)]
+    pub serial_console_log_disabled: bool,
+}
+
+impl ClusterOptions {
+    /// Whether an EFI guest without a video type of its own gets bochs.
+    pub(super) fn bochs_for_efi(options: Option<&ClusterOptions>) -> bool {
+        options
+            .and_then(|o| o.bochs_display_for_efi_guests)
+            .unwrap_or(true)
+    }
+
+    /// Whether the serial console is logged: the VMI's
+    /// `logSerialConsole` when it says, else unless the cluster turned
+    /// it off (KubeVirt's `isSerialConsoleLogEnabled`).
+    pub(super) fn serial_console_log(options: Option<&ClusterOptions>, vmi: Option<bool>) -> bool {
+        vmi.unwrap_or_else(|| !options.is_some_and(|o| o.serial_console_log_disabled))
+    }
 }
 
 /// KubeVirt's `SMBios` message: the `<sysinfo>` system entries.
@@ -203,6 +228,37 @@ mod tests {
             .unwrap();
         assert_eq!(balloon.stats.map(|s| s.period), Some(10));
         assert_eq!(balloon.free_page_reporting.as_deref(), Some("on"));
+    }
+
+    #[test]
+    fn the_efi_display_and_the_serial_log_follow_the_cluster() {
+        let efi = json!({"domain": {"firmware": {"bootloader": {"efi": {"secureBoot": false}}}}});
+        let video = |domain: &Domain| domain.devices.videos[0].model.model_type.clone();
+        let logged = |domain: &Domain| domain.devices.serials[0].log.is_some();
+        // Without options: bochs for EFI, the console logged.
+        let defaults = convert_with(efi.clone(), &context()).unwrap().domain;
+        assert_eq!(
+            (video(&defaults), logged(&defaults)),
+            ("bochs".into(), true)
+        );
+        // A cluster without the bochs display and the console log.
+        let options = ClusterOptions {
+            bochs_display_for_efi_guests: Some(false),
+            serial_console_log_disabled: true,
+            ..ClusterOptions::default()
+        };
+        let domain = convert_with_options(efi.clone(), options.clone());
+        assert_eq!((video(&domain), logged(&domain)), ("vga".into(), false));
+        assert_eq!(domain.devices.videos[0].model.vram, Some(16384));
+        // The VMI's own logSerialConsole wins over the cluster.
+        let mut asks = efi.clone();
+        asks["domain"]["devices"] = json!({"logSerialConsole": true});
+        assert!(logged(&convert_with_options(asks, options)));
+        let bochs = ClusterOptions {
+            bochs_display_for_efi_guests: Some(true),
+            ..ClusterOptions::default()
+        };
+        assert_eq!(video(&convert_with_options(efi, bochs)), "bochs");
     }
 
     #[test]

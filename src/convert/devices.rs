@@ -4,7 +4,9 @@
 //! watchdog,panic_devices}.go and converter.go's controllers).
 
 use super::virtio::virtio_model;
-use super::{Checked, ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths};
+use super::{
+    Checked, ClusterOptions, ConvertContext, ConvertError, DEFAULT_BALLOON_STATS_PERIOD, paths,
+};
 use crate::disks::DiskPlan;
 use crate::domxml::{
     Alias, BalloonStats, Channel, CharLog, CharSource, CharTarget, Console, Controller, Domain,
@@ -133,7 +135,9 @@ fn configure_console(
     if devices.autoattach_serial_console == Some(false) {
         return false;
     }
-    let log = (devices.log_serial_console != Some(false)).then(|| CharLog {
+    let logged =
+        ClusterOptions::serial_console_log(ctx.options.as_ref(), devices.log_serial_console);
+    let log = logged.then(|| CharLog {
         file: paths::text(&paths::serial_log(ctx)),
         append: Some("on".to_string()),
     });
@@ -196,14 +200,16 @@ fn configure_graphics(
         }],
     });
     // KubeVirt on amd64: bochs for EFI guests (a VGA BIOS is no use to
-    // OVMF), vga otherwise, unless the VMI names a type.
-    let efi = vmi
-        .spec
-        .domain
-        .firmware
-        .as_ref()
-        .and_then(|f| f.bootloader.as_ref())
-        .is_some_and(|b| b.efi.is_some());
+    // OVMF) unless the cluster says VGA, vga otherwise, unless the VMI
+    // names a type.
+    let efi = ClusterOptions::bochs_for_efi(ctx.options.as_ref())
+        && vmi
+            .spec
+            .domain
+            .firmware
+            .as_ref()
+            .and_then(|f| f.bootloader.as_ref())
+            .is_some_and(|b| b.efi.is_some());
     let model_type = devices
         .video
         .as_ref()

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::hypervisor::LifecycleEvent;
 use crate::protocol::{Timestamp, encode_event};
 pub use hub::{EventHub, SubscriberQueue};
 
@@ -168,6 +169,9 @@ impl EventKind {
 pub struct Event {
     pub kind: EventKind,
     pub line: Arc<str>,
+    /// For `DOMAIN_LIFECYCLE`, libvirt's event as the launcher read it:
+    /// what a front end in the process reads instead of the line's JSON.
+    pub lifecycle: Option<LifecycleEvent>,
 }
 
 impl Event {
@@ -176,6 +180,16 @@ impl Event {
         Event {
             kind,
             line: encode_event(kind.name(), data, Timestamp::now()).into(),
+            lifecycle: None,
+        }
+    }
+
+    /// A `DOMAIN_LIFECYCLE` event: `data` on the wire, `lifecycle` for the
+    /// process's own readers.
+    pub fn lifecycle(lifecycle: LifecycleEvent, data: &impl Serialize) -> Event {
+        Event {
+            lifecycle: Some(lifecycle),
+            ..Event::new(EventKind::DomainLifecycle, data)
         }
     }
 }

@@ -17,9 +17,9 @@ use super::state::{
     StoppedDetail, SuspendedDetail, UndefinedDetail,
 };
 use super::{
-    Affect, AgentLifecycle, ConnectionId, DomainState, DomainStatus, DriverKind, GuestInfoKind,
-    HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
-    LifecycleEvent, MigrationRequest, RebootMode, Screenshot, Stat, StateReason,
+    Affect, AgentLifecycle, ConnectionId, DiskError, DomainState, DomainStatus, DriverKind,
+    GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent,
+    HypervisorInfo, LifecycleEvent, MigrationRequest, RebootMode, Screenshot, Stat, StateReason,
 };
 use crate::sink::Sink;
 
@@ -79,6 +79,8 @@ struct FakeState {
     backup: Option<String>,
     /// libvirt's `virDomainJobType` of the last job that ended.
     completed_job_type: i64,
+    /// The disks with an I/O error (`pause_on_disk_errors`).
+    disk_errors: Vec<DiskError>,
 }
 
 pub struct FakeHypervisor {
@@ -115,6 +117,7 @@ impl FakeHypervisor {
                 checkpoints: Vec::new(),
                 backup: None,
                 completed_job_type: 0,
+                disk_errors: Vec::new(),
             }),
             events,
         }
@@ -168,6 +171,19 @@ impl FakeHypervisor {
         self.send(HypervisorEvent::JobCompleted {
             stats: vec![("operation".to_string(), 9.into())],
         });
+    }
+
+    /// The running guest meets I/O errors on these disks and QEMU pauses
+    /// it, as a disk with `error_policy='stop'` does.
+    pub fn pause_on_disk_errors(&self, errors: Vec<DiskError>) {
+        {
+            let mut state = self.state();
+            if let Some(domain) = state.domain.as_mut() {
+                domain.status = DomainStatus::new(DomainState::Paused, StateReason::IOError);
+            }
+            state.disk_errors = errors;
+        }
+        self.lifecycle(LifecycleEvent::Suspended(SuspendedDetail::IOError));
     }
 
     /// The guest finally lets a device go that it kept.
@@ -821,6 +837,11 @@ impl Hypervisor for FakeHypervisor {
         })?;
         self.state().dirty_rate_started = true;
         Ok(())
+    }
+
+    fn disk_errors(&self, name: &str) -> HvResult<Vec<DiskError>> {
+        self.with_domain("disk_errors", name, |_| Ok(()))?;
+        Ok(self.state().disk_errors.clone())
     }
 
     fn dirty_rate_stats(&self, name: &str) -> HvResult<Vec<Stat>> {

@@ -740,6 +740,60 @@ pub fn start_dirty_rate_calc(dom: &Domain, seconds: c_int) -> Result<(), Error> 
     Ok(())
 }
 
+/// libvirt's `virDomainDiskError`, which the `virt` crate's bindings
+/// lack (as they lack `virDomainGetDiskErrors`).
+#[repr(C)]
+struct VirDomainDiskError {
+    disk: *mut c_char,
+    error: c_int,
+}
+
+unsafe extern "C" {
+    fn virDomainGetDiskErrors(
+        dom: sys::virDomainPtr,
+        errors: *mut VirDomainDiskError,
+        maxerrors: c_uint,
+        flags: c_uint,
+    ) -> c_int;
+}
+
+/// `virDomainGetDiskErrors`: (target, libvirt's error code) of every disk
+/// with an error. Asks how many first, as libvirt documents.
+pub fn disk_errors(dom: &Domain) -> Result<Vec<(String, c_int)>, Error> {
+    // SAFETY: valid domain; a null array with 0 asks for the count.
+    let count = unsafe { virDomainGetDiskErrors(dom.as_ptr(), ptr::null_mut(), 0, 0) };
+    if count < 0 {
+        return Err(Error::last_error());
+    }
+    let Ok(count) = usize::try_from(count) else {
+        return Ok(Vec::new());
+    };
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    let mut errors: Vec<VirDomainDiskError> = (0..count)
+        .map(|_| VirDomainDiskError {
+            disk: ptr::null_mut(),
+            error: 0,
+        })
+        .collect();
+    let max = c_uint::try_from(errors.len()).unwrap_or(c_uint::MAX);
+    // SAFETY: valid domain; `errors` has room for `max` entries, which
+    // libvirt fills (allocating each disk string) and counts in `filled`.
+    let filled = unsafe { virDomainGetDiskErrors(dom.as_ptr(), errors.as_mut_ptr(), max, 0) };
+    if filled < 0 {
+        return Err(Error::last_error());
+    }
+    let filled = usize::try_from(filled).unwrap_or(0).min(errors.len());
+    Ok(errors
+        .into_iter()
+        .take(filled)
+        // SAFETY: each filled entry's disk is a string libvirt allocated,
+        // taken (and freed) once here.
+        .filter_map(|e| unsafe { take_string(e.disk) }.map(|disk| (disk, e.error)))
+        .collect())
+}
+
 /// A string libvirt allocated, copied out and freed.
 ///
 /// # Safety

@@ -20,9 +20,10 @@ use virt::sys;
 use super::ffi;
 use super::state::{LibvirtError, dotted_version};
 use super::{
-    Affect, CloseReason, ConnectionId, DomainStatus, DriverKind, GuestInfoKind, HvResult,
-    Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo,
-    MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat, screenshot_too_large,
+    Affect, CloseReason, ConnectionId, DiskError, DiskErrorKind, DomainStatus, DriverKind,
+    GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent,
+    HypervisorInfo, MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat,
+    screenshot_too_large,
 };
 use crate::sink::Sink;
 
@@ -657,6 +658,16 @@ impl Hypervisor for LibvirtHypervisor {
                 sys::VIR_DUMP_MEMORY_ONLY,
             )
         })
+    }
+
+    fn disk_errors(&self, name: &str) -> HvResult<Vec<DiskError>> {
+        let errors = self.with_domain(name, "virDomainGetDiskErrors", ffi::disk_errors)?;
+        Ok(errors
+            .into_iter()
+            .filter_map(|(target, code)| {
+                DiskErrorKind::from_code(i64::from(code)).map(|kind| DiskError { target, kind })
+            })
+            .collect())
     }
 
     fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot> {

@@ -139,6 +139,43 @@ impl Affect {
     }
 }
 
+/// A disk on which the guest met an I/O error, as
+/// `virDomainGetDiskErrors` reports it (disks without one are left out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskError {
+    /// The disk's target device (`vda`).
+    pub target: String,
+    pub kind: DiskErrorKind,
+}
+
+/// libvirt's `virDomainDiskErrorCode`, without `NONE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskErrorKind {
+    /// `VIR_DOMAIN_DISK_ERROR_UNSPEC`: an error other than no space.
+    Unspecified,
+    /// `VIR_DOMAIN_DISK_ERROR_NO_SPACE`: the storage behind the disk is full.
+    NoSpace,
+}
+
+impl DiskErrorKind {
+    /// From libvirt's code; `None` for `VIR_DOMAIN_DISK_ERROR_NONE` (0).
+    /// A code newer than this launcher counts as unspecified.
+    pub fn from_code(code: i64) -> Option<DiskErrorKind> {
+        match code {
+            0 => None,
+            2 => Some(DiskErrorKind::NoSpace),
+            _ => Some(DiskErrorKind::Unspecified),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskErrorKind::Unspecified => "io-error",
+            DiskErrorKind::NoSpace => "no-space",
+        }
+    }
+}
+
 /// A screenshot as libvirt hands it over.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Screenshot {
@@ -431,6 +468,10 @@ pub trait Hypervisor: Send + Sync {
     /// A screenshot of display `screen` (`virDomainScreenshot`): the image
     /// exactly as QEMU wrote it, read from a libvirt stream.
     fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot>;
+    /// The disks on which the guest met an I/O error since it last ran
+    /// (`virDomainGetDiskErrors`): what paused a domain whose reason is
+    /// `IOError`.
+    fn disk_errors(&self, name: &str) -> HvResult<Vec<DiskError>>;
 
     /// Starts a backup job (`virDomainBackupBegin`) as `backup_xml`
     /// describes it, creating the checkpoint `checkpoint_xml` describes

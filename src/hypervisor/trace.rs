@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Affect, ConnectionId, DomainStatus, GuestInfoKind, HvResult, Hypervisor, HypervisorInfo,
-    MigrationRequest, RebootMode, Screenshot, Stat,
+    Affect, ConnectionId, DiskError, DomainStatus, GuestInfoKind, HvResult, Hypervisor,
+    HypervisorInfo, MigrationRequest, RebootMode, Screenshot, Stat,
 };
 
 /// A hypervisor that logs every call it forwards.
@@ -303,6 +303,12 @@ impl Hypervisor for Traced {
             format!("{name}, screen {screen}"),
             || self.inner.screenshot(name, screen),
         )
+    }
+
+    fn disk_errors(&self, name: &str) -> HvResult<Vec<DiskError>> {
+        traced("virDomainGetDiskErrors", name.to_string(), || {
+            self.inner.disk_errors(name)
+        })
     }
 
     fn backup_begin(

@@ -9,10 +9,13 @@
 //!   panic that stops the guest; a `Crashloaded` one (the guest's kdump
 //!   took over) each time.
 //! - `Warning GuestAgentPingFailed`: a `GuestPing` that failed.
+//! - `Warning IOerror`: the guest was paused by an I/O error, one event
+//!   per disk libvirt names (`virDomainGetDiskErrors`), with the volume
+//!   behind it. Sent once each time the guest is paused so; KubeVirt's
+//!   launcher repeats it on every domain event while the guest stays
+//!   paused, which Kubernetes folds into one event with a count.
 //!
-//! KubeVirt's launcher sends two more this one does not: `IOerror` (a
-//! guest paused by an I/O error, naming the volume: that needs libvirt's
-//! per-disk errors, which the hypervisor layer does not read) and
+//! KubeVirt's launcher sends one more this one does not:
 //! `AccessCredentialsSyncSuccess` (the VMI's access credentials, which
 //! this launcher does not apply).
 
@@ -22,6 +25,10 @@ use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
+
+use crate::hypervisor::state::CrashedDetail;
+use crate::hypervisor::{DiskErrorKind, LifecycleEvent};
+use crate::replies::DiskErrorReply;
 
 /// How much of the end of the QEMU log is searched for the panic's line
 /// (libvirt writes it last, when the panic happens).
@@ -63,6 +70,24 @@ impl K8sEvent {
             severity: Severity::Warning,
             reason: "GuestAgentPingFailed",
             message: format!("GuestAgentPing probe failed for VMI {vmi_name}"),
+        }
+    }
+
+    /// KubeVirt's words for a disk's I/O error (notify-client's
+    /// `eventCallback`).
+    pub fn io_error(disk: &DiskErrorReply) -> K8sEvent {
+        let message = if disk.error == DiskErrorKind::NoSpace.as_str() {
+            format!(
+                "VM Paused due to not enough space on volume: {}",
+                disk.volume
+            )
+        } else {
+            format!("VM Paused due to IO error at the volume: {}", disk.volume)
+        };
+        K8sEvent {
+            severity: Severity::Warning,
+            reason: "IOerror",
+            message,
         }
     }
 
@@ -203,20 +228,20 @@ impl PanicInfo {
     }
 }
 
-/// Whether a `DOMAIN_LIFECYCLE` event's data is a guest panic: `Some(true)`
-/// for one that stopped the guest (`Panicked`), `Some(false)` for one its
-/// kdump handled (`Crashloaded`), `None` for any other event.
-pub fn panic_of_lifecycle(data: &Value) -> Option<bool> {
-    if data.get("event").and_then(Value::as_str) != Some("Crashed") {
-        return None;
+/// Whether a lifecycle event is a guest panic: `Some(true)` for one that
+/// stopped the guest (`Panicked`), `Some(false)` for one its kdump handled
+/// (`Crashloaded`), `None` for any other event.
+pub fn panic_of_lifecycle(event: LifecycleEvent) -> Option<bool> {
+    match event {
+        LifecycleEvent::Crashed(CrashedDetail::Crashloaded) => Some(false),
+        LifecycleEvent::Crashed(_) => Some(true),
+        _ => None,
     }
-    Some(data.get("detail").and_then(Value::as_str) != Some("Crashloaded"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn vmi() -> VmiRef {
         VmiRef {
@@ -276,12 +301,35 @@ mod tests {
     }
 
     #[test]
+    fn io_errors_name_the_volume_in_kubevirts_words() {
+        let disk = |error: DiskErrorKind| DiskErrorReply {
+            error: error.as_str(),
+            target: "vdb".into(),
+            volume: "data".into(),
+        };
+        let full = K8sEvent::io_error(&disk(DiskErrorKind::NoSpace));
+        assert_eq!(
+            (full.severity, full.reason, full.message.as_str()),
+            (
+                Severity::Warning,
+                "IOerror",
+                "VM Paused due to not enough space on volume: data"
+            )
+        );
+        assert_eq!(
+            K8sEvent::io_error(&disk(DiskErrorKind::Unspecified)).message,
+            "VM Paused due to IO error at the volume: data"
+        );
+    }
+
+    #[test]
     fn only_crashed_lifecycle_events_are_panics() {
-        let panicked = json!({"event": "Crashed", "detail": "Panicked"});
-        assert_eq!(panic_of_lifecycle(&panicked), Some(true));
-        let kdump = json!({"event": "Crashed", "detail": "Crashloaded"});
-        assert_eq!(panic_of_lifecycle(&kdump), Some(false));
-        let stopped = json!({"event": "Stopped", "detail": "Crashed"});
-        assert_eq!(panic_of_lifecycle(&stopped), None);
+        use crate::hypervisor::state::StoppedDetail;
+        let panicked = LifecycleEvent::Crashed(CrashedDetail::Panicked);
+        assert_eq!(panic_of_lifecycle(panicked), Some(true));
+        let kdump = LifecycleEvent::Crashed(CrashedDetail::Crashloaded);
+        assert_eq!(panic_of_lifecycle(kdump), Some(false));
+        let stopped = LifecycleEvent::Stopped(StoppedDetail::Crashed);
+        assert_eq!(panic_of_lifecycle(stopped), None);
     }
 }

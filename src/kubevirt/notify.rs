@@ -24,7 +24,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TrySendError, bounded, select};
-use serde_json::Value;
 
 use super::api;
 use super::k8s_events::{self, K8sEvent, PanicInfo, VmiRef};
@@ -35,6 +34,7 @@ use crate::command::ManagerRequest;
 use crate::config::Config;
 use crate::events::{EventHub, EventKind};
 use crate::grpc::Client;
+use crate::replies::DiskErrorReply;
 use crate::sink::Sink;
 use crate::threads::{self, FatalSender};
 
@@ -129,6 +129,7 @@ impl Notifier {
             qemu_log,
             panic_reported: false,
             k8s_pending: VecDeque::new(),
+            io_errors_reported: false,
         };
         threads::spawn_named("kubevirt-notify", fatal, move || {
             // The domain as it is now: a launcher that adopted a running
@@ -205,18 +206,16 @@ struct NotifyState {
     panic_reported: bool,
     /// Kubernetes events not sent yet, oldest first.
     k8s_pending: VecDeque<K8sEvent>,
+    /// The disks' I/O errors that paused the guest were reported (until
+    /// it runs again).
+    io_errors_reported: bool,
 }
 
 impl NotifyState {
     /// Queues the Kubernetes event a hub event stands for, if any.
     fn note(&mut self, event: &crate::events::Event) {
-        if event.kind != EventKind::DomainLifecycle {
-            return;
-        }
-        let Ok(line) = serde_json::from_str::<Value>(&event.line) else {
-            return;
-        };
-        let Some(stopped_the_guest) = k8s_events::panic_of_lifecycle(&line["data"]) else {
+        let Some(stopped_the_guest) = event.lifecycle.and_then(k8s_events::panic_of_lifecycle)
+        else {
             return;
         };
         if stopped_the_guest && self.panic_reported {
@@ -269,8 +268,9 @@ impl NotifyState {
 
     /// Reads the domain and queues what virt-handler has not seen.
     fn refresh(&mut self) {
-        match self.reader.read_domain() {
-            Ok(Some(domain)) => {
+        match self.reader.read_domain_and_disk_errors() {
+            Ok(Some((domain, disk_errors))) => {
+                self.note_disk_errors(&domain, &disk_errors);
                 let mut domain = domain.for_notification();
                 // Notifications carry the agent's freeze status too
                 // (GetDomain does not, as in KubeVirt).
@@ -292,6 +292,26 @@ impl NotifyState {
                 }
             }
             Err(e) => log::debug!("kubevirt: cannot read the domain to notify: {e}"),
+        }
+    }
+
+    /// Queues an `IOerror` event per disk when I/O errors paused the
+    /// guest, once per such pause.
+    fn note_disk_errors(&mut self, domain: &api::Domain, disk_errors: &[DiskErrorReply]) {
+        if domain.status.reason != api::StateChangeReason::IoError {
+            self.io_errors_reported = false;
+            return;
+        }
+        if self.io_errors_reported || disk_errors.is_empty() {
+            return;
+        }
+        self.io_errors_reported = true;
+        for disk in disk_errors {
+            let event = K8sEvent::io_error(disk);
+            log::warn!("kubevirt: {}", event.message);
+            if self.k8s_pending.len() < K8S_QUEUE_LEN {
+                self.k8s_pending.push_back(event);
+            }
         }
     }
 

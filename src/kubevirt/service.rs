@@ -26,6 +26,7 @@ use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
 use crate::migration::{MigrationPhase, MigrationStatus, Role};
 use crate::protocol::{CommandError, CommandResult, Encoded, ErrorClass, Return};
+use crate::replies::DiskErrorReply;
 use crate::sink::Sink;
 
 /// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services;
@@ -121,18 +122,21 @@ fn unsupported(method: CmdMethod) -> Response {
 }
 
 /// What of virt-handler's `VirtualMachineOptions` the launcher applies, as
-/// the `sync` command's `options` (see `convert::ClusterOptions`). The
-/// rest is not applied: the NUMA topology, disks info (KubeVirt's launcher
-/// reads the images itself), the interfaces' attachment and migration, the
-/// other cluster settings.
+/// the `sync` command's `options` (see `convert::ClusterOptions`), read as
+/// KubeVirt's `generateConverterContext` reads them (Go's zero values for
+/// what is absent). The rest is not applied: the NUMA topology, disks
+/// info (KubeVirt's launcher reads the images itself), the interfaces'
+/// attachment and migration, and the cluster settings for hardware this
+/// launcher does not pass through (PCI NUMA awareness, vGPU migration,
+/// Grace).
 fn cluster_options(options: &VirtualMachineOptions) -> Value {
+    let cluster = options.cluster_config.clone().unwrap_or_default();
     let mut out = json!({
         "memBalloonStatsPeriod": options.mem_balloon_stats_period,
         "preallocatedVolumes": options.preallocated_volumes,
-        "freePageReportingDisabled": options
-            .cluster_config
-            .as_ref()
-            .is_some_and(|c| c.free_page_reporting_disabled),
+        "freePageReportingDisabled": cluster.free_page_reporting_disabled,
+        "bochsDisplayForEfiGuests": cluster.bochs_display_for_efi_guests,
+        "serialConsoleLogDisabled": cluster.serial_console_log_disabled,
     });
     if let Some(smbios) = &options.virtual_machine_smbios {
         out["smbios"] = json!({
@@ -236,12 +240,25 @@ impl ManagerClient {
 
     /// The live domain with its state and what the guest agent reported.
     pub fn read_domain(&self) -> Result<Option<api::Domain>, String> {
+        Ok(self
+            .read_domain_and_disk_errors()?
+            .map(|(domain, _)| domain))
+    }
+
+    /// `read_domain`, with the disks whose I/O errors paused the domain.
+    pub fn read_domain_and_disk_errors(
+        &self,
+    ) -> Result<Option<(api::Domain, Vec<DiskErrorReply>)>, String> {
         let reply = match self.run("query-domain", json!({ "fields": ["xml", "state"] })) {
             Ok(reply) => reply,
             Err(e) if e.class == ErrorClass::NotFound => return Ok(None),
             Err(e) => return Err(describe(&e)),
         };
         let status = status_of(&reply);
+        let disk_errors = reply
+            .as_domain()
+            .and_then(|d| d.disk_errors.clone())
+            .unwrap_or_default();
         let xml = reply
             .as_domain()
             .and_then(|d| d.xml.as_ref())
@@ -292,7 +309,7 @@ impl ManagerClient {
         {
             domain.status.os_info = api::os_info(os);
         }
-        Ok(Some(domain))
+        Ok(Some((domain, disk_errors)))
     }
 
     /// The guest agent's last `guest-fsfreeze-status` (`thawed`,
@@ -946,6 +963,8 @@ mod tests {
             preallocated_volumes: vec!["thick".into()],
             cluster_config: Some(ClusterConfig {
                 free_page_reporting_disabled: true,
+                bochs_display_for_efi_guests: true,
+                serial_console_log_disabled: true,
                 ..Default::default()
             }),
             ..Default::default()
@@ -966,10 +985,19 @@ mod tests {
         assert_eq!(parsed.mem_balloon_stats_period, 3);
         assert!(parsed.preallocated_volumes.contains("thick"));
         assert!(parsed.free_page_reporting_disabled);
-        // Options without SMBIOS or cluster settings: none.
+        assert_eq!(parsed.bochs_display_for_efi_guests, Some(true));
+        assert!(parsed.serial_console_log_disabled);
+        // Options without SMBIOS or cluster settings: Go's zero values, as
+        // KubeVirt's launcher reads them (VGA for EFI guests among them).
         let parsed: ClusterOptions =
             serde_json::from_value(cluster_options(&VirtualMachineOptions::default())).unwrap();
-        assert_eq!(parsed, ClusterOptions::default());
+        assert_eq!(
+            parsed,
+            ClusterOptions {
+                bochs_display_for_efi_guests: Some(false),
+                ..ClusterOptions::default()
+            }
+        );
     }
 
     use std::sync::Mutex;

@@ -32,9 +32,9 @@ use super::reply::{DomainRead, JobValue, LiveDomain};
 use crate::command::{DomainFields, DomainQuery, ReplyTo};
 use crate::domxml::Domain;
 use crate::domxml::write::{Node, to_node};
-use crate::hypervisor::{DomainStatus, Hypervisor};
+use crate::hypervisor::{DiskError, DomainState, DomainStatus, Hypervisor, StateReason};
 use crate::protocol::{CommandError, Encoded};
-use crate::replies::DomainReply;
+use crate::replies::{DiskErrorReply, DomainReply};
 
 /// How old a cached read a query without `max_age_ms` accepts.
 pub(super) const DEFAULT_MAX_AGE: Duration = Duration::from_secs(5);
@@ -91,6 +91,7 @@ pub(super) fn domain_reply(
     };
     let mut reply = DomainReply {
         age_ms: None,
+        disk_errors: None,
         name: name.to_string(),
         network: fields.network.then(network),
         reason,
@@ -104,10 +105,35 @@ pub(super) fn domain_reply(
         reply.uuid = fields.uuid.then(|| live.uuid.clone());
         reply.spec = fields.spec.then(|| live.spec.clone());
         reply.xml = fields.xml.then(|| live.xml_json.clone());
+        if fields.state && !live.disk_errors.is_empty() {
+            reply.disk_errors = Some(disk_error_replies(&live.domain, &live.disk_errors));
+        }
         let age = now.saturating_duration_since(live.read);
         reply.age_ms = Some(u64::try_from(age.as_millis()).unwrap_or(u64::MAX));
     }
     reply
+}
+
+/// Each disk error with the VMI volume behind its disk (the disk's
+/// `ua-` alias, as KubeVirt's `GetVolumeNameByTarget` finds it).
+fn disk_error_replies(domain: &Domain, errors: &[DiskError]) -> Vec<DiskErrorReply> {
+    errors
+        .iter()
+        .map(|e| {
+            let volume = domain
+                .devices
+                .disks
+                .iter()
+                .find(|d| d.target.dev == e.target)
+                .and_then(|d| d.alias.as_ref()?.name.strip_prefix("ua-"))
+                .unwrap_or_default();
+            DiskErrorReply {
+                error: e.kind.as_str(),
+                target: e.target.clone(),
+                volume: volume.to_string(),
+            }
+        })
+        .collect()
 }
 
 /// The domain's JSON form as replies carry it: through a JSON tree, so
@@ -131,12 +157,24 @@ fn read_domain(
     let domain = Domain::from_xml(&xml).map_err(|e| {
         CommandError::internal(format!("cannot parse the domain XML libvirt returned: {e}"))
     })?;
+    // Which disks paused the guest: KubeVirt names their volumes to the
+    // user. A failure to say is logged, not the read's failure.
+    let paused_by_io_error =
+        status.is_some_and(|s| s.state == DomainState::Paused && s.reason == StateReason::IOError);
+    let disk_errors = match paused_by_io_error {
+        true => hv.disk_errors(name).unwrap_or_else(|e| {
+            log::warn!("cannot read which disks paused the domain: {e}");
+            Vec::new()
+        }),
+        false => Vec::new(),
+    };
     let live = LiveDomain {
         uuid,
         spec: encode_spec(&domain),
         xml_json: Encoded::new(&xml),
         xml,
         domain: Arc::new(domain),
+        disk_errors,
         read: Instant::now(),
     };
     Ok((live, status))
@@ -241,6 +279,7 @@ mod tests {
             xml_json: Encoded::new(&xml),
             domain: Arc::new(domain),
             xml,
+            disk_errors: Vec::new(),
             read: at,
         })
     }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::timers::Timer;
 use super::{DomainManager, Phase};
-use crate::events::EventKind;
+use crate::events::Event;
 use crate::hypervisor::{DomainState, DomainStatus, LifecycleEvent, StateReason};
 
 /// The launcher's view of its domain.
@@ -62,16 +62,16 @@ impl DomainManager {
             }
         }
         self.jobs.note_domain_event();
-        self.publish(
-            EventKind::DomainLifecycle,
-            LifecycleData {
+        self.hub.publish(Event::lifecycle(
+            lifecycle,
+            &LifecycleData {
                 detail: lifecycle.detail(),
                 domain: &self.config.domain_name,
                 event: lifecycle.name(),
                 reason: self.domain.status.reason.as_str(),
                 state: self.domain.status.state.as_str(),
             },
-        );
+        ));
         if self.on_target_lifecycle(lifecycle) {
             return;
         }

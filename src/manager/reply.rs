@@ -34,6 +34,8 @@ pub(super) struct LiveDomain {
     /// `xml` as a JSON string, encoded once (escaping a few kilobytes of
     /// XML for every reply cost more than the rest of a cached reply).
     pub(super) xml_json: Encoded,
+    /// The disks with an I/O error, read when that paused the domain.
+    pub(super) disk_errors: Vec<crate::hypervisor::DiskError>,
     pub(super) read: Instant,
 }
 

@@ -41,6 +41,12 @@ pub enum Need {
     /// KubeVirt's own launcher, `virt-launcher-go`, and its
     /// `run-go-launcher.sh`, beside `kvhandler` ([`go_launcher_script`]).
     GoLauncher,
+    /// libvirt's test driver for the launcher under test: in-process in
+    /// the default build (libvirt's library), or a daemon's
+    /// (`VL_TEST_URI=test+unix:///default`). A build without libvirt's
+    /// library (`--no-default-features --features wire`) has no
+    /// in-process one.
+    TestDriver,
 }
 
 /// Which tests `VL_TESTS` asks for.
@@ -73,6 +79,7 @@ impl Need {
             Need::Program(program) => program.into(),
             Need::Kvhandler => "kvhandler".into(),
             Need::GoLauncher => "KubeVirt's launcher (virt-launcher-go)".into(),
+            Need::TestDriver => "libvirt's test driver".into(),
         }
     }
 
@@ -145,6 +152,20 @@ impl Need {
                         "kvhandler is not at {} (set VL_KVHANDLER)",
                         path.display()
                     ))
+                }
+            }
+            Need::TestDriver => {
+                let daemons = std::env::var("VL_TEST_URI").is_ok_and(|uri| !uri.is_empty());
+                let wire = std::env::var("VL_LAUNCHER_BACKEND").as_deref() == Ok("wire")
+                    || cfg!(feature = "wire")
+                    || !cfg!(feature = "virt");
+                if daemons || !wire {
+                    Ok(())
+                } else {
+                    Err("the launcher under test is a build without libvirt's library (the wire \
+                         backend), which has no in-process test driver: build with libvirt-dev, \
+                         or set VL_TEST_URI=test+unix:///default with a host libvirtd"
+                        .into())
                 }
             }
             Need::GoLauncher => {

@@ -24,10 +24,10 @@ use super::procedures::{
 use super::uri::{self, Environment, Target};
 use crate::hypervisor::state::{LibvirtError, dotted_version};
 use crate::hypervisor::{
-    Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DomainStatus,
-    DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
-    HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter, MAX_SCREENSHOT_BYTES,
-    MigrationRequest, RebootMode, Screenshot, Stat,
+    Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DiskError,
+    DiskErrorKind, DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError,
+    HypervisorErrorKind, HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter,
+    MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat,
 };
 use crate::sink::Sink;
 
@@ -1069,6 +1069,34 @@ impl Hypervisor for WireHypervisor {
                 .u32(flags::DOMAIN_CORE_DUMP_FORMAT_RAW)
                 .u32(flags::DUMP_MEMORY_ONLY);
         })
+    }
+
+    fn disk_errors(&self, name: &str) -> HvResult<Vec<DiskError>> {
+        // One call with room for as many as the protocol carries: the
+        // daemon fills what there is (remote_domain_get_disk_errors_ret:
+        // errors<>, then their count).
+        self.domain_call(
+            name,
+            &proc::DOMAIN_GET_DISK_ERRORS,
+            |e| {
+                let room = u32::try_from(limits::DOMAIN_DISK_ERRORS_MAX).unwrap_or(u32::MAX);
+                e.u32(room).u32(0);
+            },
+            |_, d| {
+                // An entry is at least an empty string and a code.
+                let len = d.array_len(limits::DOMAIN_DISK_ERRORS_MAX, 8)?;
+                let mut errors = Vec::with_capacity(len);
+                for _ in 0..len {
+                    let target = d.string()?;
+                    let code = d.i32()?;
+                    if let Some(kind) = DiskErrorKind::from_code(i64::from(code)) {
+                        errors.push(DiskError { target, kind });
+                    }
+                }
+                let _count = d.i32()?;
+                Ok(errors)
+            },
+        )
     }
 
     fn screenshot(&self, name: &str, screen: u32) -> HvResult<Screenshot> {

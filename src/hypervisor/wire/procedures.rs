@@ -95,6 +95,7 @@ pub const DOMAIN_DESTROY_FLAGS: Procedure = remote(234, "virDomainDestroyFlags")
 pub const DOMAIN_SCREENSHOT: Procedure = remote(211, "virDomainScreenshot");
 pub const DOMAIN_RESET: Procedure = remote(245, "virDomainReset");
 pub const DOMAIN_SHUTDOWN_FLAGS: Procedure = remote(258, "virDomainShutdownFlags");
+pub const DOMAIN_GET_DISK_ERRORS: Procedure = remote(263, "virDomainGetDiskErrors");
 pub const DOMAIN_GET_JOB_STATS: Procedure = remote(298, "virDomainGetJobStats");
 /// A peer-to-peer migration: one call that returns when the migration has
 /// completed or failed, so its deadline is the migration's, not a call's.
@@ -159,6 +160,8 @@ pub mod limits {
     pub const JOB_STATS_MAX: usize = 64;
     pub const GET_ALL_DOMAIN_STATS_MAX: usize = 262_144;
     pub const GUEST_INFO_PARAMS_MAX: usize = 2048;
+    /// REMOTE_DOMAIN_DISK_ERRORS_MAX.
+    pub const DOMAIN_DISK_ERRORS_MAX: usize = 256;
 }
 
 /// `virDrvFeature` numbers asked with CONNECT_SUPPORTS_FEATURE.

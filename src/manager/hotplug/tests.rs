@@ -177,6 +177,9 @@ impl Hypervisor for Scripted {
     fn screenshot(&self, _: &str, _: u32) -> HvResult<crate::hypervisor::Screenshot> {
         Self::unsupported("screenshot")
     }
+    fn disk_errors(&self, _: &str) -> HvResult<Vec<crate::hypervisor::DiskError>> {
+        Self::unsupported("disk_errors")
+    }
     fn backup_begin(&self, _: &str, _: &str, _: Option<&str>) -> HvResult<()> {
         Self::unsupported("backup")
     }

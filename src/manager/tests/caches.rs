@@ -243,3 +243,48 @@ fn a_cached_read_expires_after_its_maximum_age() {
     assert_eq!(h.fake.calls("domain_xml"), reads + 1);
     assert!(reply["age_ms"].as_u64().unwrap() < 200, "{reply:?}");
 }
+
+#[test]
+fn query_domain_names_the_disks_whose_io_errors_paused_the_guest() {
+    use crate::hypervisor::{DiskError, DiskErrorKind};
+    let h = Harness::start();
+    sync_after_start_up(&h);
+    let running = h.ok("query-domain", Value::Null);
+    assert!(running.get("disk_errors").is_none(), "{running:?}");
+    let volume = &running["volumes"][0];
+    let target = volume["target"].as_str().unwrap().to_string();
+    h.fake.pause_on_disk_errors(vec![
+        DiskError {
+            target: target.clone(),
+            kind: DiskErrorKind::NoSpace,
+        },
+        // A disk the VMI does not name.
+        DiskError {
+            target: "sdz".to_string(),
+            kind: DiskErrorKind::Unspecified,
+        },
+    ]);
+    h.lifecycle("Suspended", "IOError");
+    let paused = h.ok("query-domain", Value::Null);
+    assert_eq!(
+        (paused["state"].as_str(), paused["reason"].as_str()),
+        (Some("Paused"), Some("IOError"))
+    );
+    assert_eq!(
+        paused["disk_errors"],
+        json!([
+            {"error": "no-space", "target": target, "volume": volume["name"]},
+            {"error": "io-error", "target": "sdz", "volume": ""},
+        ]),
+        "{paused:?}"
+    );
+    // Asked only for the state, the launcher reads nothing and says
+    // nothing of disks.
+    let state = h.ok("query-domain", json!({"fields": ["state"]}));
+    assert!(state.get("disk_errors").is_none(), "{state:?}");
+    // Running again, the errors are history.
+    h.ok("unpause", Value::Null);
+    let resumed = h.ok("query-domain", json!({"max_age_ms": 0}));
+    assert_eq!(resumed["state"], "Running", "{resumed:?}");
+    assert!(resumed.get("disk_errors").is_none(), "{resumed:?}");
+}

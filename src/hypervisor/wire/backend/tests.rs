@@ -1046,6 +1046,14 @@ fn day_two_calls_send_what_libvirts_client_sends() {
                         dom(OUR_DOMAIN).encode(e);
                         e.typed_params(&[TypedParam::ullong("dirtyrate.megabytes_per_second", 42)]);
                     }),
+                    // Three disks: no space, no error, another error.
+                    263 => enc(|e| {
+                        e.u32(3);
+                        e.string("vdb").i32(2);
+                        e.string("vda").i32(0);
+                        e.string("sda").i32(1);
+                        e.i32(3);
+                    }),
                     _ => Vec::new(),
                 };
                 s.daemon.reply(&call.header, &reply);
@@ -1077,6 +1085,26 @@ fn day_two_calls_send_what_libvirts_client_sends() {
     decode_domain(&mut d).unwrap();
     // VIR_DOMAIN_STATS_DIRTYRATE, and waiting for the domain's job lock.
     assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (512, 0));
+
+    assert_eq!(
+        hv.disk_errors(OUR_DOMAIN).unwrap(),
+        vec![
+            DiskError {
+                target: "vdb".into(),
+                kind: DiskErrorKind::NoSpace
+            },
+            DiskError {
+                target: "sda".into(),
+                kind: DiskErrorKind::Unspecified
+            },
+        ]
+    );
+    let payload = fake.payload_of(263);
+    let mut d = Decoder::new(&payload);
+    decode_domain(&mut d).unwrap();
+    // Room for REMOTE_DOMAIN_DISK_ERRORS_MAX, no flags.
+    assert_eq!((d.u32().unwrap(), d.u32().unwrap()), (256, 0));
+    d.finish().unwrap();
 
     hv.dump_memory(OUR_DOMAIN, Path::new("/dumps/vm.memory.dump"))
         .unwrap();

@@ -166,24 +166,10 @@ fn refresh_disk(path: &Path, collector: &Collector, period: Duration) {
     let mut failing = false;
     loop {
         std::thread::sleep(period);
-        let file = match crate::safe_fs::open_existing_file(path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                if !failing {
-                    log::warn!("metrics: cannot open {}: {e}", path.display());
-                }
-                failing = true;
-                continue;
-            }
-        };
         // The statistics refresher's samples (taken every few seconds
         // while someone asks) are fresh enough for a page every `period`.
-        let Some(metrics) = collector.page(period) else {
-            continue;
-        };
-        match page::write_disk(&file, &page::disk_body(&metrics)) {
-            Ok(()) => failing = false,
+        match write_page(path, collector, period) {
+            Ok(_) => failing = false,
             Err(e) => {
                 if !failing {
                     log::warn!("metrics: cannot write {}: {e}", path.display());
@@ -192,6 +178,21 @@ fn refresh_disk(path: &Path, collector: &Collector, period: Duration) {
             }
         }
     }
+}
+
+/// Writes the page to the image at `path`; whether it did (not when there
+/// is no image or no running domain).
+fn write_page(path: &Path, collector: &Collector, max_age: Duration) -> io::Result<bool> {
+    let file = match crate::safe_fs::open_existing_file(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    let Some(metrics) = collector.page(max_age) else {
+        return Ok(false);
+    };
+    page::write_disk(&file, &page::disk_body(&metrics))?;
+    Ok(true)
 }
 
 /// The channel thread: connected to QEMU's socket whenever one listens
@@ -220,5 +221,94 @@ fn serve_channel(socket: &Path, collector: &Collector, period: Duration) {
             Err(e) => log::debug!("metrics: cannot connect to {}: {e}", socket.display()),
         }
         std::thread::sleep(period);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::{ManagerCommand, ManagerRequest};
+    use crate::protocol::Encoded;
+    use crate::replies::{QemuVersion, Return, StatsReply};
+    use crate::scratch::ScratchDir;
+    use crossbeam_channel::unbounded;
+    use serde_json::json;
+
+    /// A collector whose manager answers with `stats` from a thread, and
+    /// the ages of statistics it was asked for.
+    fn collector_answering(
+        stats: serde_json::Value,
+    ) -> (Collector, crossbeam_channel::Receiver<Option<Duration>>) {
+        let (tx, rx) = unbounded::<ManagerRequest>();
+        let (asked_tx, asked_rx) = unbounded();
+        std::thread::spawn(move || {
+            for request in rx {
+                let answer: Return = match request.command {
+                    ManagerCommand::Domain(DomainCommand::QueryStats { max_age }) => {
+                        let _ = asked_tx.send(max_age);
+                        StatsReply {
+                            age_ms: 0,
+                            domain: "e2e_vm".into(),
+                            stats: Encoded::new(&stats),
+                        }
+                        .into()
+                    }
+                    ManagerCommand::Domain(DomainCommand::QueryQemuVersion) => QemuVersion {
+                        version: "QEMU 7.2.22".into(),
+                    }
+                    .into(),
+                    other => panic!("{other:?}"),
+                };
+                request.reply.send(Ok(answer));
+            }
+        });
+        let mut collector = Collector::new(Sink::from(tx));
+        collector.host_name = "node-1".into();
+        (collector, asked_rx)
+    }
+
+    #[test]
+    fn the_page_is_made_from_the_managers_answers() {
+        let (collector, asked) = collector_answering(json!({
+            "state.state": 1, "vcpu.maximum": 1, "vcpu.0.state": 1,
+            "vcpu.0.time": 2_000_000_000u64, "balloon.current": 196_608}));
+        let metrics = collector.page(Duration::from_secs(1)).unwrap();
+        assert_eq!(asked.try_recv(), Ok(Some(Duration::from_secs(1))));
+        let xml = page::to_xml(&metrics);
+        for part in [
+            "<name>HostName</name>\n    <value>node-1</value>",
+            "<name>VirtProductInfo</name>\n    <value>QEMU 7.2.22</value>",
+            "<name>TotalCPUTime</name>\n    <value>2.000000</value>",
+            "<name>ResourceMemoryLimit</name>\n    <value>196608</value>",
+        ] {
+            assert!(xml.contains(part), "{part} not in {xml}");
+        }
+    }
+
+    #[test]
+    fn a_stopped_domain_or_a_gone_manager_has_no_page() {
+        let (collector, _) = collector_answering(json!({"state.state": 5}));
+        assert!(collector.page(REFRESH).is_none());
+        let (tx, rx) = unbounded::<ManagerRequest>();
+        drop(rx);
+        assert!(Collector::new(Sink::from(tx)).page(REFRESH).is_none());
+    }
+
+    #[test]
+    fn the_disk_gets_the_page_only_where_an_image_is() {
+        let dir = ScratchDir::new("metrics-write");
+        let path = dir.join("vhostmd0");
+        let (collector, _) = collector_answering(json!({"state.state": 1}));
+        assert!(!write_page(&path, &collector, REFRESH).unwrap());
+        let file = std::fs::File::create(&path).unwrap();
+        page::init_disk(&file).unwrap();
+        assert!(write_page(&path, &collector, REFRESH).unwrap());
+        let image = std::fs::read(&path).unwrap();
+        match page::read_disk(&image) {
+            Ok(page::DiskRead::Page(text)) => {
+                assert!(text.contains("<value>node-1</value>"), "{text}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -137,7 +137,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # libvirt stream), changed block tracking backups (checkpoints created,
 # listed, redefined and deleted, push and pull, an abort, a launcher
 # restart, and virt-handler's BackupVirtualMachine); a guest paused by a full
-# volume (the disks libvirt names); and the whole KubeVirt suite (tests/kubevirt.rs: the
+# volume (the disks libvirt names); the guest reading its downward metrics from
+# the vhostmd disk and port; and the whole KubeVirt suite (tests/kubevirt.rs: the
 # launcher in a pod driven by virt-handler's own client), and what virt-handler reads from it
 # compared field by field with KubeVirt's own launcher (tests/kubevirt_equivalence.rs). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
@@ -175,10 +176,11 @@ VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test protocol_d
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
-        --test kubevirt_equivalence --test day2 -- --test-threads=2 --skip host_devices_from_the_environment
+        --test kubevirt_equivalence --test day2 --test downward_metrics \
+        -- --test-threads=2 --skip host_devices_from_the_environment
 else
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
-        --test kubevirt_equivalence --test day2 -- --test-threads=2 --exact \
+        --test kubevirt_equivalence --test day2 --test downward_metrics -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
@@ -197,7 +199,8 @@ else
         full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_guest_disk \
         an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working \
         virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk \
-        a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error
+        a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error \
+        the_guest_reads_its_metrics_from_the_vhostmd_disk_and_the_virtio_serial_port
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

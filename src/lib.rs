@@ -26,6 +26,7 @@ pub mod logging;
 pub mod manager;
 #[cfg(target_arch = "x86_64")]
 pub mod memcpy;
+pub mod metrics;
 pub mod migration;
 pub mod network;
 pub mod os;

@@ -134,6 +134,23 @@ pub fn read_record<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> O
     }
 }
 
+/// Opens an existing regular file for writing, without following a
+/// symlink at `path` or creating anything.
+pub fn open_existing_file(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| explain_nofollow(path, e, "a regular file"))?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
 /// Opens (creating if missing, with `mode`) a regular file for reading and
 /// writing without following a symlink at `path`; an existing file gets
 /// exactly `mode` too. Refuses anything but a regular file owned by the

@@ -209,7 +209,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::UtilityVolumes => json!({"spec": {"utilityVolumes": [{"name": "u"}]}}),
         Refused::LaunchSecurity => domain(json!({"launchSecurity": {"sev": {}}})),
         Refused::Acpi => domain(json!({"firmware": {"acpi": {"slicNameRef": "slic"}}})),
-        Refused::DownwardMetricsDevice => devices(json!({"downwardMetrics": {}})),
         Refused::ClientPassthrough => devices(json!({"clientPassthrough": {}})),
         Refused::Sound => devices(json!({"sound": {"name": "s"}})),
         Refused::Diag288Watchdog => {
@@ -223,9 +222,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
         Refused::PasstCoreBinding => devices(json!({"interfaces": [{"name": "n", "passt": {}}]})),
         Refused::NetworkResourceClaim => {
             json!({"spec": {"networks": [{"name": "n", "resourceClaim": {"claimName": "c"}}]}})
-        }
-        Refused::DownwardMetricsVolume => {
-            json!({"spec": {"volumes": [{"name": "m", "downwardMetrics": {}}]}})
         }
         Refused::SupplementalPoolIoThreads => json!({"spec": {
             "domain": {"ioThreadsPolicy": "supplementalPool", "ioThreads": {"supplementalPoolThreadCount": 2},

@@ -404,6 +404,14 @@ service\-account\-disk/service\-account.iso
 ISO images of config map, secret, downward API, sysprep and service account
 volumes (0600).
 .TP
+\fIPRIVATE_DIR\fR/downwardapi\-disks/vhostmd0
+A VMI's \fBdownwardMetrics\fR volume: vhostmd's metrics disk (0600), created
+at the sync and rewritten in place every 5 s while the domain runs.
+.TP
+\fIPRIVATE_DIR\fR/downwardmetrics\-channel/downwardmetrics.sock
+The \fBdownwardMetrics\fR device's virtio\-serial channel, where QEMU
+listens; the launcher connects and answers the guest's metrics requests.
+.TP
 \fIPRIVATE_DIR\fR/libvirt/
 With \fB\-\-spawn\-libvirt\fR: the spawned libvirt daemons' configuration,
 sockets, logs and state, and EFI variable stores (libvirt/qemu/nvram).
@@ -479,6 +487,10 @@ client library; the flag still configures the daemons of
 KubeVirt's log verbosity (a whole number, as \fB\-\-v\fR takes): 4 and 5
 log as \fB\-v\fR, 6 and more as \fB\-vv\fR. Anything but a whole number
 exits with status 2.
+.TP
+\fBNODE_NAME\fR
+The host's name in the downward metrics (\fBHostName\fR), as virt\-handler
+reports its node; without it, the kernel's host name.
 .TP
 \fBXDG_RUNTIME_DIR\fR, \fBHOME\fR
 Where the \fBwire\fR build looks for a session daemon's socket

@@ -28,6 +28,9 @@ pub(crate) fn configure(
     configure_vsock(vmi, ctx, domain)?;
     let console = configure_console(vmi, ctx, domain);
     configure_agent_channel(domain);
+    if devices.downward_metrics.is_some() {
+        configure_metrics_channel(ctx, domain);
+    }
     let graphics = configure_graphics(vmi, ctx, domain);
     if console {
         check_socket_path(
@@ -173,6 +176,26 @@ fn configure_agent_channel(domain: &mut Domain) {
         target: Some(CharTarget {
             target_type: Some("virtio".to_string()),
             name: Some(GUEST_AGENT_CHANNEL.to_string()),
+            ..CharTarget::default()
+        }),
+        ..Channel::default()
+    });
+}
+
+/// The downward metrics' channel: QEMU listens on KubeVirt's socket, and
+/// the launcher connects and answers the guest (src/metrics).
+fn configure_metrics_channel(ctx: &ConvertContext, domain: &mut Domain) {
+    domain.devices.channels.push(Channel {
+        channel_type: "unix".to_string(),
+        source: Some(CharSource {
+            mode: Some("bind".to_string()),
+            path: Some(paths::text(&crate::metrics::channel_socket(
+                &ctx.private_dir,
+            ))),
+        }),
+        target: Some(CharTarget {
+            target_type: Some("virtio".to_string()),
+            name: Some(crate::metrics::CHANNEL_NAME.to_string()),
             ..CharTarget::default()
         }),
         ..Channel::default()
@@ -441,6 +464,29 @@ mod tests {
     use super::super::test_support::convert_ok;
     use super::*;
     use crate::disks::DiskStep;
+
+    #[test]
+    fn the_downward_metrics_device_is_kubevirts_vhostmd_channel() {
+        let conversion = convert_ok(json!({"domain": {"devices": {"downwardMetrics": {}}}}));
+        let channels = &conversion.domain.devices.channels;
+        assert_eq!(channels.len(), 2);
+        let metrics = &channels[1];
+        assert_eq!(metrics.channel_type, "unix");
+        assert_eq!(
+            metrics.source,
+            Some(CharSource {
+                mode: Some("bind".into()),
+                path: Some(
+                    "/var/run/kubevirt-private/downwardmetrics-channel/downwardmetrics.sock".into()
+                ),
+            })
+        );
+        let target = metrics.target.clone().unwrap_or_default();
+        assert_eq!(
+            (target.target_type.as_deref(), target.name.as_deref()),
+            (Some("virtio"), Some("org.github.vhostmd.1"))
+        );
+    }
 
     #[test]
     fn console_channel_graphics_by_default() {

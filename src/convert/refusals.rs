@@ -47,7 +47,6 @@ field_table! {
         UtilityVolumes => "spec.utilityVolumes",
         LaunchSecurity => "spec.domain.launchSecurity",
         Acpi => "spec.domain.firmware.acpi",
-        DownwardMetricsDevice => "spec.domain.devices.downwardMetrics",
         ClientPassthrough => "spec.domain.devices.clientPassthrough",
         Sound => "spec.domain.devices.sound",
         Diag288Watchdog => "spec.domain.devices.watchdog.diag288",
@@ -55,7 +54,6 @@ field_table! {
         MacvtapBinding => "spec.domain.devices.interfaces[].macvtap",
         PasstCoreBinding => "spec.domain.devices.interfaces[].passt",
         NetworkResourceClaim => "spec.networks[].resourceClaim",
-        DownwardMetricsVolume => "spec.volumes[].downwardMetrics",
         // Refused by the converter, where it depends on the value or on
         // other fields.
         SupplementalPoolIoThreads => "spec.domain.ioThreadsPolicy",

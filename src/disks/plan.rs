@@ -100,6 +100,10 @@ pub enum DiskStep {
         data_file: PathBuf,
         what: String,
     },
+    /// The downward metrics' vhostmd disk image with an empty page; an
+    /// existing image is kept (a running QEMU may have it open, and the
+    /// launcher rewrites it in place).
+    CreateMetricsDisk { path: PathBuf, what: String },
     /// Writes an ISO 9660 + Joliet image (always rewritten).
     WriteIso {
         path: PathBuf,
@@ -120,6 +124,7 @@ impl DiskStep {
             | DiskStep::CreateSparseFile { path, .. }
             | DiskStep::CreateQcow2 { path, .. }
             | DiskStep::CreateDataFileOverlay { path, .. }
+            | DiskStep::CreateMetricsDisk { path, .. }
             | DiskStep::WriteIso { path, .. } => path,
         }
     }
@@ -134,6 +139,7 @@ impl DiskStep {
             | DiskStep::CreateSparseFile { what, .. }
             | DiskStep::CreateQcow2 { what, .. }
             | DiskStep::CreateDataFileOverlay { what, .. }
+            | DiskStep::CreateMetricsDisk { what, .. }
             | DiskStep::WriteIso { what, .. } => what,
         }
     }

@@ -221,6 +221,7 @@ fn run_step(
             contents,
             what,
         } => write_iso(path, volume_id, contents, what, prepared),
+        DiskStep::CreateMetricsDisk { path, what } => create_metrics_disk(path, what, prepared),
     }
 }
 
@@ -501,6 +502,25 @@ fn create_sparse_file(
     prepared.created.push(Created::File(path.to_path_buf()));
     file.set_len(size)
         .map_err(|err| io_error(path, what, &format!("grow to {size} bytes"), err))
+}
+
+/// The vhostmd image of an empty metrics page; one already there is kept.
+fn create_metrics_disk(
+    path: &Path,
+    what: &str,
+    prepared: &mut PreparedDisks,
+) -> Result<(), DiskError> {
+    let file = match safe_fs::create_new_file(path, FILE_MODE) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            check_kept(path, what)?;
+            return Ok(());
+        }
+        Err(err) => return Err(io_error(path, what, "create", err)),
+    };
+    prepared.created.push(Created::File(path.to_path_buf()));
+    crate::metrics::page::init_disk(&file)
+        .map_err(|err| io_error(path, what, "write the metrics page to", err))
 }
 
 /// `<path><suffix>`, beside `path`.

@@ -104,6 +104,13 @@ pub fn unshare(ns: Namespace) -> io::Result<()> {
     check(unsafe { libc::unshare(ns.clone_flag()) }).map(drop)
 }
 
+/// The size of a memory page in bytes (4096 if the system will not say).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system setting.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(size).ok().filter(|&s| s > 0).unwrap_or(4096)
+}
+
 /// The calling process's effective user and group ids.
 pub fn effective_ids() -> (u32, u32) {
     // SAFETY: geteuid(2) and getegid(2) take no arguments and cannot fail.

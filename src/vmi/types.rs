@@ -596,8 +596,10 @@ pub struct Devices {
     /// after its volume.
     #[serde(default)]
     pub filesystems: Vec<Filesystem>,
+    /// The vhostmd metrics channel (`org.github.vhostmd.1`), which the
+    /// launcher itself answers (src/metrics).
     #[serde(default)]
-    pub downward_metrics: Unsupported,
+    pub downward_metrics: Option<Empty>,
     #[serde(default)]
     pub client_passthrough: Unsupported,
     #[serde(default)]
@@ -1007,8 +1009,10 @@ pub struct Volume {
     pub service_account: Option<ServiceAccountSource>,
     #[serde(default)]
     pub sysprep: Option<SysprepSource>,
+    /// The vhostmd metrics disk, which the launcher itself writes
+    /// (src/metrics).
     #[serde(default)]
-    pub downward_metrics: Unsupported,
+    pub downward_metrics: Option<Empty>,
     /// A PVC virt-handler mounts in the hotplug directory for
     /// `memory-dump` to write to; not a disk of the domain.
     #[serde(default)]

@@ -140,6 +140,46 @@ fn tracked_source(
     }
 }
 
+/// The downward metrics' disk: a read-only virtio disk (KubeVirt's
+/// webhook refuses any other), whose driver is QEMU's raw one with the
+/// error policy and nothing else (no discard, queues or I/O thread), as
+/// KubeVirt's `convert_v1_DownwardMetricSource_To_api_Disk` replaces it.
+fn downward_metrics_disk(
+    entry: &DiskEntry,
+    device: Device,
+    bus: DiskBus,
+    disk: &mut domxml::Disk,
+) -> Result<(), ConvertError> {
+    if device != Device::Disk {
+        return Err(ConvertError::new(
+            format!("{}.disk", entry.path),
+            format!(
+                "a downwardMetrics volume must be mapped to a disk, but disk is not set on {}.disk",
+                entry.path
+            ),
+        ));
+    }
+    if bus != DiskBus::Virtio {
+        return Err(ConvertError::new(
+            format!("{}.disk.bus", entry.path),
+            format!(
+                "a downwardMetrics volume must be mapped to the virtio bus, not {}",
+                bus.as_str()
+            ),
+        ));
+    }
+    disk.readonly = Some(Flag {});
+    // KubeVirt's later driver settings (the error policy) still apply.
+    let error_policy = disk.driver.take().and_then(|d| d.error_policy);
+    disk.driver = Some(domxml::DiskDriver {
+        name: Some("qemu".to_string()),
+        format: Some("raw".to_string()),
+        error_policy,
+        ..domxml::DiskDriver::default()
+    });
+    Ok(())
+}
+
 /// `shareable: true` on a disk: `<shareable/>` (KubeVirt sets it on disks
 /// only, with cache none; see `driver`). On a cdrom or LUN it is refused
 /// rather than dropped.
@@ -318,6 +358,12 @@ pub(crate) fn configure(
         };
         let thread = io_threads.thread_for(entry);
         disk.driver = Some(driver(entry, device, bus, &source, block_queues, thread)?);
+        if volumes
+            .get(entry.disk.name.as_str())
+            .is_some_and(|(_, v)| v.downward_metrics.is_some())
+        {
+            downward_metrics_disk(entry, device, bus, &mut disk)?;
+        }
         apply_source(source, &mut disk);
         if device == Device::Lun && entry.disk.lun.as_ref().is_some_and(|l| l.reservation) {
             // KubeVirt's setReservation (without migration='yes', which

@@ -48,6 +48,18 @@ pub(super) fn index_volumes(
             ));
         }
     }
+    // KubeVirt's webhook allows one downwardMetrics volume: the image's
+    // path is fixed.
+    let mut metrics_volumes = volumes
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.downward_metrics.is_some());
+    if let (Some(_), Some((second, _))) = (metrics_volumes.next(), metrics_volumes.next()) {
+        return Err(ConvertError::new(
+            format!("spec.volumes[{second}]"),
+            "only one downwardMetrics volume is allowed",
+        ));
+    }
     // KubeVirt's webhook allows one serviceAccount volume (any number of
     // cloud-init volumes: each gets its own ISO here, see `cloud_init`).
     let mut service_accounts = volumes
@@ -85,10 +97,7 @@ pub(super) fn source_kinds(volume: &Volume) -> Vec<&'static str> {
         ("serviceAccount", volume.service_account.is_some()),
         ("sysprep", volume.sysprep.is_some()),
         ("containerPath", volume.container_path.is_some()),
-        (
-            "downwardMetrics",
-            volume.downward_metrics != Default::default(),
-        ),
+        ("downwardMetrics", volume.downward_metrics.is_some()),
         ("memoryDump", volume.memory_dump.is_some()),
     ];
     present
@@ -217,6 +226,9 @@ pub(super) fn volume_source(
     if let Some(sysprep) = &volume.sysprep {
         return sysprep_source(ctx, name, &path, sysprep, plan);
     }
+    if volume.downward_metrics.is_some() {
+        return Ok(downward_metrics(ctx, name, plan));
+    }
     if volume.container_path.is_some() {
         return Err(ConvertError::new(
             path,
@@ -265,6 +277,25 @@ pub(super) fn volume_source(
         paths::service_account_iso(ctx),
         None,
     ))
+}
+
+/// The vhostmd image of the downward metrics, created before the domain
+/// is defined (KubeVirt's `CreateDownwardMetricDisk`) and rewritten by the
+/// launcher's `metrics-disk` thread while the domain runs.
+pub(super) fn downward_metrics(ctx: &ConvertContext, volume: &str, plan: &mut DiskPlan) -> Source {
+    let what = what("downwardMetrics", volume);
+    let path = crate::metrics::disk_path(&ctx.private_dir);
+    if let Some(dir) = path.parent() {
+        plan.make_dir(dir.to_path_buf(), &what);
+    }
+    plan.push(DiskStep::CreateMetricsDisk {
+        path: path.clone(),
+        what,
+    });
+    Source::File {
+        path: paths::text(&path),
+        format: "raw",
+    }
 }
 
 pub(super) fn what(kind: &str, volume: &str) -> String {
@@ -753,6 +784,60 @@ mod tests {
                 "spec.volumes[0]: containerPath volume \"p\" needs a filesystem of the same name"
             ),
             "{container_path}"
+        );
+    }
+
+    #[test]
+    fn a_downward_metrics_volume_is_a_read_only_vhostmd_disk() {
+        let conversion = convert_ok(json!({
+            "domain": {"devices": {"disks": [{"name": "m", "disk": {"bus": "virtio"}, "cache": "writeback"}]}},
+            "volumes": [{"name": "m", "downwardMetrics": {}}]}));
+        let disk = &conversion.domain.devices.disks[0];
+        let source = disk.source.as_ref().and_then(|s| s.file.as_deref());
+        assert_eq!(
+            source,
+            Some("/var/run/kubevirt-private/downwardapi-disks/vhostmd0")
+        );
+        assert!(disk.readonly.is_some());
+        let driver = disk.driver.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                driver.name.as_deref(),
+                driver.format.as_deref(),
+                driver.cache,
+                driver.discard
+            ),
+            (Some("qemu"), Some("raw"), None, None)
+        );
+        assert!(
+            conversion
+                .disk_plan
+                .steps
+                .contains(&DiskStep::CreateMetricsDisk {
+                    path: "/var/run/kubevirt-private/downwardapi-disks/vhostmd0".into(),
+                    what: "downwardMetrics volume \"m\"".into(),
+                })
+        );
+    }
+
+    #[test]
+    fn a_downward_metrics_volume_needs_one_virtio_disk() {
+        let volume = json!([{"name": "m", "downwardMetrics": {}}]);
+        // KubeVirt's defaults make it a SATA disk, which its webhook refuses.
+        let defaulted = convert_err(json!({"volumes": volume}));
+        assert!(
+            defaulted.contains("disk.bus") && defaulted.contains("virtio"),
+            "{defaulted}"
+        );
+        let cdrom = convert_err(json!({
+            "domain": {"devices": {"disks": [{"name": "m", "cdrom": {"bus": "sata"}}]}},
+            "volumes": volume}));
+        assert!(cdrom.contains("must be mapped to a disk"), "{cdrom}");
+        let two = convert_err(json!({"volumes": [
+            {"name": "m", "downwardMetrics": {}}, {"name": "n", "downwardMetrics": {}}]}));
+        assert_eq!(
+            two,
+            "spec.volumes[1]: only one downwardMetrics volume is allowed"
         );
     }
 

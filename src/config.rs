@@ -72,6 +72,8 @@ pub struct Config {
     pub dra_metadata_dir: PathBuf,
     /// KubeVirt mode and KubeVirt's own flags (`--kubevirt`).
     pub kubevirt: crate::cli::KubevirtArgs,
+    /// The hook sidecars collected at start-up (`--hook-sidecars`).
+    pub hooks: std::sync::Arc<crate::kubevirt::hooks::HookSidecars>,
     /// KubeVirt mode without --connect or --spawn-libvirt: the launcher
     /// starts its daemons as plain children, as in KubeVirt's pod.
     pub pod_daemons: bool,
@@ -199,6 +201,7 @@ impl Config {
             vhost_vsock_device: args.vhost_vsock_device,
             dra_metadata_dir: args.dra_metadata_dir,
             kubevirt: args.kubevirt,
+            hooks: Default::default(),
             pod_daemons,
         })
     }

@@ -64,7 +64,6 @@ field_table! {
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",
         NumaPassthroughWithMemoryHotplug => "spec.domain.cpu.numa.guestMappingPassthrough",
         Architecture => "spec.architecture",
-        HookSidecars => "metadata.annotations.hooks.kubevirt.io/hookSidecars",
     }
 }
 

@@ -7,6 +7,9 @@
 
 use super::message::proto_message;
 
+/// KubeVirt's VMI annotation that lists the pod's hook sidecars.
+pub const HOOK_SIDECARS_ANNOTATION: &str = "hooks.kubevirt.io/hookSidecars";
+
 /// `Info.Info`: a sidecar's name, versions and hook points.
 pub const INFO_PATH: &str = "/kubevirt.hooks.info.Info/Info";
 

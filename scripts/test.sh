@@ -128,7 +128,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # and a NIC changed live, the dirty rate, a memory dump and a screenshot (a
 # libvirt stream), changed block tracking backups (checkpoints created,
 # listed, redefined and deleted, push and pull, an abort, a launcher
-# restart, and virt-handler's BackupVirtualMachine); and the whole KubeVirt suite (tests/kubevirt.rs: the
+# restart, and virt-handler's BackupVirtualMachine); hook sidecars changing the domain and the
+# cloud-init ISO (tests/hook_sidecars.rs); and the whole KubeVirt suite (tests/kubevirt.rs: the
 # launcher in a pod driven by virt-handler's own client). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
 # VL_STATIC_SUITES=all runs the whole qemu, agent and migration suites with it
@@ -168,7 +169,7 @@ if [ "${VL_STATIC_SUITES:-}" = all ]; then
         -- --test-threads=2 --skip host_devices_from_the_environment
 else
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt --test day2 \
-        -- --test-threads=2 --exact \
+        --test hook_sidecars -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
@@ -183,7 +184,8 @@ else
         version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest \
         full_and_incremental_backups_of_a_changed_block_tracking_disk_restore_the_guest_disk \
         an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working \
-        virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk
+        virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk \
+        the_guest_sees_the_hooks_base_board_manufacturer_and_user_data
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

@@ -253,12 +253,12 @@ mod tests {
         let smbios = with(
             r#"[{"args": ["--version", "v1alpha2"], "image": "registry:5000/kubevirt/example-hook-sidecar:devel", "imagePullPolicy": "IfNotPresent", "unknown": 1}]"#,
         );
-        assert_eq!(hook_sidecar_count(&smbios), Ok(1));
+        assert_eq!(super::hook_sidecar_count(&smbios), Ok(1));
         assert!(super::super::convert(&smbios, &context()).is_ok());
         let full = with(
             r#"[{"image": "a", "configMap": {"name": "c", "key": "k", "hookPath": "/usr/bin/onDefineDomain"}}, {"pvc": {"name": "p", "volumePath": "/v", "sharedComputePath": "/s"}, "command": ["/hook"]}]"#,
         );
-        assert_eq!(hook_sidecar_count(&full), Ok(2));
+        assert_eq!(super::hook_sidecar_count(&full), Ok(2));
         for bad in [r#"{"image": "a"}"#, r#"[{"args": "--version"}]"#, "[", "3"] {
             let err = super::super::convert(&with(bad), &context())
                 .err()

@@ -389,4 +389,61 @@ mod tests {
             "{bad}"
         );
     }
+
+    /// What a PreCloudInitIso hook sees of the first cloud-init volume, and
+    /// how its answer becomes the ISO's files (config drive layout).
+    #[test]
+    fn hook_data_is_kubevirts_cloud_init_data_and_the_answer_becomes_the_files() {
+        let spec = json!({
+            "domain": {"devices": {"disks": [{"name": "ci", "disk": {}}]}},
+            "volumes": [{"name": "ci", "cloudInitConfigDrive": {
+                "userData": "#cloud-config\n", "networkData": "version: 2\n"}}]
+        });
+        let conversion = convert_ok(spec);
+        let iso = conversion.cloud_init.expect("the first cloud-init volume");
+        assert_eq!(iso.volume, "ci");
+        let contents = conversion
+            .disk_plan
+            .steps
+            .into_iter()
+            .find_map(|step| match step {
+                DiskStep::WriteIso { path, contents, .. } if path == iso.path => Some(contents),
+                _ => None,
+            })
+            .expect("its ISO is planned");
+        let IsoContents::Files(files) = contents else {
+            panic!("inline data")
+        };
+        let data = iso.hook_data(&files);
+        assert_eq!(data["DataSource"], "configDrive");
+        assert_eq!(data["UserData"], "#cloud-config\n");
+        assert_eq!(data["NetworkData"], "version: 2\n");
+        assert_eq!(data["VolumeName"], "ci");
+        assert!(data["NoCloudMetaData"].is_null());
+        assert_eq!(
+            data["ConfigDriveMetaData"]["instance_id"],
+            "testvmi.default"
+        );
+        // Unchanged: the same files, byte for byte.
+        assert_eq!(iso.apply_hook_data(files.clone(), &data), files);
+        let mut changed = data.clone();
+        changed["UserData"] = json!("#cloud-config\nhostname: hooked\n");
+        changed["NetworkData"] = json!("");
+        changed["ConfigDriveMetaData"]["hostname"] = json!("hooked");
+        let after = iso.apply_hook_data(files, &changed);
+        let text = |name: &str| {
+            after
+                .iter()
+                .find(|f| f.path == name)
+                .map(|f| String::from_utf8(f.data.clone()).unwrap())
+        };
+        assert_eq!(
+            text("openstack/latest/user_data").as_deref(),
+            Some("#cloud-config\nhostname: hooked\n")
+        );
+        assert_eq!(text("openstack/latest/network_data.json"), None);
+        let meta: serde_json::Value =
+            serde_json::from_str(&text("openstack/latest/meta_data.json").unwrap()).unwrap();
+        assert_eq!(meta["hostname"], "hooked");
+    }
 }

@@ -248,7 +248,6 @@ fn sysinfo(vmi: &VirtualMachineInstance, ctx: &ConvertContext) -> Result<SysInfo
     Ok(SysInfo {
         sysinfo_type: "smbios".to_string(),
         system: Some(SysInfoEntries { entry: system }),
-        base_board: None,
         chassis: vmi.spec.domain.chassis.as_ref().map(chassis),
         oem_strings: (!oem.is_empty()).then_some(OemStrings { entry: oem }),
     })

@@ -108,28 +108,48 @@ pub(crate) const HOOK_SIDECARS_ANNOTATION: &str = "hooks.kubevirt.io/hookSidecar
 /// sidecars themselves are the pod's: the launcher calls those it collected
 /// at start-up (`--hook-sidecars`).
 pub fn hook_sidecar_count(vmi: &VirtualMachineInstance) -> Result<usize, ConvertError> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    #[allow(dead_code)] // read only to check the types, as Go's decoder does
-    struct HookSidecar {
-        image: Option<String>,
-        image_pull_policy: Option<String>,
-        command: Option<Vec<String>>,
-        args: Option<Vec<String>>,
-        config_map: Option<std::collections::BTreeMap<String, String>>,
-        pvc: Option<std::collections::BTreeMap<String, String>>,
-    }
+    use serde_json::Value;
     let Some(list) = vmi.metadata.annotations.get(HOOK_SIDECARS_ANNOTATION) else {
         return Ok(0);
     };
-    serde_json::from_str::<Vec<HookSidecar>>(list)
-        .map(|sidecars| sidecars.len())
-        .map_err(|e| {
-            ConvertError::new(
-                format!("metadata.annotations.{HOOK_SIDECARS_ANNOTATION}"),
-                format!("not a JSON list of hook sidecars as KubeVirt reads it: {e}"),
-            )
-        })
+    // Checked on serde_json's `Value`, already in the binary, rather than
+    // with a derived deserializer of its own.
+    let field_ok = |(name, value): (&String, &Value)| match name.as_str() {
+        "image" | "imagePullPolicy" => value.is_string() || value.is_null(),
+        "command" | "args" => {
+            value.is_null()
+                || value
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(Value::is_string))
+        }
+        "configMap" | "pvc" => {
+            value.is_null()
+                || value
+                    .as_object()
+                    .is_some_and(|o| o.values().all(|v| v.is_string() || v.is_null()))
+        }
+        _ => true,
+    };
+    let sidecars = serde_json::from_str::<Value>(list)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            let sidecars = v.as_array().ok_or("expected a list")?;
+            for (i, sidecar) in sidecars.iter().enumerate() {
+                let fields = sidecar
+                    .as_object()
+                    .ok_or(format!("[{i}]: expected an object"))?;
+                if let Some((name, _)) = fields.iter().find(|f| !field_ok(*f)) {
+                    return Err(format!("[{i}].{name}: wrong type"));
+                }
+            }
+            Ok(sidecars.len())
+        });
+    sidecars.map_err(|e| {
+        ConvertError::new(
+            format!("metadata.annotations.{HOOK_SIDECARS_ANNOTATION}"),
+            format!("not a JSON list of hook sidecars as KubeVirt reads it: {e}"),
+        )
+    })
 }
 
 /// libvirt's test driver cannot create a domain paused; refusing here says

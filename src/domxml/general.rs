@@ -210,10 +210,6 @@ pub struct SysInfo {
     pub sysinfo_type: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub system: Option<SysInfoEntries>,
-    /// Not written by the converter; a hook sidecar's (KubeVirt's smbios
-    /// example sets the manufacturer), read back from the live domain.
-    #[serde(rename = "baseBoard", skip_serializing_if = "Option::is_none")]
-    pub base_board: Option<SysInfoEntries>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chassis: Option<SysInfoEntries>,
     #[serde(rename = "oemStrings", skip_serializing_if = "Option::is_none")]

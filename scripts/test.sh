@@ -138,7 +138,8 @@ echo "test.sh: the default (virt backend) build passed in $(( $(date +%s) - star
 # listed, redefined and deleted, push and pull, an abort, a launcher
 # restart, and virt-handler's BackupVirtualMachine); a guest paused by a full
 # volume (the disks libvirt names); the guest reading its downward metrics from
-# the vhostmd disk and port; and the whole KubeVirt suite (tests/kubevirt.rs: the
+# the vhostmd disk and port; hook sidecars changing the domain and the cloud-init
+# ISO (tests/hook_sidecars.rs); and the whole KubeVirt suite (tests/kubevirt.rs: the
 # launcher in a pod driven by virt-handler's own client), and what virt-handler reads from it
 # compared field by field with KubeVirt's own launcher (tests/kubevirt_equivalence.rs). (tests/backends.rs,
 # in the first pass, compares both backends call by call on one guest.)
@@ -176,11 +177,12 @@ VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test protocol_d
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
-        --test kubevirt_equivalence --test day2 --test downward_metrics \
+        --test kubevirt_equivalence --test day2 --test downward_metrics --test hook_sidecars \
         -- --test-threads=2 --skip host_devices_from_the_environment
 else
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
-        --test kubevirt_equivalence --test day2 --test downward_metrics -- --test-threads=2 --exact \
+        --test kubevirt_equivalence --test day2 --test downward_metrics --test hook_sidecars \
+        -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs \
         runs_on_the_hosts_libvirt_daemon_without_spawning_one \
@@ -200,7 +202,8 @@ else
         an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working \
         virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk \
         a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error \
-        the_guest_reads_its_metrics_from_the_vhostmd_disk_and_the_virtio_serial_port
+        the_guest_reads_its_metrics_from_the_vhostmd_disk_and_the_virtio_serial_port \
+        the_guest_sees_the_hooks_base_board_manufacturer_and_user_data
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

@@ -80,6 +80,8 @@ pub struct Config {
     pub backend_storage_dir: Option<PathBuf>,
     /// KubeVirt mode and KubeVirt's own flags (`--kubevirt`).
     pub kubevirt: crate::cli::KubevirtArgs,
+    /// The hook sidecars collected at start-up (`--hook-sidecars`).
+    pub hooks: std::sync::Arc<crate::kubevirt::hooks::HookSidecars>,
     /// KubeVirt mode without --connect or --spawn-libvirt: the launcher
     /// starts its daemons as plain children, as in KubeVirt's pod.
     pub pod_daemons: bool,
@@ -216,6 +218,7 @@ impl Config {
                 .backend_storage_dir
                 .or_else(|| pod_daemons.then(|| PathBuf::from(KUBEVIRT_POD_BACKEND_STORAGE))),
             kubevirt: args.kubevirt,
+            hooks: Default::default(),
             pod_daemons,
         })
     }

@@ -13,7 +13,8 @@ pub enum ExitCode {
     /// Bad command line: unknown flag, bad value, unreadable --vmi file.
     Usage,
     /// A directory, a lock file or the command socket could not be set up,
-    /// or another launcher holds a lock of one of this launcher's directories.
+    /// another launcher holds a lock of one of this launcher's directories,
+    /// or the hook sidecars did not all answer at start-up.
     Setup,
     /// libvirt could not be reached within 15 seconds at start-up, or the
     /// launcher's own libvirt daemon could not be started.
@@ -75,7 +76,7 @@ impl ExitCode {
                 "Bad command line: an unknown flag, a bad value, or an unreadable --vmi file."
             }
             ExitCode::Setup => {
-                "A directory, a lock file or the command socket could not be set up (the message names the path), or another launcher holds the lock of one of this launcher's directories (socket, private or ephemeral); see FILES."
+                "A directory, a lock file or the command socket could not be set up (the message names the path), another launcher holds the lock of one of this launcher's directories (socket, private or ephemeral; see FILES), or fewer than --hook-sidecars hook sidecars answered within --qemu-timeout (or one answered with no version this launcher speaks)."
             }
             ExitCode::LibvirtUnavailable => {
                 "libvirt could not be reached within 15 seconds at start-up, or the launcher's own libvirt daemons (--spawn-libvirt) could not be started."

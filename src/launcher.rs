@@ -196,6 +196,26 @@ fn run_locked(
     started: Instant,
 ) -> Result<ExitCode, Failure> {
     dirs::prepare(&config).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+    let mut config = config;
+    if config.kubevirt.hook_sidecars > 0 {
+        // As KubeVirt's launcher, every requested sidecar answers before
+        // anything else starts; a signal meanwhile ends the wait.
+        let collected = crate::kubevirt::hooks::collect(
+            &config.kubevirt.hook_sidecars_dir,
+            config.kubevirt.hook_sidecars,
+            config.qemu_timeout,
+            config.kubevirt.hook_timeout,
+            |pause| !matches!(inbox.1.recv_timeout(pause), Ok(ManagerInput::Signal(_))),
+        )
+        .map_err(|e| Failure::new(ExitCode::Setup, e))?;
+        match collected {
+            Some(hooks) => config.hooks = Arc::new(hooks),
+            None => {
+                log::info!("signal received while waiting for the hook sidecars; exiting");
+                return Ok(ExitCode::Ok);
+            }
+        }
+    }
 
     if let Some(filters) = &config.libvirt_log_filters {
         // SAFETY: set_var is unsound only while another thread reads the
@@ -211,7 +231,6 @@ fn run_locked(
     // The filesystems' virtiofsd, stopped as the network is removed: once
     // QEMU is gone.
     let virtiofs = VirtiofsGuard(VirtiofsSlot::default());
-    let mut config = config;
     let daemons = if config.pod_daemons {
         let daemons =
             LibvirtDaemons::start_in_pod(config.libvirt_log_filters.as_deref(), &fatal_tx)
@@ -652,6 +671,11 @@ fn serve(
             }
         }
     };
+    // The hook sidecars hear that the domain is gone (KubeVirt calls them
+    // before its final notification too).
+    for failed in config.hooks.shutdown() {
+        log::warn!("hooks: {failed}");
+    }
     // virt-handler learns that the domain is gone from the notifier's
     // last event, sent before anything is torn down.
     if let Some(notifier) = notifier {

@@ -239,8 +239,6 @@ fn refused_example(refused: Refused) -> (Value, Host) {
             "cpu": {"cores": 4, "dedicatedCpuPlacement": true, "numa": {"guestMappingPassthrough": {}}},
             "memory": {"guest": "1Gi", "maxGuest": "2Gi", "hugepages": {"pageSize": "2Mi"}}})),
         Refused::Architecture => json!({"spec": {"architecture": "arm64"}}),
-        Refused::HookSidecars => json!({"metadata": {"annotations": {
-            "hooks.kubevirt.io/hookSidecars": "[{\"image\": \"hook\"}]"}}}),
     };
     let host = match refused {
         Refused::NumaPassthroughWithMemoryHotplug => Host::Numa,

@@ -68,6 +68,10 @@ pub struct KubevirtArgs {
     pub mode: bool,
     /// `--hook-sidecars`: hook sidecars to wait for.
     pub hook_sidecars: u32,
+    /// `--hook-sidecars-dir`: where their sockets are.
+    pub hook_sidecars_dir: PathBuf,
+    /// `--hook-timeout`: the most one call to a sidecar may take.
+    pub hook_timeout: Duration,
     pub run_as_nonroot: bool,
     /// `--hypervisor`: the hypervisor KubeVirt's cluster configuration names.
     pub hypervisor: String,
@@ -514,17 +518,31 @@ pub static FLAGS: &[FlagSpec] = &[
         "hook-sidecars",
         "COUNT",
         Some("0"),
-        "KubeVirt's number of hook sidecars to wait for: only 0, since hook sidecars are not supported yet; any other whole number exits with status 2.",
+        "KubeVirt's number of hook sidecars (hooks.kubevirt.io/hookSidecars) to wait for at start-up, 0 to 4294967295: the launcher asks the gRPC socket of each in a subdirectory of --hook-sidecars-dir for its Info until COUNT answered, for at most --qemu-timeout (else exit status 3). Their OnDefineDomain hooks change the domain XML before it is defined, their PreCloudInitIso hooks the cloud-init data before its ISO is written, and their Shutdown hooks are called once the domain is gone.",
         |a, v| {
-            a.kubevirt.hook_sidecars = match v.parse::<u32>() {
-                Ok(0) => 0,
-                Err(_) => return Err("expected a whole number".into()),
-                Ok(n) => {
-                    return Err(format!(
-                        "{n} hook sidecars requested; hook sidecars (hooks.kubevirt.io/hookSidecars) are not supported yet"
-                    ));
-                }
-            };
+            a.kubevirt.hook_sidecars = v
+                .parse::<u32>()
+                .map_err(|_| "expected a whole number".to_string())?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "hook-sidecars-dir",
+        "DIR",
+        Some("/var/run/kubevirt-hooks"),
+        "Where the hook sidecars' sockets are: one subdirectory per sidecar container, as KubeVirt's pod mounts them (DIR/<container>/<name>.sock).",
+        |a, v| {
+            a.kubevirt.hook_sidecars_dir = path(v)?;
+            Ok(())
+        }
+    ),
+    value_flag!(
+        "hook-timeout",
+        "DURATION",
+        Some("1m"),
+        "How long one call to a hook sidecar may take (KubeVirt's minute), its Info at start-up included; a sync whose hook does not answer in time fails with Unavailable. More than zero, at most 87600h.",
+        |a, v| {
+            a.kubevirt.hook_timeout = parse_duration(v)?;
             Ok(())
         }
     ),

@@ -1,7 +1,10 @@
 //! Cloud-init NoCloud and ConfigDrive ISO contents (KubeVirt:
 //! pkg/cloud-init/cloud-init.go).
 
+use std::path::PathBuf;
+
 use serde::Serialize;
+use serde_json::{Value, json};
 
 use super::metadata::firmware_uuid;
 use super::{ConvertContext, ConvertError, paths};
@@ -137,6 +140,93 @@ pub(crate) fn contents(
     } else {
         IsoContents::FilesWithSecrets { files, secrets }
     })
+}
+
+/// The ISO of the VMI's first cloud-init volume, the one KubeVirt hands its
+/// hook sidecars (`ReadCloudInitVolumeDataSource`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudInitIso {
+    pub path: PathBuf,
+    pub volume: String,
+    data_source: DataSource,
+}
+
+pub(crate) fn first_iso(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+) -> Option<CloudInitIso> {
+    vmi.spec.volumes.iter().find_map(|v| {
+        let (data_source, path) = if v.cloud_init_no_cloud.is_some() {
+            (DataSource::NoCloud, paths::no_cloud_iso(ctx))
+        } else if v.cloud_init_config_drive.is_some() {
+            (DataSource::ConfigDrive, paths::config_drive_iso(ctx))
+        } else {
+            return None;
+        };
+        Some(CloudInitIso {
+            path,
+            volume: v.name.clone(),
+            data_source,
+        })
+    })
+}
+
+impl CloudInitIso {
+    /// KubeVirt's `CloudInitData` of the ISO's `files`, as its JSON has it
+    /// (Go's field names; the meta-data as its metadata object).
+    pub fn hook_data(&self, files: &[IsoFile]) -> Value {
+        let [user, meta, network] = self.data_source.layout();
+        let text = |name: &str| {
+            files
+                .iter()
+                .find(|f| f.path == name)
+                .map(|f| String::from_utf8_lossy(&f.data).into_owned())
+                .unwrap_or_default()
+        };
+        let meta_data: Value = serde_json::from_str(&text(meta)).unwrap_or(Value::Null);
+        let (source, no_cloud, config_drive) = match self.data_source {
+            DataSource::NoCloud => ("noCloud", meta_data, Value::Null),
+            DataSource::ConfigDrive => ("configDrive", Value::Null, meta_data),
+        };
+        json!({
+            "DataSource": source,
+            "NoCloudMetaData": no_cloud,
+            "ConfigDriveMetaData": config_drive,
+            "UserData": text(user),
+            "NetworkData": text(network),
+            "DevicesData": null,
+            "VolumeName": self.volume,
+        })
+    }
+
+    /// The ISO's files with what a hook returned: its user data, its
+    /// network data (no file when empty, as KubeVirt writes it) and, when
+    /// it returned a changed one, its meta-data object as JSON.
+    pub fn apply_hook_data(&self, mut files: Vec<IsoFile>, data: &Value) -> Vec<IsoFile> {
+        let [user, meta, network] = self.data_source.layout();
+        let key = match self.data_source {
+            DataSource::NoCloud => "NoCloudMetaData",
+            DataSource::ConfigDrive => "ConfigDriveMetaData",
+        };
+        let meta_data = &data[key];
+        // Rewritten only when the hook changed it.
+        let meta_changed = meta_data.is_object() && *meta_data != self.hook_data(&files)[key];
+        let text = |v: &Value| v.as_str().unwrap_or_default().as_bytes().to_vec();
+        let mut set = |name: &str, bytes: Option<Vec<u8>>| {
+            files.retain(|f| f.path != name);
+            if let Some(bytes) = bytes {
+                files.push(file(name, bytes));
+            }
+        };
+        set(user, Some(text(&data["UserData"])));
+        let network_data = text(&data["NetworkData"]);
+        set(network, (!network_data.is_empty()).then_some(network_data));
+        if meta_changed {
+            set(meta, serde_json::to_vec(meta_data).ok());
+        }
+        files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+        files
+    }
 }
 
 fn file(path: &str, data: Vec<u8>) -> IsoFile {
@@ -298,5 +388,62 @@ mod tests {
             bad.starts_with("spec.volumes[0].cloudInitNoCloud.userDataBase64: invalid base64"),
             "{bad}"
         );
+    }
+
+    /// What a PreCloudInitIso hook sees of the first cloud-init volume, and
+    /// how its answer becomes the ISO's files (config drive layout).
+    #[test]
+    fn hook_data_is_kubevirts_cloud_init_data_and_the_answer_becomes_the_files() {
+        let spec = json!({
+            "domain": {"devices": {"disks": [{"name": "ci", "disk": {}}]}},
+            "volumes": [{"name": "ci", "cloudInitConfigDrive": {
+                "userData": "#cloud-config\n", "networkData": "version: 2\n"}}]
+        });
+        let conversion = convert_ok(spec);
+        let iso = conversion.cloud_init.expect("the first cloud-init volume");
+        assert_eq!(iso.volume, "ci");
+        let contents = conversion
+            .disk_plan
+            .steps
+            .into_iter()
+            .find_map(|step| match step {
+                DiskStep::WriteIso { path, contents, .. } if path == iso.path => Some(contents),
+                _ => None,
+            })
+            .expect("its ISO is planned");
+        let IsoContents::Files(files) = contents else {
+            panic!("inline data")
+        };
+        let data = iso.hook_data(&files);
+        assert_eq!(data["DataSource"], "configDrive");
+        assert_eq!(data["UserData"], "#cloud-config\n");
+        assert_eq!(data["NetworkData"], "version: 2\n");
+        assert_eq!(data["VolumeName"], "ci");
+        assert!(data["NoCloudMetaData"].is_null());
+        assert_eq!(
+            data["ConfigDriveMetaData"]["instance_id"],
+            "testvmi.default"
+        );
+        // Unchanged: the same files, byte for byte.
+        assert_eq!(iso.apply_hook_data(files.clone(), &data), files);
+        let mut changed = data.clone();
+        changed["UserData"] = json!("#cloud-config\nhostname: hooked\n");
+        changed["NetworkData"] = json!("");
+        changed["ConfigDriveMetaData"]["hostname"] = json!("hooked");
+        let after = iso.apply_hook_data(files, &changed);
+        let text = |name: &str| {
+            after
+                .iter()
+                .find(|f| f.path == name)
+                .map(|f| String::from_utf8(f.data.clone()).unwrap())
+        };
+        assert_eq!(
+            text("openstack/latest/user_data").as_deref(),
+            Some("#cloud-config\nhostname: hooked\n")
+        );
+        assert_eq!(text("openstack/latest/network_data.json"), None);
+        let meta: serde_json::Value =
+            serde_json::from_str(&text("openstack/latest/meta_data.json").unwrap()).unwrap();
+        assert_eq!(meta["hostname"], "hooked");
     }
 }

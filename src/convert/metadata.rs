@@ -16,7 +16,7 @@ pub(crate) fn configure(
 ) -> Result<(), ConvertError> {
     check_context(ctx)?;
     check_architecture(vmi)?;
-    check_hook_sidecars(vmi)?;
+    hook_sidecar_count(vmi)?;
     check_start_paused(vmi, ctx)?;
     check_grace_period(vmi)?;
     domain.domain_type = ctx.domain_type.as_str().to_string();
@@ -102,22 +102,54 @@ fn check_context(ctx: &ConvertContext) -> Result<(), ConvertError> {
 /// KubeVirt's annotation naming hook sidecar images (pkg/hooks).
 pub(crate) const HOOK_SIDECARS_ANNOTATION: &str = "hooks.kubevirt.io/hookSidecars";
 
-/// Hook sidecars rewrite the domain XML (or the cloud-init ISO) from
-/// containers of the launcher pod; this launcher runs no sidecar, so a VMI
-/// that relies on one would silently boot without the hook's change.
-fn check_hook_sidecars(vmi: &VirtualMachineInstance) -> Result<(), ConvertError> {
-    if vmi
-        .metadata
-        .annotations
-        .contains_key(HOOK_SIDECARS_ANNOTATION)
-    {
-        return Err(ConvertError::unsupported(
-            Refused::HookSidecars,
+/// How many hook sidecars the annotation names, read as KubeVirt reads it
+/// (`pkg/hooks` `UnmarshalHookSidecarList`: a JSON list of objects whose
+/// known fields must have their types; unknown fields are ignored). The
+/// sidecars themselves are the pod's: the launcher calls those it collected
+/// at start-up (`--hook-sidecars`).
+pub fn hook_sidecar_count(vmi: &VirtualMachineInstance) -> Result<usize, ConvertError> {
+    use serde_json::Value;
+    let Some(list) = vmi.metadata.annotations.get(HOOK_SIDECARS_ANNOTATION) else {
+        return Ok(0);
+    };
+    // Checked on serde_json's `Value`, already in the binary, rather than
+    // with a derived deserializer of its own.
+    let field_ok = |(name, value): (&String, &Value)| match name.as_str() {
+        "image" | "imagePullPolicy" => value.is_string() || value.is_null(),
+        "command" | "args" => {
+            value.is_null()
+                || value
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(Value::is_string))
+        }
+        "configMap" | "pvc" => {
+            value.is_null()
+                || value
+                    .as_object()
+                    .is_some_and(|o| o.values().all(|v| v.is_string() || v.is_null()))
+        }
+        _ => true,
+    };
+    let sidecars = serde_json::from_str::<Value>(list)
+        .map_err(|e| e.to_string())
+        .and_then(|v| {
+            let sidecars = v.as_array().ok_or("expected a list")?;
+            for (i, sidecar) in sidecars.iter().enumerate() {
+                let fields = sidecar
+                    .as_object()
+                    .ok_or(format!("[{i}]: expected an object"))?;
+                if let Some((name, _)) = fields.iter().find(|f| !field_ok(*f)) {
+                    return Err(format!("[{i}].{name}: wrong type"));
+                }
+            }
+            Ok(sidecars.len())
+        });
+    sidecars.map_err(|e| {
+        ConvertError::new(
             format!("metadata.annotations.{HOOK_SIDECARS_ANNOTATION}"),
-            "a hook sidecar (this launcher runs no sidecar containers to change the domain XML or the cloud-init ISO; put the hook's change into the VMI itself)",
-        ));
-    }
-    Ok(())
+            format!("not a JSON list of hook sidecars as KubeVirt reads it: {e}"),
+        )
+    })
 }
 
 /// libvirt's test driver cannot create a domain paused; refusing here says
@@ -228,20 +260,35 @@ mod tests {
     }
 
     #[test]
-    fn hook_sidecars_and_paused_starts_on_the_test_driver_are_refused() {
-        let mut vmi = super::super::test_support::vmi_with(json!({}));
-        vmi.metadata.annotations.insert(
-            "hooks.kubevirt.io/hookSidecars".into(),
-            r#"[{"image": "registry/smbios-hook"}]"#.into(),
+    fn hook_sidecar_lists_are_read_as_kubevirt_reads_them_and_paused_starts_on_the_test_driver_are_refused()
+     {
+        let with = |list: &str| {
+            let mut vmi = super::super::test_support::vmi_with(json!({}));
+            vmi.metadata
+                .annotations
+                .insert("hooks.kubevirt.io/hookSidecars".into(), list.into());
+            vmi
+        };
+        // KubeVirt's smbios example, and a list with every field.
+        let smbios = with(
+            r#"[{"args": ["--version", "v1alpha2"], "image": "registry:5000/kubevirt/example-hook-sidecar:devel", "imagePullPolicy": "IfNotPresent", "unknown": 1}]"#,
         );
-        let err = super::super::convert(&vmi, &context())
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
-        assert!(
-            err.starts_with("metadata.annotations.hooks.kubevirt.io/hookSidecars: a hook sidecar (this launcher runs no sidecar containers"),
-            "{err}"
+        assert_eq!(super::hook_sidecar_count(&smbios), Ok(1));
+        assert!(super::super::convert(&smbios, &context()).is_ok());
+        let full = with(
+            r#"[{"image": "a", "configMap": {"name": "c", "key": "k", "hookPath": "/usr/bin/onDefineDomain"}}, {"pvc": {"name": "p", "volumePath": "/v", "sharedComputePath": "/s"}, "command": ["/hook"]}]"#,
         );
+        assert_eq!(super::hook_sidecar_count(&full), Ok(2));
+        for bad in [r#"{"image": "a"}"#, r#"[{"args": "--version"}]"#, "[", "3"] {
+            let err = super::super::convert(&with(bad), &context())
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.starts_with("metadata.annotations.hooks.kubevirt.io/hookSidecars: not a JSON list of hook sidecars as KubeVirt reads it: "),
+                "{bad}: {err}"
+            );
+        }
         let mut test = context();
         test.domain_type = super::super::DomainType::Test;
         let paused = convert_with(json!({"startStrategy": "Paused"}), &test)

@@ -46,12 +46,14 @@ use crate::disks::DiskPlan;
 use crate::domxml::{Domain, MemBalloon};
 use crate::vmi::VirtualMachineInstance;
 
+pub use cloudinit::CloudInitIso;
 pub use cluster_options::{ClusterOptions, SmbiosSystem};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
 pub use dra::{DEFAULT_DRA_METADATA_DIR, DraDevice, DraDevices, detect_dra_devices};
 pub use filesystems::VirtiofsShare;
 pub use hostdev::is_device_variable;
+pub use metadata::hook_sidecar_count;
 pub(crate) use network::interfaces_and_networks;
 pub use network::{passt_by_libvirt, passt_socket};
 pub use paths::{BACKEND_NVRAM_DIR, BACKEND_SWTPM_DIR, BACKEND_SWTPM_LOCALCA_DIR};
@@ -231,6 +233,9 @@ pub struct Conversion {
     /// Where the qemu-pr-helper the launcher starts before the domain
     /// listens, when a LUN asks for persistent reservations.
     pub pr_helper_socket: Option<PathBuf>,
+    /// The first cloud-init volume's ISO: what KubeVirt's hook sidecars
+    /// may change (`PreCloudInitIso`) before it is written.
+    pub cloud_init: Option<CloudInitIso>,
 }
 
 /// Why a VMI cannot be converted: `path` is the JSON path of the field to fix.
@@ -363,6 +368,7 @@ pub fn convert(
         disk_plan: plan,
         filesystems,
         pr_helper_socket: storage::wants_reservations(vmi).then(|| storage::pr_helper_socket(ctx)),
+        cloud_init: cloudinit::first_iso(vmi, ctx),
     })
 }
 

@@ -61,7 +61,6 @@ field_table! {
         MultiqueueWithoutTap => "spec.domain.devices.networkInterfaceMultiqueue",
         NumaPassthroughWithMemoryHotplug => "spec.domain.cpu.numa.guestMappingPassthrough",
         Architecture => "spec.architecture",
-        HookSidecars => "metadata.annotations.hooks.kubevirt.io/hookSidecars",
     }
 }
 

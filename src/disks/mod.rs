@@ -14,7 +14,9 @@ mod prepare;
 mod qemu_img;
 
 pub use plan::{DiskPlan, DiskStep, IsoContents, PathKind, SecretFile};
-pub use prepare::{DiskError, DiskErrorKind, PrepareOptions, PreparedDisks, prepare, prepare_with};
+pub use prepare::{
+    DiskError, DiskErrorKind, PrepareOptions, PreparedDisks, iso_files, prepare, prepare_with,
+};
 
 #[cfg(test)]
 mod test_plans;

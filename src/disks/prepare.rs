@@ -618,7 +618,12 @@ pub(super) fn iso_error_kind(err: &IsoError) -> DiskErrorKind {
     }
 }
 
-fn iso_files(contents: &IsoContents, target: &Path, what: &str) -> Result<Vec<IsoFile>, DiskError> {
+/// The files of an ISO image's `contents`, secrets and directories read.
+pub fn iso_files(
+    contents: &IsoContents,
+    target: &Path,
+    what: &str,
+) -> Result<Vec<IsoFile>, DiskError> {
     match contents {
         IsoContents::Files(files) => Ok(files.clone()),
         IsoContents::Dir(dir) => iso9660::collect_dir(dir).map_err(|err| DiskError {

@@ -2,11 +2,13 @@
 //! socket: the messages virt-handler and the launcher exchange (`proto`),
 //! the JSON payloads inside them (`api`), the `Cmd` service over the domain
 //! manager (`service`, with what it keeps of the manager's replies in
-//! `converted`) and the notify client (`notify`).
+//! `converted`), the notify client (`notify`) and the hook sidecars'
+//! client (`hooks`).
 
 pub mod api;
 mod backup;
 mod converted;
+pub mod hooks;
 pub mod k8s_events;
 pub mod migration;
 pub mod notify;

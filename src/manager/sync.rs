@@ -6,8 +6,10 @@
 //! created is removed again, so a failed sync leaves no defined domain and
 //! no stray files.
 
+use std::borrow::Cow;
 use std::fs::OpenOptions;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -19,10 +21,11 @@ use super::reply::{JobValue, Steps, SyncAction, Synced};
 use super::{DomainManager, Phase};
 use crate::command::ReplyTo;
 use crate::convert::{self, ConvertContext, DomainType, OvmfPaths, UserNetBackend};
-use crate::disks::{self, DiskErrorKind, DiskPlan};
+use crate::disks::{self, DiskError, DiskErrorKind, DiskPlan, DiskStep, IsoContents};
 use crate::hypervisor::{
     DomainState, DriverKind, Hypervisor, HypervisorError, HypervisorErrorKind, StateReason,
 };
+use crate::kubevirt::hooks::{HookError, HookSidecars};
 use crate::protocol::{CommandError, ErrorClass};
 
 /// Facts about the host, probed once at start-up, that decide how VMIs
@@ -126,6 +129,8 @@ pub(super) struct SyncPlan {
     vmi_json: Value,
     /// What to change if the domain runs already.
     live: Option<LiveChange>,
+    /// The hook sidecars the domain and cloud-init data go through.
+    hooks: Option<HookRun>,
     /// How long the steps so far took (the conversion).
     steps: Steps,
 }
@@ -266,6 +271,20 @@ impl DomainManager {
         if conversion.domain.devices.vsock.is_some() {
             self.check_vhost_vsock()?;
         }
+        // The VMI's sidecars are the pod's: they must be among those that
+        // answered at start-up, or the VMI would start without their change.
+        let wanted = convert::hook_sidecar_count(&vmi)
+            .map_err(|e| CommandError::invalid_argument(at_vmi_path(&e.path, &e.message)))?;
+        if wanted > self.config.hooks.sidecars.len() {
+            return Err(CommandError::new(
+                ErrorClass::Unavailable,
+                format!(
+                    "sync: metadata.annotations.{}: the VMI names {wanted} hook sidecar(s), but {} answered when the launcher started; start it with --hook-sidecars {wanted}, their sockets in --hook-sidecars-dir",
+                    crate::kubevirt::proto::hooks::HOOK_SIDECARS_ANNOTATION,
+                    self.config.hooks.sidecars.len()
+                ),
+            ));
+        }
         let network = self.plan_network(&vmi, &conversion.domain, info.driver)?;
         let virtiofs = if (conversion.filesystems.is_empty()
             && conversion.pr_helper_socket.is_none())
@@ -310,6 +329,11 @@ impl DomainManager {
             vmi,
             vmi_json: vmi_json.clone(),
             live: None,
+            hooks: (!self.config.hooks.is_empty()).then(|| HookRun {
+                sidecars: self.config.hooks.clone(),
+                vmi: vmi_json.to_string().into_bytes(),
+                cloud_init: conversion.cloud_init,
+            }),
             steps: Steps::default(),
         })
     }
@@ -646,18 +670,16 @@ fn define_and_start(
     let xml = steps
         .time("write_xml", || domain.to_xml())
         .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
+    let (xml, disk_plan) = match &plan.hooks {
+        Some(hooks) => steps.time("hooks", || {
+            hooks.run(xml, &plan.disk_plan, &plan.domain_name)
+        })?,
+        None => (xml, Cow::Borrowed(&plan.disk_plan)),
+    };
     log::debug!("manager: domain XML for {}:\n{xml}", plan.domain_name);
     let prepared = steps
-        .time("disks", || disks::prepare(&plan.disk_plan))
-        .map_err(|e| {
-            // A missing or unusable image is the VMI's problem; a failed write
-            // or qemu-img run is the host's.
-            let class = match e.kind {
-                DiskErrorKind::Missing | DiskErrorKind::Invalid => ErrorClass::InvalidArgument,
-                DiskErrorKind::Io | DiskErrorKind::Command => ErrorClass::Internal,
-            };
-            CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
-        })?;
+        .time("disks", || disks::prepare(&disk_plan))
+        .map_err(disk_error)?;
     if plan.unprivileged
         && let Err(e) = crate::unprivileged::check_disks(&domain)
     {
@@ -682,6 +704,77 @@ fn define_and_start(
         job.keep(active);
     }
     Ok(())
+}
+
+/// A missing or unusable image is the VMI's problem; a failed write or
+/// qemu-img run is the host's.
+fn disk_error(e: DiskError) -> CommandError {
+    let class = match e.kind {
+        DiskErrorKind::Missing | DiskErrorKind::Invalid => ErrorClass::InvalidArgument,
+        DiskErrorKind::Io | DiskErrorKind::Command => ErrorClass::Internal,
+    };
+    CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
+}
+
+/// The hook sidecars' part of a sync, run by the sync job (on a worker
+/// thread: a sidecar that hangs holds the job, never the manager).
+struct HookRun {
+    sidecars: Arc<HookSidecars>,
+    /// The VMI as the client sent it, as JSON: what the hooks get.
+    vmi: Vec<u8>,
+    cloud_init: Option<convert::CloudInitIso>,
+}
+
+impl HookRun {
+    /// As KubeVirt's launcher: the cloud-init data through the
+    /// `PreCloudInitIso` hooks, then the domain XML through the
+    /// `OnDefineDomain` hooks; returns the XML to define and the disk plan
+    /// with the ISO's new contents.
+    fn run<'a>(
+        &self,
+        xml: String,
+        disk_plan: &'a DiskPlan,
+        domain_name: &str,
+    ) -> Result<(String, Cow<'a, DiskPlan>), CommandError> {
+        let failed = |e: HookError| match e {
+            HookError::Call(why) => {
+                CommandError::new(ErrorClass::Unavailable, format!("sync: {why}"))
+            }
+            HookError::BadResult(why) => CommandError::invalid_argument(format!("sync: {why}")),
+        };
+        let mut disk_plan = Cow::Borrowed(disk_plan);
+        let step = self.cloud_init.as_ref().and_then(|iso| {
+            let at = disk_plan
+                .steps
+                .iter()
+                .position(|s| matches!(s, DiskStep::WriteIso { path, .. } if *path == iso.path))?;
+            Some((iso, at))
+        });
+        if let Some((iso, at)) = step
+            && let DiskStep::WriteIso { contents, what, .. } = &mut disk_plan.to_mut().steps[at]
+        {
+            let files = disks::iso_files(contents, &iso.path, what).map_err(disk_error)?;
+            let data = self
+                .sidecars
+                .pre_cloud_init_iso(iso.hook_data(&files), &self.vmi)
+                .map_err(failed)?;
+            *contents = IsoContents::Files(iso.apply_hook_data(files, &data));
+        }
+        let xml = self
+            .sidecars
+            .on_define_domain(xml, &self.vmi, |xml| {
+                let domain = crate::domxml::Domain::from_xml(xml).map_err(|e| e.to_string())?;
+                if domain.name != domain_name {
+                    return Err(format!(
+                        "it names domain {:?}, not this launcher's {domain_name:?}",
+                        domain.name
+                    ));
+                }
+                Ok(())
+            })
+            .map_err(failed)?;
+        Ok((xml, disk_plan))
+    }
 }
 
 /// After a failed start: leave nothing half-created where that is known to

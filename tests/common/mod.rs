@@ -17,6 +17,7 @@ pub mod diff;
 pub mod examples;
 pub mod fleet;
 pub mod guest;
+pub mod hook_sidecar;
 pub mod kubevirt;
 pub mod needs;
 pub mod podnet;

@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use super::cmd::*;
+use super::hooks::*;
 use super::info::{CmdInfoRequest, CmdInfoResponse};
 use super::message::{MAX_DEPTH, Message};
 use super::methods::{
@@ -25,6 +26,13 @@ use super::wire::{DecodeError, DecodeErrorKind, Reader, Value, WireType, Writer}
 const CMD_PROTO: &str = include_str!("schema/cmd.proto");
 const INFO_PROTO: &str = include_str!("schema/info.proto");
 const NOTIFY_PROTO: &str = include_str!("schema/notify.proto");
+const HOOKS_INFO_PROTO: &str = include_str!("schema/hooks_info.proto");
+/// The hooks' Callbacks versions, oldest first.
+const HOOKS_CALLBACKS_PROTOS: [&str; 3] = [
+    include_str!("schema/hooks_v1alpha1.proto"),
+    include_str!("schema/hooks_v1alpha2.proto"),
+    include_str!("schema/hooks_v1alpha3.proto"),
+];
 
 /// Bytes written as hex pairs and 'quoted text', separated by whitespace.
 fn golden(spec: &str) -> Vec<u8> {
@@ -112,20 +120,23 @@ fn parse_proto(text: &str) -> ProtoFile {
                 let service = tokens[i + 1].to_string();
                 i += 3;
                 while tokens[i] != "}" {
-                    // rpc Name ( Request ) returns ( Response ) { }
+                    // rpc Name ( Request ) returns ( Response ) { } or ... ;
                     assert_eq!(tokens[i], "rpc");
-                    let rpc = &tokens[i..i + 11];
-                    assert_eq!(
-                        (rpc[2], rpc[5], rpc[9], rpc[10]),
-                        ("(", "returns", "{", "}")
-                    );
+                    let rpc = &tokens[i..i + 9];
+                    assert_eq!((rpc[2], rpc[5]), ("(", "returns"));
                     file.rpcs.push((
                         service.clone(),
                         rpc[1].to_string(),
                         rpc[3].to_string(),
                         rpc[7].to_string(),
                     ));
-                    i += 11;
+                    i += match tokens[i + 9] {
+                        ";" => 10,
+                        _ => {
+                            assert_eq!((tokens[i + 9], tokens[i + 10]), ("{", "}"));
+                            11
+                        }
+                    };
                 }
                 i += 1;
             }
@@ -215,10 +226,25 @@ fn registry() -> Vec<(&'static str, Vec<Entry>)> {
         entry::<K8sEventRequest>(),
         entry::<NotifyResponse>(),
     ];
+    let hooks_info = vec![
+        entry::<InfoParams>(),
+        entry::<InfoResult>(),
+        entry::<HookPoint>(),
+    ];
+    let hooks_callbacks = vec![
+        entry::<OnDefineDomainParams>(),
+        entry::<OnDefineDomainResult>(),
+        entry::<PreCloudInitIsoParams>(),
+        entry::<PreCloudInitIsoResult>(),
+        entry::<ShutdownParams>(),
+        entry::<ShutdownResult>(),
+    ];
     vec![
         ("kubevirt.cmd.v1", cmd),
         ("kubevirt.cmd.info", info),
         ("kubevirt.notify.v1", notify),
+        ("kubevirt.hooks.info", hooks_info),
+        ("kubevirt.hooks.v1alpha3", hooks_callbacks),
     ]
 }
 
@@ -228,6 +254,8 @@ fn every_message_matches_its_proto_field_by_field() {
         ("kubevirt.cmd.v1", CMD_PROTO),
         ("kubevirt.cmd.info", INFO_PROTO),
         ("kubevirt.notify.v1", NOTIFY_PROTO),
+        ("kubevirt.hooks.info", HOOKS_INFO_PROTO),
+        ("kubevirt.hooks.v1alpha3", HOOKS_CALLBACKS_PROTOS[2]),
     ];
     for ((package, entries), (file_package, text)) in registry().into_iter().zip(files) {
         assert_eq!(package, file_package);
@@ -277,7 +305,7 @@ fn every_message_round_trips() {
             count += 1;
         }
     }
-    assert_eq!(count, 54 + 2 + 3);
+    assert_eq!(count, 54 + 2 + 3 + 3 + 6);
 }
 
 #[test]
@@ -312,6 +340,33 @@ fn the_method_table_matches_the_cmd_service() {
             Some(LauncherMethod::Cmd(method))
         );
     }
+}
+
+/// v1alpha1 and v1alpha2 have a subset of v1alpha3's messages and
+/// methods, with the same fields: one set of messages serves all three.
+#[test]
+fn the_hook_versions_share_v1alpha3s_messages_and_methods() {
+    let newest = parse_proto(HOOKS_CALLBACKS_PROTOS[2]);
+    for (version, text) in ["v1alpha1", "v1alpha2", "v1alpha3"]
+        .into_iter()
+        .zip(HOOKS_CALLBACKS_PROTOS)
+    {
+        let proto = parse_proto(text);
+        assert_eq!(proto.package, format!("kubevirt.hooks.{version}"));
+        for (name, fields) in &proto.messages {
+            assert_eq!(Some(fields), newest.messages.get(name), "{version}.{name}");
+        }
+        for (service, rpc, _, _) in &proto.rpcs {
+            assert_eq!(
+                callback_path(version, rpc),
+                format!("/{}.{service}/{rpc}", proto.package)
+            );
+            assert!(newest.rpcs.iter().any(|r| &r.1 == rpc), "{rpc}");
+        }
+    }
+    let info = parse_proto(HOOKS_INFO_PROTO);
+    let (service, rpc, _, _) = &info.rpcs[0];
+    assert_eq!(INFO_PATH, format!("/{}.{service}/{rpc}", info.package));
 }
 
 #[test]

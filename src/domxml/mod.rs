@@ -4,7 +4,7 @@
 //! back from what libvirt returns ([`Domain::from_xml`]), including live XML:
 //! elements and attributes that are not modelled (seclabels, PCI controllers'
 //! details, `<resource>`, ...) are skipped on input. Writing goes through
-//! our own [`write`] (a serde serializer into a small tree, written with
+//! our own [`write`](mod@write) (a serde serializer into a small tree, written with
 //! quick-xml's mapping), reading through our own [`read`] (a small tree and
 //! a deserializer with quick-xml's mapping), so attributes are fields named
 //! `@name`, element text is `$text`; `serde_json` renders the same keys for

@@ -175,10 +175,12 @@ fn fields_without_effect_are_logged_and_refusals_come_before_libvirt() {
     let mut hooked = demo_vmi();
     hooked["metadata"]["annotations"] =
         json!({"hooks.kubevirt.io/hookSidecars": "[{\"image\": \"registry/hook:v1\"}]"});
+    // A launcher started without --hook-sidecars has none to run it
+    // through: the sync is refused before anything is defined.
     let (class, desc) = c.err_class("sync", json!({"vmi": hooked}));
-    assert_eq!(class, "InvalidArgument");
+    assert_eq!(class, "Unavailable");
     assert!(
-        desc.starts_with("arguments.vmi.metadata.annotations.hooks.kubevirt.io/hookSidecars: a hook sidecar (this launcher runs no sidecar containers"),
+        desc.starts_with("sync: metadata.annotations.hooks.kubevirt.io/hookSidecars: the VMI names 1 hook sidecar(s), but 0 answered when the launcher started"),
         "{desc}"
     );
     let mut paused = demo_vmi();

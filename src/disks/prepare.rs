@@ -490,16 +490,10 @@ fn create_sparse_file(
     what: &str,
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
-    let file = match safe_fs::create_new_file(path, FILE_MODE) {
-        Ok(file) => file,
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            check_kept(path, what)?;
-            log::info!("disks: keeping existing disk {} for {what}", path.display());
-            return Ok(());
-        }
-        Err(err) => return Err(io_error(path, what, "create", err)),
+    let Some(file) = create_new_or_keep(path, what, prepared)? else {
+        log::info!("disks: keeping existing disk {} for {what}", path.display());
+        return Ok(());
     };
-    prepared.created.push(Created::File(path.to_path_buf()));
     file.set_len(size)
         .map_err(|err| io_error(path, what, &format!("grow to {size} bytes"), err))
 }
@@ -510,17 +504,31 @@ fn create_metrics_disk(
     what: &str,
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
-    let file = match safe_fs::create_new_file(path, FILE_MODE) {
-        Ok(file) => file,
-        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-            check_kept(path, what)?;
-            return Ok(());
-        }
-        Err(err) => return Err(io_error(path, what, "create", err)),
+    let Some(file) = create_new_or_keep(path, what, prepared)? else {
+        return Ok(());
     };
-    prepared.created.push(Created::File(path.to_path_buf()));
     crate::metrics::page::init_disk(&file)
         .map_err(|err| io_error(path, what, "write the metrics page to", err))
+}
+
+/// A new file at `path`, recorded as created; `None` when one is already
+/// there and may be kept (`check_kept`).
+fn create_new_or_keep(
+    path: &Path,
+    what: &str,
+    prepared: &mut PreparedDisks,
+) -> Result<Option<fs::File>, DiskError> {
+    match safe_fs::create_new_file(path, FILE_MODE) {
+        Ok(file) => {
+            prepared.created.push(Created::File(path.to_path_buf()));
+            Ok(Some(file))
+        }
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            check_kept(path, what)?;
+            Ok(None)
+        }
+        Err(err) => Err(io_error(path, what, "create", err)),
+    }
 }
 
 /// `<path><suffix>`, beside `path`.

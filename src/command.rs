@@ -315,8 +315,14 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "finalize-migration",
-        summary: "On the target after the guest arrived: post-migration steps (the guest clock is set through the agent).",
-        parse: |a| a.none(MigrationCommand::Finalize),
+        summary: "On the target after the guest arrived: post-migration steps (the guest clock is set through the agent; the links of the interfaces in arguments.refresh_links go down and up, to renew their DHCP leases).",
+        parse: |a| {
+            let args: FinalizeArgs = a.typed()?;
+            Ok(MigrationCommand::Finalize {
+                refresh_links: args.refresh_links,
+            }
+            .into())
+        },
     },
     CommandSpec {
         name: "subscribe",
@@ -555,11 +561,17 @@ pub enum GuestCommand {
 /// Live migration between two launchers.
 #[derive(Debug, Clone, PartialEq)]
 pub enum MigrationCommand {
-    PrepareTarget { vmi: Value },
+    PrepareTarget {
+        vmi: Value,
+    },
     Migrate(Box<MigrationOptions>),
     Cancel,
     Query,
-    Finalize,
+    /// `refresh_links`: interfaces (by VMI name) whose link goes down and
+    /// up (KubeVirt's `LinkRefresh` interface migration).
+    Finalize {
+        refresh_links: Vec<String>,
+    },
 }
 
 impl Command {
@@ -658,7 +670,7 @@ impl MigrationCommand {
             MigrationCommand::Migrate(_) => "migrate",
             MigrationCommand::Cancel => "migrate-cancel",
             MigrationCommand::Query => "query-migration",
-            MigrationCommand::Finalize => "finalize-migration",
+            MigrationCommand::Finalize { .. } => "finalize-migration",
         }
     }
 }
@@ -883,6 +895,13 @@ fn vmi_object(vmi: Value) -> Result<Value, CommandError> {
 #[serde(deny_unknown_fields)]
 struct VmiArgs {
     vmi: Value,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinalizeArgs {
+    #[serde(default)]
+    refresh_links: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -1365,7 +1384,10 @@ mod tests {
             .into(),
             MigrationCommand::Cancel.into(),
             MigrationCommand::Query.into(),
-            MigrationCommand::Finalize.into(),
+            MigrationCommand::Finalize {
+                refresh_links: Vec::new(),
+            }
+            .into(),
             LocalCommand::Subscribe { events: None }.into(),
             LocalCommand::Unsubscribe.into(),
         ];
@@ -1418,7 +1440,7 @@ mod tests {
                         | MigrationCommand::Migrate(_)
                         | MigrationCommand::Cancel
                         | MigrationCommand::Query
-                        | MigrationCommand::Finalize,
+                        | MigrationCommand::Finalize { .. },
                     ),
                 ) => {}
             }

@@ -608,10 +608,13 @@ pub struct Cancelling {
 }
 
 /// `finalize-migration`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finalized {
     pub finalized: bool,
     pub guest_time_sync: &'static str,
+    /// The interfaces whose link went down and up (`refresh_links`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links_refreshed: Vec<String>,
 }
 
 /// A backup's record: `backup`'s reply and `query-status`' `backup`.
@@ -882,6 +885,7 @@ mod tests {
             Finalized {
                 finalized: true,
                 guest_time_sync: "started",
+                links_refreshed: vec!["default".into()],
             }
             .into(),
             Dumped { size_bytes: 1 }.into(),

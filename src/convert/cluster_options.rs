@@ -10,11 +10,11 @@
 //! as with KubeVirt: no SMBIOS values, no system entries beyond the uuid
 //! and serial; a statistics period of 0, no balloon statistics.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
-use super::set_balloon_stats_period;
+use super::{HostCell, HostTopology, set_balloon_stats_period};
 use crate::domxml::{Domain, SysInfoEntries, SysInfoEntry};
 
 /// The options this launcher applies.
@@ -45,6 +45,99 @@ pub struct ClusterOptions {
     /// (`clusterConfig.serialConsoleLogDisabled`).
     #[serde(default)]
     pub serial_console_log_disabled: bool,
+    /// The node's NUMA cells as virt-handler read them (`topology`): with
+    /// it, dedicated CPUs are placed by it, as KubeVirt's launcher places
+    /// them, instead of by this host's sysfs.
+    #[serde(default)]
+    pub topology: Option<NumaTopology>,
+    /// Interface name to how its binding attaches it to the domain
+    /// (`interfaceDomainAttachment`: `tap`, or `managedTap`, which the
+    /// domain treats as `tap`). A network binding plugin's interface with
+    /// no entry is left to the plugin's sidecar, as KubeVirt leaves it.
+    #[serde(default)]
+    pub interface_domain_attachment: Option<BTreeMap<String, String>>,
+}
+
+/// KubeVirt's `Topology`: the node's NUMA cells.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaTopology {
+    #[serde(default)]
+    pub cells: Vec<NumaCell>,
+}
+
+/// One NUMA cell: its id, its CPUs with their thread siblings, and its
+/// distances to the cells (itself included).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaCell {
+    pub id: u32,
+    #[serde(default)]
+    pub cpus: Vec<NumaCpu>,
+    #[serde(default)]
+    pub distances: Vec<NumaDistance>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaCpu {
+    pub id: u32,
+    #[serde(default)]
+    pub siblings: Vec<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NumaDistance {
+    pub id: u32,
+    pub value: u64,
+}
+
+impl NumaTopology {
+    /// As the converter reads a host's topology; `None` for one without
+    /// cells (virt-handler could not read the node's).
+    pub fn to_host(&self) -> Option<HostTopology> {
+        if self.cells.is_empty() {
+            return None;
+        }
+        let cells = self
+            .cells
+            .iter()
+            .map(|cell| HostCell {
+                id: cell.id,
+                cpus: cell
+                    .cpus
+                    .iter()
+                    .map(|cpu| {
+                        // libvirt's capabilities list a CPU among its own
+                        // siblings; sysfs does too.
+                        let mut siblings = cpu.siblings.clone();
+                        if !siblings.contains(&cpu.id) {
+                            siblings.push(cpu.id);
+                            siblings.sort_unstable();
+                        }
+                        (cpu.id, siblings)
+                    })
+                    .collect(),
+                distances: cell
+                    .distances
+                    .iter()
+                    .map(|d| (d.id, u32::try_from(d.value).unwrap_or(u32::MAX)))
+                    .collect(),
+            })
+            .collect();
+        Some(HostTopology { cells })
+    }
+}
+
+/// How a network binding plugin's interface is attached to the domain,
+/// from `interfaceDomainAttachment`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DomainAttachment {
+    /// A tap device the plugin's CNI made: an `ethernet` interface.
+    Tap,
+    /// Nothing: the plugin's sidecar adds the interface.
+    None,
 }
 
 impl ClusterOptions {
@@ -58,6 +151,20 @@ impl ClusterOptions {
     /// Whether the serial console is logged: the VMI's
     /// `logSerialConsole` when it says, else unless the cluster turned
     /// it off (KubeVirt's `isSerialConsoleLogEnabled`).
+    /// How a binding plugin's interface `name` is attached (KubeVirt's
+    /// `DomainAttachmentByInterfaceName`); `None` without options (a
+    /// standalone launcher, which knows the plugins it implements).
+    pub(crate) fn domain_attachment(
+        options: Option<&ClusterOptions>,
+        name: &str,
+    ) -> Option<DomainAttachment> {
+        let map = options?.interface_domain_attachment.as_ref()?;
+        Some(match map.get(name).map(String::as_str) {
+            Some("tap" | "managedTap") => DomainAttachment::Tap,
+            _ => DomainAttachment::None,
+        })
+    }
+
     pub(super) fn serial_console_log(options: Option<&ClusterOptions>, vmi: Option<bool>) -> bool {
         vmi.unwrap_or_else(|| !options.is_some_and(|o| o.serial_console_log_disabled))
     }

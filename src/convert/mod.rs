@@ -47,7 +47,9 @@ use crate::domxml::{Domain, MemBalloon};
 use crate::vmi::VirtualMachineInstance;
 
 pub use cloudinit::CloudInitIso;
-pub use cluster_options::{ClusterOptions, SmbiosSystem};
+pub use cluster_options::{
+    ClusterOptions, DomainAttachment, NumaCell, NumaCpu, NumaDistance, NumaTopology, SmbiosSystem,
+};
 pub use detect::{detect_block_pvcs, detect_ovmf, detect_ovmf_in};
 pub use devices::GUEST_AGENT_CHANNEL;
 pub use dra::{DEFAULT_DRA_METADATA_DIR, DraDevice, DraDevices, detect_dra_devices};

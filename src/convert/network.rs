@@ -14,6 +14,7 @@
 use std::collections::BTreeSet;
 
 use super::boot_order::{BootOrders, claim_boot_order};
+use super::cluster_options::{ClusterOptions, DomainAttachment};
 use super::cpu::Vcpus;
 use super::pci::parse_pci_address;
 use super::virtio::virtio_model;
@@ -79,7 +80,9 @@ pub(crate) fn configure(
         if interface.sriov.is_some() {
             continue;
         }
-        let nic = interface_xml(vmi, ctx, vcpus, interface, network, &path)?;
+        let Some(nic) = interface_xml(vmi, ctx, vcpus, interface, network, &path)? else {
+            continue;
+        };
         if is_passt(&nic) && !passt_by_libvirt(ctx.libvirt_version) {
             let args = passt_qemu_args(ctx, domain, &nic, interface, &mut used_slots, &path)?;
             domain.add_qemu_args(args);
@@ -176,11 +179,27 @@ fn interface_xml(
     interface: &Interface,
     (network_index, network): (usize, &Network),
     path: &str,
-) -> Result<domxml::Interface, ConvertError> {
+) -> Result<Option<domxml::Interface>, ConvertError> {
     let binding = binding_of(interface, path).map_err(|e| ConvertError::new(e.path, e.message))?;
+    if binding == Binding::Plugin {
+        let plugin = interface.binding.as_ref().map_or("", |b| b.name.as_str());
+        match ClusterOptions::domain_attachment(ctx.options.as_ref(), &interface.name) {
+            // The plugin's sidecar adds the interface, as with KubeVirt.
+            Some(DomainAttachment::None) => return Ok(None),
+            Some(DomainAttachment::Tap) => {}
+            None => {
+                return Err(ConvertError::new(
+                    format!("{path}.binding.name"),
+                    format!(
+                        "network binding plugin {plugin:?} is not known to this launcher (passt and slirp are); a plugin's interface is attached as virt-handler's options say (interfaceDomainAttachment)"
+                    ),
+                ));
+            }
+        }
+    }
     plan::check_ports_and_dhcp_options(interface, path)
         .map_err(|e| ConvertError::new(e.path, e.message))?;
-    if binding != Binding::Bridge && network.pod.is_none() {
+    if !matches!(binding, Binding::Bridge | Binding::Plugin) && network.pod.is_none() {
         return Err(ConvertError::new(
             path,
             format!(
@@ -244,7 +263,9 @@ fn interface_xml(
         nic.address = Some(parse_pci_address(pci, &format!("{path}.pciAddress"))?);
     }
     match binding {
-        Binding::Masquerade | Binding::Bridge => {
+        // A plugin's `tap` attachment: the tap its CNI made under
+        // KubeVirt's name, as for bridge (KubeVirt's tap spec generator).
+        Binding::Masquerade | Binding::Bridge | Binding::Plugin => {
             let pod_interface = if plan::is_secondary(network) {
                 names::hashed_pod_interface(&network.name)
             } else {
@@ -295,7 +316,7 @@ fn interface_xml(
             }
         }
     }
-    Ok(nic)
+    Ok(Some(nic))
 }
 
 /// libvirt writes `<backend type='passt'/>` from 9.2 on; older versions
@@ -712,6 +733,49 @@ mod tests {
                 ]
             );
         }
+    }
+
+    #[test]
+    fn a_binding_plugins_interface_is_attached_as_virt_handlers_options_say() {
+        let spec = json!({"domain": {"devices": {"interfaces": [
+                {"name": "default", "binding": {"name": "cni-tap"}},
+                {"name": "side", "binding": {"name": "sidecar-only"}}]}},
+            "networks": [{"name": "default", "pod": {}}, {"name": "side", "multus": {"networkName": "ns/side"}}]});
+        // A standalone launcher knows only the plugins it implements.
+        assert_eq!(
+            convert_err(spec.clone()),
+            "spec.domain.devices.interfaces[0].binding.name: network binding plugin \"cni-tap\" is not known to this launcher (passt and slirp are); a plugin's interface is attached as virt-handler's options say (interfaceDomainAttachment)"
+        );
+        // virt-handler says: `tap` (or `managedTap`) for the first; the
+        // second has no attachment, so its sidecar adds it.
+        let mut ctx = context();
+        ctx.options = Some(crate::convert::ClusterOptions {
+            interface_domain_attachment: Some(
+                [("default".to_string(), "managedTap".to_string())].into(),
+            ),
+            ..Default::default()
+        });
+        let nics = convert_with(spec, &ctx).unwrap().domain.devices.interfaces;
+        assert_eq!(nics.len(), 1, "{nics:?}");
+        assert_eq!(nics[0].interface_type, "ethernet");
+        assert_eq!(
+            nics[0].alias.as_ref().map(|a| a.name.as_str()),
+            Some("ua-default")
+        );
+        assert_eq!(
+            nics[0]
+                .target
+                .as_ref()
+                .map(|t| (t.dev.as_str(), t.managed.as_deref())),
+            Some(("tap0", Some("no")))
+        );
+        // An unnamed plugin is still an error.
+        assert!(
+            convert_err(json!({"domain": {"devices": {"interfaces": [
+                {"name": "default", "binding": {"name": ""}}]}},
+                "networks": [{"name": "default", "pod": {}}]}))
+            .contains("binding.name: a network binding plugin needs a name")
+        );
     }
 
     #[test]

@@ -124,11 +124,11 @@ fn unsupported(method: CmdMethod) -> Response {
 /// What of virt-handler's `VirtualMachineOptions` the launcher applies, as
 /// the `sync` command's `options` (see `convert::ClusterOptions`), read as
 /// KubeVirt's `generateConverterContext` reads them (Go's zero values for
-/// what is absent). The rest is not applied: the NUMA topology, disks
-/// info (KubeVirt's launcher reads the images itself), the interfaces'
-/// attachment and migration, and the cluster settings for hardware this
-/// launcher does not pass through (PCI NUMA awareness, vGPU migration,
-/// Grace).
+/// what is absent). The interfaces' migration is applied when the
+/// migration is finalized. The rest is not applied: disks info (this
+/// launcher reads the images itself, as KubeVirt's does), and the cluster
+/// settings for hardware this launcher does not pass through (PCI NUMA
+/// awareness, vGPU migration, Grace).
 fn cluster_options(options: &VirtualMachineOptions) -> Value {
     let cluster = options.cluster_config.clone().unwrap_or_default();
     let mut out = json!({
@@ -138,6 +138,22 @@ fn cluster_options(options: &VirtualMachineOptions) -> Value {
         "bochsDisplayForEfiGuests": cluster.bochs_display_for_efi_guests,
         "serialConsoleLogDisabled": cluster.serial_console_log_disabled,
     });
+    if let Some(topology) = &options.topology
+        && !topology.numa_cells.is_empty()
+    {
+        out["topology"] = json!({
+            "cells": topology.numa_cells.iter().map(|cell| json!({
+                "id": cell.id,
+                "cpus": cell.cpus.iter()
+                    .map(|cpu| json!({"id": cpu.id, "siblings": cpu.siblings}))
+                    .collect::<Vec<_>>(),
+                "distances": cell.distances.iter()
+                    .map(|d| json!({"id": d.id, "value": d.value}))
+                    .collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        });
+    }
+    out["interfaceDomainAttachment"] = json!(options.interface_domain_attachment);
     if let Some(smbios) = &options.virtual_machine_smbios {
         out["smbios"] = json!({
             "manufacturer": smbios.manufacturer,
@@ -148,6 +164,17 @@ fn cluster_options(options: &VirtualMachineOptions) -> Value {
         });
     }
     out
+}
+
+/// The interfaces whose binding migrates by `LinkRefresh` (KubeVirt's
+/// `interfacesToReconnect`): their links go down and up on the target.
+fn links_to_refresh(options: Option<&VirtualMachineOptions>) -> Vec<String> {
+    options
+        .into_iter()
+        .flat_map(|o| &o.interface_migration)
+        .filter(|(_, migration)| migration.method == "LinkRefresh")
+        .map(|(name, _)| name.clone())
+        .collect()
 }
 
 /// The VMI a request carries, as KubeVirt's launcher reads it.
@@ -393,7 +420,10 @@ impl CmdService {
             R::MigrateVirtualMachine(r) => plain(self.migrate(&r)),
             R::SyncMigrationTarget(r) => plain(self.sync_migration_target(r.vmi.as_ref())),
             R::FinalizeVirtualMachineMigration(r) => match vmi_of(r.vmi.as_ref()) {
-                Ok(_) => plain(response(&self.run("finalize-migration", json!({})))),
+                Ok(_) => plain(response(&self.run(
+                    "finalize-migration",
+                    json!({ "refresh_links": links_to_refresh(r.options.as_ref()) }),
+                ))),
                 Err(refused) => plain(refused),
             },
             R::InjectLaunchSecret(_) => plain(unsupported(method)),
@@ -948,6 +978,8 @@ fn status_of(reply: &Return) -> DomainStatus {
 mod tests {
     use super::*;
     use crate::convert::ClusterOptions;
+    use crate::kubevirt::proto::cmd::{Cell, Cpu, Sibling, Topology};
+    use std::collections::BTreeMap;
 
     #[test]
     fn virt_handlers_options_become_syncs_options() {
@@ -967,11 +999,23 @@ mod tests {
                 serial_console_log_disabled: true,
                 ..Default::default()
             }),
+            topology: Some(Topology {
+                numa_cells: vec![Cell {
+                    id: 0,
+                    cpus: vec![Cpu {
+                        id: 2,
+                        siblings: vec![2, 3],
+                    }],
+                    distances: vec![Sibling { id: 0, value: 10 }],
+                    ..Default::default()
+                }],
+            }),
+            interface_domain_attachment: BTreeMap::from([("cni".into(), "managedTap".into())]),
             ..Default::default()
         };
         // What the sync command then parses.
         let parsed: ClusterOptions = serde_json::from_value(cluster_options(&options)).unwrap();
-        let smbios = parsed.smbios.unwrap();
+        let smbios = parsed.smbios.clone().unwrap();
         assert_eq!(
             [
                 smbios.manufacturer,
@@ -987,6 +1031,20 @@ mod tests {
         assert!(parsed.free_page_reporting_disabled);
         assert_eq!(parsed.bochs_display_for_efi_guests, Some(true));
         assert!(parsed.serial_console_log_disabled);
+        assert_eq!(
+            parsed.topology.as_ref().and_then(|t| t.to_host()),
+            Some(crate::convert::HostTopology {
+                cells: vec![crate::convert::HostCell {
+                    id: 0,
+                    cpus: vec![(2, vec![2, 3])],
+                    distances: vec![(0, 10)],
+                }]
+            })
+        );
+        assert_eq!(
+            ClusterOptions::domain_attachment(Some(&parsed), "cni"),
+            Some(crate::convert::DomainAttachment::Tap)
+        );
         // Options without SMBIOS or cluster settings: Go's zero values, as
         // KubeVirt's launcher reads them (VGA for EFI guests among them).
         let parsed: ClusterOptions =
@@ -995,8 +1053,41 @@ mod tests {
             parsed,
             ClusterOptions {
                 bochs_display_for_efi_guests: Some(false),
+                interface_domain_attachment: Some(BTreeMap::new()),
                 ..ClusterOptions::default()
             }
+        );
+    }
+
+    #[test]
+    fn interfaces_migrating_by_link_refresh_are_refreshed_on_finalize() {
+        use crate::kubevirt::proto::cmd::InterfaceBindingMigration;
+        let method = |m: &str| InterfaceBindingMigration { method: m.into() };
+        let options = VirtualMachineOptions {
+            interface_migration: BTreeMap::from([
+                ("blue".into(), method("LinkRefresh")),
+                ("red".into(), method("")),
+                ("default".into(), method("LinkRefresh")),
+            ]),
+            ..Default::default()
+        };
+        assert_eq!(links_to_refresh(Some(&options)), ["blue", "default"]);
+        assert!(links_to_refresh(None).is_empty());
+        // What the finalize-migration command then parses.
+        let command = Command::parse(
+            "finalize-migration",
+            json!({ "refresh_links": links_to_refresh(Some(&options)) })
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        assert_eq!(
+            command.ok(),
+            Some(Command::Manager(ManagerCommand::Migration(
+                crate::command::MigrationCommand::Finalize {
+                    refresh_links: vec!["blue".into(), "default".into()]
+                }
+            )))
         );
     }
 

@@ -73,6 +73,8 @@ pub enum Operation {
     ForceOff,
     /// Sets the guest clock after unpause or a migration.
     GuestTimeSync,
+    /// Takes interfaces' links down and up after a migration.
+    LinkRefresh,
     /// The freeze's safety thaw.
     AutoThaw,
     /// Destroys a domain still arriving by migration.
@@ -118,6 +120,7 @@ impl Operation {
             Operation::AcpiShutdown => "acpi-shutdown",
             Operation::ForceOff => "destroy",
             Operation::GuestTimeSync => "guest-time-sync",
+            Operation::LinkRefresh => "link-refresh",
             Operation::AutoThaw => "auto-thaw",
             Operation::DestroyIncoming => "destroy-incoming",
             Operation::AdoptGuestNics => "adopt-guest-nics",

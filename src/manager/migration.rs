@@ -249,7 +249,9 @@ impl DomainManager {
                 let migration = self.migration.status();
                 reply.send(Ok(replies::MigrationReply { migration }.into()))
             }
-            MigrationCommand::Finalize => reply.send(self.finalize_migration()),
+            MigrationCommand::Finalize { refresh_links } => {
+                self.finalize_migration(refresh_links, reply)
+            }
         }
     }
 
@@ -456,28 +458,55 @@ impl DomainManager {
         }
     }
 
-    fn finalize_migration(&mut self) -> CommandResult {
+    fn finalize_migration(&mut self, refresh_links: Vec<String>, reply: ReplyTo) {
         let done = self
             .migration
             .record
             .as_ref()
             .is_some_and(|m| m.role == Role::Target && m.phase == MigrationPhase::Completed);
         if !done {
-            return Err(CommandError::invalid_state(
+            return reply.send(Err(CommandError::invalid_state(
                 "finalize-migration: only a target whose incoming migration completed can finalize",
-            ));
+            )));
         }
         // The guest's clock stood still during the switch-over.
-        let time_sync = match self.start_guest_time_sync() {
+        let guest_time_sync = match self.start_guest_time_sync() {
             TimeSync::Started => "started",
             TimeSync::AlreadyRunning => "already running",
             TimeSync::NoAgent => "skipped: no guest agent",
         };
-        Ok(replies::Finalized {
-            finalized: true,
-            guest_time_sync: time_sync,
+        if refresh_links.is_empty() {
+            return reply.send(Ok(replies::Finalized {
+                finalized: true,
+                guest_time_sync,
+                links_refreshed: Vec::new(),
+            }
+            .into()));
         }
-        .into())
+        // A binding whose guest must ask for a new DHCP lease on the new
+        // node (KubeVirt's `LinkRefresh`): its link goes down and up, as
+        // KubeVirt's target does before answering.
+        let name = self.config.domain_name.clone();
+        self.jobs.spawn(
+            Operation::LinkRefresh,
+            Some(reply),
+            Duration::from_secs(30),
+            move |hv| {
+                let result = super::link_refresh::refresh(hv, &name, &refresh_links).map(
+                    |links_refreshed| {
+                        JobValue::Reply(
+                            replies::Finalized {
+                                finalized: true,
+                                guest_time_sync,
+                                links_refreshed,
+                            }
+                            .into(),
+                        )
+                    },
+                );
+                JobOutput::reply(result)
+            },
+        );
     }
 
     /// The source worker's reports.

@@ -31,6 +31,7 @@ mod hotplug;
 pub mod inbox;
 mod jobs;
 mod lifecycle;
+mod link_refresh;
 mod memory_dump;
 mod migration;
 mod phase;
@@ -425,6 +426,7 @@ impl DomainManager {
             | Operation::Screenshot
             | Operation::BackupAbort
             | Operation::Checkpoint
+            | Operation::LinkRefresh
             | Operation::StatusRefresh => {}
         }
         match output.observed {

@@ -247,8 +247,14 @@ impl DomainManager {
             } else {
                 Err("not read: the VMI asks for no dedicated CPUs".to_string())
             },
+            // virt-handler's reading of the node, when it sent one, as
+            // KubeVirt's launcher places dedicated CPUs by it.
             host_topology: if wants_dedicated_cpus(&vmi) {
-                convert::detect_host_topology(Path::new("/sys"))
+                ctx.options
+                    .as_ref()
+                    .and_then(|o| o.topology.as_ref())
+                    .and_then(convert::NumaTopology::to_host)
+                    .or_else(|| convert::detect_host_topology(Path::new("/sys")))
             } else {
                 None
             },

@@ -22,6 +22,11 @@ pub enum Binding {
     Passt,
     /// QEMU's user-mode networking, only when asked for by name.
     Slirp,
+    /// A network binding plugin this launcher does not implement: the
+    /// plugin provides the interface, its CNI a tap (`tap` domain
+    /// attachment) or its sidecar the whole device (no attachment). Only
+    /// virt-handler's options say which (`interfaceDomainAttachment`).
+    Plugin,
 }
 
 impl Binding {
@@ -31,6 +36,7 @@ impl Binding {
             Binding::Bridge => "bridge",
             Binding::Passt => "passt",
             Binding::Slirp => "slirp",
+            Binding::Plugin => "plugin",
         }
     }
 
@@ -70,14 +76,13 @@ pub fn binding_of(interface: &Interface, path: &str) -> Result<Binding, PlanErro
         match plugin.name.as_str() {
             "passt" => found.push(Binding::Passt),
             "slirp" => found.push(Binding::Slirp),
-            other => {
+            "" => {
                 return Err(PlanError {
                     path: format!("{path}.binding.name"),
-                    message: format!(
-                        "network binding plugin {other:?} is not known to this launcher (passt and slirp are)"
-                    ),
+                    message: "a network binding plugin needs a name".to_string(),
                 });
             }
+            _ => found.push(Binding::Plugin),
         }
     }
     match found.as_slice() {
@@ -182,6 +187,8 @@ pub fn plan(
         let secondary = is_secondary(network);
         let net_path = format!("spec.networks[{network_index}]");
         match binding {
+            // The plugin's CNI (or sidecar) did the pod's side.
+            Binding::Plugin => continue,
             Binding::Slirp | Binding::Passt | Binding::Masquerade if network.pod.is_none() => {
                 return Err(PlanError {
                     path,
@@ -489,14 +496,20 @@ mod tests {
             ntp.path,
             "spec.domain.devices.interfaces[0].dhcpOptions.ntpServers[0]"
         );
-        let plugin = plan_of(json!({"domain": {"devices": {"interfaces": [{"name": "default", "binding": {"name": "macvtap"}}]}},
+        let unnamed = plan_of(json!({"domain": {"devices": {"interfaces": [{"name": "default", "binding": {"name": ""}}]}},
             "networks": [{"name": "default", "pod": {}}]}))
         .err()
         .unwrap_or_else(|| panic!("accepted"));
         assert_eq!(
-            plugin.path,
+            unnamed.path,
             "spec.domain.devices.interfaces[0].binding.name"
         );
+        // A plugin this launcher does not implement does its pod side
+        // itself (the converter decides whether the domain gets it).
+        let plugin = plan_of(json!({"domain": {"devices": {"interfaces": [{"name": "default", "binding": {"name": "macvtap"}}]}},
+            "networks": [{"name": "default", "pod": {}}]}))
+        .unwrap_or_else(|e| panic!("{}", e.message));
+        assert!(plugin.taps.is_empty() && plugin.passt.is_empty() && plugin.slirp.is_empty());
     }
 
     #[test]

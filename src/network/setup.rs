@@ -788,7 +788,7 @@ fn create_interface(
                 );
             }
         }
-        Binding::Passt | Binding::Slirp => return Ok(()),
+        Binding::Passt | Binding::Slirp | Binding::Plugin => return Ok(()),
     }
     log::info!(
         "network {}: {} binding on {} (bridge {}, tap {}, MAC {}, MTU {mtu})",

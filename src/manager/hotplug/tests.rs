@@ -19,6 +19,8 @@ const MIB: u64 = 1 << 20;
 struct Scripted {
     xml: Mutex<String>,
     calls: Mutex<Vec<String>>,
+    /// The XML of each update_device, in order.
+    updates: Mutex<Vec<String>>,
     refuse: Vec<&'static str>,
 }
 
@@ -27,6 +29,7 @@ impl Scripted {
         Scripted {
             xml: Mutex::new(xml),
             calls: Mutex::new(Vec::new()),
+            updates: Mutex::new(Vec::new()),
             refuse: Vec::new(),
         }
     }
@@ -119,6 +122,7 @@ impl Hypervisor for Scripted {
         Ok(())
     }
     fn update_device(&self, _: &str, xml: &str, affect: Affect) -> HvResult<()> {
+        self.updates.lock().unwrap().push(xml.to_string());
         self.calls
             .lock()
             .unwrap()
@@ -513,4 +517,42 @@ fn non_root_mode_refuses_a_host_device_it_cannot_use_before_any_step() {
     let done: Vec<&str> = result.unwrap().iter().map(|c| c.change).collect();
     assert_eq!(done, ["detach-disk", "attach-host-device"]);
     assert_eq!(calls, ["detach ua-hp1", "attach ua-gpu-gpu1"]);
+}
+
+/// KubeVirt's `LinkRefresh` after a migration: each named interface's link
+/// goes down, then back as it was; an unknown name changes nothing.
+#[test]
+fn link_refresh_takes_each_named_link_down_and_up_again() {
+    let live = r#"<domain type="qemu"><name>d</name><devices>
+        <interface type="ethernet"><mac address="02:00:00:00:00:01"/><target dev="tap0" managed="no"/><model type="virtio-non-transitional"/><alias name="ua-default"/></interface>
+        <interface type="ethernet"><mac address="02:00:00:00:00:02"/><target dev="tap1" managed="no"/><model type="virtio-non-transitional"/><alias name="ua-blue"/></interface>
+        </devices></domain>"#;
+    let hv = Scripted::new(live.to_string());
+    let refreshed = crate::manager::link_refresh::refresh(&hv, "d", &["blue".to_string()]).unwrap();
+    assert_eq!(refreshed, ["blue"]);
+    let updates = hv.updates.lock().unwrap().clone();
+    assert_eq!(updates.len(), 2, "{updates:?}");
+    assert!(
+        updates[0].contains("tap1")
+            && updates[0].contains("ua-blue")
+            && updates[0].contains(r#"<link state="down"/>"#),
+        "{}",
+        updates[0]
+    );
+    assert!(
+        updates[1].contains("ua-blue") && !updates[1].contains("<link"),
+        "{}",
+        updates[1]
+    );
+    let unknown = crate::manager::link_refresh::refresh(&hv, "d", &["red".to_string()])
+        .err()
+        .map(|e| (e.class, e.desc));
+    assert_eq!(
+        unknown,
+        Some((
+            ErrorClass::InvalidArgument,
+            "refresh_links: the domain has no interface \"red\" (alias ua-red)".to_string()
+        ))
+    );
+    assert_eq!(hv.updates.lock().unwrap().len(), 2);
 }

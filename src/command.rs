@@ -523,6 +523,9 @@ pub struct DomainFields {
     pub network: bool,
     /// The VMI's volumes and their phases (`volumes`).
     pub volumes: bool,
+    /// The guest agent's last report of what KubeVirt shows in the
+    /// domain's status (`guest`), kept after the guest stops.
+    pub guest: bool,
 }
 
 impl DomainFields {
@@ -533,8 +536,11 @@ impl DomainFields {
         spec: true,
         network: true,
         volumes: true,
+        guest: true,
     };
-    pub const NAMES: [&'static str; 6] = ["uuid", "state", "xml", "spec", "network", "volumes"];
+    pub const NAMES: [&'static str; 7] = [
+        "uuid", "state", "xml", "spec", "network", "volumes", "guest",
+    ];
 
     /// Whether the fields need the domain's XML (else the launcher's own
     /// view answers).
@@ -1142,6 +1148,7 @@ impl DomainQueryArgs {
                     spec: false,
                     network: false,
                     volumes: false,
+                    guest: false,
                 };
                 for name in &names {
                     let flag = match name.as_str() {
@@ -1151,6 +1158,7 @@ impl DomainQueryArgs {
                         "spec" => &mut fields.spec,
                         "network" => &mut fields.network,
                         "volumes" => &mut fields.volumes,
+                        "guest" => &mut fields.guest,
                         other => {
                             return Err(CommandError::invalid_argument(format!(
                                 "arguments.fields: unknown field \"{other}\"; known fields: {} (name is always returned)",
@@ -1645,6 +1653,7 @@ mod tests {
                     spec: false,
                     network: false,
                     volumes: false,
+                    guest: false,
                 },
             })
             .into()
@@ -1653,7 +1662,7 @@ mod tests {
         assert_eq!(err.class, ErrorClass::InvalidArgument);
         assert_eq!(
             err.desc,
-            "arguments.fields: unknown field \"nope\"; known fields: uuid, state, xml, spec, network, volumes (name is always returned)"
+            "arguments.fields: unknown field \"nope\"; known fields: uuid, state, xml, spec, network, volumes, guest (name is always returned)"
         );
         for bad in [
             ("query-stats", json!({"max_age_ms": -1})),

@@ -397,6 +397,10 @@ pub struct DomainReply {
     /// The disks with an I/O error, when that is what paused the domain.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_errors: Option<Vec<DiskErrorReply>>,
+    /// The guest agent's last report of what KubeVirt shows in the
+    /// domain's status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guest: Option<GuestReport>,
     pub name: String,
     /// The pod network's report.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -415,6 +419,21 @@ pub struct DomainReply {
     /// The domain XML as a JSON string, encoded once per read.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub xml: Option<Encoded>,
+}
+
+/// `query-domain`'s `guest`: what the guest agent last reported of the
+/// OS, the interfaces and the freeze status (what KubeVirt's launcher puts
+/// in the domain's status). Kept once the guest stops, as KubeVirt's
+/// launcher keeps it; a new start of the domain empties it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct GuestReport {
+    /// `thawed` or `frozen`; `null` before the agent reported one.
+    #[serde(rename = "fsFreezeStatus")]
+    pub fs_freeze_status: Option<&'static str>,
+    #[serde(serialize_with = "sorted")]
+    pub interfaces: Vec<GuestInterface>,
+    #[serde(serialize_with = "sorted")]
+    pub os: Option<GuestOsInfo>,
 }
 
 /// A disk on which the guest met an I/O error (`query-domain`'s
@@ -792,6 +811,7 @@ mod tests {
             .into(),
             DomainReply {
                 disk_errors: None,
+                guest: Some(GuestReport::default()),
                 age_ms: Some(1),
                 name: "ns_vm".into(),
                 network: Some(Value::Array(Vec::new())),

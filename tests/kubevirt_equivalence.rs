@@ -369,13 +369,21 @@ fn observe(side: Side) -> BTreeMap<String, Value> {
         is_domain(e, "MODIFIED", "Running", None)
     });
     // What the agent gives once both launchers have polled it: the OS, the
-    // guest's address on its NIC, the data disk's filesystem, a user.
-    let running = pod.domain_when("the agent's OS and address", BOOT, |d| {
+    // guest's addresses on its NIC (its fixed IPv4 address and its IPv6
+    // link-local one, which the guest's kernel adds a moment later: a poll
+    // in between would see only the first), the data disk's filesystem, a
+    // user.
+    let running = pod.domain_when("the agent's OS and addresses", BOOT, |d| {
         d["Status"]["OSInfo"]["Id"] != ""
             && d["Status"]["OSInfo"]["Id"].is_string()
             && d["Status"]["Interfaces"].as_array().is_some_and(|i| {
-                i.iter()
-                    .any(|i| i["IP"] == "10.0.2.2" || i["Ip"] == "10.0.2.2")
+                i.iter().any(|i| {
+                    (i["IP"] == "10.0.2.2" || i["Ip"] == "10.0.2.2")
+                        && i["IPs"].as_array().is_some_and(|ips| {
+                            ips.iter()
+                                .any(|ip| ip.as_str().is_some_and(|ip| ip.starts_with("fe80:")))
+                        })
+                })
             })
     });
     let filesystems = pod.call_when("get-filesystems", BOOT, |r| {

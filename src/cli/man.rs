@@ -252,8 +252,9 @@ through it answer. The JSON protocol moves to
 until ready), which \fBctl\fR, \fBprobe\fR and \fBfreeze\fR find by
 \fB\-\-kubevirt\-share\-dir\fR. The launcher tells virt\-handler about its
 domain through \fIKUBEVIRT_SHARE_DIR\fR/domain\-notify\-pipe.sock: ADDED
-once the domain exists, MODIFIED on each change of KubeVirt's api.Domain
-(state, devices, the guest agent's interfaces and OS), and last a MODIFIED of
+once the domain is defined (shut off, before it starts), MODIFIED on each
+change of KubeVirt's api.Domain (state, devices, the guest agent's interfaces
+and OS, kept once the guest stops), and last a MODIFIED of
 a domain that no longer exists with its deletion time; a notify socket that
 is missing or silent never holds up the launcher, which retries every
 second. Without \fB\-\-connect\fR or \fB\-\-spawn\-libvirt\fR it starts

@@ -1,10 +1,13 @@
 //! The notify client: tells virt-handler about the domain through the
 //! notify socket virt-handler serves in the pod
 //! (`<kubevirt-share-dir>/domain-notify-pipe.sock`), as KubeVirt's launcher
-//! does: `ADDED` once the domain exists, `MODIFIED` on every change that
-//! shows in KubeVirt's `api.Domain` (state, devices, the guest agent's
-//! interfaces and OS), and last a `MODIFIED` of a domain that no longer
-//! exists, with its deletion time set: that is virt-handler's sign that
+//! does: `ADDED` once the domain exists (on libvirt's definition of a new
+//! domain, shut off, before it starts, as KubeVirt's launcher, which
+//! defines before it starts), `MODIFIED` on every change that shows in
+//! KubeVirt's `api.Domain` (state, devices, the guest agent's interfaces
+//! and OS, whose last report stays once the guest stops), and last a
+//! `MODIFIED` of a domain that no longer exists, with its deletion time
+//! set: that is virt-handler's sign that
 //! the domain is gone (KubeVirt's launcher sends no `DELETED` either).
 //!
 //! It also reports the Kubernetes events KubeVirt's launcher reports
@@ -34,6 +37,8 @@ use crate::command::ManagerRequest;
 use crate::config::Config;
 use crate::events::{EventHub, EventKind};
 use crate::grpc::Client;
+use crate::hypervisor::state::DefinedDetail;
+use crate::hypervisor::{DomainState, DomainStatus as LauncherStatus, LifecycleEvent, StateReason};
 use crate::replies::DiskErrorReply;
 use crate::sink::Sink;
 use crate::threads::{self, FatalSender};
@@ -92,6 +97,14 @@ const CHANGES: [EventKind; 13] = [
     EventKind::MigrationFailed,
 ];
 
+/// Whether a `Defined` lifecycle event's line says the domain is shut off
+/// with no particular reason: a new definition, not yet started.
+fn defined_shut_off(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line).is_ok_and(|event| {
+        event["data"]["state"] == "Shutoff" && event["data"]["reason"] == "Unknown"
+    })
+}
+
 /// The running notifier thread.
 pub struct Notifier {
     finish: Sender<()>,
@@ -121,6 +134,7 @@ impl Notifier {
             deleted: false,
             last_sent: None,
             pending: None,
+            last_status: None,
             vmi: VmiRef {
                 namespace: config.namespace.clone(),
                 name: config.name.clone(),
@@ -144,10 +158,15 @@ impl Notifier {
                 select! {
                     recv(subscription.events) -> event => match event {
                         Ok(event) => {
-                            // Every queued change is covered by one read.
-                            state.note(&event);
+                            // Every queued change is covered by one read,
+                            // after the domain's definition, if that is
+                            // among them (KubeVirt's ADDED).
+                            let mut defined = state.note(&event);
                             while let Ok(event) = subscription.events.try_recv() {
-                                state.note(&event);
+                                defined |= state.note(&event);
+                            }
+                            if defined {
+                                state.announce_defined();
                             }
                             state.refresh();
                             state.send_k8s_pending();
@@ -197,6 +216,9 @@ struct NotifyState {
     last_sent: Option<String>,
     /// A notification not sent yet: (event type, domain JSON).
     pending: Option<(&'static str, String)>,
+    /// The status of the last domain read, whose guest agent part the
+    /// domain's last notification keeps once the domain is gone.
+    last_status: Option<api::DomainStatus>,
     /// The VMI the Kubernetes events are about.
     vmi: VmiRef,
     /// The domain's QEMU log, where libvirt writes a panic's details.
@@ -212,14 +234,20 @@ struct NotifyState {
 }
 
 impl NotifyState {
-    /// Queues the Kubernetes event a hub event stands for, if any.
-    fn note(&mut self, event: &crate::events::Event) {
+    /// Queues the Kubernetes event a hub event stands for, if any. True
+    /// when the event is libvirt's definition of a new domain that is shut
+    /// off (`Defined`/`Added`), which KubeVirt's notifier reports as
+    /// `ADDED` before the domain starts.
+    fn note(&mut self, event: &crate::events::Event) -> bool {
+        if let Some(LifecycleEvent::Defined(DefinedDetail::Added)) = event.lifecycle {
+            return defined_shut_off(&event.line);
+        }
         let Some(stopped_the_guest) = event.lifecycle.and_then(k8s_events::panic_of_lifecycle)
         else {
-            return;
+            return false;
         };
         if stopped_the_guest && self.panic_reported {
-            return;
+            return false;
         }
         self.panic_reported |= stopped_the_guest;
         let info = PanicInfo::from_log(&self.qemu_log);
@@ -228,6 +256,34 @@ impl NotifyState {
         if self.k8s_pending.len() < K8S_QUEUE_LEN {
             self.k8s_pending.push_back(event);
         }
+        false
+    }
+
+    /// The domain was just defined, shut off: virt-handler's first word of
+    /// it is `ADDED` with that state (`Shutoff`/`Unknown`), as KubeVirt's
+    /// launcher, which defines the domain before it starts it, sends it.
+    /// The domain is read now (it may be starting already; its spec is the
+    /// one read), with the state the definition left; the read that follows
+    /// tells the state it is in now.
+    fn announce_defined(&mut self) {
+        if self.added || self.pending.is_some() {
+            return;
+        }
+        let Ok(Some(read)) = self.reader.read_domain_for_notify() else {
+            return;
+        };
+        let mut domain = read.domain.for_notification();
+        domain.set_status(LauncherStatus::new(
+            DomainState::Shutoff,
+            StateReason::Unknown,
+        ));
+        domain.status.fs_freeze_status.status = read.fs_freeze_status;
+        let Ok(json) = serde_json::to_string(&domain) else {
+            return;
+        };
+        self.deleted = false;
+        self.pending = Some(("ADDED", json));
+        self.send_pending();
     }
 
     /// Sends the queued Kubernetes events, oldest first, until one fails
@@ -268,13 +324,16 @@ impl NotifyState {
 
     /// Reads the domain and queues what virt-handler has not seen.
     fn refresh(&mut self) {
-        match self.reader.read_domain_and_disk_errors() {
-            Ok(Some((domain, disk_errors))) => {
-                self.note_disk_errors(&domain, &disk_errors);
-                let mut domain = domain.for_notification();
+        match self.reader.read_domain_for_notify() {
+            Ok(Some(read)) => {
+                self.note_disk_errors(&read.domain, &read.disk_errors);
+                let mut domain = read.domain.for_notification();
                 // Notifications carry the agent's freeze status too
                 // (GetDomain does not, as in KubeVirt).
-                domain.status.fs_freeze_status.status = self.reader.fs_freeze_status();
+                domain.status.fs_freeze_status.status = read.fs_freeze_status;
+                // What the agent last reported goes into the domain's
+                // last notification too, once it is gone.
+                self.last_status = Some(domain.status.clone());
                 let Ok(json) = serde_json::to_string(&domain) else {
                     return;
                 };
@@ -317,6 +376,13 @@ impl NotifyState {
 
     fn queue_deleted(&mut self) {
         let mut domain = api::Domain::non_existent(&self.domain_name, &self.uid);
+        // As KubeVirt's notifier, which keeps the agent's last report in
+        // every domain it sends.
+        if let Some(last) = &self.last_status {
+            domain.status.interfaces = last.interfaces.clone();
+            domain.status.os_info = last.os_info.clone();
+            domain.status.fs_freeze_status = last.fs_freeze_status.clone();
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));

@@ -187,6 +187,18 @@ fn vmi_of(vmi: Option<&Vmi>) -> Result<Value, Response> {
     }
 }
 
+/// The domain as a notification tells it, before the notifier adds its
+/// own parts.
+pub struct DomainRead {
+    pub domain: api::Domain,
+    /// The disks whose I/O errors paused the domain.
+    pub disk_errors: Vec<DiskErrorReply>,
+    /// The guest agent's last `guest-fsfreeze-status` (`thawed`,
+    /// `frozen`), empty before the agent reported one: notifications carry
+    /// it, GetDomain does not (as in KubeVirt).
+    pub fs_freeze_status: String,
+}
+
 impl ManagerClient {
     pub fn new(manager: Sink<ManagerRequest>, config: Arc<Config>) -> ManagerClient {
         ManagerClient {
@@ -267,16 +279,16 @@ impl ManagerClient {
 
     /// The live domain with its state and what the guest agent reported.
     pub fn read_domain(&self) -> Result<Option<api::Domain>, String> {
-        Ok(self
-            .read_domain_and_disk_errors()?
-            .map(|(domain, _)| domain))
+        Ok(self.read_domain_for_notify()?.map(|read| read.domain))
     }
 
-    /// `read_domain`, with the disks whose I/O errors paused the domain.
-    pub fn read_domain_and_disk_errors(
-        &self,
-    ) -> Result<Option<(api::Domain, Vec<DiskErrorReply>)>, String> {
-        let reply = match self.run("query-domain", json!({ "fields": ["xml", "state"] })) {
+    /// `read_domain`, with what a notification adds: the disks whose I/O
+    /// errors paused the domain and the agent's last freeze status.
+    pub fn read_domain_for_notify(&self) -> Result<Option<DomainRead>, String> {
+        let reply = match self.run(
+            "query-domain",
+            json!({ "fields": ["xml", "state", "guest"] }),
+        ) {
             Ok(reply) => reply,
             Err(e) if e.class == ErrorClass::NotFound => return Ok(None),
             Err(e) => return Err(describe(&e)),
@@ -322,36 +334,25 @@ impl ManagerClient {
         {
             grace.deletion_timestamp = Some(api::GoTime::from_unix(seconds));
         }
-        // What the guest agent reported, once it has: the interfaces and
-        // the OS, as KubeVirt's launcher merges them into the status.
-        if let Ok(reply) = self.run("query-interfaces", json!({}))
-            && let Some(reply) = reply.as_interfaces()
-            && !reply.interfaces.is_empty()
-        {
+        // What the guest agent last reported, once it has: the interfaces
+        // and the OS, as KubeVirt's launcher merges them into the status,
+        // kept after the guest stopped as KubeVirt's agent store keeps them.
+        let guest = reply
+            .as_domain()
+            .and_then(|d| d.guest.clone())
+            .unwrap_or_default();
+        if !guest.interfaces.is_empty() {
             domain.status.interfaces =
-                Some(reply.interfaces.iter().map(api::interface_status).collect());
+                Some(guest.interfaces.iter().map(api::interface_status).collect());
         }
-        if let Ok(reply) = self.run("query-os-info", json!({}))
-            && let Some(os) = reply.as_os_info().and_then(|r| r.os.as_ref())
-        {
+        if let Some(os) = &guest.os {
             domain.status.os_info = api::os_info(os);
         }
-        Ok(Some((domain, disk_errors)))
-    }
-
-    /// The guest agent's last `guest-fsfreeze-status` (`thawed`,
-    /// `frozen`), empty before the agent reported one.
-    pub fn fs_freeze_status(&self) -> String {
-        self.run("query-guest-info", json!({}))
-            .ok()
-            .and_then(|reply| {
-                reply
-                    .as_guest_info()?
-                    .get("fsFreezeStatus")?
-                    .as_str()
-                    .map(str::to_string)
-            })
-            .unwrap_or_default()
+        Ok(Some(DomainRead {
+            domain,
+            disk_errors,
+            fs_freeze_status: guest.fs_freeze_status.unwrap_or_default().to_string(),
+        }))
     }
 }
 

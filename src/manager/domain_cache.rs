@@ -92,6 +92,7 @@ pub(super) fn domain_reply(
     let mut reply = DomainReply {
         age_ms: None,
         disk_errors: None,
+        guest: None,
         name: name.to_string(),
         network: fields.network.then(network),
         reason,
@@ -245,7 +246,7 @@ impl DomainManager {
             _ => None,
         };
         let network = &self.network;
-        domain_reply(
+        let mut reply = domain_reply(
             &self.config.domain_name,
             live,
             status,
@@ -253,7 +254,9 @@ impl DomainManager {
             || crate::network::report(network),
             volumes,
             now,
-        )
+        );
+        reply.guest = fields.guest.then(|| self.agent.last_report());
+        reply
     }
 
     /// Drops what the caches hold about the domain: it changed, or may
@@ -348,6 +351,7 @@ mod tests {
             spec: false,
             network: false,
             volumes: false,
+            guest: false,
         };
         let reply = domain_reply(
             "ns_vm",

@@ -25,6 +25,7 @@ use crate::hypervisor::{
 };
 use crate::protocol::{CommandError, ErrorClass, Return};
 use crate::replies;
+use crate::replies::GuestReport;
 
 /// The guest agent as the manager knows it.
 pub(super) struct AgentState {
@@ -69,9 +70,27 @@ impl AgentState {
         self.connected = connected;
     }
 
-    /// The domain stopped: its agent went with it.
+    /// The domain stopped: its agent went with it. What it last reported
+    /// stays (KubeVirt's launcher keeps it in the stopped domain's status).
     pub(super) fn domain_stopped(&mut self) {
         self.connected = false;
+    }
+
+    /// A new boot of the domain: what an earlier boot's agent reported is
+    /// no longer the guest's.
+    pub(super) fn domain_started(&mut self) {
+        self.cache = GuestAgentCache::default();
+    }
+
+    /// What KubeVirt shows of the agent's last report in the domain's
+    /// status (`query-domain`'s `guest`), whether or not the agent is
+    /// connected now.
+    pub(super) fn last_report(&self) -> GuestReport {
+        GuestReport {
+            fs_freeze_status: self.cache.fsfreeze_status.map(FreezeStatus::as_str),
+            interfaces: self.cache.system.interfaces.clone(),
+            os: self.cache.system.os.clone(),
+        }
     }
 
     /// Takes in what a poll read; true when what KubeVirt reports (OS,

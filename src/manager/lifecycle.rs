@@ -56,6 +56,9 @@ impl DomainManager {
                 }
             }
             other => {
+                if matches!(other, LifecycleEvent::Started(_)) {
+                    self.agent.domain_started();
+                }
                 if let Some(status) = other.status() {
                     self.domain.status = status;
                 }

@@ -199,6 +199,38 @@ fn guest_commands_reach_the_agent_once_it_connects() {
 }
 
 #[test]
+fn query_domain_keeps_the_agents_last_report_once_the_agent_is_gone() {
+    let h = Harness::start();
+    h.sync();
+    let guest = |h: &Harness| h.ok("query-domain", json!({"fields": ["guest"]}))["guest"].clone();
+    assert_eq!(
+        guest(&h),
+        json!({"fsFreezeStatus": null, "interfaces": [], "os": null})
+    );
+    h.fake.agent_channel(true);
+    h.named("AGENT_CONNECTED");
+    h.fake.queue_agent_reply(r#"{"return":"thawed"}"#);
+    h.fake.queue_agent_reply(r#"{"return":1}"#);
+    h.ok("freeze", json!({"unfreeze_timeout_seconds": 0}));
+    assert_eq!(guest(&h)["fsFreezeStatus"], "frozen");
+    h.fake.queue_agent_reply(r#"{"return":1}"#);
+    h.ok("unfreeze", Value::Null);
+    // The agent goes away: its queries are refused, its last report stays
+    // (KubeVirt's launcher keeps it in the domain's status).
+    h.fake.agent_channel(false);
+    h.named("AGENT_DISCONNECTED");
+    assert_eq!(
+        class(&h.err("query-guest-info", Value::Null)),
+        ErrorClass::Unavailable
+    );
+    assert_eq!(guest(&h)["fsFreezeStatus"], "thawed");
+    // Answered from the launcher's own view, without libvirt.
+    let reads = h.fake.calls("domain_xml");
+    h.ok("query-domain", json!({"fields": ["guest", "state"]}));
+    assert_eq!(h.fake.calls("domain_xml"), reads);
+}
+
+#[test]
 fn the_commands_and_events_of_a_session_on_the_test_driver() {
     let h = Harness::start();
     h.sync();

@@ -78,12 +78,31 @@ fn a_running_guest_moves_to_another_launcher_and_keeps_running() {
     });
     assert_eq!(status["domain"]["state"], "Running");
     assert_eq!(status["migration"]["phase"], "completed");
-    let finalized = b_client.ok("finalize-migration", Value::Null);
-    assert_eq!(finalized["finalized"], true);
     wait_status(&mut b_client, STEP, "agent on B", |s| {
         s["agent"]["connected"] == true
     });
     b_client.ok("guest-ping", Value::Null);
+    // KubeVirt's LinkRefresh: the NIC's link goes down and up on the new
+    // node, which the guest counts as two carrier changes.
+    let carrier_changes = |client: &mut Client| -> u64 {
+        let (code, out) = guest_sh(
+            client,
+            "for i in /sys/class/net/*; do [ \"${i##*/}\" = lo ] || cat $i/carrier_changes; done",
+        );
+        assert_eq!(code, 0, "{out}");
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("carrier_changes: {out:?}"))
+    };
+    let carrier_before = carrier_changes(&mut b_client);
+    let finalized = b_client.ok("finalize-migration", json!({"refresh_links": ["default"]}));
+    assert_eq!(finalized["finalized"], true);
+    assert_eq!(finalized["links_refreshed"], json!(["default"]));
+    assert_eq!(
+        carrier_changes(&mut b_client),
+        carrier_before + 2,
+        "the guest saw its link go down and up"
+    );
     // Same guest: never rebooted, and the data is there.
     let uptime_after = uptime(&mut b_client);
     assert!(

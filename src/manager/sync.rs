@@ -233,6 +233,9 @@ impl DomainManager {
                 && convert::read_vsock_local_namespace(Path::new("/proc")),
             dra_devices: convert::detect_dra_devices(&vmi, &self.config.dra_metadata_dir),
             backend_storage_dir: self.config.backend_storage_dir.clone(),
+            // Only the launcher's own daemons mount the directory's swtpm/
+            // (in KubeVirt's pod, the pod mounts the PVC's there).
+            backend_storage_keeps_tpm: self.daemons.is_some() || self.config.pod_daemons,
             options,
         };
         let ctx = ConvertContext {

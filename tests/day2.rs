@@ -956,7 +956,8 @@ fn tpm_rc(response: &[u8]) -> u32 {
 /// A TPM 2.0 command: `tag`, the size, `code`, then `body`.
 fn tpm_build(tag: u16, code: u32, body: &[u8]) -> Vec<u8> {
     let mut c = tag.to_be_bytes().to_vec();
-    c.extend_from_slice(&(10 + body.len() as u32).to_be_bytes());
+    let size = u32::try_from(10 + body.len()).expect("a small TPM command");
+    c.extend_from_slice(&size.to_be_bytes());
     c.extend_from_slice(&code.to_be_bytes());
     c.extend_from_slice(body);
     c

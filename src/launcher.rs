@@ -513,19 +513,6 @@ fn serve(
     threads::spawn_named("manager", &fatal_tx, move || manager.run(inbox_rx))
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the manager: {e}")))?;
 
-    // The downward metrics' disk and channel, answered from the manager.
-    crate::metrics::spawn(
-        &config.dirs.private,
-        crate::metrics::Collector::new(inbox.requests()),
-        &fatal_tx,
-    )
-    .map_err(|e| {
-        Failure::new(
-            ExitCode::Internal,
-            format!("cannot start the downward metrics threads: {e}"),
-        )
-    })?;
-
     let mut shared = ServerShared::new(
         config.vmi_ref(),
         config.max_line_bytes,

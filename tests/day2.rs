@@ -924,3 +924,229 @@ fn persistent_efi_variables_follow_a_migration_on_a_shared_backend_storage_dir()
     c.client.ok("kill", Value::Null);
     assert_eq!(c.launcher.wait_exit(STEP), 0);
 }
+
+/// `bytes` as octal escapes for the guest's `printf`.
+fn printf_escapes(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\{b:03o}")).collect()
+}
+
+/// Sends the raw TPM 2.0 command `command` to the guest's `/dev/tpm0`
+/// (one write, then the response read from the same open file, as the
+/// kernel's TPM device wants) and gives the response's bytes.
+fn tpm_command(client: &mut Client, command: &[u8]) -> Vec<u8> {
+    let script = format!(
+        "printf '{}' > /tmp/tpm-cmd && exec 3<>/dev/tpm0 && \
+         dd if=/tmp/tpm-cmd bs=4096 count=1 >&3 2>/dev/null && \
+         dd bs=4096 count=1 <&3 2>/dev/null | od -An -tx1 -v",
+        printf_escapes(command)
+    );
+    let (code, out) = guest_sh(client, &script);
+    assert_eq!(code, 0, "the TPM command failed: {out}");
+    out.split_whitespace()
+        .map(|h| u8::from_str_radix(h, 16).unwrap_or_else(|e| panic!("{h}: {e} in {out}")))
+        .collect()
+}
+
+/// The response code of a TPM 2.0 response (0: success).
+fn tpm_rc(response: &[u8]) -> u32 {
+    assert!(response.len() >= 10, "short TPM response {response:02x?}");
+    u32::from_be_bytes(response[6..10].try_into().unwrap())
+}
+
+/// A TPM 2.0 command: `tag`, the size, `code`, then `body`.
+fn tpm_build(tag: u16, code: u32, body: &[u8]) -> Vec<u8> {
+    let mut c = tag.to_be_bytes().to_vec();
+    let size = u32::try_from(10 + body.len()).expect("a small TPM command");
+    c.extend_from_slice(&size.to_be_bytes());
+    c.extend_from_slice(&code.to_be_bytes());
+    c.extend_from_slice(body);
+    c
+}
+
+/// The authorization area of one password session with an empty password
+/// (TPM_RS_PW), as a command's handle needs it.
+const TPM_PASSWORD_SESSION: [u8; 13] = [0, 0, 0, 9, 0x40, 0, 0, 9, 0, 0, 1, 0, 0];
+
+/// The NV index this test defines in the guest's TPM (an owner index).
+const TEST_NV_INDEX: [u8; 4] = [0x01, 0x50, 0x00, 0x17];
+
+/// TPM2_NV_DefineSpace of `TEST_NV_INDEX` (8 bytes, owner and auth
+/// read/write) under the owner hierarchy: permanent state, in the
+/// TPM's NV storage (swtpm's `tpm2-00.permall`).
+fn tpm_define_test_index(client: &mut Client) -> u32 {
+    let mut body = vec![0x40, 0, 0, 1]; // TPM_RH_OWNER
+    body.extend_from_slice(&TPM_PASSWORD_SESSION);
+    body.extend_from_slice(&[0, 0]); // auth: empty
+    body.extend_from_slice(&[0, 14]); // TPM2B_NV_PUBLIC's size
+    body.extend_from_slice(&TEST_NV_INDEX);
+    body.extend_from_slice(&[0, 0x0b]); // sha256
+    body.extend_from_slice(&0x0006_0006u32.to_be_bytes()); // OWNER|AUTH READ|WRITE
+    body.extend_from_slice(&[0, 0]); // no policy
+    body.extend_from_slice(&[0, 8]); // data size
+    tpm_rc(&tpm_command(client, &tpm_build(0x8002, 0x12a, &body)))
+}
+
+/// Whether the guest's TPM lists `TEST_NV_INDEX` (TPM2_GetCapability of
+/// the NV index handles).
+fn tpm_has_test_index(client: &mut Client) -> bool {
+    let mut body = 1u32.to_be_bytes().to_vec(); // TPM_CAP_HANDLES
+    body.extend_from_slice(&0x0100_0000u32.to_be_bytes()); // NV indices
+    body.extend_from_slice(&64u32.to_be_bytes());
+    let response = tpm_command(client, &tpm_build(0x8001, 0x17a, &body));
+    assert_eq!(tpm_rc(&response), 0, "{response:02x?}");
+    response.windows(4).skip(19).any(|w| w == TEST_NV_INDEX)
+}
+
+/// TPM2_PCR_Extend of PCR 16 with a SHA-256 digest of `byte`s: volatile
+/// state, which only a live migration of the TPM carries.
+fn tpm_extend_pcr16(client: &mut Client, byte: u8) -> u32 {
+    let mut body = 16u32.to_be_bytes().to_vec();
+    body.extend_from_slice(&TPM_PASSWORD_SESSION);
+    body.extend_from_slice(&1u32.to_be_bytes()); // one digest
+    body.extend_from_slice(&[0, 0x0b]); // sha256
+    body.extend_from_slice(&[byte; 32]);
+    tpm_rc(&tpm_command(client, &tpm_build(0x8002, 0x182, &body)))
+}
+
+/// PCR 16's SHA-256 value as the guest's kernel shows it.
+fn pcr16(client: &mut Client) -> String {
+    let (code, out) = guest_sh(client, "cat /sys/class/tpm/tpm0/pcr-sha256/16");
+    assert_eq!(code, 0, "{out}");
+    out.trim().to_string()
+}
+
+/// A migration between two launchers with backend-storage directories of
+/// their own (no shared storage: KubeVirt's RWO backend-storage PVC, a
+/// new one for the target): a persistent TPM migrates in-band (QEMU's
+/// tpm-emulator migration), its volatile state (a PCR extended before)
+/// and its permanent state (an NV index defined before) are the target's,
+/// the latter in the target's directory (`swtpm/<uuid>/`), where a third
+/// launcher finds it; the EFI variables reach the target's
+/// `nvram/<name>_VARS.fd` (QEMU's pflash writes the migrated flash to the
+/// target's file).
+#[test]
+fn persistent_tpm_and_efi_variables_follow_a_migration_to_a_backend_storage_dir_of_its_own() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let state_tree = TempTree::new("d2-tstate");
+    let backend_a = state_tree.path("vm-state-a");
+    let backend_b = state_tree.path("vm-state-b");
+    let mut vmi = guest_vmi(&GuestOptions::new("tpmmover"));
+    vmi["spec"]["domain"]["firmware"]["bootloader"] =
+        json!({"efi": {"secureBoot": false, "persistent": true}});
+    vmi["spec"]["domain"]["devices"]["tpm"] = json!({"persistent": true});
+    let efivars = "/sys/firmware/efi/efivars";
+    let mount_efivarfs = format!(
+        "[ -d /sys/firmware/efi ] || {{ echo not an EFI guest; exit 2; }}; \
+         modprobe efivarfs 2>/dev/null; \
+         grep -q efivarfs /proc/mounts || mount -t efivarfs efivarfs {efivars} || exit 3"
+    );
+    let variable = TEST_EFI_VARIABLE.replacen("VlPersist", "VlTpmMoved", 1);
+    let mark = format!("tpm-before-{}", std::process::id());
+
+    let mut a = boot_efi(TempTree::new("d2-tmig-a"), &vmi, &backend_a);
+    let uuid = a.client.ok("query-domain", Value::Null)["spec"]["uuid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (code, out) = guest_sh(
+        &mut a.client,
+        &format!("{mount_efivarfs} && printf '\\007\\000\\000\\000{mark}' > {efivars}/{variable}"),
+    );
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(tpm_define_test_index(&mut a.client), 0, "NV_DefineSpace");
+    assert!(tpm_has_test_index(&mut a.client));
+    let zero = pcr16(&mut a.client);
+    assert_eq!(tpm_extend_pcr16(&mut a.client, 0x5a), 0, "PCR_Extend");
+    let extended = pcr16(&mut a.client);
+    assert_ne!(extended, zero, "PCR 16 did not change");
+
+    let b = common::guest::start_qemu_launcher(
+        TempTree::new("d2-tmig-b"),
+        "tpmmover",
+        &["--backend-storage-dir", backend_b.to_str().unwrap()],
+    );
+    let mut b_watch = b.client();
+    b_watch.ok("subscribe", Value::Null);
+    let mut b_client = b.client();
+    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
+    let target = ret["return"]["target"].clone();
+    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
+    let started = a.client.ok("migrate", json!({"target": target}));
+    assert_eq!(started["started"], true);
+    a.watcher.wait_events(
+        STEP * 2,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            (
+                "Stopped/Migrated",
+                &common::lifecycle("Stopped", "Migrated"),
+            ),
+        ],
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    assert_eq!(
+        b_client.ok("finalize-migration", Value::Null)["finalized"],
+        true
+    );
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    // The TPM on B is the same TPM, in the state it had on A.
+    assert_eq!(
+        pcr16(&mut b_client),
+        extended,
+        "the TPM's volatile state (PCR 16) did not migrate"
+    );
+    assert!(
+        tpm_has_test_index(&mut b_client),
+        "the TPM's NV index did not migrate"
+    );
+    // The EFI variable store is in B's directory, with the variable.
+    let nvram_b = backend_b.join("nvram/tpmmover_VARS.fd");
+    let store = fs::read(&nvram_b).unwrap_or_else(|e| panic!("{}: {e}", nvram_b.display()));
+    assert!(
+        store.windows(mark.len()).any(|w| w == mark.as_bytes()),
+        "{} does not hold the variable written before the migration",
+        nvram_b.display()
+    );
+    let b_booted = common::guest::Booted {
+        launcher: b,
+        client: b_client,
+        watcher: b_watch,
+        booted_at: std::time::Instant::now(),
+    };
+    stop_gracefully(b_booted, "e2e_tpmmover");
+    let tpm_state = backend_b
+        .join("swtpm")
+        .join(&uuid)
+        .join("tpm2/tpm2-00.permall");
+    assert!(
+        tpm_state.is_file(),
+        "no TPM state at {}",
+        tpm_state.display()
+    );
+
+    // A new launcher on B's directory boots the same TPM and variables.
+    let mut c = boot_efi(TempTree::new("d2-tmig-c"), &vmi, &backend_b);
+    assert!(
+        tpm_has_test_index(&mut c.client),
+        "the TPM state in the target's directory is not the migrated TPM's"
+    );
+    assert_eq!(
+        guest_sh(
+            &mut c.client,
+            &format!("{mount_efivarfs} && tail -c +5 {efivars}/{variable}")
+        ),
+        (0, mark),
+        "the EFI variable is lost"
+    );
+    c.client.ok("kill", Value::Null);
+    assert_eq!(c.launcher.wait_exit(STEP), 0);
+}

@@ -330,3 +330,95 @@ fn the_guest_sees_the_hooks_base_board_manufacturer_and_user_data() {
     );
     wait_no_qemu(&format!("e2e_{name}"), STEP);
 }
+
+/// A migration target calls its own sidecars while it prepares, as
+/// KubeVirt's target launcher does: `PreCloudInitIso` for the ISO it
+/// writes (which then holds the hook's user data, as the source's does)
+/// and `OnDefineDomain` with its own domain; the guest that arrives is the
+/// source's, with the source's hooked base board.
+#[test]
+fn a_migration_target_calls_its_sidecars_as_kubevirts_target_does() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let hooks = TempTree::new("hooks-mig");
+    let start_sidecars = |dir: &Path, log: &CallLog, user_data: &str| {
+        hook_sidecar::start(
+            dir,
+            "hook-sidecar-0",
+            Behaviour::new("smbios", &[("OnDefineDomain", 0), ("Shutdown", 0)]),
+            log,
+        );
+        let mut cloudinit = Behaviour::new("cloudinit", &[("PreCloudInitIso", 0)]);
+        cloudinit.user_data = Some(user_data.into());
+        hook_sidecar::start(dir, "hook-sidecar-1", cloudinit, log);
+    };
+    let (dir_a, log_a) = (hooks.path("a"), CallLog::default());
+    start_sidecars(&dir_a, &log_a, "#cloud-config\n# hooked\n");
+    let (dir_b, log_b) = (hooks.path("b"), CallLog::default());
+    start_sidecars(&dir_b, &log_b, "#cloud-config\n# hooked\n");
+
+    let name = "hookmover";
+    let mut vmi = guest_vmi(&GuestOptions::new(name));
+    with_hook_annotation(&mut vmi, 2, "Moved Boards Inc");
+    vmi["spec"]["domain"]["devices"]["disks"] =
+        json!([{"name": "cloudinit", "disk": {"bus": "virtio"}}]);
+    vmi["spec"]["volumes"] = json!([{"name": "cloudinit", "cloudInitNoCloud": {
+        "userData": "#cloud-config\n# from the VMI\n"}}]);
+    let args_for = |dir: &Path| {
+        let mut args = hook_flags(dir);
+        args.extend(["--hook-sidecars".into(), "2".into()]);
+        args
+    };
+    let args_a = args_for(&dir_a);
+    let args_a: Vec<&str> = args_a.iter().map(String::as_str).collect();
+    let mut a = boot_vmi(TempTree::new("hooks-mig-a"), name, vmi.clone(), &args_a);
+
+    let args_b = args_for(&dir_b);
+    let args_b: Vec<&str> = args_b.iter().map(String::as_str).collect();
+    let b = start_qemu_launcher(TempTree::new("hooks-mig-b"), name, &args_b);
+    let mut b_watch = b.client();
+    b_watch.ok("subscribe", Value::Null);
+    let mut b_client = b.client();
+    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
+    let target = ret["return"]["target"].clone();
+    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
+    assert_eq!(
+        calls(&log_b),
+        ["cloudinit PreCloudInitIso", "smbios OnDefineDomain"],
+        "the target's sidecars"
+    );
+    let iso = find_file(&b.tree.root, "noCloud.iso").expect("the target's cloud-init ISO");
+    let iso = std::fs::read(iso).unwrap();
+    assert!(contains(&iso, "# hooked"), "the target's ISO is not hooked");
+    assert!(!contains(&iso, "# from the VMI"));
+
+    let started = a.client.ok("migrate", json!({"target": target}));
+    assert_eq!(started["started"], true);
+    a.watcher.wait_event(
+        STEP * 2,
+        "MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    b_client.ok("finalize-migration", Value::Null);
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    let (code, vendor) = guest_sh(&mut b_client, "cat /sys/class/dmi/id/board_vendor");
+    assert_eq!((code, vendor.as_str()), (0, "Moved Boards Inc\n"));
+    // The target defined nothing of its own: its sidecars were called once.
+    assert_eq!(
+        calls(&log_b),
+        ["cloudinit PreCloudInitIso", "smbios OnDefineDomain"]
+    );
+    b_client.ok("kill", Value::Null);
+    let mut b = b;
+    assert_eq!(b.wait_exit(STEP), 0);
+    wait_no_qemu(&format!("e2e_{name}"), STEP);
+}

@@ -107,6 +107,9 @@ enum Host {
     Numa,
     /// A `--backend-storage-dir`.
     BackendStorage,
+    /// A `--backend-storage-dir` with a libvirt that is not the
+    /// launcher's own (the host's daemon).
+    BackendStorageHostDaemon,
 }
 
 fn context(host: Host) -> ConvertContext {
@@ -141,6 +144,10 @@ fn context(host: Host) -> ConvertContext {
         }
         Host::BackendStorage => {
             ctx.backend_storage_dir = Some(PathBuf::from("/srv/vm-state"));
+        }
+        Host::BackendStorageHostDaemon => {
+            ctx.backend_storage_dir = Some(PathBuf::from("/srv/vm-state"));
+            ctx.backend_storage_keeps_tpm = false;
         }
         _ => {}
     }
@@ -352,6 +359,10 @@ fn checked_example(checked: Checked) -> (Value, Host, Option<Host>) {
         Checked::PersistentEfiWithoutBackendStorage => (
             domain(json!({"firmware": {"bootloader": {"efi": {"persistent": true}}}})),
             (Host::Kvm, Some(Host::BackendStorage)),
+        ),
+        Checked::PersistentTpmOutsideBackendStorage => (
+            domain(json!({"devices": {"tpm": {"persistent": true}}})),
+            (Host::BackendStorageHostDaemon, Some(Host::BackendStorage)),
         ),
     };
     (example, bad, good)

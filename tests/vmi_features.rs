@@ -305,3 +305,39 @@ fn vsock_needs_the_hosts_device_and_the_cid_of_the_vmis_status() {
     assert_eq!(spec["devices"]["vsock"]["cid"]["@auto"], "no", "{spec}");
     assert_eq!(spec["devices"]["vsock"]["cid"]["@address"], 1234, "{spec}");
 }
+
+/// A persistent TPM with `--backend-storage-dir` and a libvirt that is not
+/// the launcher's own (here the test driver; the host's daemon alike):
+/// that libvirt would keep the TPM's state in its own swtpm directory, not
+/// in the flag's, so the sync is refused naming the field and the flags;
+/// the same TPM without `persistent` is fine.
+#[test]
+fn a_persistent_tpm_with_a_backend_storage_dir_needs_the_launchers_own_daemons() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
+    let tree = TempTree::new("tpm-backend");
+    let backend = tree.path("vm-state");
+    let mut launcher = Launcher::start_test(&["--backend-storage-dir", &backend.to_string_lossy()]);
+    launcher.wait_ready(T);
+    let mut c = launcher.client();
+    let mut vmi = demo_vmi();
+    vmi["spec"]["domain"]["devices"]["tpm"] = json!({"persistent": true});
+    let (class, desc) = c.err_class("sync", json!({"vmi": vmi.clone()}));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with("arguments.vmi.spec.domain.devices.tpm.persistent: ")
+            && desc.contains("--backend-storage-dir")
+            && desc.contains("--spawn-libvirt")
+            && desc.contains("/var/lib/libvirt/swtpm/"),
+        "{desc}"
+    );
+    assert_eq!(
+        c.ok("query-status", Value::Null)["domain"]["defined"],
+        false
+    );
+    vmi["spec"]["domain"]["devices"]["tpm"] = json!({});
+    c.ok("sync", json!({ "vmi": vmi }));
+    let spec = domain_spec(&mut c);
+    assert!(spec["devices"]["tpm"].is_array(), "{spec}");
+}

@@ -309,7 +309,7 @@ pub static FLAGS: &[FlagSpec] = &[
         default_doc: Some(
             "none; a VMI with efi.persistent is refused, except in KubeVirt mode with the pod's own daemons, where the store is /var/lib/libvirt/qemu/nvram/<name>_VARS.fd (KubeVirt's pod mounts its backend-storage PVC there)",
         ),
-        help: "The VM's persistent state, as KubeVirt's backend-storage PVC: EFI variables of a VMI with efi.persistent in nvram/NAME_VARS.fd, and with --spawn-libvirt the state of a persistent TPM in swtpm/ (and the TPM certificate authority in swtpm-localca/, as root). Give the same directory to the next launcher of the VM, or to a migration target.",
+        help: "The VM's persistent state, as KubeVirt's backend-storage PVC: EFI variables of a VMI with efi.persistent in nvram/NAME_VARS.fd, and with --spawn-libvirt the state of a persistent TPM in swtpm/ (and the TPM certificate authority in swtpm-localca/, as root; with another libvirt, which keeps the TPM's state in its own directory, a VMI with a persistent TPM is refused). Give the same directory to the next launcher of the VM, or to a migration target (shared, or its own: the state then migrates with the guest).",
     },
     value_flag!(
         "vhost-vsock-device",

@@ -42,7 +42,7 @@ pub(crate) fn configure(
     if graphics {
         check_socket_path(Checked::VncSocket, &paths::vnc_socket(ctx), "VNC")?;
     }
-    configure_tpm(vmi, domain);
+    configure_tpm(vmi, ctx, domain)?;
     if console || graphics {
         // QEMU binds the console and VNC sockets in the per-VMI private dir.
         plan.make_dir(
@@ -284,8 +284,16 @@ fn check_socket_path(
 /// KubeVirt picks for persistent TPMs). `persistent_state` keeps the state
 /// when the domain is undefined (a sync redefines it): libvirt keeps it in
 /// its swtpm directory, which `--spawn-libvirt` places under the private
-/// dir (`<private-dir>/libvirt/lib/swtpm/<domain uuid>`).
-fn configure_tpm(vmi: &VirtualMachineInstance, domain: &mut Domain) {
+/// dir (`<private-dir>/libvirt/lib/swtpm/<domain uuid>`), or with
+/// `--backend-storage-dir` in its `swtpm/`. A libvirt that is not the
+/// launcher's own keeps it in its own directory whatever the launcher is
+/// given: a persistent TPM with `--backend-storage-dir` is refused there
+/// rather than kept elsewhere than the flag says.
+fn configure_tpm(
+    vmi: &VirtualMachineInstance,
+    ctx: &ConvertContext,
+    domain: &mut Domain,
+) -> Result<(), ConvertError> {
     let Some(tpm) = vmi
         .spec
         .domain
@@ -294,8 +302,18 @@ fn configure_tpm(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         .as_ref()
         .filter(|t| t.is_enabled())
     else {
-        return;
+        return Ok(());
     };
+    if tpm.persistent == Some(true)
+        && ctx.backend_storage_dir.is_some()
+        && !ctx.backend_storage_keeps_tpm
+    {
+        return Err(ConvertError::checked(
+            Checked::PersistentTpmOutsideBackendStorage,
+            "spec.domain.devices.tpm.persistent",
+            "a persistent TPM's state is kept in --backend-storage-dir only by the launcher's own libvirt daemons (--spawn-libvirt), which mount its swtpm/ over libvirt's swtpm directory; this launcher's libvirt keeps it in its own (the host daemon's /var/lib/libvirt/swtpm/<domain uuid>/): start the launcher with --spawn-libvirt, or without --backend-storage-dir",
+        ));
+    }
     domain.devices.tpms.push(Tpm {
         model: Some("tpm-crb".to_string()),
         backend: TpmBackend {
@@ -305,6 +323,7 @@ fn configure_tpm(vmi: &VirtualMachineInstance, domain: &mut Domain) {
         },
         alias: None,
     });
+    Ok(())
 }
 
 fn configure_inputs(vmi: &VirtualMachineInstance, domain: &mut Domain) -> Result<(), ConvertError> {

@@ -97,6 +97,7 @@ pub fn kubevirt_defaults(domain_type: DomainType) -> ConvertContext {
         vsock_local_namespace: false,
         dra_devices: DraDevices::new(),
         backend_storage_dir: None,
+        backend_storage_keeps_tpm: true,
         options: None,
     }
 }
@@ -219,6 +220,11 @@ pub struct ConvertContext {
     /// `--backend-storage-dir`: where the VM's persistent state lives
     /// (KubeVirt's backend-storage PVC); `None` refuses persistent EFI.
     pub backend_storage_dir: Option<PathBuf>,
+    /// Whether the launcher's libvirt keeps a persistent TPM's state in
+    /// `backend_storage_dir`'s `swtpm/` (its own daemons, which mount it
+    /// there, as KubeVirt's pod does); when not, such a TPM is refused
+    /// with a `backend_storage_dir`.
+    pub backend_storage_keeps_tpm: bool,
     /// What virt-handler sent beside the VMI; `None`: this launcher's
     /// defaults (KubeVirt's cluster defaults).
     pub options: Option<ClusterOptions>,

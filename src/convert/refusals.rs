@@ -83,6 +83,7 @@ field_table! {
         EmulatedHostPassthrough => "spec.domain.cpu.model",
         PausedOnTestDriver => "spec.startStrategy",
         PersistentEfiWithoutBackendStorage => "spec.domain.firmware.bootloader.efi.persistent",
+        PersistentTpmOutsideBackendStorage => "spec.domain.devices.tpm.persistent",
     }
 }
 

@@ -107,6 +107,8 @@ impl DomainManager {
         let status = self.domain.status;
         if !status.state.is_active() {
             self.agent.domain_stopped();
+        } else {
+            self.metrics.domain_runs();
         }
         self.update_poller();
         // A migration target's incoming domain is not its own until it runs.

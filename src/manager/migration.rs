@@ -230,6 +230,7 @@ impl DomainManager {
             container_disk_dir: self.config.dirs.container_disks.clone(),
             hotplug_disk_dir: self.config.dirs.hotplug_disks.clone(),
             uid: self.config.uid.clone(),
+            backend_storage_dir: self.config.backend_storage_dir.clone(),
         }
     }
 
@@ -313,9 +314,10 @@ impl DomainManager {
             move |_hv| {
                 // The incoming guest needs its taps (and DHCP server) here,
                 // as KubeVirt prepares the target pod's network.
+                let mut network = None;
                 if let Some(job) = &plan.network {
                     match job.run() {
-                        Ok(active) => job.keep(active),
+                        Ok(active) => network = Some(active),
                         Err(e) => {
                             return JobOutput::reply(Err(CommandError::new(
                                 ErrorClass::Unavailable,
@@ -326,7 +328,16 @@ impl DomainManager {
                         }
                     }
                 }
-                match disks::prepare(&plan.disk_plan) {
+                // The hook sidecars, as KubeVirt's target calls them;
+                // the network set up for them is removed if they fail.
+                let disk_plan = match plan.run_target_hooks(network.as_ref()) {
+                    Ok(disk_plan) => disk_plan,
+                    Err(e) => return JobOutput::reply(Err(e)),
+                };
+                if let (Some(job), Some(active)) = (&plan.network, network) {
+                    job.keep(active);
+                }
+                match disks::prepare(&disk_plan) {
                     Ok(prepared) => JobOutput {
                         result: Ok(JobValue::TargetPrepared { target: address }),
                         observed: Observation::PreparedDisks(prepared, migration_uid),

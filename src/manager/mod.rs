@@ -190,6 +190,9 @@ pub struct DomainManager {
     network: crate::network::NetworkSlot,
     /// The filesystems' virtiofsd.
     virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
+    /// The downward metrics' threads, started when a domain that uses
+    /// them runs.
+    metrics: crate::metrics::Threads,
     fatal: FatalSender,
 }
 
@@ -210,6 +213,11 @@ impl DomainManager {
         } = parts;
         let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
         let backup = backup::BackupState::load(&config.dirs.private);
+        let metrics = crate::metrics::Threads::new(
+            &config.dirs.private,
+            crate::metrics::Collector::new(inbox.requests()),
+            fatal.clone(),
+        );
         DomainManager {
             jobs: JobRunner::new(hypervisor.clone(), fatal.clone(), inbox.job_completions()),
             stop: GracefulStop::new(config.grace_period),
@@ -235,6 +243,7 @@ impl DomainManager {
             exit: ExitState::new(exit),
             network,
             virtiofs,
+            metrics,
             fatal,
         }
     }

@@ -233,6 +233,9 @@ impl DomainManager {
                 && convert::read_vsock_local_namespace(Path::new("/proc")),
             dra_devices: convert::detect_dra_devices(&vmi, &self.config.dra_metadata_dir),
             backend_storage_dir: self.config.backend_storage_dir.clone(),
+            // Only the launcher's own daemons mount the directory's swtpm/
+            // (in KubeVirt's pod, the pod mounts the PVC's there).
+            backend_storage_keeps_tpm: self.daemons.is_some() || self.config.pod_daemons,
             options,
         };
         let ctx = ConvertContext {
@@ -678,7 +681,7 @@ fn define_and_start(
         .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
     let (xml, disk_plan) = match &plan.hooks {
         Some(hooks) => steps.time("hooks", || {
-            hooks.run(xml, &plan.disk_plan, &plan.domain_name)
+            hooks.run(xml, &plan.disk_plan, &plan.domain_name, "sync")
         })?,
         None => (xml, Cow::Borrowed(&plan.disk_plan)),
     };
@@ -722,6 +725,39 @@ fn disk_error(e: DiskError) -> CommandError {
     CommandError::new(class, format!("cannot prepare the VMI's disks: {e}"))
 }
 
+impl SyncPlan {
+    /// A migration target's hook sidecars, as KubeVirt's target launcher
+    /// calls them while it prepares (`prepareMigrationTarget`): the
+    /// cloud-init data through `PreCloudInitIso` (the target writes its
+    /// own ISO, which then holds what the source's does), and the target's
+    /// own domain through `OnDefineDomain`, for the setup a sidecar does
+    /// there; the domain it returns is not used (the incoming domain is
+    /// the source's, which its sidecars changed already), but a failed or
+    /// refused call fails the preparation. Run by the preparation's job.
+    pub(super) fn run_target_hooks(
+        &self,
+        active: Option<&crate::network::ActiveNetwork>,
+    ) -> Result<Cow<'_, DiskPlan>, CommandError> {
+        let Some(hooks) = &self.hooks else {
+            return Ok(Cow::Borrowed(&self.disk_plan));
+        };
+        let mut domain = self.domain.clone();
+        if let Some(active) = active {
+            crate::network::setup::patch_domain(&mut domain, active);
+        }
+        let xml = domain
+            .to_xml()
+            .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
+        let (_xml, disk_plan) = hooks.run(
+            xml,
+            &self.disk_plan,
+            &self.domain_name,
+            "prepare-migration-target",
+        )?;
+        Ok(disk_plan)
+    }
+}
+
 /// The hook sidecars' part of a sync, run by the sync job (on a worker
 /// thread: a sidecar that hangs holds the job, never the manager).
 struct HookRun {
@@ -741,12 +777,15 @@ impl HookRun {
         xml: String,
         disk_plan: &'a DiskPlan,
         domain_name: &str,
+        command: &str,
     ) -> Result<(String, Cow<'a, DiskPlan>), CommandError> {
         let failed = |e: HookError| match e {
             HookError::Call(why) => {
-                CommandError::new(ErrorClass::Unavailable, format!("sync: {why}"))
+                CommandError::new(ErrorClass::Unavailable, format!("{command}: {why}"))
             }
-            HookError::BadResult(why) => CommandError::invalid_argument(format!("sync: {why}")),
+            HookError::BadResult(why) => {
+                CommandError::invalid_argument(format!("{command}: {why}"))
+            }
         };
         let mut disk_plan = Cow::Borrowed(disk_plan);
         let step = self.cloud_init.as_ref().and_then(|iso| {

@@ -16,6 +16,9 @@
 //!   listens once a domain with the channel runs, and answers the guest's
 //!   requests until QEMU closes it; then it waits for the next QEMU.
 //!
+//! Neither exists until a domain that uses it runs ([`Threads`]): without
+//! downward metrics nothing of this runs or wakes.
+//!
 //! The page's format is in [`page`], the channel's protocol in
 //! [`channel`], the figures in [`report`] and [`host`].
 
@@ -145,19 +148,63 @@ fn host_name() -> String {
         .unwrap_or_default()
 }
 
-/// Starts the disk and channel threads for the launcher whose private
-/// directory is `private_dir`.
-pub fn spawn(private_dir: &Path, collector: Collector, fatal: &FatalSender) -> io::Result<()> {
-    let disk = disk_path(private_dir);
-    let disk_collector = collector.clone();
-    crate::threads::spawn_named("metrics-disk", fatal, move || {
-        refresh_disk(&disk, &disk_collector, REFRESH)
-    })?;
-    let socket = channel_socket(private_dir);
-    crate::threads::spawn_named("metrics-channel", fatal, move || {
-        serve_channel(&socket, &collector, REFRESH)
-    })?;
-    Ok(())
+/// The disk and channel threads of one launcher, each started the first
+/// time a domain that uses it runs (the manager tells [`Threads::domain_runs`]),
+/// so a launcher whose VMI has neither a `downwardMetrics` volume nor the
+/// device runs neither and nothing wakes for them. Once started, a thread
+/// stays: the disk is rewritten every [`REFRESH`] (virt-handler's refresh)
+/// and the channel's socket looked at again as often while no QEMU listens.
+pub struct Threads {
+    private_dir: PathBuf,
+    collector: Collector,
+    fatal: FatalSender,
+    disk: bool,
+    channel: bool,
+}
+
+impl Threads {
+    pub fn new(private_dir: &Path, collector: Collector, fatal: FatalSender) -> Threads {
+        Threads {
+            private_dir: private_dir.to_path_buf(),
+            collector,
+            fatal,
+            disk: false,
+            channel: false,
+        }
+    }
+
+    /// A domain runs: the threads its downward metrics need start, if not
+    /// yet running. A domain uses the disk when its image is there (a sync
+    /// of a VMI with the volume creates it before the domain is defined)
+    /// and the channel when QEMU's socket is (QEMU binds it before the
+    /// domain runs).
+    pub fn domain_runs(&mut self) {
+        if !self.disk && disk_path(&self.private_dir).exists() {
+            let disk = disk_path(&self.private_dir);
+            let collector = self.collector.clone();
+            match crate::threads::spawn_named("metrics-disk", &self.fatal, move || {
+                refresh_disk(&disk, &collector, REFRESH)
+            }) {
+                Ok(_) => self.disk = true,
+                Err(e) => log::warn!("metrics: cannot start the disk's thread: {e}"),
+            }
+        }
+        if !self.channel && channel_socket(&self.private_dir).exists() {
+            let socket = channel_socket(&self.private_dir);
+            let collector = self.collector.clone();
+            match crate::threads::spawn_named("metrics-channel", &self.fatal, move || {
+                serve_channel(&socket, &collector, REFRESH)
+            }) {
+                Ok(_) => self.channel = true,
+                Err(e) => log::warn!("metrics: cannot start the channel's thread: {e}"),
+            }
+        }
+    }
+
+    /// Which threads run: (disk, channel).
+    pub fn running(&self) -> (bool, bool) {
+        (self.disk, self.channel)
+    }
 }
 
 /// The disk thread: every `period`, the page written to the image, while
@@ -292,6 +339,37 @@ mod tests {
         let (tx, rx) = unbounded::<ManagerRequest>();
         drop(rx);
         assert!(Collector::new(Sink::from(tx)).page(REFRESH).is_none());
+    }
+
+    #[test]
+    fn no_thread_runs_until_a_running_domain_uses_downward_metrics() {
+        let dir = ScratchDir::new("metrics-threads");
+        let (collector, asked) = collector_answering(json!({"state.state": 1}));
+        let (fatal, _fatal_rx) = unbounded();
+        let mut threads = Threads::new(&dir, collector, fatal);
+        // A domain without the volume or the device: nothing starts.
+        threads.domain_runs();
+        assert_eq!(threads.running(), (false, false));
+        // A domain with the volume: the disk's thread, which writes the
+        // page into the image.
+        let disk = disk_path(&dir);
+        std::fs::create_dir_all(disk.parent().unwrap()).unwrap();
+        let file = std::fs::File::create(&disk).unwrap();
+        page::init_disk(&file).unwrap();
+        threads.domain_runs();
+        assert_eq!(threads.running(), (true, false));
+        assert_eq!(
+            asked.recv_timeout(REFRESH * 3),
+            Ok(Some(REFRESH)),
+            "the disk's thread did not ask for the statistics"
+        );
+        // The device's socket: the channel's thread too, once.
+        let socket = channel_socket(&dir);
+        std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
+        std::fs::write(&socket, b"").unwrap();
+        threads.domain_runs();
+        threads.domain_runs();
+        assert_eq!(threads.running(), (true, true));
     }
 
     #[test]

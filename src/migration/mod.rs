@@ -117,6 +117,11 @@ pub struct LauncherPaths {
     pub container_disk_dir: PathBuf,
     pub hotplug_disk_dir: PathBuf,
     pub uid: String,
+    /// `--backend-storage-dir`, when given: a persistent EFI variable
+    /// store there is the target's own (`nvram/<name>_VARS.fd`), where
+    /// QEMU's pflash writes the migrated variables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_storage_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -347,8 +352,13 @@ pub fn rewrite_paths(xml: &str, from: &LauncherPaths, to: &LauncherPaths) -> Str
         ),
         (from.hotplug_disk_dir.clone(), to.hotplug_disk_dir.clone()),
     ];
+    let backend = match (&from.backend_storage_dir, &to.backend_storage_dir) {
+        (Some(from), Some(to)) => Some((from.clone(), to.clone())),
+        _ => None,
+    };
     let mut out = xml.to_string();
-    for (old, new) in pairs {
+    // The backend-storage directory first: it may lie in another one.
+    for (old, new) in backend.into_iter().chain(pairs) {
         let (old, new) = (old.display().to_string(), new.display().to_string());
         if old == new || old.is_empty() {
             continue;
@@ -421,7 +431,25 @@ mod tests {
             container_disk_dir: format!("{root}/cd").into(),
             hotplug_disk_dir: format!("{root}/hp").into(),
             uid: uid.into(),
+            backend_storage_dir: None,
         }
+    }
+
+    #[test]
+    fn a_persistent_efi_store_moves_to_the_targets_backend_storage_dir() {
+        let xml = "<os><nvram template='/usr/share/OVMF/OVMF_VARS_4M.fd'>/a/state/nvram/vm_VARS.fd</nvram></os>";
+        let mut from = paths("/a", "u1");
+        let mut to = paths("/b", "u2");
+        // Without the target's directory (KubeVirt's pod daemons keep it
+        // at the same path on both sides) nothing changes.
+        from.backend_storage_dir = Some("/a/state".into());
+        assert_eq!(rewrite_paths(xml, &from, &to), xml);
+        to.backend_storage_dir = Some("/b/state".into());
+        assert!(
+            rewrite_paths(xml, &from, &to).contains(">/b/state/nvram/vm_VARS.fd<"),
+            "{}",
+            rewrite_paths(xml, &from, &to)
+        );
     }
 
     #[test]

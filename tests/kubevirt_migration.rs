@@ -527,3 +527,101 @@ fn migrations_from_this_launcher_stopped_mid_flight_leave_it_running() {
 fn migrations_from_kubevirts_launcher_stopped_mid_flight_leave_it_running() {
     stopped_migrations("kvm-gostop", "kvgostop", Launcher::Go);
 }
+
+/// The files of a pod's running domain: each disk's source file.
+fn disk_files(pod: &Pod) -> Vec<String> {
+    pod.domain()["Spec"]["Devices"]["Disks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["Source"]["File"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// KubeVirt's target-side pre-migration hook (VEP-141): the source pod
+/// keeps its local disks under another ephemeral disk directory than the
+/// target pod (a launcher laid out differently), so the domain XML it
+/// sends names files the target pod does not have; KubeVirt's source
+/// sends it as it is. The target's `qemu` hook (this launcher, installed
+/// in its pod) gives the incoming domain the target pod's files: the
+/// migration succeeds, the disk's data arrives, and the target's domain
+/// runs on its own pod's files. (Without the hook libvirt cannot find
+/// the source's files on the target and the migration fails.)
+#[test]
+fn the_targets_migration_hook_fits_a_differently_laid_out_sources_domain() {
+    if !require(&[REAL_GUEST, &[Need::Kvhandler]].concat()) {
+        return;
+    }
+    const OLD_LAYOUT: &str = "/var/run/kubevirt-ephemeral-disks-old";
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new("kvm-hook-proxy");
+    let vmi = mixed_vmi("kvhook", true);
+    let (pod, state) = boot_with(
+        Launcher::Ours,
+        a,
+        "kvm-hook",
+        "kvhook",
+        &vmi,
+        &["--ephemeral-disk-dir", OLD_LAYOUT],
+    );
+    let before = disk_files(&pod);
+    for file in ["empty-disks/scratch.qcow2", "noCloud.iso"] {
+        assert!(
+            before
+                .iter()
+                .any(|f| f.starts_with(OLD_LAYOUT) && f.ends_with(file)),
+            "the source's {file}: {before:?}"
+        );
+    }
+    let (target, _) = hop(
+        pod,
+        Launcher::Ours,
+        a,
+        b,
+        &vmi,
+        "migration-1",
+        "kvm-hook-1",
+        &logs,
+    );
+    let state = same_guest(&target, &state, "migration-1");
+    let after = disk_files(&target);
+    assert!(
+        after.contains(&"/var/run/libvirt/empty-disks/scratch.qcow2".to_string()),
+        "{after:?}"
+    );
+    assert!(
+        after.contains(&format!(
+            "/var/run/kubevirt-ephemeral-disks/cloud-init-data/{}/kvhook/noCloud.iso",
+            common::kubevirt::NAMESPACE
+        )),
+        "{after:?}"
+    );
+    assert!(
+        !after.iter().any(|f| f.starts_with(OLD_LAYOUT)),
+        "{after:?}"
+    );
+    // The hook socket served its one connection and is gone.
+    assert!(
+        !target
+            .launcher
+            .share_dir()
+            .join("migration-hook-socket")
+            .exists()
+    );
+    // The guest writes on to its disk in the target pod.
+    let (code, out) = target.guest_sh(&format!(
+        "dev=$(grep -l scratch1 /sys/block/vd*/serial | cut -d/ -f4); \
+         dd if=/dev/urandom of=/dev/$dev bs=1M count=1 conv=fsync 2>/dev/null && {READ_SCRATCH}"
+    ));
+    assert_eq!(code, 0, "{out}");
+    assert_ne!(Some(out.trim()), state.disk_sum.as_deref());
+    end_guest(target);
+}

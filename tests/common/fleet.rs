@@ -165,6 +165,18 @@ impl Pod {
     }
 
     pub fn start_kind(kind: Launcher, tag: &str, name: &str, netns: &str, pod_name: &str) -> Pod {
+        Pod::start_kind_with(kind, tag, name, netns, pod_name, &[])
+    }
+
+    /// As [`Pod::start_kind`], with `extra` added to the launcher's flags.
+    pub fn start_kind_with(
+        kind: Launcher,
+        tag: &str,
+        name: &str,
+        netns: &str,
+        pod_name: &str,
+        extra: &[&str],
+    ) -> Pod {
         let tree = TempTree::new(tag);
         let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree), None);
         // The kernel-boot container's files where virt-handler puts them
@@ -181,8 +193,19 @@ impl Pod {
         }
         let env = [("POD_NAME", pod_name)];
         let mut launcher = match kind {
-            Launcher::Ours => PodLauncher::start_with(tree, name, UID, GRACE, Some(netns), &env),
-            Launcher::Go => PodLauncher::start_go(tree, name, UID, GRACE, Some(netns), &env),
+            Launcher::Ours => {
+                PodLauncher::start_with_args(tree, name, UID, GRACE, Some(netns), &env, extra)
+            }
+            Launcher::Go => PodLauncher::start_go_with(
+                tree,
+                name,
+                UID,
+                GRACE,
+                Some(netns),
+                &env,
+                &super::needs::go_launcher_script(),
+                extra,
+            ),
         };
         launcher.wait_ready(STEP);
         let domain = launcher.domain_name();
@@ -650,12 +673,25 @@ pub fn qemu_in(netns: &str, domain: &str) -> Vec<u32> {
 /// A guest booted by a launcher of `kind` on `node`, with a file written
 /// into its memory (and, with `disks`, data on its local disk).
 pub fn boot(kind: Launcher, node: Node, tag: &str, name: &str, vmi: &Value) -> (Pod, GuestState) {
-    let mut pod = Pod::start_kind(
+    boot_with(kind, node, tag, name, vmi, &[])
+}
+
+/// As [`boot`], the launcher started with `extra` flags.
+pub fn boot_with(
+    kind: Launcher,
+    node: Node,
+    tag: &str,
+    name: &str,
+    vmi: &Value,
+    extra: &[&str],
+) -> (Pod, GuestState) {
+    let mut pod = Pod::start_kind_with(
         kind,
         &format!("{tag}-0"),
         name,
         node.netns,
         "virt-launcher-0",
+        extra,
     );
     pod.vmi = pod.launcher.write_vmi("vmi.json", vmi);
     assert_eq!(pod.ok(&["sync", "--vmi", &pod.vmi]), Value::Null);

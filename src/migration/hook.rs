@@ -424,6 +424,19 @@ impl HookServer {
     }
 }
 
+/// A launcher that ends before the incoming domain arrived leaves no
+/// socket behind (KubeVirt's server removes its own on stop).
+impl Drop for HookServer {
+    fn drop(&mut self) {
+        if self.listening.swap(false, Ordering::SeqCst)
+            && let Err(e) = fs::remove_file(&self.path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            log::warn!("migration hook: cannot remove {}: {e}", self.path.display());
+        }
+    }
+}
+
 fn serve_one(listener: &UnixListener, fit: &Mutex<TargetFit>) {
     let mut conn = match listener.accept() {
         Ok((conn, _)) => conn,

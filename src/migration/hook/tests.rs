@@ -194,6 +194,13 @@ fn the_server_answers_one_connection_and_goes() {
     assert!(!server.is_listening());
     assert!(!socket.exists());
     assert!(UnixStream::connect(&socket).is_err());
+    drop(server);
+
+    // A launcher that ends before the domain arrives removes the socket.
+    let server = HookServer::start(socket.clone(), ours(false), &fatal).unwrap();
+    assert!(socket.exists());
+    drop(server);
+    assert!(!socket.exists());
 
     // Our client against a server that fails (closes without a reply):
     // the hook fails, and so libvirt's incoming migration.

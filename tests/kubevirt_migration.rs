@@ -625,3 +625,85 @@ fn the_targets_migration_hook_fits_a_differently_laid_out_sources_domain() {
     assert_ne!(Some(out.trim()), state.disk_sum.as_deref());
     end_guest(target);
 }
+
+/// The host CPUs the guest's vCPU threads may run on, in the node `netns`.
+fn vcpu_affinity(netns: &str, domain: &str) -> Vec<String> {
+    let pids = qemu_in(netns, domain);
+    assert_eq!(pids.len(), 1, "QEMU processes of {domain}: {pids:?}");
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", pids[0]))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("CPU ") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        if let Some(cpus) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            found.push(cpus.trim().to_string());
+        }
+    }
+    found
+}
+
+/// The dedicated CPU half of the target's migration hook: the guest's vCPU
+/// is pinned to host CPU 0 in the source pod (its cpuset) and the target
+/// pod has CPU 1; the domain the source sends pins it to 0. The target's
+/// hook gives the incoming domain the target pod's pinning, so the guest's
+/// vCPU runs on CPU 1 there. (Without the hook it would stay on the
+/// source's CPU 0, outside the target pod's.)
+#[test]
+fn the_targets_migration_hook_pins_dedicated_cpus_to_the_target_pods() {
+    if !require(&[REAL_GUEST, &[Need::Kvhandler]].concat()) {
+        return;
+    }
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new("kvm-hookcpu-proxy");
+    let cpusets: Vec<String> = ["0", "1"]
+        .iter()
+        .map(|cpus| {
+            let file = logs.path(&format!("cpuset-{cpus}"));
+            std::fs::write(&file, format!("{cpus}\n")).unwrap();
+            file.display().to_string()
+        })
+        .collect();
+    let mut vmi = mixed_vmi("kvhookcpu", false);
+    vmi["spec"]["domain"]["cpu"] = json!({"cores": 1, "dedicatedCpuPlacement": true});
+    let (pod, state) = boot_with(
+        Launcher::Ours,
+        a,
+        "kvm-hookcpu",
+        "kvhookcpu",
+        &vmi,
+        &["--cpuset-file", &cpusets[0]],
+    );
+    assert_eq!(vcpu_affinity(a.netns, &pod.domain), ["0"], "the source");
+    let (target, _) = hop_with(
+        pod,
+        Launcher::Ours,
+        a,
+        b,
+        &vmi,
+        "migration-1",
+        "kvm-hookcpu-1",
+        &logs,
+        &["--cpuset-file", &cpusets[1]],
+    );
+    same_guest(&target, &state, "migration-1");
+    assert_eq!(vcpu_affinity(b.netns, &target.domain), ["1"], "the target");
+    let pins = &target.domain()["Spec"]["CPUTune"]["VCPUPin"];
+    assert_eq!(pins[0]["CPUSet"], "1", "{pins}");
+    end_guest(target);
+}

@@ -553,10 +553,38 @@ pub fn take_off(
     logs: &TempTree,
     bandwidth: &str,
 ) -> Flight {
+    take_off_with(
+        source,
+        kind,
+        from,
+        to,
+        vmi,
+        migration_uid,
+        tag,
+        logs,
+        bandwidth,
+        &[],
+    )
+}
+
+/// As [`take_off`], the target's launcher started with `extra` flags.
+#[allow(clippy::too_many_arguments)]
+pub fn take_off_with(
+    source: &Pod,
+    kind: Launcher,
+    from: Node,
+    to: Node,
+    vmi: &Value,
+    migration_uid: &str,
+    tag: &str,
+    logs: &TempTree,
+    bandwidth: &str,
+    extra: &[&str],
+) -> Flight {
     let step = format!("{migration_uid} ({:?} -> {kind:?})", source.kind);
     let name = source.launcher.name.clone();
     let pod_name = format!("virt-launcher-{tag}");
-    let mut target = Pod::start_kind(kind, tag, &name, to.netns, &pod_name);
+    let mut target = Pod::start_kind_with(kind, tag, &name, to.netns, &pod_name, extra);
     let mut migrating = migrating_vmi_to(vmi, migration_uid, &pod_name);
     // virt-handler records the size of the source's cloud-init ISO in the
     // VMI's volume status; KubeVirt's launcher makes the target's of that
@@ -606,7 +634,7 @@ pub fn take_off(
 /// from the migrate call to the target running.
 #[allow(clippy::too_many_arguments)]
 pub fn hop(
-    mut source: Pod,
+    source: Pod,
     kind: Launcher,
     from: Node,
     to: Node,
@@ -615,7 +643,34 @@ pub fn hop(
     tag: &str,
     logs: &TempTree,
 ) -> (Pod, Duration) {
-    let flight = take_off(&source, kind, from, to, vmi, migration_uid, tag, logs, "0");
+    hop_with(source, kind, from, to, vmi, migration_uid, tag, logs, &[])
+}
+
+/// As [`hop`], the target's launcher started with `extra` flags.
+#[allow(clippy::too_many_arguments)]
+pub fn hop_with(
+    mut source: Pod,
+    kind: Launcher,
+    from: Node,
+    to: Node,
+    vmi: &Value,
+    migration_uid: &str,
+    tag: &str,
+    logs: &TempTree,
+    extra: &[&str],
+) -> (Pod, Duration) {
+    let flight = take_off_with(
+        &source,
+        kind,
+        from,
+        to,
+        vmi,
+        migration_uid,
+        tag,
+        logs,
+        "0",
+        extra,
+    );
     let step = flight.step.clone();
     let ended = migration_end(&mut source, migration_uid, BOOT);
     assert_eq!(ended["Failed"], false, "{step}: {ended}");

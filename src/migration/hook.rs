@@ -239,7 +239,9 @@ pub fn fit_incoming(xml: &str, fit: &TargetFit) -> Result<(String, Vec<String>),
                 (["domain"], "vcpu" | "cputune" | "numatune") | (["domain", "cpu"], "topology") => {
                     opened = Some(before)
                 }
-                (["domain"], "cpu") if empty => spans.cpu_empty_close = Some(after - 2..after),
+                (["domain"], "cpu") if empty => {
+                    spans.cpu_empty_close = Some(after.saturating_sub(2)..after)
+                }
                 (["domain"], "cpu") => spans.cpu_inside = Some(after),
                 _ => {}
             }

@@ -28,6 +28,11 @@ fn main() {
     if let Some(code) = virt_launcher::daemons::init::run_if_requested() {
         std::process::exit(code);
     }
+    // Installed as the pod's libvirt `qemu` hook (KubeVirt mode), this
+    // binary is run by libvirt under that name: the hook client.
+    if let Some(code) = virt_launcher::migration::hook::client_if_requested() {
+        std::process::exit(code);
+    }
     if let Some(code) = allocator_self_test_if_requested() {
         std::process::exit(code);
     }

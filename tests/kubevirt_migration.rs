@@ -527,3 +527,183 @@ fn migrations_from_this_launcher_stopped_mid_flight_leave_it_running() {
 fn migrations_from_kubevirts_launcher_stopped_mid_flight_leave_it_running() {
     stopped_migrations("kvm-gostop", "kvgostop", Launcher::Go);
 }
+
+/// The files of a pod's running domain: each disk's source file.
+fn disk_files(pod: &Pod) -> Vec<String> {
+    pod.domain()["Spec"]["Devices"]["Disks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|d| d["Source"]["File"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// KubeVirt's target-side pre-migration hook (VEP-141): the source pod
+/// keeps its local disks under another ephemeral disk directory than the
+/// target pod (a launcher laid out differently), so the domain XML it
+/// sends names files the target pod does not have; KubeVirt's source
+/// sends it as it is. The target's `qemu` hook (this launcher, installed
+/// in its pod) gives the incoming domain the target pod's files: the
+/// migration succeeds, the disk's data arrives, and the target's domain
+/// runs on its own pod's files. (Without the hook libvirt cannot find
+/// the source's files on the target and the migration fails.)
+#[test]
+fn the_targets_migration_hook_fits_a_differently_laid_out_sources_domain() {
+    if !require(&[REAL_GUEST, &[Need::Kvhandler]].concat()) {
+        return;
+    }
+    const OLD_LAYOUT: &str = "/var/run/kubevirt-ephemeral-disks-old";
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new("kvm-hook-proxy");
+    let vmi = mixed_vmi("kvhook", true);
+    let (pod, state) = boot_with(
+        Launcher::Ours,
+        a,
+        "kvm-hook",
+        "kvhook",
+        &vmi,
+        &["--ephemeral-disk-dir", OLD_LAYOUT],
+    );
+    let before = disk_files(&pod);
+    for file in ["empty-disks/scratch.qcow2", "noCloud.iso"] {
+        assert!(
+            before
+                .iter()
+                .any(|f| f.starts_with(OLD_LAYOUT) && f.ends_with(file)),
+            "the source's {file}: {before:?}"
+        );
+    }
+    let (target, _) = hop(
+        pod,
+        Launcher::Ours,
+        a,
+        b,
+        &vmi,
+        "migration-1",
+        "kvm-hook-1",
+        &logs,
+    );
+    let state = same_guest(&target, &state, "migration-1");
+    let after = disk_files(&target);
+    assert!(
+        after.contains(&"/var/run/libvirt/empty-disks/scratch.qcow2".to_string()),
+        "{after:?}"
+    );
+    assert!(
+        after.contains(&format!(
+            "/var/run/kubevirt-ephemeral-disks/cloud-init-data/{}/kvhook/noCloud.iso",
+            common::kubevirt::NAMESPACE
+        )),
+        "{after:?}"
+    );
+    assert!(
+        !after.iter().any(|f| f.starts_with(OLD_LAYOUT)),
+        "{after:?}"
+    );
+    // The hook socket served its one connection and is gone.
+    assert!(
+        !target
+            .launcher
+            .share_dir()
+            .join("migration-hook-socket")
+            .exists()
+    );
+    // The guest writes on to its disk in the target pod.
+    let (code, out) = target.guest_sh(&format!(
+        "dev=$(grep -l scratch1 /sys/block/vd*/serial | cut -d/ -f4); \
+         dd if=/dev/urandom of=/dev/$dev bs=1M count=1 conv=fsync 2>/dev/null && {READ_SCRATCH}"
+    ));
+    assert_eq!(code, 0, "{out}");
+    assert_ne!(Some(out.trim()), state.disk_sum.as_deref());
+    end_guest(target);
+}
+
+/// The host CPUs the guest's vCPU threads may run on, in the node `netns`.
+fn vcpu_affinity(netns: &str, domain: &str) -> Vec<String> {
+    let pids = qemu_in(netns, domain);
+    assert_eq!(pids.len(), 1, "QEMU processes of {domain}: {pids:?}");
+    let mut found = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{}/task", pids[0]))
+        .unwrap()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("CPU ") {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        if let Some(cpus) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            found.push(cpus.trim().to_string());
+        }
+    }
+    found
+}
+
+/// The dedicated CPU half of the target's migration hook: the guest's vCPU
+/// is pinned to host CPU 0 in the source pod (its cpuset) and the target
+/// pod has CPU 1; the domain the source sends pins it to 0. The target's
+/// hook gives the incoming domain the target pod's pinning, so the guest's
+/// vCPU runs on CPU 1 there. (Without the hook it would stay on the
+/// source's CPU 0, outside the target pod's.)
+#[test]
+fn the_targets_migration_hook_pins_dedicated_cpus_to_the_target_pods() {
+    if !require(&[REAL_GUEST, &[Need::Kvhandler]].concat()) {
+        return;
+    }
+    let nodes = Nodes::new();
+    let a = Node {
+        netns: &nodes.source,
+        ip: SOURCE_IP,
+    };
+    let b = Node {
+        netns: &nodes.target,
+        ip: TARGET_IP,
+    };
+    let logs = TempTree::new("kvm-hookcpu-proxy");
+    let cpusets: Vec<String> = ["0", "1"]
+        .iter()
+        .map(|cpus| {
+            let file = logs.path(&format!("cpuset-{cpus}"));
+            std::fs::write(&file, format!("{cpus}\n")).unwrap();
+            file.display().to_string()
+        })
+        .collect();
+    let mut vmi = mixed_vmi("kvhookcpu", false);
+    vmi["spec"]["domain"]["cpu"] = json!({"cores": 1, "dedicatedCpuPlacement": true});
+    let (pod, state) = boot_with(
+        Launcher::Ours,
+        a,
+        "kvm-hookcpu",
+        "kvhookcpu",
+        &vmi,
+        &["--cpuset-file", &cpusets[0]],
+    );
+    assert_eq!(vcpu_affinity(a.netns, &pod.domain), ["0"], "the source");
+    let (target, _) = hop_with(
+        pod,
+        Launcher::Ours,
+        a,
+        b,
+        &vmi,
+        "migration-1",
+        "kvm-hookcpu-1",
+        &logs,
+        &["--cpuset-file", &cpusets[1]],
+    );
+    same_guest(&target, &state, "migration-1");
+    assert_eq!(vcpu_affinity(b.netns, &target.domain), ["1"], "the target");
+    let pins = &target.domain()["Spec"]["CPUTune"]["VCPUPin"];
+    assert_eq!(pins[0]["CPUSet"], "1", "{pins}");
+    end_guest(target);
+}

@@ -379,6 +379,29 @@ and after readiness; \fIlauncher\-sock\fR is then KubeVirt's gRPC socket.
 In KubeVirt mode: virt\-handler's notify socket, where the launcher sends
 its domain events (not created by the launcher).
 .TP
+\fIKUBEVIRT_SHARE_DIR\fR/migration\-hook\-socket
+In KubeVirt mode, on a migration target: from SyncMigrationTarget until the
+incoming domain's XML has passed through it (one connection), the socket of
+KubeVirt's target\-side pre\-migration hook. The XML the source sent comes in
+and goes back fitted to this pod: each disk's source file is this pod's file
+for that disk, and with dedicated CPUs the vCPU pinning, emulator pinning,
+NUMA tuning and CPU topology are this pod's. Removed once answered.
+.TP
+/etc/libvirt/hooks/qemu
+In KubeVirt mode, where the launcher starts the pod's libvirt daemon: a
+symbolic link to the launcher's binary, made before the daemon starts unless
+the image has a hook there already (KubeVirt's hook client, which speaks the
+same protocol, is kept; only a link to a binary that no longer exists is
+replaced). Run by libvirt as \fBqemu\fR \fIDOMAIN OPERATION SUB\-OPERATION
+EXTRA\fR, the binary is the hook client: on \fBmigrate begin\fR it sends the
+incoming domain XML to /var/run/kubevirt/migration\-hook\-socket and prints the
+reply (exit status 1, which fails the incoming migration, when there is none);
+on \fBrelease end migrated\fR it creates
+/run/kubevirt\-private/backend\-storage\-meta/migrated if that directory (the
+VMI's backend storage) exists; otherwise it does nothing.
+\fBvirt\-launcher libvirt\-hook qemu\fR \fIDOMAIN OPERATION SUB\-OPERATION
+EXTRA\fR runs the same client.
+.TP
 \fIKUBEVIRT_SHARE_DIR\fR/sockets/launcher\-sock.lock
 .TQ
 \fIPRIVATE_DIR\fR/virt\-launcher.lock

@@ -325,6 +325,21 @@ impl LibvirtDaemons {
             start_cpu: None,
             read_only: None,
         };
+        // KubeVirt's image has its pre-migration hook client as the
+        // daemon's `qemu` hook; this launcher is its own (the daemon looks
+        // for hooks only when it starts).
+        let hook = Path::new(crate::migration::hook::HOOK_PATH);
+        match crate::migration::hook::install(hook) {
+            Ok(true) => log::info!(
+                "daemons: {} is this launcher: an incoming migration's domain is fitted to this pod",
+                hook.display()
+            ),
+            Ok(false) => log::info!("daemons: keeping the pod's libvirt hook {}", hook.display()),
+            Err(e) => log::warn!(
+                "daemons: cannot install the migration hook {}: {e}; an incoming migration's domain will be used as the source sends it",
+                hook.display()
+            ),
+        }
         let placement = Arc::new(Placement::Pod);
         let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
         let host_uuid = fs::read_to_string("/etc/machine-id")

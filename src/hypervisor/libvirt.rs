@@ -461,7 +461,11 @@ impl Hypervisor for LibvirtHypervisor {
             | sys::VIR_DOMAIN_STATS_BALLOON
             | sys::VIR_DOMAIN_STATS_VCPU
             | sys::VIR_DOMAIN_STATS_INTERFACE
-            | sys::VIR_DOMAIN_STATS_BLOCK;
+            | sys::VIR_DOMAIN_STATS_BLOCK
+            // As KubeVirt's GetDomainStats asks: the last dirty rate
+            // measurement's state (`dirtyrate.calc_*`), which virt-handler
+            // reads in `DirtyRate`.
+            | sys::VIR_DOMAIN_STATS_DIRTYRATE;
         // NOWAIT: report what is available rather than queue behind a
         // running job (a migration holds the domain's job lock).
         let flags = sys::VIR_CONNECT_GET_ALL_DOMAINS_STATS_NOWAIT;

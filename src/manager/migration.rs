@@ -140,6 +140,9 @@ pub(super) struct MigrationState {
     /// libvirt's statistics of the last completed job (a migration's
     /// downtime and duration).
     last_completed_job: Option<Vec<Stat>>,
+    /// KubeVirt mode: the pre-migration hook socket a target serves
+    /// (crate::migration::hook).
+    hook: Option<crate::migration::hook::HookServer>,
 }
 
 impl MigrationState {
@@ -151,6 +154,7 @@ impl MigrationState {
             last_progress_event: None,
             prepared_target: None,
             last_completed_job: None,
+            hook: None,
         }
     }
 
@@ -290,6 +294,14 @@ impl DomainManager {
         if let Err(busy) = self.jobs.ensure_idle("prepare-migration-target") {
             return reply.send(Err(busy));
         }
+        if self.config.kubevirt.mode
+            && let Err(e) = self.serve_migration_hook(&plan)
+        {
+            return reply.send(Err(CommandError::new(
+                ErrorClass::Unavailable,
+                format!("prepare-migration-target: cannot serve the migration hook socket: {e}"),
+            )));
+        }
         self.stop.adopt_grace_period(plan.grace_period);
         let migration_uid = crate::migration::kubevirt_migration_uid(&vmi);
         // Unix sockets in this launcher's own directory, as KubeVirt's
@@ -349,6 +361,25 @@ impl DomainManager {
                 }
             },
         );
+    }
+
+    /// KubeVirt's target-side pre-migration hook: from now until the
+    /// incoming domain's XML has passed through it, the pod's `qemu` hook
+    /// gets that XML fitted to the domain planned here (this pod's disk
+    /// paths and CPUs). Started as KubeVirt's target starts it, before
+    /// the pod is prepared; asked again, it takes the new plan.
+    fn serve_migration_hook(&mut self, plan: &super::sync::SyncPlan) -> Result<(), String> {
+        use crate::migration::hook::{HookServer, SOCKET_NAME, TargetFit};
+        let fit = TargetFit::of(plan.domain(), plan.dedicated_cpus())?;
+        if let Some(server) = self.migration.hook.as_ref().filter(|s| s.is_listening()) {
+            server.update(fit);
+            return Ok(());
+        }
+        let path = self.config.dirs.share.join(SOCKET_NAME);
+        let server = HookServer::start(path.clone(), fit, &self.fatal)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        self.migration.hook = Some(server);
+        Ok(())
     }
 
     /// The target is prepared: it now waits for the incoming domain.

@@ -135,6 +135,18 @@ pub(super) struct SyncPlan {
     steps: Steps,
 }
 
+impl SyncPlan {
+    /// The domain the VMI becomes in this pod.
+    pub(super) fn domain(&self) -> &crate::domxml::Domain {
+        &self.domain
+    }
+
+    /// Whether the VMI asks for dedicated CPUs.
+    pub(super) fn dedicated_cpus(&self) -> bool {
+        wants_dedicated_cpus(&self.vmi)
+    }
+}
+
 impl DomainManager {
     /// `sync`. Validation first: a VMI that is not valid for this
     /// launcher is refused as such whatever the launcher is doing; only a

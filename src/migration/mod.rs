@@ -4,6 +4,7 @@
 //! the target finalizes (`finalize-migration`). The source's side runs on
 //! a worker thread (see `worker`), never on the manager thread.
 
+pub mod hook;
 pub mod worker;
 
 use std::path::PathBuf;

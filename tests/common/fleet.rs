@@ -165,6 +165,18 @@ impl Pod {
     }
 
     pub fn start_kind(kind: Launcher, tag: &str, name: &str, netns: &str, pod_name: &str) -> Pod {
+        Pod::start_kind_with(kind, tag, name, netns, pod_name, &[])
+    }
+
+    /// As [`Pod::start_kind`], with `extra` added to the launcher's flags.
+    pub fn start_kind_with(
+        kind: Launcher,
+        tag: &str,
+        name: &str,
+        netns: &str,
+        pod_name: &str,
+        extra: &[&str],
+    ) -> Pod {
         let tree = TempTree::new(tag);
         let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree), None);
         // The kernel-boot container's files where virt-handler puts them
@@ -181,8 +193,19 @@ impl Pod {
         }
         let env = [("POD_NAME", pod_name)];
         let mut launcher = match kind {
-            Launcher::Ours => PodLauncher::start_with(tree, name, UID, GRACE, Some(netns), &env),
-            Launcher::Go => PodLauncher::start_go(tree, name, UID, GRACE, Some(netns), &env),
+            Launcher::Ours => {
+                PodLauncher::start_with_args(tree, name, UID, GRACE, Some(netns), &env, extra)
+            }
+            Launcher::Go => PodLauncher::start_go_with(
+                tree,
+                name,
+                UID,
+                GRACE,
+                Some(netns),
+                &env,
+                &super::needs::go_launcher_script(),
+                extra,
+            ),
         };
         launcher.wait_ready(STEP);
         let domain = launcher.domain_name();
@@ -530,10 +553,38 @@ pub fn take_off(
     logs: &TempTree,
     bandwidth: &str,
 ) -> Flight {
+    take_off_with(
+        source,
+        kind,
+        from,
+        to,
+        vmi,
+        migration_uid,
+        tag,
+        logs,
+        bandwidth,
+        &[],
+    )
+}
+
+/// As [`take_off`], the target's launcher started with `extra` flags.
+#[allow(clippy::too_many_arguments)]
+pub fn take_off_with(
+    source: &Pod,
+    kind: Launcher,
+    from: Node,
+    to: Node,
+    vmi: &Value,
+    migration_uid: &str,
+    tag: &str,
+    logs: &TempTree,
+    bandwidth: &str,
+    extra: &[&str],
+) -> Flight {
     let step = format!("{migration_uid} ({:?} -> {kind:?})", source.kind);
     let name = source.launcher.name.clone();
     let pod_name = format!("virt-launcher-{tag}");
-    let mut target = Pod::start_kind(kind, tag, &name, to.netns, &pod_name);
+    let mut target = Pod::start_kind_with(kind, tag, &name, to.netns, &pod_name, extra);
     let mut migrating = migrating_vmi_to(vmi, migration_uid, &pod_name);
     // virt-handler records the size of the source's cloud-init ISO in the
     // VMI's volume status; KubeVirt's launcher makes the target's of that
@@ -583,7 +634,7 @@ pub fn take_off(
 /// from the migrate call to the target running.
 #[allow(clippy::too_many_arguments)]
 pub fn hop(
-    mut source: Pod,
+    source: Pod,
     kind: Launcher,
     from: Node,
     to: Node,
@@ -592,7 +643,34 @@ pub fn hop(
     tag: &str,
     logs: &TempTree,
 ) -> (Pod, Duration) {
-    let flight = take_off(&source, kind, from, to, vmi, migration_uid, tag, logs, "0");
+    hop_with(source, kind, from, to, vmi, migration_uid, tag, logs, &[])
+}
+
+/// As [`hop`], the target's launcher started with `extra` flags.
+#[allow(clippy::too_many_arguments)]
+pub fn hop_with(
+    mut source: Pod,
+    kind: Launcher,
+    from: Node,
+    to: Node,
+    vmi: &Value,
+    migration_uid: &str,
+    tag: &str,
+    logs: &TempTree,
+    extra: &[&str],
+) -> (Pod, Duration) {
+    let flight = take_off_with(
+        &source,
+        kind,
+        from,
+        to,
+        vmi,
+        migration_uid,
+        tag,
+        logs,
+        "0",
+        extra,
+    );
     let step = flight.step.clone();
     let ended = migration_end(&mut source, migration_uid, BOOT);
     assert_eq!(ended["Failed"], false, "{step}: {ended}");
@@ -650,12 +728,25 @@ pub fn qemu_in(netns: &str, domain: &str) -> Vec<u32> {
 /// A guest booted by a launcher of `kind` on `node`, with a file written
 /// into its memory (and, with `disks`, data on its local disk).
 pub fn boot(kind: Launcher, node: Node, tag: &str, name: &str, vmi: &Value) -> (Pod, GuestState) {
-    let mut pod = Pod::start_kind(
+    boot_with(kind, node, tag, name, vmi, &[])
+}
+
+/// As [`boot`], the launcher started with `extra` flags.
+pub fn boot_with(
+    kind: Launcher,
+    node: Node,
+    tag: &str,
+    name: &str,
+    vmi: &Value,
+    extra: &[&str],
+) -> (Pod, GuestState) {
+    let mut pod = Pod::start_kind_with(
         kind,
         &format!("{tag}-0"),
         name,
         node.netns,
         "virt-launcher-0",
+        extra,
     );
     pod.vmi = pod.launcher.write_vmi("vmi.json", vmi);
     assert_eq!(pod.ok(&["sync", "--vmi", &pod.vmi]), Value::Null);

@@ -892,7 +892,9 @@ impl Hypervisor for WireHypervisor {
             | flags::DOMAIN_STATS_BALLOON
             | flags::DOMAIN_STATS_VCPU
             | flags::DOMAIN_STATS_INTERFACE
-            | flags::DOMAIN_STATS_BLOCK;
+            | flags::DOMAIN_STATS_BLOCK
+            // As KubeVirt's GetDomainStats asks (`dirtyrate.calc_*`).
+            | flags::DOMAIN_STATS_DIRTYRATE;
         // NOWAIT: what is available rather than queue behind a running
         // job.
         self.domain_stats(name, wanted, flags::GET_ALL_DOMAINS_STATS_NOWAIT)

@@ -336,7 +336,9 @@ fn calls_send_what_libvirts_client_sends() {
     let mut d = Decoder::new(&payload);
     assert_eq!(d.u32().unwrap(), 1);
     assert_eq!(decode_domain(&mut d).unwrap().name, OUR_DOMAIN);
-    assert_eq!(d.u32().unwrap(), 63);
+    // State, CPU, balloon, vCPU, interface, block and, as KubeVirt asks,
+    // the dirty rate; NOWAIT.
+    assert_eq!(d.u32().unwrap(), 63 | 512);
     assert_eq!(d.u32().unwrap(), 1 << 29);
 
     hv.sync_guest_time(OUR_DOMAIN, Duration::from_secs(7))

@@ -39,6 +39,7 @@ mod shutdown;
 mod stats;
 mod sync;
 mod timers;
+mod upgrade;
 mod vm_stats;
 mod workers;
 
@@ -73,6 +74,7 @@ use reply::JobValue;
 use shutdown::GracefulStop;
 pub use sync::HostFacts;
 use timers::{Timer, Timers};
+pub use upgrade::UpgradeRequest;
 
 /// Messages from the main thread.
 #[derive(Debug)]
@@ -83,6 +85,8 @@ pub enum Control {
     Ready { ack: Sender<()> },
     /// Standalone mode: sync this VMI; the outcome goes back on `reply`.
     SyncStandalone { vmi: Value, reply: ReplyTo },
+    /// The hand-over to a new binary was given up; the launcher goes on.
+    UpgradeAborted,
 }
 
 /// Everything the manager is built from.
@@ -94,6 +98,8 @@ pub struct ManagerParts {
     pub daemons: Option<Arc<LibvirtDaemons>>,
     pub poller: Option<Sender<PollerControl>>,
     pub exit: Sender<ExitRequest>,
+    /// Where `upgrade` goes once the manager agreed to it.
+    pub upgrade: Sender<UpgradeRequest>,
     pub fatal: FatalSender,
     /// The VMI's pod networking, removed by the main thread on exit.
     pub network: crate::network::NetworkSlot,
@@ -185,6 +191,9 @@ pub struct DomainManager {
     memory_dump: memory_dump::MemoryDumpState,
     backup: backup::BackupState,
     exit: ExitState,
+    upgrade: Sender<UpgradeRequest>,
+    /// A hand-over to a new binary is under way.
+    upgrading: bool,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
     /// The filesystems' virtiofsd.
@@ -202,6 +211,7 @@ impl DomainManager {
             daemons,
             poller,
             exit,
+            upgrade,
             fatal,
             network,
             virtiofs,
@@ -232,6 +242,8 @@ impl DomainManager {
             backup,
             vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
+            upgrade,
+            upgrading: false,
             network,
             virtiofs,
             fatal,
@@ -309,11 +321,15 @@ impl DomainManager {
                 }
             }
             Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, None, reply),
+            Control::UpgradeAborted => self.upgrade_aborted(),
         }
     }
 
     fn handle_request(&mut self, request: ManagerRequest) {
         let ManagerRequest { command, reply } = request;
+        if let Some(refusal) = self.refused_while_upgrading(&command) {
+            return reply.send(Err(refusal));
+        }
         match command {
             ManagerCommand::Domain(command) => self.run_domain_command(command, reply),
             ManagerCommand::Guest(command) => self.run_guest_command(command, reply),

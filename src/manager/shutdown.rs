@@ -162,6 +162,9 @@ impl DomainManager {
     /// handles the others itself).
     pub(super) fn handle_signal(&mut self, signal: Signal) {
         let name = signal.name();
+        if self.hold_signal_while_upgrading(signal) {
+            return;
+        }
         match self.phase.now() {
             Phase::ShuttingDown => {
                 let left = self

@@ -169,6 +169,7 @@ fn build(setup: Setup) -> Built {
         daemons: None,
         poller: None,
         exit: exit_tx,
+        upgrade: unbounded().0,
         fatal,
         network: crate::network::NetworkSlot::default(),
         virtiofs: Default::default(),

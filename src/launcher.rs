@@ -770,7 +770,7 @@ fn hand_over(
 ) {
     let UpgradeRequest {
         binary,
-        state,
+        mut state,
         reply,
     } = request;
     let give_up = |reply: Option<crate::command::ReplyTo>, class, why: String| {
@@ -832,6 +832,11 @@ fn hand_over(
     shared.in_flight.wait_idle(REPLY_BEFORE_EXEC);
     server::flush_warnings();
     log::logger().flush();
+    // The hand-over's time counts from here (the check is not part of it).
+    state.handed_over_at_us = crate::upgrade::now_us();
+    if let Err(e) = state.write(&config.dirs.private) {
+        log::warn!("upgrade: cannot note the hand-over's start: {e}");
+    }
     let error = crate::upgrade::exec(&binary, listeners, &state_path);
     let _ = std::fs::remove_file(&state_path);
     give_up(
@@ -847,11 +852,11 @@ fn hand_over(
 fn report_resumed(path: &std::path::Path) {
     match crate::upgrade::HandoverState::read(path) {
         Ok(state) => log::info!(
-            "upgrade: resumed from virt-launcher {} (phase {}, domain {}); hand-over took {} ms",
+            "upgrade: resumed from virt-launcher {} (phase {}, domain {}); hand-over took {:.1} ms",
             state.from,
             state.phase,
             state.domain_state,
-            crate::upgrade::now_ms().saturating_sub(state.handed_over_at_ms)
+            crate::upgrade::now_us().saturating_sub(state.handed_over_at_us) as f64 / 1e3
         ),
         Err(e) => log::warn!("upgrade: {e}"),
     }

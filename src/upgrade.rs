@@ -71,9 +71,9 @@ pub struct HandoverState {
     /// subscribe again: events are per connection).
     #[serde(default)]
     pub subscribers: usize,
-    /// When the old launcher stopped taking requests (milliseconds since
+    /// When the old launcher execed the new binary (microseconds since
     /// the epoch): the new one reports the hand-over's time from it.
-    pub handed_over_at_ms: u64,
+    pub handed_over_at_us: u64,
 }
 
 impl HandoverState {
@@ -110,11 +110,11 @@ impl HandoverState {
     }
 }
 
-/// Milliseconds since the epoch, now.
-pub fn now_ms() -> u64 {
+/// Microseconds since the epoch, now.
+pub fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
         .unwrap_or(0)
 }
 
@@ -222,6 +222,7 @@ fn run_check(binary: &Path, args: &[&std::ffi::OsStr]) -> Result<String, String>
 /// reads the file. Returns the new binary's version line.
 pub fn check_binary(binary: &Path, state: &Path) -> Result<String, String> {
     let version = run_check(binary, &["--version".as_ref()])?;
+    let version = version.lines().next().unwrap_or_default().to_string();
     if !version.starts_with("virt-launcher ") {
         return Err(format!(
             "{} --version printed {version:?}, not a virt-launcher version",
@@ -417,7 +418,7 @@ mod tests {
             grace_period_seconds: 30,
             shutdown_requested_at: None,
             subscribers: 2,
-            handed_over_at_ms: 1,
+            handed_over_at_us: 1,
         }
     }
 

@@ -134,7 +134,7 @@ impl DomainManager {
             grace_period_seconds: self.stop.period().as_secs(),
             shutdown_requested_at: self.stop.shutdown_requested_at(),
             subscribers: self.hub.subscriber_count(),
-            handed_over_at_ms: crate::upgrade::now_ms(),
+            handed_over_at_us: crate::upgrade::now_us(),
         };
         let request = super::UpgradeRequest {
             binary,

@@ -514,6 +514,12 @@ fn serve(
     started: Instant,
 ) -> Result<ExitCode, Failure> {
     let hub = Arc::new(EventHub::new());
+    // What the launcher this one replaced handed over (`upgrade`).
+    let resumed = resumed_from.as_ref().and_then(|path| {
+        crate::upgrade::HandoverState::read(path)
+            .map_err(|e| log::warn!("upgrade: {e}"))
+            .ok()
+    });
     // SIGUSR1 logs the manager's answer to query-status; SIGUSR2 asks it
     // for upgrade.
     reporter.connect(inbox.requests());
@@ -554,6 +560,7 @@ fn serve(
         network,
         virtiofs,
         inbox: inbox.clone(),
+        resumed: resumed.clone(),
     });
     threads::spawn_named("manager", &fatal_tx, move || manager.run(inbox_rx))
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the manager: {e}")))?;
@@ -670,7 +677,7 @@ fn serve(
     );
 
     if let Some(path) = resumed_from {
-        report_resumed(&path);
+        report_resumed(&path, resumed.as_ref());
     }
     let mut standalone = None;
     // A launcher that took over from another one finds its domain running:
@@ -849,16 +856,16 @@ fn hand_over(
 /// The launcher resumed from a hand-over: says how long it took (from the
 /// old launcher's last request to this one's readiness) and removes the
 /// state file.
-fn report_resumed(path: &std::path::Path) {
-    match crate::upgrade::HandoverState::read(path) {
-        Ok(state) => log::info!(
+fn report_resumed(path: &std::path::Path, state: Option<&crate::upgrade::HandoverState>) {
+    match state {
+        Some(state) => log::info!(
             "upgrade: resumed from virt-launcher {} (phase {}, domain {}); hand-over took {:.1} ms",
             state.from,
             state.phase,
             state.domain_state,
             crate::upgrade::now_us().saturating_sub(state.handed_over_at_us) as f64 / 1e3
         ),
-        Err(e) => log::warn!("upgrade: {e}"),
+        None => log::warn!("upgrade: resumed without a readable hand-over state"),
     }
     let _ = std::fs::remove_file(path);
 }

@@ -71,9 +71,24 @@ pub struct HandoverState {
     /// subscribe again: events are per connection).
     #[serde(default)]
     pub subscribers: usize,
+    /// The graceful stop after a signal, when one was under way: the new
+    /// launcher keeps its deadline.
+    #[serde(default)]
+    pub graceful_stop: Option<GracefulStopHandover>,
     /// When the old launcher execed the new binary (microseconds since
     /// the epoch): the new one reports the hand-over's time from it.
     pub handed_over_at_us: u64,
+}
+
+/// A graceful stop under way at the hand-over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GracefulStopHandover {
+    /// The signal that began it.
+    pub signal: String,
+    /// When it began and when the guest is forced off (milliseconds since
+    /// the epoch).
+    pub began_at_ms: u64,
+    pub deadline_at_ms: u64,
 }
 
 impl HandoverState {
@@ -108,6 +123,11 @@ impl HandoverState {
         std::fs::rename(&temp, &path)?;
         Ok(path)
     }
+}
+
+/// Milliseconds since the epoch, now.
+pub fn now_ms() -> u64 {
+    now_us() / 1000
 }
 
 /// Microseconds since the epoch, now.
@@ -340,7 +360,8 @@ impl Inherited {
 
 fn is_listening_socket(fd: RawFd) -> bool {
     let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // The size of an int (4) fits any socklen_t.
+    let mut len: libc::socklen_t = 4;
     // SAFETY: getsockopt writes at most `len` bytes into `value`.
     let rc = unsafe {
         libc::getsockopt(
@@ -417,6 +438,11 @@ mod tests {
             agent_connected: true,
             grace_period_seconds: 30,
             shutdown_requested_at: None,
+            graceful_stop: Some(GracefulStopHandover {
+                signal: "SIGTERM".into(),
+                began_at_ms: 5,
+                deadline_at_ms: 30_005,
+            }),
             subscribers: 2,
             handed_over_at_us: 1,
         }

@@ -8,168 +8,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
 use common::guest::*;
+use common::upgrade::*;
 use common::*;
 use serde_json::{Value, json};
-
-/// What the pinging client saw.
-#[derive(Debug, Default)]
-struct PingTally {
-    answered: u64,
-    /// Connections closed under the client (the exec), each followed by a
-    /// reconnect.
-    closed: u64,
-    /// `connect` or the greeting failed: must never happen.
-    failed_connects: Vec<String>,
-    /// Replies that were not `{"return":{},"id":N}` for the ping sent.
-    wrong: Vec<String>,
-    /// The longest time from a closed connection to the next answered ping.
-    longest_gap: Duration,
-}
-
-/// A client that pings every 10 ms, reconnecting when its connection is
-/// closed, until stopped.
-struct Pinger {
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<PingTally>,
-}
-
-fn connect(socket: &Path) -> Result<BufReader<UnixStream>, String> {
-    let stream = UnixStream::connect(socket).map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .map_err(|e| e.to_string())?;
-    let mut reader = BufReader::new(stream);
-    let mut hello = String::new();
-    match reader.read_line(&mut hello) {
-        Ok(n) if n > 0 && hello.contains("\"hello\"") => Ok(reader),
-        Ok(_) => Err(format!("no greeting: {hello:?}")),
-        Err(e) => Err(format!("greeting: {e}")),
-    }
-}
-
-impl Pinger {
-    fn start(socket: PathBuf) -> Pinger {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let mut tally = PingTally::default();
-            let mut id = 0u64;
-            let mut closed_at: Option<Instant> = None;
-            'connections: while !stopping.load(Ordering::Relaxed) {
-                let mut reader = match connect(&socket) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tally.failed_connects.push(e);
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                };
-                while !stopping.load(Ordering::Relaxed) {
-                    id += 1;
-                    let request = format!("{{\"execute\":\"ping\",\"id\":{id}}}\n");
-                    if reader.get_mut().write_all(request.as_bytes()).is_err() {
-                        tally.closed += 1;
-                        closed_at.get_or_insert_with(Instant::now);
-                        continue 'connections;
-                    }
-                    let mut line = String::new();
-                    match reader.read_line(&mut line) {
-                        Ok(n) if n > 0 => {
-                            let reply: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                            if reply == json!({"return": {}, "id": id}) {
-                                tally.answered += 1;
-                                if let Some(at) = closed_at.take() {
-                                    tally.longest_gap = tally.longest_gap.max(at.elapsed());
-                                }
-                            } else {
-                                tally.wrong.push(line);
-                            }
-                        }
-                        // EOF or a reset: the connection was closed.
-                        _ => {
-                            tally.closed += 1;
-                            closed_at.get_or_insert_with(Instant::now);
-                            continue 'connections;
-                        }
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            }
-            tally
-        });
-        Pinger { stop, handle }
-    }
-
-    fn finish(self) -> PingTally {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().expect("pinger panicked")
-    }
-}
-
-/// Checks every millisecond that the socket file is there; counts the
-/// times it was not.
-struct SocketWatch {
-    stop: Arc<AtomicBool>,
-    missing: Arc<AtomicU64>,
-    handle: JoinHandle<()>,
-}
-
-impl SocketWatch {
-    fn start(socket: PathBuf) -> SocketWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let missing = Arc::new(AtomicU64::new(0));
-        let (stopping, counting) = (stop.clone(), missing.clone());
-        let handle = std::thread::spawn(move || {
-            while !stopping.load(Ordering::Relaxed) {
-                if std::fs::symlink_metadata(&socket).is_err() {
-                    counting.fetch_add(1, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
-        SocketWatch {
-            stop,
-            missing,
-            handle,
-        }
-    }
-
-    fn finish(self) -> u64 {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.handle.join();
-        self.missing.load(Ordering::Relaxed)
-    }
-}
-
-/// How many times the launcher has resumed from a hand-over.
-fn resumed(launcher: &Launcher) -> usize {
-    launcher.log_text().matches("upgrade: resumed from").count()
-}
-
-fn wait_resumed(launcher: &mut Launcher, count: usize) {
-    let deadline = Instant::now() + STEP;
-    while resumed(launcher) < count {
-        if let Ok(Some(status)) = launcher.child.try_wait() {
-            panic!("the launcher exited ({status}) during the hand-over");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "hand-over {count} did not finish; log:\n{}",
-            launcher.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Sends `upgrade` with `arguments` on a fresh connection; the reply.
 fn upgrade(launcher: &Launcher, arguments: Value) -> Value {
@@ -183,16 +29,11 @@ fn script(path: &Path, body: &str) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-fn hand_over_times(launcher: &Launcher) -> Vec<String> {
-    launcher
-        .log_text()
-        .lines()
-        .filter_map(|l| l.split("hand-over took ").nth(1).map(str::to_string))
-        .collect()
-}
-
 #[test]
 fn upgrades_on_the_test_driver_keep_the_process_and_the_socket_and_refuse_a_bad_binary() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     let mut launcher = Launcher::start_test(&[]);
     launcher.wait_ready(STEP);
     let pid = launcher.pid();
@@ -208,14 +49,14 @@ fn upgrades_on_the_test_driver_keep_the_process_and_the_socket_and_refuse_a_bad_
             format!("virt-launcher {}", env!("CARGO_PKG_VERSION")),
             "{reply}"
         );
-        wait_resumed(&mut launcher, round);
+        wait_resumed(&mut launcher, round, STEP);
         assert_eq!(launcher.pid(), pid);
         assert!(launcher.child.try_wait().unwrap().is_none());
         std::thread::sleep(Duration::from_millis(50));
     }
     // SIGUSR2: the same, to the launcher's own path.
     launcher.signal("USR2");
-    wait_resumed(&mut launcher, 6);
+    wait_resumed(&mut launcher, 6, STEP);
 
     // Refused, nothing changed: not a launcher, a launcher that cannot
     // read the state (a downgrade), a relative path.
@@ -249,7 +90,7 @@ fn upgrades_on_the_test_driver_keep_the_process_and_the_socket_and_refuse_a_bad_
     let missing = watch.finish();
     eprintln!(
         "pings: {tally:?}; socket missing {missing} times; hand-overs: {:?}",
-        hand_over_times(&launcher)
+        hand_over_ms(&launcher)
     );
     assert!(tally.failed_connects.is_empty(), "{tally:?}");
     assert!(tally.wrong.is_empty(), "{tally:?}");
@@ -263,6 +104,9 @@ fn upgrades_on_the_test_driver_keep_the_process_and_the_socket_and_refuse_a_bad_
 
 #[test]
 fn a_sigterm_right_after_the_upgrade_reply_still_stops_the_launcher_once() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
     for round in 0..3 {
         let mut launcher = Launcher::start_test(&[]);
         launcher.wait_ready(STEP);
@@ -305,10 +149,15 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     let name = format!("upgrade{}", std::process::id());
     let domain = format!("e2e_{name}");
     let _cleanup = HostDomain(domain.clone());
-    let opts = GuestOptions::new(&name);
+    // A guest that ignores the power button: the graceful stop at the end
+    // runs to its deadline, across a hand-over.
+    let mut opts = GuestOptions::new(&name);
+    opts.ignore_acpi = true;
     let args = [
         "--connect",
         "qemu:///system",
+        "--grace-period-seconds",
+        "12",
         "--force-emulation",
         "--name",
         &name,
@@ -345,7 +194,7 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     for round in 1..=5 {
         let reply = upgrade(&launcher, Value::Null);
         assert!(reply.get("return").is_some(), "{reply}");
-        wait_resumed(&mut launcher, round);
+        wait_resumed(&mut launcher, round, STEP);
         assert_eq!(launcher.pid(), pid);
         assert_eq!(qemu_pids(&domain), qemu, "QEMU changed in round {round}");
         std::thread::sleep(Duration::from_millis(100));
@@ -354,7 +203,7 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     let missing = watch.finish();
     eprintln!(
         "pings: {tally:?}; socket missing {missing} times; hand-overs: {:?}",
-        hand_over_times(&launcher)
+        hand_over_ms(&launcher)
     );
     assert!(tally.failed_connects.is_empty(), "{tally:?}");
     assert!(tally.wrong.is_empty(), "{tally:?}");
@@ -379,7 +228,26 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     assert_eq!(class, "InvalidArgument");
     assert_eq!(qemu_pids(&domain), qemu);
 
-    client.ok("kill", Value::Null);
-    assert_eq!(launcher.wait_exit(STEP), 0);
+    // A graceful stop under way is handed over with its deadline: the new
+    // launcher forces the guest off when the old one would have, once.
+    launcher.signal("TERM");
+    let stopping = wait_status(&mut client, STEP, "ShuttingDown", |s| {
+        s["phase"] == "ShuttingDown"
+    });
+    eprintln!("before the hand-over: {}", stopping["shutdown"]);
+    std::thread::sleep(Duration::from_secs(3));
+    let reply = upgrade(&launcher, Value::Null);
+    assert!(reply.get("return").is_some(), "{reply}");
+    wait_resumed(&mut launcher, 6, STEP);
+    let status = launcher.client().ok("query-status", Value::Null);
+    eprintln!("after the hand-over: {}", status["shutdown"]);
+    assert_eq!(status["phase"], "ShuttingDown", "{status}");
+    let remaining = status["shutdown"]["remaining_seconds"].as_f64().unwrap();
+    assert!(remaining < 10.0, "the grace period began again: {status}");
+    assert_eq!(qemu_pids(&domain), qemu);
+    // Status 7: the grace period expired and the guest was forced off.
+    assert_eq!(launcher.wait_exit(STEP), 7);
+    let log = launcher.log_text();
+    assert_eq!(log.matches("SHUTDOWN_GRACE_EXPIRED").count(), 1, "{log}");
     wait_no_qemu(&domain, STEP);
 }

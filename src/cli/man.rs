@@ -344,9 +344,10 @@ Upgrade in place: the same as the \fBupgrade\fR command without a binary
 first (\fB\-\-version\fR and \fB\-\-upgrade\-check\fR); then the
 launcher execs it with the same PID, the command socket passed on (its file
 never disappears) and the guest untouched. Refused (logged) while a
-migration, a backup or a memory dump runs, during a graceful stop, and with
-\fB\-\-spawn\-libvirt\fR. A stop signal arriving during the hand\-over is
-acted on by the new launcher.
+migration, a backup or a memory dump runs, and with
+\fB\-\-spawn\-libvirt\fR; a graceful stop under way keeps its deadline.
+A stop signal arriving during the hand\-over is acted on by the new
+launcher.
 .TP
 \fBSIGPIPE\fR
 Ignored: a client that went away shows as a failed write to it.

@@ -107,6 +107,8 @@ pub struct ManagerParts {
     pub virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     /// The manager's own inbox: its workers report there.
     pub inbox: Inbox,
+    /// What the launcher this one replaced (`upgrade`) handed over.
+    pub resumed: Option<crate::upgrade::HandoverState>,
 }
 
 /// How long the manager waits for things. Fixed in the launcher; the
@@ -194,6 +196,9 @@ pub struct DomainManager {
     upgrade: Sender<UpgradeRequest>,
     /// A hand-over to a new binary is under way.
     upgrading: bool,
+    /// What the launcher this one replaced handed over, until `run` reads
+    /// it.
+    resumed: Option<crate::upgrade::HandoverState>,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
     /// The filesystems' virtiofsd.
@@ -216,6 +221,7 @@ impl DomainManager {
             network,
             virtiofs,
             inbox,
+            resumed,
         } = parts;
         let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
         let backup = backup::BackupState::load(&config.dirs.private);
@@ -244,6 +250,7 @@ impl DomainManager {
             exit: ExitState::new(exit),
             upgrade,
             upgrading: false,
+            resumed,
             network,
             virtiofs,
             fatal,
@@ -256,6 +263,9 @@ impl DomainManager {
     pub fn run(mut self, inbox: Receiver<ManagerInput>) {
         // Adopt a domain that already exists (a restarted launcher).
         self.refresh_status();
+        if let Some(resumed) = self.resumed.take() {
+            self.resume_after_upgrade(resumed);
+        }
         loop {
             let wait = self.next_wakeup().saturating_duration_since(Instant::now());
             match inbox.recv_timeout(wait) {

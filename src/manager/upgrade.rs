@@ -73,13 +73,8 @@ impl DomainManager {
                     "this launcher is a migration target waiting for its guest; upgrade after the migration".into(),
                 );
             }
-            Phase::ShuttingDown => {
-                return invalid(
-                    "a graceful stop is under way; the launcher exits when the guest is off".into(),
-                );
-            }
             Phase::Exiting => return invalid("the launcher is exiting".into()),
-            Phase::WaitingForDomain | Phase::Running => {}
+            Phase::WaitingForDomain | Phase::Running | Phase::ShuttingDown => {}
         }
         if self.migration_running_as_source() {
             return invalid(
@@ -133,6 +128,9 @@ impl DomainManager {
             agent_connected: self.agent.is_connected(),
             grace_period_seconds: self.stop.period().as_secs(),
             shutdown_requested_at: self.stop.shutdown_requested_at(),
+            graceful_stop: (self.phase == Phase::ShuttingDown)
+                .then(|| self.stop.handover(None))
+                .flatten(),
             subscribers: self.hub.subscriber_count(),
             handed_over_at_us: crate::upgrade::now_us(),
         };
@@ -149,6 +147,18 @@ impl DomainManager {
             Err(returned) => returned.into_inner().reply.send(Err(CommandError::internal(
                 "upgrade: the main thread is not listening",
             ))),
+        }
+    }
+
+    /// The launcher this one replaced handed `state` over: what the live
+    /// domain does not tell (a `shutdown`'s time, a graceful stop's
+    /// deadline) goes on.
+    pub(super) fn resume_after_upgrade(&mut self, state: HandoverState) {
+        if let Some(at) = state.shutdown_requested_at {
+            self.stop.restore_shutdown_requested_at(at);
+        }
+        if let Some(stop) = &state.graceful_stop {
+            self.resume_graceful_stop(stop);
         }
     }
 

@@ -174,6 +174,7 @@ fn build(setup: Setup) -> Built {
         network: crate::network::NetworkSlot::default(),
         virtiofs: Default::default(),
         inbox: inbox.clone(),
+        resumed: None,
     });
     manager.timing = setup.timing;
     Built {

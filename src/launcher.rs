@@ -782,10 +782,12 @@ fn hand_over(
     } = request;
     let give_up = |reply: Option<crate::command::ReplyTo>, class, why: String| {
         log::warn!("upgrade refused: {why}");
+        // The manager hears first: a request the client sends once it has
+        // the answer arrives after this, on the same inbox.
+        let _ = inbox.send(ManagerInput::Control(Control::UpgradeAborted));
         if let Some(reply) = reply {
             reply.send(Err(crate::protocol::CommandError::new(class, why)));
         }
-        let _ = inbox.send(ManagerInput::Control(Control::UpgradeAborted));
     };
     use crate::protocol::ErrorClass;
     let Some(binary) = binary.or_else(crate::upgrade::own_path) else {

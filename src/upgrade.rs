@@ -273,36 +273,18 @@ pub fn take_held_signal() -> Option<i32> {
 /// The stop signals, blocked in the main thread across the exec (the mask
 /// survives `execve`, so one arriving before the new launcher installs its
 /// handlers waits instead of killing it).
-fn stop_signals() -> libc::sigset_t {
-    // SAFETY: sigemptyset/sigaddset only write the set they are given.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for raw in [
-            libc::SIGTERM,
-            libc::SIGINT,
-            libc::SIGHUP,
-            libc::SIGQUIT,
-            libc::SIGUSR2,
-        ] {
-            libc::sigaddset(&mut set, raw);
-        }
-        set
-    }
-}
-
-fn mask_stop_signals(how: libc::c_int) {
-    let set = stop_signals();
-    // SAFETY: the set is initialised; the old mask is not wanted.
-    unsafe {
-        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
-    }
-}
+const STOP_SIGNALS: [libc::c_int; 5] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR2,
+];
 
 /// Unblocks the stop signals (the new launcher, once its handlers are in
 /// place; a signal that waited is delivered now).
 pub fn unblock_stop_signals() {
-    mask_stop_signals(libc::SIG_UNBLOCK);
+    crate::os::mask_signals(&STOP_SIGNALS, false);
 }
 
 /// The listening sockets the previous launcher passed, by name (`json`,
@@ -328,7 +310,7 @@ impl Inherited {
                 let Ok(fd) = fd.parse::<RawFd>() else {
                     continue;
                 };
-                if !is_listening_socket(fd) {
+                if !crate::os::is_listening_socket(fd) {
                     log::warn!(
                         "{LISTEN_FDS_ENV}: descriptor {fd} is not a listening socket; ignored"
                     );
@@ -352,42 +334,9 @@ impl Inherited {
             std::env::remove_var(PENDING_SIGNAL_ENV);
         }
         for fd in [inherited.json, inherited.grpc].into_iter().flatten() {
-            set_cloexec(fd, true);
+            crate::os::set_cloexec(fd, true);
         }
         inherited
-    }
-}
-
-fn is_listening_socket(fd: RawFd) -> bool {
-    let mut value: libc::c_int = 0;
-    // The size of an int (4) fits any socklen_t.
-    let mut len: libc::socklen_t = 4;
-    // SAFETY: getsockopt writes at most `len` bytes into `value`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    rc == 0 && value != 0
-}
-
-fn set_cloexec(fd: RawFd, on: bool) -> bool {
-    // SAFETY: fcntl on a descriptor number; a bad one fails with EBADF.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFD);
-        if flags < 0 {
-            return false;
-        }
-        let flags = if on {
-            flags | libc::FD_CLOEXEC
-        } else {
-            flags & !libc::FD_CLOEXEC
-        };
-        libc::fcntl(fd, libc::F_SETFD, flags) == 0
     }
 }
 
@@ -402,11 +351,11 @@ pub fn exec(binary: &Path, listeners: &[(&str, RawFd)], state: &Path) -> io::Err
         .map(|(name, fd)| format!("{name}={fd}"))
         .collect();
     for (_, fd) in listeners {
-        if !set_cloexec(*fd, false) {
+        if !crate::os::set_cloexec(*fd, false) {
             return io::Error::last_os_error();
         }
     }
-    mask_stop_signals(libc::SIG_BLOCK);
+    crate::os::mask_signals(&STOP_SIGNALS, true);
     let mut command = Command::new(binary);
     command
         .arg0(arg0)
@@ -418,9 +367,9 @@ pub fn exec(binary: &Path, listeners: &[(&str, RawFd)], state: &Path) -> io::Err
     }
     let error = command.exec();
     for (_, fd) in listeners {
-        set_cloexec(*fd, true);
+        crate::os::set_cloexec(*fd, true);
     }
-    mask_stop_signals(libc::SIG_UNBLOCK);
+    crate::os::mask_signals(&STOP_SIGNALS, false);
     error
 }
 

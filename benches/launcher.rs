@@ -50,6 +50,8 @@ mod nonroot;
 mod reconnect;
 #[path = "sections/sigkill.rs"]
 mod sigkill;
+#[path = "sections/upgrade.rs"]
+mod upgrade;
 #[path = "sections/vs_go.rs"]
 mod vs_go;
 
@@ -132,6 +134,9 @@ fn main() {
     }
     if run("backup") {
         backup::backup();
+    }
+    if run("upgrade") {
+        upgrade::upgrade();
     }
 }
 

@@ -17,7 +17,10 @@
 # migration between this launcher and KubeVirt's across two nodes through
 # virt-handler's proxies: total time and downtime per pairing, KubeVirt ->
 # KubeVirt beside them) or `backup` (full and incremental backup and
-# memory dump throughput, beside `qemu-img convert` of the same disk). The
+# memory dump throughput, beside `qemu-img convert` of the same disk), or
+# `upgrade` (20 in-place upgrades in a row under a client pinging every
+# 10 ms, default and static builds: the hand-over time and the longest
+# client-visible gap). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail
@@ -27,10 +30,11 @@ if ! scripts/build-test-guest.sh target/test-guest >target/test-guest.log 2>&1; 
     cat target/test-guest.log >&2
     exit 1
 fi
-# The static (wire backend) binary, for the backends, allocator, vs-go and
-# kubevirt sections.
+# The static (wire backend) binary, for the backends, allocator, vs-go,
+# kubevirt and upgrade sections.
 if [ $# -eq 0 ] || [[ " $* " == *" backends "* ]] || [[ " $* " == *" vs-go "* ]] ||
-    [[ " $* " == *" kubevirt "* ]] || [[ " $* " == *" allocator "* ]]; then
+    [[ " $* " == *" kubevirt "* ]] || [[ " $* " == *" allocator "* ]] ||
+    [[ " $* " == *" upgrade "* ]]; then
     VL_STATIC_BIN=$(scripts/build-static.sh)
     export VL_STATIC_BIN
 fi

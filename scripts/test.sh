@@ -177,11 +177,12 @@ VL_TEST_URI=test+unix:///default run_tests cargo test --locked --test protocol_d
 VL_TEST_URI=test+unix:///default scripts/smoke.sh "$static"
 if [ "${VL_STATIC_SUITES:-}" = all ]; then
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
-        --test kubevirt_equivalence --test day2 --test downward_metrics --test hook_sidecars \
-        -- --test-threads=2 --skip host_devices_from_the_environment
+        --test kubevirt_equivalence --test day2 --test downward_metrics --test hook_sidecars --test upgrade \
+        -- --test-threads=2 --skip host_devices_from_the_environment \
+        --skip upgrades_on_the_test_driver --skip a_sigterm_right_after_the_upgrade_reply
 else
     run_tests cargo test --locked --test qemu --test agent --test migration --test hotplug --test kubevirt \
-        --test kubevirt_equivalence --test day2 --test downward_metrics --test hook_sidecars \
+        --test kubevirt_equivalence --test day2 --test downward_metrics --test hook_sidecars --test upgrade \
         -- --test-threads=2 --exact \
         boots_connects_the_agent_reports_stats_and_pauses \
         filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs \
@@ -203,7 +204,8 @@ else
         virt_handlers_backup_and_redefine_checkpoint_calls_back_up_the_tracked_disk \
         a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error \
         the_guest_reads_its_metrics_from_the_vhostmd_disk_and_the_virtio_serial_port \
-        the_guest_sees_the_hooks_base_board_manufacturer_and_user_data
+        the_guest_sees_the_hooks_base_board_manufacturer_and_user_data \
+        upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

@@ -217,6 +217,27 @@ pub static COMMANDS: &[CommandSpec] = &[
         },
     },
     CommandSpec {
+        name: "upgrade",
+        summary: "Hand the running guest over to a new launcher binary in place (arguments.binary, an absolute path; default: the launcher's own path, read again from disk): the new binary is checked first (--version and --upgrade-check on the state handed over), then the launcher answers and execs it with the same PID, the same socket and the guest untouched. Refused with InvalidState while a migration, a backup or a memory dump runs.",
+        parse: |a| {
+            let args: UpgradeArgs = a.typed()?;
+            let binary = match args.binary {
+                Some(path) => {
+                    let path = PathBuf::from(path);
+                    if !path.is_absolute() {
+                        return Err(CommandError::invalid_argument(format!(
+                            "arguments.binary: {}: must be an absolute path",
+                            path.display()
+                        )));
+                    }
+                    Some(path)
+                }
+                None => None,
+            };
+            Ok(DomainCommand::Upgrade { binary }.into())
+        },
+    },
+    CommandSpec {
         name: "guest-ping",
         summary: "Ping the QEMU guest agent (arguments.timeout_seconds, default 5).",
         parse: |a| {
@@ -415,6 +436,10 @@ pub enum DomainCommand {
     DeleteCheckpoint {
         name: String,
         metadata_only: bool,
+    },
+    /// Hand over to the binary at this path (`None`: the launcher's own).
+    Upgrade {
+        binary: Option<PathBuf>,
     },
 }
 
@@ -649,6 +674,7 @@ impl DomainCommand {
             DomainCommand::QueryCheckpoints => "query-checkpoints",
             DomainCommand::RedefineCheckpoint { .. } => "redefine-checkpoint",
             DomainCommand::DeleteCheckpoint { .. } => "delete-checkpoint",
+            DomainCommand::Upgrade { .. } => "upgrade",
         }
     }
 }
@@ -1065,6 +1091,13 @@ struct RedefineCheckpointArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct UpgradeArgs {
+    #[serde(default)]
+    binary: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeleteCheckpointArgs {
     name: String,
     #[serde(default)]
@@ -1368,6 +1401,7 @@ mod tests {
                 metadata_only: false,
             }
             .into(),
+            DomainCommand::Upgrade { binary: None }.into(),
             GuestCommand::Ping { timeout_seconds: 5 }.into(),
             GuestCommand::QueryGuestInfo.into(),
             GuestCommand::QueryUsers.into(),
@@ -1430,7 +1464,8 @@ mod tests {
                         | DomainCommand::BackupAbort
                         | DomainCommand::QueryCheckpoints
                         | DomainCommand::RedefineCheckpoint { .. }
-                        | DomainCommand::DeleteCheckpoint { .. },
+                        | DomainCommand::DeleteCheckpoint { .. }
+                        | DomainCommand::Upgrade { .. },
                     )
                     | ManagerCommand::Guest(
                         GuestCommand::Ping { .. }

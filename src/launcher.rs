@@ -30,12 +30,15 @@ use crate::exit::ExitCode;
 use crate::hypervisor::{self, Hypervisor, HypervisorErrorKind};
 use crate::manager::{
     Control, DomainManager, ExitRequest, HostFacts, Inbox, ManagerInput, ManagerParts,
+    UpgradeRequest,
 };
 use crate::server::socket::{CommandSocket, SocketNames};
 use crate::server::{self, ServerShared};
 use crate::signals;
 use crate::threads::{self, Fatal};
+use crate::upgrade::Inherited;
 use crate::{dirs, lock, logging};
+use std::os::fd::RawFd;
 
 /// How long libvirt may take to accept the first connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -88,6 +91,7 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
             print!("{}", cli::man::man_page());
             return 0;
         }
+        Action::UpgradeCheck(file) => return crate::upgrade::self_check(&file),
         Action::Subcommand(subcommand) => return crate::client::run(subcommand),
         Action::Run(mut args) => {
             args.kubevirt.mode |= called_as_monitor;
@@ -107,7 +111,12 @@ pub fn main(argv: Vec<std::ffi::OsString>) -> i32 {
         }
     };
     logging::init(config.verbosity);
-    let code = match run(config) {
+    // The running launcher's own path (what `upgrade` execs by default),
+    // and what a launcher this one replaced passed on: read while the
+    // process has one thread.
+    crate::upgrade::remember_own_path();
+    let inherited = crate::upgrade::Inherited::take_from_env();
+    let code = match run(config, inherited) {
         Ok(code) => code.code(),
         Err(failure) => {
             log::error!("{}", failure.message);
@@ -136,7 +145,7 @@ fn wait_for_termination(code: i32) {
     }
 }
 
-fn run(config: Config) -> Result<ExitCode, Failure> {
+fn run(config: Config, inherited: Inherited) -> Result<ExitCode, Failure> {
     let started = Instant::now();
     log::info!(
         "virt-launcher {} starting for VMI {} (uid {}), domain {}",
@@ -169,6 +178,17 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
     let reporter = signals::StateReporter::default();
     signals::spawn(inbox.signals(), reporter.clone(), &fatal_tx)
         .map_err(|e| Failure::new(ExitCode::Internal, e))?;
+    // A launcher that replaced another one: the stop signals were blocked
+    // across the exec; the handlers are in place now, so a signal that
+    // waited is delivered, and one the old launcher held is acted on.
+    crate::upgrade::unblock_stop_signals();
+    if let Some(signal) = inherited.pending_signal.and_then(signals::Signal::from_raw) {
+        log::info!(
+            "{} arrived during the hand-over from the previous launcher; acting on it",
+            signal.name()
+        );
+        let _ = inbox.signals().send(signal);
+    }
 
     // The directory locks come before anything touches the directories or
     // libvirt: a second launcher on the same directories stops here, at
@@ -177,6 +197,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
         lock::acquire(&config.dirs).map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
     let outcome = run_locked(
         config,
+        inherited,
         reporter,
         (inbox, inbox_rx),
         fatal_tx,
@@ -189,6 +210,7 @@ fn run(config: Config) -> Result<ExitCode, Failure> {
 
 fn run_locked(
     config: Config,
+    inherited: Inherited,
     reporter: signals::StateReporter,
     inbox: (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
@@ -271,6 +293,7 @@ fn run_locked(
     };
     let outcome = run_with_libvirt(
         config,
+        inherited,
         daemons.clone(),
         network.0.clone(),
         virtiofs.0.clone(),
@@ -309,6 +332,7 @@ impl Drop for VirtiofsGuard {
 #[allow(clippy::too_many_arguments)]
 fn run_with_libvirt(
     config: Config,
+    inherited: Inherited,
     daemons: Option<Arc<LibvirtDaemons>>,
     network: crate::network::NetworkSlot,
     virtiofs: VirtiofsSlot,
@@ -355,14 +379,27 @@ fn run_with_libvirt(
     } else {
         SocketNames::LAUNCHER
     };
-    let mut socket = CommandSocket::bind(&config.dirs.share, json_names)
-        .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?;
+    // After an upgrade the sockets are the previous launcher's, still
+    // listening at their ready names.
+    let mut socket = match inherited.json {
+        Some(fd) => CommandSocket::inherited(&config.dirs.share, json_names, fd),
+        None => CommandSocket::bind(&config.dirs.share, json_names)
+            .map_err(|e| Failure::new(ExitCode::Setup, e.to_string()))?,
+    };
     let listener = socket
         .take_listener()
         .ok_or_else(|| Failure::new(ExitCode::Internal, "socket listener missing"))?;
     let mut grpc_socket = None;
     if config.kubevirt.mode {
-        match CommandSocket::bind(&config.dirs.share, SocketNames::LAUNCHER) {
+        let bound = match inherited.grpc {
+            Some(fd) => Ok(CommandSocket::inherited(
+                &config.dirs.share,
+                SocketNames::LAUNCHER,
+                fd,
+            )),
+            None => CommandSocket::bind(&config.dirs.share, SocketNames::LAUNCHER),
+        };
+        match bound {
             Ok(bound) => grpc_socket = Some(bound),
             Err(e) => {
                 socket.remove();
@@ -379,6 +416,7 @@ fn run_with_libvirt(
         reporter,
         listener,
         (&socket, grpc_socket.as_mut()),
+        inherited.state,
         loop_running,
         (inbox, inbox_rx),
         fatal_tx,
@@ -468,6 +506,7 @@ fn serve(
     reporter: signals::StateReporter,
     listener: std::os::unix::net::UnixListener,
     (socket, grpc_socket): (&CommandSocket, Option<&mut CommandSocket>),
+    resumed_from: Option<std::path::PathBuf>,
     loop_running: Receiver<()>,
     (inbox, inbox_rx): (Inbox, Receiver<ManagerInput>),
     fatal_tx: crossbeam_channel::Sender<Fatal>,
@@ -475,9 +514,20 @@ fn serve(
     started: Instant,
 ) -> Result<ExitCode, Failure> {
     let hub = Arc::new(EventHub::new());
-    // SIGUSR1/SIGUSR2 log the manager's answer to query-status.
+    // What the launcher this one replaced handed over (`upgrade`).
+    let resumed = resumed_from.as_ref().and_then(|path| {
+        crate::upgrade::HandoverState::read(path)
+            .map_err(|e| log::warn!("upgrade: {e}"))
+            .ok()
+    });
+    // SIGUSR1 logs the manager's answer to query-status; SIGUSR2 asks it
+    // for upgrade.
     reporter.connect(inbox.requests());
     let (exit_tx, exit_rx) = unbounded::<ExitRequest>();
+    let (upgrade_tx, upgrade_rx) = unbounded::<UpgradeRequest>();
+    let listeners: Vec<(&str, RawFd)> = std::iter::once(("json", socket.fd))
+        .chain(grpc_socket.as_ref().map(|g| ("grpc", g.fd)))
+        .collect();
     // Where libvirt writes the domain's QEMU log (a guest panic's details).
     let qemu_log = daemons.as_ref().map_or_else(
         || std::path::PathBuf::from(format!("/var/log/libvirt/qemu/{}.log", config.domain_name)),
@@ -505,10 +555,12 @@ fn serve(
         daemons,
         poller: Some(poller),
         exit: exit_tx,
+        upgrade: upgrade_tx,
         fatal: fatal_tx.clone(),
         network,
         virtiofs,
         inbox: inbox.clone(),
+        resumed: resumed.clone(),
     });
     threads::spawn_named("manager", &fatal_tx, move || manager.run(inbox_rx))
         .map_err(|e| Failure::new(ExitCode::Internal, format!("cannot start the manager: {e}")))?;
@@ -555,7 +607,7 @@ fn serve(
             "libvirt's event loop did not start within 15 s",
         )
     })?;
-    server::self_ping(&socket.paths.init, READY_TIMEOUT).map_err(|e| {
+    server::self_ping(socket.current_path(), READY_TIMEOUT).map_err(|e| {
         Failure::new(
             ExitCode::Setup,
             format!("the command socket does not answer: {e}"),
@@ -579,7 +631,7 @@ fn serve(
     // renamed last, once a version negotiation and a ping through it work.
     let mut notifier = None;
     if let Some(grpc_socket) = grpc_ready {
-        crate::kubevirt::self_ping(&grpc_socket.paths.init, READY_TIMEOUT).map_err(|e| {
+        crate::kubevirt::self_ping(grpc_socket.current_path(), READY_TIMEOUT).map_err(|e| {
             Failure::new(
                 ExitCode::Setup,
                 format!("the gRPC command socket does not answer: {e}"),
@@ -611,8 +663,13 @@ fn serve(
         started.elapsed().as_secs_f64() * 1000.0
     );
 
+    if let Some(path) = resumed_from {
+        report_resumed(&path, resumed.as_ref());
+    }
     let mut standalone = None;
-    if let Some(vmi) = config.standalone_vmi.clone() {
+    // A launcher that took over from another one finds its domain running:
+    // the standalone VMI was synced by the first launcher.
+    if let Some(vmi) = config.standalone_vmi.clone().filter(|_| !socket.inherited) {
         let (reply, answer) = ReplyTo::channel();
         let _ = inbox.send(ManagerInput::Control(Control::SyncStandalone {
             vmi,
@@ -632,6 +689,11 @@ fn serve(
                 });
                 log::info!("exiting with status {}: {}", request.code.code(), request.reason);
                 break request.code;
+            }
+            recv(upgrade_rx) -> msg => {
+                if let Ok(request) = msg {
+                    hand_over(request, &config, &listeners, &shared, &inbox);
+                }
             }
             recv(fatal_rx) -> msg => {
                 let fatal = msg.unwrap_or(Fatal { thread: "?".into(), message: "unknown".into() });
@@ -684,4 +746,115 @@ fn serve(
         draining.elapsed().as_secs_f64() * 1e3
     );
     Ok(code)
+}
+
+/// How long the upgrade's reply may take to reach its client before the
+/// exec.
+const REPLY_BEFORE_EXEC: Duration = Duration::from_millis(500);
+
+/// `upgrade`, agreed to by the manager: writes the state, checks the new
+/// binary, answers, and execs it. Returns only when the hand-over was
+/// given up (the manager is told, and the launcher goes on).
+fn hand_over(
+    request: UpgradeRequest,
+    config: &Config,
+    listeners: &[(&str, RawFd)],
+    shared: &ServerShared,
+    inbox: &Inbox,
+) {
+    let UpgradeRequest {
+        binary,
+        mut state,
+        reply,
+    } = request;
+    let give_up = |reply: Option<crate::command::ReplyTo>, class, why: String| {
+        log::warn!("upgrade refused: {why}");
+        // The manager hears first: a request the client sends once it has
+        // the answer arrives after this, on the same inbox.
+        let _ = inbox.send(ManagerInput::Control(Control::UpgradeAborted));
+        if let Some(reply) = reply {
+            reply.send(Err(crate::protocol::CommandError::new(class, why)));
+        }
+    };
+    use crate::protocol::ErrorClass;
+    let Some(binary) = binary.or_else(crate::upgrade::own_path) else {
+        return give_up(
+            Some(reply),
+            ErrorClass::Internal,
+            "upgrade: the launcher's own path is unknown; give arguments.binary".into(),
+        );
+    };
+    let state_path = match state.write(&config.dirs.private) {
+        Ok(path) => path,
+        Err(e) => {
+            return give_up(
+                Some(reply),
+                ErrorClass::Internal,
+                format!(
+                    "upgrade: cannot write the hand-over state in {}: {e}",
+                    config.dirs.private.display()
+                ),
+            );
+        }
+    };
+    let checking = Instant::now();
+    let version = match crate::upgrade::check_binary(&binary, &state_path) {
+        Ok(version) => version,
+        Err(why) => {
+            let _ = std::fs::remove_file(&state_path);
+            return give_up(
+                Some(reply),
+                ErrorClass::InvalidArgument,
+                format!(
+                    "upgrade: {} cannot take over, nothing changed: {why}",
+                    binary.display()
+                ),
+            );
+        }
+    };
+    log::info!(
+        "upgrade: {} ({version}) passed its check in {:.1} ms; handing over",
+        binary.display(),
+        checking.elapsed().as_secs_f64() * 1e3
+    );
+    reply.send(Ok(crate::replies::Upgrading {
+        binary: binary.clone(),
+        version,
+        state_file: state_path.clone(),
+    }
+    .into()));
+    // The reply (and any other already read) reaches its client before the
+    // process is replaced.
+    shared.in_flight.wait_idle(REPLY_BEFORE_EXEC);
+    server::flush_warnings();
+    log::logger().flush();
+    // The hand-over's time counts from here (the check is not part of it).
+    state.handed_over_at_us = crate::upgrade::now_us();
+    if let Err(e) = state.write(&config.dirs.private) {
+        log::warn!("upgrade: cannot note the hand-over's start: {e}");
+    }
+    let error = crate::upgrade::exec(&binary, listeners, &state_path);
+    let _ = std::fs::remove_file(&state_path);
+    give_up(
+        None,
+        ErrorClass::Internal,
+        format!("upgrade: cannot exec {}: {error}", binary.display()),
+    );
+}
+
+/// The launcher resumed from a hand-over: says how long it took (from the
+/// old launcher's last request to this one's readiness) and removes the
+/// state file.
+fn report_resumed(path: &std::path::Path, state: Option<&crate::upgrade::HandoverState>) {
+    match state {
+        Some(state) => log::info!(
+            "upgrade: resumed from virt-launcher {} (phase {}, domain {}); hand-over took {:.1} ms",
+            state.from,
+            state.phase,
+            state.domain_state,
+            crate::upgrade::now_us().saturating_sub(state.handed_over_at_us) as f64 / 1e3
+        ),
+        None => log::warn!("upgrade: resumed without a readable hand-over state"),
+    }
+    let _ = std::fs::remove_file(path);
 }

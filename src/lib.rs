@@ -41,4 +41,5 @@ pub mod signals;
 pub mod sink;
 pub mod threads;
 pub mod unprivileged;
+pub mod upgrade;
 pub mod vmi;

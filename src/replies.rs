@@ -75,6 +75,8 @@ pub enum Return {
     BackupStarted(BackupStarted),
     Checkpoints(Checkpoints),
     CheckpointValidity(CheckpointValidity),
+    /// `upgrade`.
+    Upgrading(Upgrading),
 }
 
 impl Default for Return {
@@ -211,6 +213,7 @@ variants!(
     TargetPrepared(TargetPrepared),
     MigrationStarted(MigrationStarted),
     Cancelling(Cancelling),
+    Upgrading(Upgrading),
     Finalized(Finalized),
     Dumped(Dumped),
     MemoryDump(MemoryDumpStatus),
@@ -618,6 +621,17 @@ pub struct TargetPrepared {
 pub struct MigrationStarted {
     pub started: bool,
     pub target_uri: String,
+}
+
+/// `upgrade`: the new binary passed its check; the launcher execs it
+/// once this reply is sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Upgrading {
+    pub binary: std::path::PathBuf,
+    /// The new binary's `--version`.
+    pub version: String,
+    /// The hand-over state the new launcher resumes from.
+    pub state_file: std::path::PathBuf,
 }
 
 /// `migrate-cancel`.

@@ -4,7 +4,8 @@
 //! | signal | effect |
 //! |---|---|
 //! | SIGTERM, SIGINT, SIGHUP, SIGQUIT | graceful stop: sent to the domain manager |
-//! | SIGUSR1, SIGUSR2 | the launcher's state (`query-status`) is logged at info level |
+//! | SIGUSR1 | the launcher's state (`query-status`) is logged at info level |
+//! | SIGUSR2 | `upgrade` to the launcher's own path, read again from disk (the outcome is logged) |
 //! | SIGPIPE | ignored (a client that went away shows as a failed write) |
 //!
 //! SIGHUP and SIGQUIT stop gracefully like SIGTERM rather than take their
@@ -40,6 +41,8 @@ pub enum SignalAction {
     Stop,
     /// Log the launcher's state.
     ReportState,
+    /// Hand over to the launcher's binary as it is on disk now.
+    Upgrade,
     /// Nothing.
     Ignore,
 }
@@ -86,7 +89,8 @@ impl Signal {
     pub fn action(self) -> SignalAction {
         match self {
             Signal::Term | Signal::Int | Signal::Hup | Signal::Quit => SignalAction::Stop,
-            Signal::Usr1 | Signal::Usr2 => SignalAction::ReportState,
+            Signal::Usr1 => SignalAction::ReportState,
+            Signal::Usr2 => SignalAction::Upgrade,
             Signal::Pipe => SignalAction::Ignore,
         }
     }
@@ -142,6 +146,27 @@ impl StateReporter {
     }
 }
 
+impl StateReporter {
+    /// SIGUSR2: asks the manager for `upgrade` to the launcher's own path;
+    /// the outcome is logged by the manager and the main thread (this
+    /// thread does not wait: a stop signal must not queue behind it).
+    fn upgrade(&self) {
+        let Some(manager) = self.0.get() else {
+            log::info!("signals: SIGUSR2: the launcher is still starting; no upgrade");
+            return;
+        };
+        log::info!("signals: SIGUSR2: upgrading to the launcher's binary as it is on disk now");
+        let (reply, _answer) = ReplyTo::channel();
+        let request = ManagerRequest {
+            command: ManagerCommand::Domain(DomainCommand::Upgrade { binary: None }),
+            reply,
+        };
+        if manager.send(request).is_err() {
+            log::info!("signals: SIGUSR2: the domain manager has stopped");
+        }
+    }
+}
+
 /// Installs the handlers and starts the watcher. Handlers are installed
 /// before this returns, so no signal after it is lost. Stop signals go to
 /// `to_manager` as raw numbers.
@@ -166,6 +191,7 @@ pub fn spawn(
                     }
                 }
                 SignalAction::ReportState => reporter.report(signal),
+                SignalAction::Upgrade => reporter.upgrade(),
                 SignalAction::Ignore => log::debug!("signals: {} ignored", signal.name()),
             }
         }
@@ -188,6 +214,7 @@ mod tests {
         assert_eq!(Signal::Hup.action(), SignalAction::Stop);
         assert_eq!(Signal::Quit.action(), SignalAction::Stop);
         assert_eq!(Signal::Usr1.action(), SignalAction::ReportState);
+        assert_eq!(Signal::Usr2.action(), SignalAction::Upgrade);
         assert_eq!(Signal::Pipe.action(), SignalAction::Ignore);
     }
 }

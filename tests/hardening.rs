@@ -605,27 +605,34 @@ fn sighup_and_sigquit_stop_gracefully_like_sigterm() {
 }
 
 #[test]
-fn sigusr1_and_sigusr2_log_the_state_and_sigpipe_is_ignored() {
+fn sigusr1_logs_the_state_sigusr2_upgrades_in_place_and_sigpipe_is_ignored() {
     if !require(&[Need::TestDriver]) {
         return;
     }
     let mut launcher = Launcher::start_in(TempTree::new("usr"), &test_args(&[]));
     launcher.wait_ready(T);
+    let pid = launcher.pid();
     let mut client = launcher.client();
     client.ok("sync", json!({ "vmi": demo_vmi() }));
-    for signal in ["USR1", "USR2", "PIPE"] {
+    for signal in ["USR1", "PIPE"] {
         launcher.signal(signal);
     }
     let deadline = Instant::now() + T;
-    while launcher.log_text().matches("\"phase\":\"Running\"").count() < 2 {
+    while !launcher.log_text().contains("\"phase\":\"Running\"") {
         assert!(Instant::now() < deadline, "{}", launcher.log_text());
         std::thread::sleep(Duration::from_millis(20));
     }
-    let log = launcher.log_text();
-    assert!(log.contains("signals: SIGUSR1: state {"), "{log}");
-    assert!(log.contains("signals: SIGUSR2: state {"), "{log}");
-    // Still running and answering: none of the three stops it.
-    assert_eq!(client.ok("query-status", Value::Null)["phase"], "Running");
+    assert!(launcher.log_text().contains("signals: SIGUSR1: state {"));
+    // SIGUSR2: upgrade to the launcher's own binary (tests/upgrade.rs).
+    launcher.signal("USR2");
+    while !launcher.log_text().contains("upgrade: resumed from") {
+        assert!(Instant::now() < deadline, "{}", launcher.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(launcher.log_text().contains("signals: SIGUSR2: upgrading"));
+    // Still running, the same process, answering: none of the three stops it.
+    assert_eq!(launcher.pid(), pid);
+    launcher.client().ok("query-status", Value::Null);
     assert!(launcher.child.try_wait().unwrap().is_none());
     launcher.signal("TERM");
     assert_eq!(launcher.wait_exit(T), 0);

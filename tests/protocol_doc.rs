@@ -176,7 +176,8 @@ fn scenario(execute: &str, example: &Example) -> Scenario {
         | "screenshot"
         | "query-vm-stats"
         | "backup"
-        | "redefine-checkpoint" => fresh,
+        | "redefine-checkpoint"
+        | "upgrade" => fresh,
         // The binary's own client (§1), and §15's session, on a launcher
         // started as §1's first command.
         "ctl" | "subscribe-session" => fresh,

@@ -58,6 +58,8 @@ pub struct Args {
     pub help: bool,
     pub version: bool,
     pub generate_man: bool,
+    /// `--upgrade-check FILE`: can this binary resume from FILE?
+    pub upgrade_check: Option<PathBuf>,
 }
 
 /// KubeVirt mode (`--kubevirt`, or the binary called as
@@ -660,6 +662,16 @@ pub static FLAGS: &[FlagSpec] = &[
         "Print the man page (roff) built from this flag table and exit.",
         |a, on| a.generate_man = on
     ),
+    value_flag!(
+        "upgrade-check",
+        "FILE",
+        None,
+        "Check that this binary can resume from the hand-over state FILE that a running launcher wrote for upgrade (see COMMAND SOCKET's upgrade), print what it read and exit 0; exit 2 when it cannot. The running launcher runs this on the new binary before it hands over.",
+        |a, v| {
+            a.upgrade_check = Some(PathBuf::from(v));
+            Ok(())
+        }
+    ),
 ];
 
 /// A klog verbosity level: a whole number that fits Go's int32.
@@ -737,6 +749,7 @@ impl Args {
             help: false,
             version: false,
             generate_man: false,
+            upgrade_check: None,
         };
         for flag in FLAGS {
             if let (Some(default), FlagKind::Value { apply, .. }) = (flag.default, flag.kind) {

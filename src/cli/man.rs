@@ -335,9 +335,20 @@ SIGHUP and SIGQUIT do not exit at once or dump core: that would leave the
 socket behind and, with \fB\-\-spawn\-libvirt\fR, a QEMU that nothing
 supervises.
 .TP
-\fBSIGUSR1\fR, \fBSIGUSR2\fR
+\fBSIGUSR1\fR
 Log the launcher's state (what \fBquery\-status\fR answers) at info level;
 nothing else changes.
+.TP
+\fBSIGUSR2\fR
+Upgrade in place: the same as the \fBupgrade\fR command without a binary
+(the launcher's own path, read again from disk). The new binary is checked
+first (\fB\-\-version\fR and \fB\-\-upgrade\-check\fR); then the
+launcher execs it with the same PID, the command socket passed on (its file
+never disappears) and the guest untouched. Refused (logged) while a
+migration, a backup or a memory dump runs, and with
+\fB\-\-spawn\-libvirt\fR; a graceful stop under way keeps its deadline.
+A stop signal arriving during the hand\-over is acted on by the new
+launcher.
 .TP
 \fBSIGPIPE\fR
 Ignored: a client that went away shows as a failed write to it.

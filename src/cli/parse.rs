@@ -27,6 +27,8 @@ pub enum Action {
     Help,
     Version,
     GenerateMan,
+    /// `--upgrade-check FILE`.
+    UpgradeCheck(std::path::PathBuf),
     /// A client subcommand (`probe`, `freeze`, `unfreeze`, `ctl`).
     Subcommand(super::subcommands::Subcommand),
 }
@@ -108,6 +110,8 @@ where
         Action::Version
     } else if args.generate_man {
         Action::GenerateMan
+    } else if let Some(file) = args.upgrade_check.take() {
+        Action::UpgradeCheck(file)
     } else {
         Action::Run(Box::new(args))
     })

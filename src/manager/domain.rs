@@ -132,6 +132,7 @@ impl DomainManager {
             DomainCommand::Sync { vmi, options } => {
                 return self.start_sync(vmi, options.map(|o| *o), reply);
             }
+            DomainCommand::Upgrade { binary } => return self.start_upgrade(binary, reply),
             DomainCommand::Pause => DomainOperation::Pause,
             DomainCommand::Unpause => DomainOperation::Unpause,
             DomainCommand::Shutdown => DomainOperation::Shutdown,

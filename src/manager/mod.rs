@@ -40,6 +40,7 @@ mod shutdown;
 mod stats;
 mod sync;
 mod timers;
+mod upgrade;
 mod vm_stats;
 mod workers;
 
@@ -74,6 +75,7 @@ use reply::JobValue;
 use shutdown::GracefulStop;
 pub use sync::HostFacts;
 use timers::{Timer, Timers};
+pub use upgrade::UpgradeRequest;
 
 /// Messages from the main thread.
 #[derive(Debug)]
@@ -84,6 +86,8 @@ pub enum Control {
     Ready { ack: Sender<()> },
     /// Standalone mode: sync this VMI; the outcome goes back on `reply`.
     SyncStandalone { vmi: Value, reply: ReplyTo },
+    /// The hand-over to a new binary was given up; the launcher goes on.
+    UpgradeAborted,
 }
 
 /// Everything the manager is built from.
@@ -95,6 +99,8 @@ pub struct ManagerParts {
     pub daemons: Option<Arc<LibvirtDaemons>>,
     pub poller: Option<Sender<PollerControl>>,
     pub exit: Sender<ExitRequest>,
+    /// Where `upgrade` goes once the manager agreed to it.
+    pub upgrade: Sender<UpgradeRequest>,
     pub fatal: FatalSender,
     /// The VMI's pod networking, removed by the main thread on exit.
     pub network: crate::network::NetworkSlot,
@@ -102,6 +108,8 @@ pub struct ManagerParts {
     pub virtiofs: crate::daemons::virtiofs::VirtiofsSlot,
     /// The manager's own inbox: its workers report there.
     pub inbox: Inbox,
+    /// What the launcher this one replaced (`upgrade`) handed over.
+    pub resumed: Option<crate::upgrade::HandoverState>,
 }
 
 /// How long the manager waits for things. Fixed in the launcher; the
@@ -186,6 +194,12 @@ pub struct DomainManager {
     memory_dump: memory_dump::MemoryDumpState,
     backup: backup::BackupState,
     exit: ExitState,
+    upgrade: Sender<UpgradeRequest>,
+    /// A hand-over to a new binary is under way.
+    upgrading: bool,
+    /// What the launcher this one replaced handed over, until `run` reads
+    /// it.
+    resumed: Option<crate::upgrade::HandoverState>,
     /// The VMI's pod networking (bridges, taps, DHCP servers).
     network: crate::network::NetworkSlot,
     /// The filesystems' virtiofsd.
@@ -206,10 +220,12 @@ impl DomainManager {
             daemons,
             poller,
             exit,
+            upgrade,
             fatal,
             network,
             virtiofs,
             inbox,
+            resumed,
         } = parts;
         let memory_dump = memory_dump::MemoryDumpState::load(&config.dirs.private);
         let backup = backup::BackupState::load(&config.dirs.private);
@@ -241,6 +257,9 @@ impl DomainManager {
             backup,
             vm_stats: vm_stats::VmStatsCache::default(),
             exit: ExitState::new(exit),
+            upgrade,
+            upgrading: false,
+            resumed,
             network,
             virtiofs,
             metrics,
@@ -254,6 +273,9 @@ impl DomainManager {
     pub fn run(mut self, inbox: Receiver<ManagerInput>) {
         // Adopt a domain that already exists (a restarted launcher).
         self.refresh_status();
+        if let Some(resumed) = self.resumed.take() {
+            self.resume_after_upgrade(resumed);
+        }
         loop {
             let wait = self.next_wakeup().saturating_duration_since(Instant::now());
             match inbox.recv_timeout(wait) {
@@ -319,11 +341,15 @@ impl DomainManager {
                 }
             }
             Control::SyncStandalone { vmi, reply } => self.start_sync(vmi, None, reply),
+            Control::UpgradeAborted => self.upgrade_aborted(),
         }
     }
 
     fn handle_request(&mut self, request: ManagerRequest) {
         let ManagerRequest { command, reply } = request;
+        if let Some(refusal) = self.refused_while_upgrading(&command) {
+            return reply.send(Err(refusal));
+        }
         match command {
             ManagerCommand::Domain(command) => self.run_domain_command(command, reply),
             ManagerCommand::Guest(command) => self.run_guest_command(command, reply),

@@ -18,6 +18,7 @@ use crate::exit::ExitCode;
 use crate::hypervisor::DomainState;
 use crate::replies;
 use crate::signals::Signal;
+use crate::upgrade::GracefulStopHandover;
 
 /// KubeVirt's default terminationGracePeriodSeconds.
 const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);
@@ -96,6 +97,14 @@ impl GracefulStop {
             .map(|since| since.as_secs_f64())
     }
 
+    /// The launcher this one replaced had been asked to shut down at
+    /// `at` (seconds since the epoch).
+    pub(super) fn restore_shutdown_requested_at(&mut self, at: f64) {
+        self.intent.get_or_insert(StopIntent::Shutdown);
+        self.shutdown_requested_at =
+            UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(at).unwrap_or_default());
+    }
+
     /// `kill` forces the domain off, whatever asked for a stop before.
     pub(super) fn kill_requested(&mut self) {
         self.intent = Some(StopIntent::Kill);
@@ -106,6 +115,38 @@ impl GracefulStop {
     fn begin_after_signal(&mut self, now: Instant) -> Instant {
         let deadline = crate::limits::later(now, self.period);
         self.window = Some((now, deadline));
+        self.intent = Some(StopIntent::Signal);
+        deadline
+    }
+
+    /// The graceful stop under way, for a hand-over (`upgrade`): its
+    /// start and deadline in milliseconds since the epoch.
+    pub(super) fn handover(&self, signal: Option<&str>) -> Option<GracefulStopHandover> {
+        let (began, deadline) = self.window?;
+        let now = Instant::now();
+        let now_ms = crate::upgrade::now_ms();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Some(GracefulStopHandover {
+            signal: signal.unwrap_or("a signal").to_string(),
+            began_at_ms: now_ms.saturating_sub(ms(now.saturating_duration_since(began))),
+            deadline_at_ms: now_ms.saturating_add(ms(deadline.saturating_duration_since(now))),
+        })
+    }
+
+    /// A graceful stop handed over by the launcher this one replaced: the
+    /// same deadline; returns it.
+    fn resume(&mut self, handed: &GracefulStopHandover, now: Instant) -> Instant {
+        let now_ms = crate::upgrade::now_ms();
+        let began = now
+            .checked_sub(Duration::from_millis(
+                now_ms.saturating_sub(handed.began_at_ms),
+            ))
+            .unwrap_or(now);
+        let deadline = crate::limits::later(
+            now,
+            Duration::from_millis(handed.deadline_at_ms.saturating_sub(now_ms)),
+        );
+        self.window = Some((began, deadline));
         self.intent = Some(StopIntent::Signal);
         deadline
     }
@@ -162,6 +203,9 @@ impl DomainManager {
     /// handles the others itself).
     pub(super) fn handle_signal(&mut self, signal: Signal) {
         let name = signal.name();
+        if self.hold_signal_while_upgrading(signal) {
+            return;
+        }
         match self.phase.now() {
             Phase::ShuttingDown => {
                 let left = self
@@ -223,6 +267,24 @@ impl DomainManager {
             self.on_grace_deadline();
             return;
         }
+        self.press_power_button();
+        self.timers.arm(Timer::GraceDeadline, deadline);
+        self.arm_acpi_repeat(deadline);
+    }
+
+    /// The launcher this one replaced (`upgrade`) was stopping the guest
+    /// after a signal: the stop goes on with the same deadline (no second
+    /// SHUTDOWN_STARTED; the power button is pressed again).
+    pub(super) fn resume_graceful_stop(&mut self, handed: &GracefulStopHandover) {
+        let deadline = self.stop.resume(handed, Instant::now());
+        self.phase.graceful_stop_started();
+        log::info!(
+            "manager: the graceful stop after {} goes on; forcing the guest off in {:.1} s",
+            handed.signal,
+            deadline
+                .saturating_duration_since(Instant::now())
+                .as_secs_f64()
+        );
         self.press_power_button();
         self.timers.arm(Timer::GraceDeadline, deadline);
         self.arm_acpi_repeat(deadline);

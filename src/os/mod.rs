@@ -643,6 +643,64 @@ pub fn before_exec(command: &mut Command, steps: Vec<BeforeExec>) {
     }
 }
 
+/// Blocks (`block`) or unblocks `signals` in the calling thread. The mask
+/// survives `execve` (`upgrade`).
+pub fn mask_signals(signals: &[libc::c_int], block: bool) {
+    // SAFETY: sigemptyset/sigaddset write only the set given;
+    // pthread_sigmask reads it and changes this thread's mask, the old
+    // mask not wanted.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for &signal in signals {
+            libc::sigaddset(&mut set, signal);
+        }
+        let how = if block {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
+/// Whether descriptor `fd` is a listening socket.
+pub fn is_listening_socket(fd: std::os::fd::RawFd) -> bool {
+    let mut value: libc::c_int = 0;
+    // The size of an int (4) fits any socklen_t.
+    let mut len: libc::socklen_t = 4;
+    // SAFETY: getsockopt writes at most `len` bytes into `value`; a
+    // descriptor that is not open or not a socket fails.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && value != 0
+}
+
+/// Sets or clears descriptor `fd`'s close-on-exec flag; false on failure.
+pub fn set_cloexec(fd: std::os::fd::RawFd, on: bool) -> bool {
+    // SAFETY: fcntl on a descriptor number; one that is not open fails
+    // with EBADF.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags < 0 {
+            return false;
+        }
+        let flags = if on {
+            flags | libc::FD_CLOEXEC
+        } else {
+            flags & !libc::FD_CLOEXEC
+        };
+        libc::fcntl(fd, libc::F_SETFD, flags) == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

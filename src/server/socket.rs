@@ -105,6 +105,11 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> Socket
 pub struct CommandSocket {
     pub paths: SocketPaths,
     listener: Option<UnixListener>,
+    /// The listening descriptor (kept for a hand-over, `upgrade`).
+    pub fd: std::os::fd::RawFd,
+    /// Inherited from the launcher this one replaced: already listening
+    /// under its ready name, never bound nor renamed.
+    pub inherited: bool,
 }
 
 impl CommandSocket {
@@ -131,8 +136,41 @@ impl CommandSocket {
         fs::rename(&temp, &paths.init).map_err(io_err("rename into place", &paths.init))?;
         Ok(CommandSocket {
             paths,
+            fd: std::os::fd::AsRawFd::as_raw_fd(&listener),
             listener: Some(listener),
+            inherited: false,
         })
+    }
+
+    /// The socket a launcher replaced by `upgrade` passed on as the
+    /// listening descriptor `fd`: its file stays where it is, at its ready
+    /// name. The caller checked that `fd` is a listening socket.
+    pub fn inherited(
+        share_dir: &Path,
+        names: SocketNames,
+        fd: std::os::fd::RawFd,
+    ) -> CommandSocket {
+        use std::os::fd::FromRawFd;
+        // SAFETY: the descriptor was passed to this process for this
+        // purpose, is open and listening (checked at start-up), and
+        // nothing else owns it.
+        let listener = unsafe { UnixListener::from_raw_fd(fd) };
+        CommandSocket {
+            paths: SocketPaths::new(share_dir, names),
+            listener: Some(listener),
+            fd,
+            inherited: true,
+        }
+    }
+
+    /// Where the socket answers now: its init name until it is ready (an
+    /// inherited socket is ready from the start).
+    pub fn current_path(&self) -> &Path {
+        if self.inherited {
+            &self.paths.ready
+        } else {
+            &self.paths.init
+        }
     }
 
     /// Hands the listener to the acceptor thread.
@@ -142,6 +180,9 @@ impl CommandSocket {
 
     /// Announces readiness: atomically renames the socket to its final name.
     pub fn mark_ready(&self) -> Result<(), SocketError> {
+        if self.inherited {
+            return Ok(());
+        }
         fs::rename(&self.paths.init, &self.paths.ready)
             .map_err(io_err("rename the socket to", &self.paths.ready))
     }

@@ -23,6 +23,7 @@ pub mod needs;
 pub mod podnet;
 pub mod processes;
 pub mod unprivileged;
+pub mod upgrade;
 
 // Not every suite asks for something.
 #[allow(unused_imports)]

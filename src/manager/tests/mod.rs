@@ -169,10 +169,12 @@ fn build(setup: Setup) -> Built {
         daemons: None,
         poller: None,
         exit: exit_tx,
+        upgrade: unbounded().0,
         fatal,
         network: crate::network::NetworkSlot::default(),
         virtiofs: Default::default(),
         inbox: inbox.clone(),
+        resumed: None,
     });
     manager.timing = setup.timing;
     Built {

@@ -75,6 +75,8 @@ dpkg-deb           dpkg                  dpkg-deb --version
 ldd                libc-bin              ldd --version
 file               file                  file --version
 mmdebstrap         mmdebstrap            mmdebstrap --version
+pivot_root         util-linux            pivot_root --version
+chroot             coreutils             chroot --version
 TABLE
 )
 # passt: the passt binding. Debian 12's libvirt 9.0 rejects <backend

@@ -74,6 +74,9 @@ gzip               gzip                  gzip --version
 dpkg-deb           dpkg                  dpkg-deb --version
 ldd                libc-bin              ldd --version
 file               file                  file --version
+mmdebstrap         mmdebstrap            mmdebstrap --version
+pivot_root         util-linux            pivot_root --version
+chroot             coreutils             chroot --version
 TABLE
 )
 # passt: the passt binding. Debian 12's libvirt 9.0 rejects <backend
@@ -83,6 +86,9 @@ TABLE
 
 # virtiofsd: a VMI's filesystems (src/daemons/virtiofs.rs); Debian 12 has
 # QEMU's C one only, at this path (bookworm has no virtiofsd package).
+
+# mmdebstrap: scripts/newer-stack.sh builds the second runtime stack's root
+# filesystem (libvirt 11 and QEMU 10 from bookworm-backports) with it.
 
 # Packages no program row names: libraries and data the build and the
 # launcher need.

@@ -354,8 +354,10 @@ fn vcpus_memory_and_a_nic_change_live() {
 
     // vCPUs back to 1: refused under emulation, before anything is
     // touched. (QEMU under TCG takes the vCPU from the guest but sends no
-    // DEVICE_DELETED for it, so libvirt 9.0 would keep counting it; see
-    // docs/protocol.md.) The guest keeps its second vCPU.
+    // DEVICE_DELETED for it, so libvirt would keep counting it: QEMU 7.2
+    // with libvirt 9.0, and QEMU 10.0 with libvirt 11.3 too, where the
+    // guest's cpu1 was gone and libvirt still counted 2 vCPUs after 60 s;
+    // see docs/protocol.md.) The guest keeps its second vCPU.
     let mut one = more.clone();
     one["spec"]["domain"]["cpu"]["sockets"] = json!(1);
     let (class, desc) = g.client.err_class("sync", json!({ "vmi": one }));

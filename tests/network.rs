@@ -550,15 +550,20 @@ fn masquerade_without_ports_forwards_every_port_and_multiqueue_reaches_the_guest
     assert_eq!(net.leftovers(), Vec::<String>::new());
 }
 
-/// passt processes whose command line names `dir` (the launcher's tree).
-fn passt_processes(dir: &str) -> Vec<String> {
+/// passt processes whose command line names `dir` (the launcher's tree,
+/// where the launcher runs passt) or `domain` (libvirt's own passt backend
+/// names its socket `<id>-<domain>-<alias>.socket`).
+fn passt_processes(dir: &str, domain: &str) -> Vec<String> {
+    let socket = format!("-{domain}-");
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
             continue;
         };
         let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if (text.starts_with("passt") || text.contains("/passt ")) && text.contains(dir) {
+        if (text.starts_with("passt") || text.contains("/passt "))
+            && (text.contains(dir) || text.contains(&socket))
+        {
             found.push(format!("{}: {text}", entry.file_name().to_string_lossy()));
         }
     }
@@ -589,7 +594,24 @@ fn passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher
     assert_eq!(report["binding"], "passt", "{report}");
     assert_eq!(report["name"], "default", "{report}");
     assert_eq!(report["passt"]["tcpPorts"], "8080", "{report}");
-    assert_eq!(passt_processes(&tree).len(), 1, "{report}");
+    assert_eq!(passt_processes(&tree, "e2e_passt").len(), 1, "{report}");
+    // Who runs it follows the daemon's version: libvirt's own passt
+    // backend from 9.2 (the newer stack, scripts/newer-stack.sh), the
+    // launcher with QEMU joining its socket on the command line before.
+    let daemon = g.client.ok("query-version", Value::Null)["libvirt"]["daemon"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let xml = g.client.ok("query-domain", Value::Null)["xml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let native = virt_launcher::convert::passt_by_libvirt(
+        virt_launcher::hypervisor::state::parse_libvirt_version(&daemon),
+    );
+    eprintln!("libvirt {daemon}: passt run by libvirt: {native}");
+    assert_eq!(xml.contains("<backend type='passt'"), native, "{xml}");
+    assert_eq!(xml.contains("<qemu:commandline>"), !native, "{xml}");
 
     // passt's DHCP gives the guest the pod's own address and gateway.
     let addr = guest_until(
@@ -626,7 +648,7 @@ fn passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher
     // SIGTERM: the launcher stops passt and removes its socket.
     g.launcher.signal("TERM");
     assert_eq!(g.launcher.wait_exit(STEP), 0);
-    assert_eq!(passt_processes(&tree), Vec::<String>::new());
+    assert_eq!(passt_processes(&tree, "e2e_passt"), Vec::<String>::new());
     let sockets: Vec<_> = std::fs::read_dir(format!("{tree}/passt"))
         .into_iter()
         .flatten()
@@ -657,16 +679,16 @@ fn a_sigkilled_launcher_leaves_no_passt() {
     assert_eq!(report["binding"], "passt", "{report}");
     assert_eq!(report["passt"]["tcpPorts"], "none", "{report}");
     assert_eq!(report["passt"]["udpPorts"], "5000-5010", "{report}");
-    assert_eq!(passt_processes(&tree).len(), 1, "{report}");
+    assert_eq!(passt_processes(&tree, "e2e_passtkill").len(), 1, "{report}");
     launcher.signal("KILL");
     launcher.wait_exit(STEP);
     // It ran in the daemons' PID namespace, which died with the launcher.
     let deadline = Instant::now() + STEP;
-    while !passt_processes(&tree).is_empty() {
+    while !passt_processes(&tree, "e2e_passtkill").is_empty() {
         assert!(
             Instant::now() < deadline,
             "passt outlived the launcher: {:?}",
-            passt_processes(&tree)
+            passt_processes(&tree, "e2e_passtkill")
         );
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -573,3 +573,51 @@ fn every_field_the_vmi_model_refuses_or_ignores_is_in_its_table() {
         "the VMI model ignores {missing:?}, which vmi::WITHOUT_EFFECT (and docs/vmi.md) do not list"
     );
 }
+
+/// docs/vmi.md's "Versions" table is `VERSION_FACTS`, row for row: the
+/// field, the libvirt version it needs and what an older daemon does.
+#[test]
+fn the_versions_table_is_the_converters_version_facts() {
+    let doc = repo_file("docs/vmi.md");
+    let start = doc
+        .find("\n## Versions\n")
+        .expect("docs/vmi.md has a Versions section");
+    let section = &doc[start + 1..];
+    let section = &section[..section[3..]
+        .find("\n## ")
+        .map_or(section.len(), |end| end + 3)];
+    let rows: Vec<Vec<String>> = section
+        .lines()
+        .filter(|line| line.starts_with("| `"))
+        .map(|line| {
+            line.trim_matches('|')
+                .split(" | ")
+                .map(|cell| cell.trim().to_string())
+                .collect()
+        })
+        .collect();
+    let facts: Vec<Vec<String>> = virt_launcher::convert::VERSION_FACTS
+        .iter()
+        .map(|fact| {
+            let (major, minor, micro) = fact.libvirt;
+            vec![
+                format!("`{}`", fact.field),
+                format!("{major}.{minor}.{micro}"),
+                fact.older.to_string(),
+            ]
+        })
+        .collect();
+    assert_eq!(rows, facts, "docs/vmi.md's Versions table");
+    // The versions the "Checked before libvirt" table gives agree.
+    let checked = repo_file("docs/vmi.md");
+    for fact in virt_launcher::convert::VERSION_FACTS {
+        let (major, minor, micro) = fact.libvirt;
+        if fact.older.starts_with("refused") {
+            let row = format!(
+                "| `{}` | libvirt is older than {major}.{minor}.{micro} |",
+                fact.field
+            );
+            assert!(checked.contains(&row), "docs/vmi.md has no row {row}");
+        }
+    }
+}

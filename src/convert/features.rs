@@ -18,7 +18,7 @@ const MIN_SPINLOCK_RETRIES: u32 = 4096;
 const MAX_CLOCK_OFFSET_SECONDS: i64 = 36_525 * 24 * 3600;
 
 /// libvirt 11.0.0 added `<tlbflush><direct/><extended/></tlbflush>`.
-const TLBFLUSH_CHILDREN_SINCE: (u32, u32, u32) = (11, 0, 0);
+pub(crate) const TLBFLUSH_CHILDREN_SINCE: (u32, u32, u32) = (11, 0, 0);
 
 pub(crate) fn configure(
     vmi: &VirtualMachineInstance,

@@ -95,6 +95,7 @@ pub(crate) fn configure(
                 block: Some(ScaledInteger::bytes(block)),
                 requested: Some(ScaledInteger::bytes(0)),
                 current: None,
+                address: None,
             },
             alias: None,
             address: None,

@@ -310,6 +310,47 @@ impl fmt::Display for ConvertError {
 
 impl std::error::Error for ConvertError {}
 
+/// Which VMI feature needs which libvirt daemon, and what the launcher
+/// does on an older one: the one table of version facts, checked against
+/// the connected daemon's version at sync time. docs/vmi.md's "Versions"
+/// section shows it (tests/vmi_doc.rs keeps the two equal).
+pub struct VersionFact {
+    /// The VMI field (or binding) the fact is about.
+    pub field: &'static str,
+    /// The first libvirt (major, minor, micro) that has it.
+    pub libvirt: (u32, u32, u32),
+    /// What happens on an older daemon.
+    pub older: &'static str,
+}
+
+/// Refused on an older daemon, naming the field and both versions.
+const REFUSED_OLDER: &str =
+    "refused (`InvalidArgument`), naming the field, the version it needs and the daemon's";
+
+/// The version facts ([`VersionFact`]).
+pub const VERSION_FACTS: &[VersionFact] = &[
+    VersionFact {
+        field: "spec.domain.devices.disks[].blockSize.custom.discardGranularity",
+        libvirt: storage::DISCARD_GRANULARITY_SINCE,
+        older: REFUSED_OLDER,
+    },
+    VersionFact {
+        field: "spec.domain.features.hyperv.tlbflush.direct",
+        libvirt: features::TLBFLUSH_CHILDREN_SINCE,
+        older: REFUSED_OLDER,
+    },
+    VersionFact {
+        field: "spec.domain.features.hyperv.tlbflush.extended",
+        libvirt: features::TLBFLUSH_CHILDREN_SINCE,
+        older: REFUSED_OLDER,
+    },
+    VersionFact {
+        field: "spec.domain.devices.interfaces[].binding.name: passt",
+        libvirt: network::PASST_BACKEND_SINCE,
+        older: "the launcher runs passt itself and QEMU joins its socket on its command line; the passt interfaces of a running VMI cannot change",
+    },
+];
+
 /// Refuses `what` at `path` when the libvirt daemon is older than `since`
 /// (a version unknown to the context is not checked).
 pub(crate) fn require_libvirt(

@@ -319,10 +319,14 @@ fn interface_xml(
     Ok(Some(nic))
 }
 
+/// libvirt reads `<backend type='passt'/>` from 9.2.0 on.
+pub(crate) const PASST_BACKEND_SINCE: (u32, u32, u32) = (9, 2, 0);
+
 /// libvirt writes `<backend type='passt'/>` from 9.2 on; older versions
 /// (and an unknown one) refuse it, and the launcher runs passt itself.
 pub fn passt_by_libvirt(libvirt_version: Option<u32>) -> bool {
-    libvirt_version.is_some_and(|v| v >= super::libvirt_version(9, 2, 0))
+    let (major, minor, micro) = PASST_BACKEND_SINCE;
+    libvirt_version.is_some_and(|v| v >= super::libvirt_version(major, minor, micro))
 }
 
 /// Where the launcher's own passt for interface `name` listens.

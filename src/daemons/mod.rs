@@ -246,6 +246,9 @@ impl LibvirtDaemons {
             start_cpu: seeded.start_cpu,
             read_only: None,
         };
+        if mode == DaemonMode::System {
+            open_passt_dir(&runtime_dir.join("run/qemu/passt"));
+        }
         let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
         // The same socket name in both modes; session mode's URI, as
         // KubeVirt's non-root launcher connects.
@@ -500,6 +503,25 @@ impl LibvirtDaemons {
             (_, DaemonMode::Session) => self.runtime_dir.join("cache/qemu/log"),
         };
         dir.join(format!("{domain}.log"))
+    }
+}
+
+/// libvirt's own passt backend (libvirt 9.2 and newer) starts passt as
+/// the QEMU user, root here; passt then drops to user nobody by itself, and
+/// Debian 12's passt (2023-03-09) writes its PID file only after that, in
+/// libvirt's `/run/libvirt/qemu/passt`, root's and 0755 as libvirt makes
+/// it: the start fails ("PID file open: Permission denied"). Made here
+/// before the daemon starts, any user may create files in it (sticky, not
+/// listed); only this launcher's daemons see it, and libvirt before 9.2
+/// leaves it unused.
+fn open_passt_dir(dir: &Path) {
+    let made = fs::create_dir_all(dir)
+        .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(0o1733)));
+    if let Err(e) = made {
+        log::warn!(
+            "daemons: cannot make {} for passt's PID file ({e}); libvirt's passt backend may fail to start passt",
+            dir.display()
+        );
     }
 }
 

@@ -782,6 +782,19 @@ pub struct MemoryTarget {
     /// Plugged size reported in live XML.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub current: Option<ScaledInteger>,
+    /// Where the device's memory starts in the guest's physical address
+    /// space, as libvirt 9.4 and newer report it: kept as read, since
+    /// libvirt refuses an update that changes (or drops) it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<MemoryTargetAddress>,
+}
+
+/// `<address base='0x100000000'/>` in a memory device's target.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MemoryTargetAddress {
+    #[serde(rename = "@base", skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 /// `<hostdev mode='subsystem' type='pci' managed='no'>`: a host PCI device

@@ -520,11 +520,31 @@ fn run_sync(hv: &dyn Hypervisor, mut plan: SyncPlan) -> JobOutput {
             Err(e) => return JobOutput::reply(Err(e)),
         };
     }
-    let action = match action {
+    let mut action = match action {
         SyncAction::None if !changes.is_empty() => SyncAction::Updated,
         other => other,
     };
-    let status = steps.time("read_state_after", || hv.domain_status(&plan.domain_name));
+    let mut status = steps.time("read_state_after", || hv.domain_status(&plan.domain_name));
+    // A daemon that restarted while QEMU was starting may report the
+    // half-started domain as running, then give it up (libvirt 11: shut off,
+    // reason "daemon"): the domain this sync found running is gone. Start it
+    // as for a domain found down (once).
+    if !action.started()
+        && let Ok(Some(after)) = status
+        && !after.state.is_active()
+    {
+        log::info!(
+            "manager: sync: the domain found running is {:?} ({:?}) now; starting it again",
+            after.state,
+            after.reason
+        );
+        action = match sync_domain(hv, &plan, &mut steps) {
+            Ok(again) => again,
+            Err(e) => return JobOutput::reply(Err(e)),
+        };
+        changes.clear();
+        status = steps.time("read_state_after", || hv.domain_status(&plan.domain_name));
+    }
     // A re-sync that changed nothing is routine (virt-handler repeats
     // them); one that did something is worth a line.
     let level = if action == SyncAction::None {

@@ -25,11 +25,28 @@ pub struct GuestImages {
 }
 
 /// Builds the test guest once per test binary (the script caches).
+/// `VL_TEST_GUEST_BUILT=1`: it was built outside, and is used as it is
+/// (scripts/newer-stack.sh runs tests in a root filesystem where the
+/// build script's inputs, the host's packages, are not).
 pub fn images() -> &'static GuestImages {
     static IMAGES: OnceLock<GuestImages> = OnceLock::new();
     IMAGES.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let out = root.join("target/test-guest");
+        if std::env::var("VL_TEST_GUEST_BUILT").as_deref() == Ok("1") {
+            let images = GuestImages {
+                kernel: out.join("vmlinuz"),
+                initrd: out.join("initrd.img"),
+            };
+            assert!(
+                images.kernel.is_file() && images.initrd.is_file(),
+                "VL_TEST_GUEST_BUILT=1, but {} has no vmlinuz and initrd.img \
+                 (scripts/build-test-guest.sh {})",
+                out.display(),
+                out.display()
+            );
+            return images;
+        }
         let status = Command::new(root.join("scripts/build-test-guest.sh"))
             .arg(&out)
             .status()

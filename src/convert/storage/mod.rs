@@ -50,7 +50,7 @@ use iothreads::IoThreadPlan;
 use volumes::{disk_entries, index_volumes, volume_source};
 
 /// libvirt 9.7.0 added `<blockio discard_granularity=...>`.
-const DISCARD_GRANULARITY_SINCE: (u32, u32, u32) = (9, 7, 0);
+pub(crate) const DISCARD_GRANULARITY_SINCE: (u32, u32, u32) = (9, 7, 0);
 
 /// Disk fields that would change the guest but are not implemented.
 fn check_unimplemented(

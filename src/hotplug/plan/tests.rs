@@ -34,7 +34,7 @@ fn live_xml(extra_devices: &str) -> String {
       <alias name='ua-default'/>
     </interface>
     <memory model='virtio-mem'>
-      <target><size unit='KiB'>327680</size><node>0</node><block unit='KiB'>2048</block><requested unit='KiB'>65536</requested><current unit='KiB'>65536</current></target>
+      <target><size unit='KiB'>327680</size><node>0</node><block unit='KiB'>2048</block><requested unit='KiB'>65536</requested><current unit='KiB'>65536</current><address base='0x100000000'/></target>
       <alias name='virtiomem0'/>
       <address type='pci' domain='0x0000' bus='0x05' slot='0x00' function='0x0'/>
     </memory>
@@ -358,6 +358,11 @@ fn virtio_mem_requests_the_difference_from_boot_memory() {
         Some(128 * MIB)
     );
     assert!(device.target.current.is_none());
+    // libvirt 9.4 and newer refuse an update that drops the base address.
+    assert_eq!(
+        device.target.address.and_then(|a| a.base).as_deref(),
+        Some("0x100000000")
+    );
     assert_eq!(device.alias.map(|a| a.name).as_deref(), Some("virtiomem0"));
     // Back to what it booted with.
     let steps = plan_of(&live_xml(""), &desired_xml(1, ""), Some(192 * MIB)).unwrap();

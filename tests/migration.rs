@@ -207,6 +207,22 @@ fn migrate_cancel_keeps_the_guest_on_the_source() {
         p.b_client.ok("query-migration", Value::Null)["migration"]["role"],
         "target"
     );
+    // Neither launcher can be replaced in place mid-migration (upgrade):
+    // both refuse, and the migration runs on.
+    let source_qemu = qemu_pids(&p.domain);
+    let (class, desc) = p.a.client.err_class("upgrade", Value::Null);
+    assert_eq!(
+        (class.as_str(), desc.contains("a migration is running")),
+        ("InvalidState", true),
+        "{desc}"
+    );
+    let (class, desc) = p.b_client.err_class("upgrade", Value::Null);
+    assert_eq!(class, "InvalidState", "{desc}");
+    assert_eq!(
+        p.a.client.ok("query-migration", Value::Null)["migration"]["phase"],
+        "running"
+    );
+    assert_eq!(qemu_pids(&p.domain), source_qemu);
 
     assert_eq!(
         p.a.client.ok("migrate-cancel", Value::Null)["cancelling"],

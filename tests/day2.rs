@@ -694,6 +694,62 @@ fn an_aborted_backup_and_a_restarted_launcher_leave_the_next_incremental_working
     client.ok("kill", Value::Null);
 }
 
+/// Live-migrates the running guest `a` (the VMI `vmi`) into a new
+/// launcher in `tree` whose `--backend-storage-dir` is `backend`; returns
+/// that launcher once the migration is finalized and its agent connected
+/// (`a` has exited 0).
+fn migrate_to_a_new_launcher(
+    a: common::guest::Booted,
+    vmi: &Value,
+    tree: TempTree,
+    name: &str,
+    backend: &std::path::Path,
+) -> common::guest::Booted {
+    let mut a = a;
+    let b = common::guest::start_qemu_launcher(
+        tree,
+        name,
+        &["--backend-storage-dir", backend.to_str().unwrap()],
+    );
+    let mut b_watch = b.client();
+    b_watch.ok("subscribe", Value::Null);
+    let mut b_client = b.client();
+    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
+    let target = ret["return"]["target"].clone();
+    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
+    let started = a.client.ok("migrate", json!({"target": target}));
+    assert_eq!(started["started"], true);
+    a.watcher.wait_events(
+        STEP * 2,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            (
+                "Stopped/Migrated",
+                &common::lifecycle("Stopped", "Migrated"),
+            ),
+        ],
+    );
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    assert_eq!(
+        b_client.ok("finalize-migration", Value::Null)["finalized"],
+        true
+    );
+    wait_status(&mut b_client, STEP, "agent on B", |s| {
+        s["agent"]["connected"] == true
+    });
+    common::guest::Booted {
+        launcher: b,
+        client: b_client,
+        watcher: b_watch,
+        booted_at: std::time::Instant::now(),
+    }
+}
+
 /// An EFI variable of this test's own (its GUID is random), as efivarfs
 /// names it.
 const TEST_EFI_VARIABLE: &str = "VlPersist-4f1c2b7e-9a3d-4e5f-8b6a-0c1d2e3f4a5b";
@@ -875,53 +931,12 @@ fn persistent_efi_variables_follow_a_migration_on_a_shared_backend_storage_dir()
     let mut a = boot_efi(TempTree::new("d2-mig-a"), &vmi, &backend);
     write(&mut a.client, 1, &before);
 
-    let b = common::guest::start_qemu_launcher(
-        TempTree::new("d2-mig-b"),
-        "efimover",
-        &["--backend-storage-dir", backend.to_str().unwrap()],
-    );
-    let mut b_watch = b.client();
-    b_watch.ok("subscribe", Value::Null);
-    let mut b_client = b.client();
-    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
-    let target = ret["return"]["target"].clone();
-    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
-    let started = a.client.ok("migrate", json!({"target": target}));
-    assert_eq!(started["started"], true);
-    a.watcher.wait_events(
-        STEP * 2,
-        &[
-            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
-            (
-                "Stopped/Migrated",
-                &common::lifecycle("Stopped", "Migrated"),
-            ),
-        ],
-    );
-    assert_eq!(a.launcher.wait_exit(STEP), 0);
-    b_watch.wait_event(
-        STEP,
-        "target MIGRATION_COMPLETED",
-        named("MIGRATION_COMPLETED"),
-    );
-    assert_eq!(
-        b_client.ok("finalize-migration", Value::Null)["finalized"],
-        true
-    );
-    wait_status(&mut b_client, STEP, "agent on B", |s| {
-        s["agent"]["connected"] == true
-    });
+    let mut b = migrate_to_a_new_launcher(a, &vmi, TempTree::new("d2-mig-b"), "efimover", &backend);
     // The same guest on B: the variable is there, and B's QEMU writes the
     // store.
-    assert_eq!(read(&mut b_client, 1), (0, before.clone()));
-    write(&mut b_client, 2, &after);
-    let b_booted = common::guest::Booted {
-        launcher: b,
-        client: b_client,
-        watcher: b_watch,
-        booted_at: std::time::Instant::now(),
-    };
-    stop_gracefully(b_booted, "e2e_efimover");
+    assert_eq!(read(&mut b.client, 1), (0, before.clone()));
+    write(&mut b.client, 2, &after);
+    stop_gracefully(b, "e2e_efimover");
 
     let mut c = boot_efi(TempTree::new("d2-mig-c"), &vmi, &backend);
     assert_eq!(
@@ -1075,50 +1090,16 @@ fn persistent_tpm_and_efi_variables_follow_a_migration_to_a_backend_storage_dir_
     let extended = pcr16(&mut a.client);
     assert_ne!(extended, zero, "PCR 16 did not change");
 
-    let b = common::guest::start_qemu_launcher(
-        TempTree::new("d2-tmig-b"),
-        "tpmmover",
-        &["--backend-storage-dir", backend_b.to_str().unwrap()],
-    );
-    let mut b_watch = b.client();
-    b_watch.ok("subscribe", Value::Null);
-    let mut b_client = b.client();
-    let ret = b_client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
-    let target = ret["return"]["target"].clone();
-    assert!(target.is_object(), "prepare-migration-target failed: {ret}");
-    let started = a.client.ok("migrate", json!({"target": target}));
-    assert_eq!(started["started"], true);
-    a.watcher.wait_events(
-        STEP * 2,
-        &[
-            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
-            (
-                "Stopped/Migrated",
-                &common::lifecycle("Stopped", "Migrated"),
-            ),
-        ],
-    );
-    assert_eq!(a.launcher.wait_exit(STEP), 0);
-    b_watch.wait_event(
-        STEP,
-        "target MIGRATION_COMPLETED",
-        named("MIGRATION_COMPLETED"),
-    );
-    assert_eq!(
-        b_client.ok("finalize-migration", Value::Null)["finalized"],
-        true
-    );
-    wait_status(&mut b_client, STEP, "agent on B", |s| {
-        s["agent"]["connected"] == true
-    });
+    let mut b =
+        migrate_to_a_new_launcher(a, &vmi, TempTree::new("d2-tmig-b"), "tpmmover", &backend_b);
     // The TPM on B is the same TPM, in the state it had on A.
     assert_eq!(
-        pcr16(&mut b_client),
+        pcr16(&mut b.client),
         extended,
         "the TPM's volatile state (PCR 16) did not migrate"
     );
     assert!(
-        tpm_has_test_index(&mut b_client),
+        tpm_has_test_index(&mut b.client),
         "the TPM's NV index did not migrate"
     );
     // The EFI variable store is in B's directory, with the variable.
@@ -1129,13 +1110,7 @@ fn persistent_tpm_and_efi_variables_follow_a_migration_to_a_backend_storage_dir_
         "{} does not hold the variable written before the migration",
         nvram_b.display()
     );
-    let b_booted = common::guest::Booted {
-        launcher: b,
-        client: b_client,
-        watcher: b_watch,
-        booted_at: std::time::Instant::now(),
-    };
-    stop_gracefully(b_booted, "e2e_tpmmover");
+    stop_gracefully(b, "e2e_tpmmover");
     let tpm_state = backend_b
         .join("swtpm")
         .join(&uuid)

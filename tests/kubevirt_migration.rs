@@ -398,14 +398,8 @@ fn a_guest_moves_between_kubevirts_launcher_and_this_one_both_ways() {
         return;
     }
     let nodes = Nodes::new();
-    let a = Node {
-        netns: &nodes.source,
-        ip: SOURCE_IP,
-    };
-    let b = Node {
-        netns: &nodes.target,
-        ip: TARGET_IP,
-    };
+    let a = nodes.source_node();
+    let b = nodes.target_node();
     let logs = TempTree::new("kvm-mix-proxy");
     let vmi = mixed_vmi("kvmixed", false);
     let (pod, _, _) = mixed_fleet(
@@ -432,14 +426,8 @@ fn local_disks_move_from_this_launcher_into_kubevirts() {
         return;
     }
     let nodes = Nodes::new();
-    let a = Node {
-        netns: &nodes.source,
-        ip: SOURCE_IP,
-    };
-    let b = Node {
-        netns: &nodes.target,
-        ip: TARGET_IP,
-    };
+    let a = nodes.source_node();
+    let b = nodes.target_node();
     let logs = TempTree::new("kvm-mixdisk-proxy");
     let vmi = mixed_vmi("kvmixdisk", true);
     let (mut pod, state, here) =
@@ -473,14 +461,8 @@ fn stopped_migrations(tag: &str, name: &str, source: Launcher) {
         return;
     }
     let nodes = Nodes::new();
-    let a = Node {
-        netns: &nodes.source,
-        ip: SOURCE_IP,
-    };
-    let b = Node {
-        netns: &nodes.target,
-        ip: TARGET_IP,
-    };
+    let a = nodes.source_node();
+    let b = nodes.target_node();
     let logs = TempTree::new(&format!("{tag}-proxy"));
     let vmi = mixed_vmi(name, false);
     let (mut pod, mut state) = boot(source, a, tag, name, &vmi);
@@ -554,14 +536,8 @@ fn the_targets_migration_hook_fits_a_differently_laid_out_sources_domain() {
     }
     const OLD_LAYOUT: &str = "/var/run/kubevirt-ephemeral-disks-old";
     let nodes = Nodes::new();
-    let a = Node {
-        netns: &nodes.source,
-        ip: SOURCE_IP,
-    };
-    let b = Node {
-        netns: &nodes.target,
-        ip: TARGET_IP,
-    };
+    let a = nodes.source_node();
+    let b = nodes.target_node();
     let logs = TempTree::new("kvm-hook-proxy");
     let vmi = mixed_vmi("kvhook", true);
     let (pod, state) = boot_with(
@@ -662,14 +638,8 @@ fn the_targets_migration_hook_pins_dedicated_cpus_to_the_target_pods() {
         return;
     }
     let nodes = Nodes::new();
-    let a = Node {
-        netns: &nodes.source,
-        ip: SOURCE_IP,
-    };
-    let b = Node {
-        netns: &nodes.target,
-        ip: TARGET_IP,
-    };
+    let a = nodes.source_node();
+    let b = nodes.target_node();
     let logs = TempTree::new("kvm-hookcpu-proxy");
     let cpusets: Vec<String> = ["0", "1"]
         .iter()

@@ -86,14 +86,8 @@ pub fn mixed() {
     ];
     for (label, order) in &sequences {
         let nodes = Nodes::new();
-        let a = Node {
-            netns: &nodes.source,
-            ip: SOURCE_IP,
-        };
-        let b = Node {
-            netns: &nodes.target,
-            ip: TARGET_IP,
-        };
+        let a = nodes.source_node();
+        let b = nodes.target_node();
         let tag = format!("bm-{label}");
         let name = format!("bm{label}");
         let logs = TempTree::new(&format!("{tag}-proxy"));

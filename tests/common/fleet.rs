@@ -38,6 +38,24 @@ pub struct Nodes {
     pub target: String,
 }
 
+impl Nodes {
+    /// The source node: its namespace, [`SOURCE_IP`].
+    pub fn source_node(&self) -> Node<'_> {
+        Node {
+            netns: &self.source,
+            ip: SOURCE_IP,
+        }
+    }
+
+    /// The target node: its namespace, [`TARGET_IP`].
+    pub fn target_node(&self) -> Node<'_> {
+        Node {
+            netns: &self.target,
+            ip: TARGET_IP,
+        }
+    }
+}
+
 pub const SOURCE_IP: &str = "10.231.0.1";
 pub const TARGET_IP: &str = "10.231.0.2";
 

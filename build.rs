@@ -1,10 +1,12 @@
 //! Build script: two jobs, for the static musl build only. It drops the
 //! unwind tables of Rust's code, which a build whose panics abort never
-//! reads (see scripts/static-link.ld), and it has the linker write its map
+//! reads (see scripts/static-link.ld; src/no_unwind.rs, compiled in under
+//! the same cfg, keeps libunwind out too), and it has the linker write its map
 //! with a cross-reference table (`virt-launcher.map` in `OUT_DIR`), which
 //! names the object that defined each symbol: the binary is stripped as it
 //! is linked, so scripts/build-static.sh reads there that `memcpy` and
-//! `memmove` are src/memcpy.rs's and not musl's.
+//! `memmove` are src/memcpy.rs's and not musl's, and `_Unwind_Backtrace`
+//! and `_Unwind_Resume` src/no_unwind.rs's and not libunwind's.
 //!
 //! Cargo does not tell a build script the profile's name or its panic
 //! strategy (`CARGO_CFG_PANIC` reflects the target, not the profile), so

@@ -7,7 +7,10 @@
 # and ldd(1) finds nothing to load, and that its memcpy and memmove are
 # src/memcpy.rs's, not musl's (the binary is stripped as it is linked, so
 # the check reads the linker's map, which build.rs asks for: its
-# cross-reference table names the object that defined each symbol).
+# cross-reference table names the object that defined each symbol), and
+# likewise that its `_Unwind_Backtrace` and `_Unwind_Resume` are
+# src/no_unwind.rs's, not libunwind's (the stubs that keep libunwind and
+# std's backtrace printer out).
 #
 #   scripts/build-static.sh            # -> target/x86_64-unknown-linux-musl/static/virt-launcher
 #
@@ -36,14 +39,15 @@ if [ -z "$out_dir" ] || [ ! -f "$map" ]; then
 fi
 # The defining object of each symbol: the first file of its line in the
 # map's cross-reference table. Ours is the crate's LTO object
-# (deps/virt_launcher-*.rcgu.o); musl's would be libc.a(memcpy.lo).
-for symbol in memcpy memmove; do
+# (deps/virt_launcher-*.rcgu.o); musl's would be libc.a(memcpy.lo),
+# libunwind's libunwind.a(...-UnwindLevel1.o) and the like.
+for symbol in memcpy memmove _Unwind_Backtrace _Unwind_Resume; do
     definer=$(awk -v symbol="$symbol" '/^Cross Reference Table/ { table = 1 }
         table && $1 == symbol && NF == 2 { print $2; exit }' "$map")
     case "$(basename "$definer")" in
         virt_launcher-*.rcgu.o) ;;
         *)
-            echo "build-static: $symbol in $bin is defined by ${definer:-nothing}, not by src/memcpy.rs (linker map: $map)" >&2
+            echo "build-static: $symbol in $bin is defined by ${definer:-nothing}, not by the crate (src/memcpy.rs, src/no_unwind.rs; linker map: $map)" >&2
             exit 1
             ;;
     esac
@@ -60,5 +64,5 @@ if ldd_out=$(ldd "$bin" 2>&1); then
     esac
 fi
 size=$(stat -c %s "$bin")
-echo "build-static: $bin: $kind; ldd: ${ldd_out:-not a dynamic executable}; memcpy and memmove from src/memcpy.rs; $((size / 1024)) KiB" >&2
+echo "build-static: $bin: $kind; ldd: ${ldd_out:-not a dynamic executable}; memcpy and memmove from src/memcpy.rs, libunwind's functions from src/no_unwind.rs; $((size / 1024)) KiB ($size bytes)" >&2
 echo "$bin"

@@ -29,6 +29,8 @@ pub mod memcpy;
 pub mod metrics;
 pub mod migration;
 pub mod network;
+#[cfg(vl_no_unwind_tables)]
+pub mod no_unwind;
 pub mod os;
 pub mod png;
 pub mod protocol;

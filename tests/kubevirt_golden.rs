@@ -416,9 +416,9 @@ fn the_vmi_kubevirt_was_given_converts_as_the_example() {
         );
         let given = Path::new(REFERENCE_DIR).join(format!("{stem}.vmi.json"));
         let vmi = parse_vmi(&example_json(&given)).unwrap_or_else(|e| panic!("{stem}: {e}"));
-        let xml = convert(&vmi, &example_context(&vmi, DomainType::Kvm))
-            .unwrap_or_else(|e| panic!("{stem}: {e}"))
-            .domain
+        let conversion = convert(&vmi, &example_context(&vmi, DomainType::Kvm))
+            .unwrap_or_else(|e| panic!("{stem}: {e}"));
+        let xml = with_cache_modes(conversion)
             .to_xml()
             .unwrap_or_else(|e| panic!("{stem}: {e}"));
         let found = differences(&example, &xml);

@@ -8,11 +8,13 @@
 //! [`PreparedDisks::rollback`] undoes it if a later step (defining the domain)
 //! fails. Files that already existed are never removed.
 
+mod cache;
 pub mod iso9660;
 mod plan;
 mod prepare;
 mod qemu_img;
 
+pub use cache::{HostProbe, ImageProbe, set_cache_modes};
 pub use plan::{DiskPlan, DiskStep, IsoContents, PathKind, SecretFile};
 pub use prepare::{
     DiskError, DiskErrorKind, PrepareOptions, PreparedDisks, iso_files, prepare, prepare_with,

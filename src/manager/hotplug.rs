@@ -563,10 +563,13 @@ pub(super) fn apply_live(
         guest_memory: change.guest_memory.clone(),
         disk_paths: change.disk_paths.clone(),
     };
-    let steps = plan::plan(&live, &desired).map_err(|e| refused(&e))?;
+    let mut steps = plan::plan(&live, &desired).map_err(|e| refused(&e))?;
     let host = HostPaths::system();
     ready::check(&steps, change.check_host.then_some(&host))
         .map_err(|e| CommandError::invalid_argument(format!("sync: {}", e.message)))?;
+    if change.check_host {
+        set_cache_modes(&mut steps)?;
+    }
     if let Some((vfio, who)) = &change.unprivileged {
         unprivileged::check_live_steps(&steps, &live, &change.vmi_domain, vfio, who)
             .map_err(|e| CommandError::new(ErrorClass::Unavailable, format!("sync: {e}")))?;
@@ -594,6 +597,32 @@ pub(super) fn apply_live(
         done.push(step.change());
     }
     Ok(done)
+}
+
+/// A plugged-in disk's cache and I/O modes, chosen from its image as at
+/// the domain's start (KubeVirt's launcher does the same before it
+/// attaches a disk).
+fn set_cache_modes(steps: &mut [Step]) -> Result<(), CommandError> {
+    for step in steps {
+        let Step::AttachDisk { xml, .. } = step else {
+            continue;
+        };
+        let mut domain = Domain::default();
+        domain.devices.disks.push(
+            crate::domxml::read::from_str(xml).map_err(|e| {
+                CommandError::internal(format!("cannot read a disk's XML back: {e}"))
+            })?,
+        );
+        crate::disks::set_cache_modes(
+            &mut domain,
+            &crate::disks::DiskPlan::default(),
+            &mut crate::disks::HostProbe,
+        )
+        .map_err(|e| CommandError::invalid_argument(format!("sync: {e}")))?;
+        *xml = Domain::device_xml("disk", &domain.devices.disks[0])
+            .map_err(|e| CommandError::internal(format!("cannot write a disk's XML: {e}")))?;
+    }
+    Ok(())
 }
 
 /// Plugs in an interface on the pod network: its bridge, tap and DHCP

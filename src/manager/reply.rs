@@ -196,11 +196,15 @@ impl Steps {
         out
     }
 
-    /// Milliseconds by name, with microsecond resolution.
+    /// Milliseconds by name (a step that ran twice, as the hooks before
+    /// and after the disks, summed), with microsecond resolution.
     pub fn milliseconds(&self) -> BTreeMap<&'static str, f64> {
-        self.0
-            .iter()
-            .map(|(name, took)| (*name, (took.as_secs_f64() * 1e6).round() / 1e3))
+        let mut sums = BTreeMap::new();
+        for (name, took) in &self.0 {
+            *sums.entry(*name).or_insert(Duration::ZERO) += *took;
+        }
+        sums.into_iter()
+            .map(|(name, took)| (name, (took.as_secs_f64() * 1e6).round() / 1e3))
             .collect()
     }
 

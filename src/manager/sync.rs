@@ -708,19 +708,47 @@ fn define_and_start(
         }
         None => None,
     };
-    let xml = steps
-        .time("write_xml", || domain.to_xml())
-        .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
-    let (xml, disk_plan) = match &plan.hooks {
-        Some(hooks) => steps.time("hooks", || {
-            hooks.run(xml, &plan.disk_plan, &plan.domain_name, "sync")
-        })?,
-        None => (xml, Cow::Borrowed(&plan.disk_plan)),
+    // As KubeVirt's launcher: the cloud-init data through the
+    // `PreCloudInitIso` hooks, the disks, their cache modes from the images
+    // just prepared, then the domain through the `OnDefineDomain` hooks.
+    let disk_plan = match &plan.hooks {
+        Some(hooks) => steps.time("hooks", || hooks.pre_cloud_init(&plan.disk_plan, "sync"))?,
+        None => Cow::Borrowed(&plan.disk_plan),
     };
-    log::debug!("manager: domain XML for {}:\n{xml}", plan.domain_name);
     let prepared = steps
         .time("disks", || disks::prepare(&disk_plan))
         .map_err(disk_error)?;
+    // The test driver opens no image.
+    if hv.info().driver == DriverKind::Qemu
+        && let Err(e) = steps.time("cache_modes", || {
+            disks::set_cache_modes(&mut domain, &disk_plan, &mut disks::HostProbe)
+        })
+    {
+        prepared.rollback();
+        return Err(CommandError::invalid_argument(format!("sync: {e}")));
+    }
+    let xml = match steps.time("write_xml", || domain.to_xml()) {
+        Ok(xml) => xml,
+        Err(e) => {
+            prepared.rollback();
+            return Err(CommandError::internal(format!(
+                "cannot write the domain XML: {e}"
+            )));
+        }
+    };
+    let xml = match &plan.hooks {
+        Some(hooks) => {
+            match steps.time("hooks", || hooks.on_define(xml, &plan.domain_name, "sync")) {
+                Ok(xml) => xml,
+                Err(e) => {
+                    prepared.rollback();
+                    return Err(e);
+                }
+            }
+        }
+        None => xml,
+    };
+    log::debug!("manager: domain XML for {}:\n{xml}", plan.domain_name);
     if plan.unprivileged
         && let Err(e) = crate::unprivileged::check_disks(&domain)
     {
@@ -777,15 +805,11 @@ impl SyncPlan {
         if let Some(active) = active {
             crate::network::setup::patch_domain(&mut domain, active);
         }
+        let disk_plan = hooks.pre_cloud_init(&self.disk_plan, "prepare-migration-target")?;
         let xml = domain
             .to_xml()
             .map_err(|e| CommandError::internal(format!("cannot write the domain XML: {e}")))?;
-        let (_xml, disk_plan) = hooks.run(
-            xml,
-            &self.disk_plan,
-            &self.domain_name,
-            "prepare-migration-target",
-        )?;
+        hooks.on_define(xml, &self.domain_name, "prepare-migration-target")?;
         Ok(disk_plan)
     }
 }
@@ -800,25 +824,14 @@ struct HookRun {
 }
 
 impl HookRun {
-    /// As KubeVirt's launcher: the cloud-init data through the
-    /// `PreCloudInitIso` hooks, then the domain XML through the
-    /// `OnDefineDomain` hooks; returns the XML to define and the disk plan
-    /// with the ISO's new contents.
-    fn run<'a>(
+    /// As KubeVirt's launcher, before it writes the disks: the cloud-init
+    /// data through the `PreCloudInitIso` hooks; returns the disk plan with
+    /// the ISO's new contents.
+    fn pre_cloud_init<'a>(
         &self,
-        xml: String,
         disk_plan: &'a DiskPlan,
-        domain_name: &str,
         command: &str,
-    ) -> Result<(String, Cow<'a, DiskPlan>), CommandError> {
-        let failed = |e: HookError| match e {
-            HookError::Call(why) => {
-                CommandError::new(ErrorClass::Unavailable, format!("{command}: {why}"))
-            }
-            HookError::BadResult(why) => {
-                CommandError::invalid_argument(format!("{command}: {why}"))
-            }
-        };
+    ) -> Result<Cow<'a, DiskPlan>, CommandError> {
         let mut disk_plan = Cow::Borrowed(disk_plan);
         let step = self.cloud_init.as_ref().and_then(|iso| {
             let at = disk_plan
@@ -834,11 +847,22 @@ impl HookRun {
             let data = self
                 .sidecars
                 .pre_cloud_init_iso(iso.hook_data(&files), &self.vmi)
-                .map_err(failed)?;
+                .map_err(|e| hook_failed(e, command))?;
             *contents = IsoContents::Files(iso.apply_hook_data(files, &data));
         }
-        let xml = self
-            .sidecars
+        Ok(disk_plan)
+    }
+
+    /// The domain XML through the `OnDefineDomain` hooks (after the disks
+    /// and their cache modes, as KubeVirt's launcher); returns the XML to
+    /// define.
+    fn on_define(
+        &self,
+        xml: String,
+        domain_name: &str,
+        command: &str,
+    ) -> Result<String, CommandError> {
+        self.sidecars
             .on_define_domain(xml, &self.vmi, |xml| {
                 let domain = crate::domxml::Domain::from_xml(xml).map_err(|e| e.to_string())?;
                 if domain.name != domain_name {
@@ -849,8 +873,16 @@ impl HookRun {
                 }
                 Ok(())
             })
-            .map_err(failed)?;
-        Ok((xml, disk_plan))
+            .map_err(|e| hook_failed(e, command))
+    }
+}
+
+fn hook_failed(e: HookError, command: &str) -> CommandError {
+    match e {
+        HookError::Call(why) => {
+            CommandError::new(ErrorClass::Unavailable, format!("{command}: {why}"))
+        }
+        HookError::BadResult(why) => CommandError::invalid_argument(format!("{command}: {why}")),
     }
 }
 

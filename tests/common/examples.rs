@@ -6,9 +6,12 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use virt_launcher::convert::Conversion;
 use virt_launcher::convert::{
     ConvertContext, DomainType, HostCell, HostTopology, convert, kubevirt_defaults, libvirt_version,
 };
+use virt_launcher::disks::{ImageProbe, set_cache_modes};
+use virt_launcher::domxml::Domain;
 use virt_launcher::vmi::{VirtualMachineInstance, parse_vmi};
 
 pub const EXAMPLES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
@@ -76,12 +79,33 @@ pub fn example_context(vmi: &VirtualMachineInstance, domain_type: DomainType) ->
     }
 }
 
-/// `examples/<stem>.json` converted with [`example_context`], as XML.
+/// `examples/<stem>.json` converted with [`example_context`], with the
+/// cache modes a sync then sets ([`with_cache_modes`]), as XML.
 pub fn example_xml(path: &Path, domain_type: DomainType) -> String {
     let vmi = load_example(path);
-    convert(&vmi, &example_context(&vmi, domain_type))
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .domain
+    let conversion = convert(&vmi, &example_context(&vmi, domain_type))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    with_cache_modes(conversion)
         .to_xml()
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The conversion's domain with the disks' cache and I/O modes a sync sets
+/// once the images are prepared, on a host as KubeVirt's reference was
+/// made on: every file system takes O_DIRECT, and the images written whole
+/// are the ISOs the launcher writes (a PVC's image is sparse).
+pub fn with_cache_modes(conversion: Conversion) -> Domain {
+    struct ReferenceHost;
+    impl ImageProbe for ReferenceHost {
+        fn direct_io(&mut self, _path: &Path, _block: bool) -> bool {
+            true
+        }
+        fn preallocated(&mut self, path: &Path, _format: &str) -> bool {
+            path.extension().is_some_and(|e| e == "iso")
+        }
+    }
+    let mut domain = conversion.domain;
+    set_cache_modes(&mut domain, &conversion.disk_plan, &mut ReferenceHost)
+        .unwrap_or_else(|e| panic!("{e}"));
+    domain
 }

@@ -255,3 +255,67 @@ fn the_commands_and_events_of_a_session_on_the_test_driver() {
     h.lifecycle("Undefined", "Removed");
     assert_eq!(h.status()["domain"]["defined"], false);
 }
+
+#[test]
+fn sync_chooses_each_disks_cache_mode_from_its_images_file_system() {
+    let h = Harness::with(
+        Setup::default()
+            .driver(crate::hypervisor::DriverKind::Qemu)
+            .flags(&["--force-emulation"]),
+    );
+    // An image written whole (preallocated) and one the launcher creates
+    // sparse, beside the cloud-init ISO it writes.
+    let full = h.path("images/full.img");
+    std::fs::create_dir_all(h.path("images")).unwrap();
+    std::fs::write(&full, vec![0u8; 1 << 20]).unwrap();
+    let sparse = h.path("images/sparse.img");
+    let mut vmi = vmi();
+    vmi["spec"]["domain"]["devices"]["autoattachPodInterface"] = json!(false);
+    let spec = &mut vmi["spec"];
+    for (name, cache) in [("full", None), ("sparse", None), ("own", Some("writeback"))] {
+        let mut disk = json!({"name": name, "disk": {"bus": "virtio"}});
+        if let Some(cache) = cache {
+            disk["cache"] = json!(cache);
+        }
+        spec["domain"]["devices"]["disks"]
+            .as_array_mut()
+            .unwrap()
+            .push(disk);
+    }
+    let own = h.path("images/own.img");
+    for (name, path, kind) in [
+        ("full", &full, "Disk"),
+        ("sparse", &sparse, "DiskOrCreate"),
+        ("own", &own, "DiskOrCreate"),
+    ] {
+        spec["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": name,
+            "hostDisk": {"path": path, "type": kind, "capacity": "1Gi"}}));
+    }
+    h.ok("sync", json!({ "vmi": vmi.clone() }));
+    let xml = h.fake.xml();
+    let domain = crate::domxml::Domain::from_xml(&xml).unwrap();
+    let modes = |alias: &str| {
+        let disk = domain
+            .devices
+            .disks
+            .iter()
+            .find(|d| d.alias.as_ref().is_some_and(|a| a.name == alias))
+            .unwrap_or_else(|| panic!("no disk {alias} in {xml}"));
+        let driver = disk.driver.clone().unwrap_or_default();
+        (driver.cache, driver.io)
+    };
+    let some = |s: &str| Some(s.to_string());
+    if crate::os::supports_direct_io(&full, false).unwrap() {
+        assert_eq!(modes("ua-full"), (some("none"), some("native")));
+        assert_eq!(modes("ua-sparse"), (some("none"), None));
+        assert_eq!(modes("ua-cloudinit"), (some("none"), None));
+    } else {
+        for alias in ["ua-full", "ua-sparse", "ua-cloudinit"] {
+            assert_eq!(modes(alias), (some("writethrough"), None));
+        }
+    }
+    assert_eq!(modes("ua-own"), (some("writeback"), None));
+}

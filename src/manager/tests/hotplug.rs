@@ -437,3 +437,36 @@ fn a_restarted_launcher_refuses_what_needs_a_restart_from_the_recorded_vmi() {
     );
     assert_eq!(second.fake.calls("attach_device"), 0);
 }
+
+#[test]
+fn a_hotplugged_disk_gets_its_cache_mode_from_its_image() {
+    let h = Harness::with(
+        Setup::default()
+            .driver(crate::hypervisor::DriverKind::Qemu)
+            .flags(&["--force-emulation"]),
+    );
+    let mut base = vmi();
+    base["spec"]["domain"]["devices"]["autoattachPodInterface"] = json!(false);
+    h.ok("sync", json!({ "vmi": base.clone() }));
+    // Written whole: preallocated.
+    mount(&h, "hp1");
+    let mut vmi = with_volumes(&["hp1"]);
+    vmi["spec"]["domain"]["devices"]["autoattachPodInterface"] = json!(false);
+    let added = h.ok("sync", json!({ "vmi": vmi }));
+    assert_eq!(changes(&added), ["attach-disk hp1"]);
+    let domain = crate::domxml::Domain::from_xml(&h.fake.xml()).unwrap();
+    let disk = domain
+        .devices
+        .disks
+        .iter()
+        .find(|d| d.alias.as_ref().is_some_and(|a| a.name == "ua-hp1"))
+        .unwrap();
+    let driver = disk.driver.clone().unwrap_or_default();
+    let image = h.path("hotplug-disks/hp1.img");
+    let expected = if crate::os::supports_direct_io(&image, false).unwrap() {
+        (Some("none"), Some("native"))
+    } else {
+        (Some("writethrough"), None)
+    };
+    assert_eq!((driver.cache.as_deref(), driver.io.as_deref()), expected);
+}

@@ -115,13 +115,12 @@ if [ "${1:-}" = --tests ]; then
     # the guest agent; vCPUs, virtio-mem and a NIC changed live (fewer vCPUs
     # refused under TCG, as on the host's stack); a live migration; a bridge
     # and masquerade pod network; passt started by libvirt itself and gone
-    # with a SIGKILLed launcher; a SIGKILLed launcher; non-root mode; and,
-    # run on the host, a migration from its stack to this one and one
-    # refused the other way (tests/migration.rs, VL_OTHER_STACK). Not
-    # here: passt's whole test (libvirt runs passt without --no-map-gw, so
-    # the guest's connections to its gateway reach the pod's loopback;
-    # docs/testing.md), virtiofs (QEMU 10 has no C virtiofsd, and bookworm
-    # has no Rust one).
+    # with a SIGKILLed launcher, and its whole test (the guest's address,
+    # a connection out to a server beyond the gateway, a forwarded port);
+    # a SIGKILLed launcher; non-root mode; and, run on the host, a
+    # migration from its stack to this one and one refused the other way
+    # (tests/migration.rs, VL_OTHER_STACK). Not here: virtiofs (QEMU 10
+    # has no C virtiofsd, and bookworm has no Rust one).
     suites=(backends qemu agent hotplug migration network sigkill nonroot)
     tests=(
         both_backends_give_the_same_values_on_the_same_guest
@@ -135,6 +134,7 @@ if [ "${1:-}" = --tests ]; then
         masquerade_gives_kubevirts_addresses_nat_ports_dns_ipv6_and_cleans_up_on_sigterm
         bridge_moves_the_pod_address_to_the_guest_and_back_after_kill
         a_sigkilled_launcher_leaves_no_passt
+        passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher
         a_sigkilled_launcher_takes_its_daemons_and_qemu_with_it
         boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands
     )

@@ -115,11 +115,12 @@ if [ "${1:-}" = --tests ]; then
     # the guest agent; vCPUs, virtio-mem and a NIC changed live (fewer vCPUs
     # refused under TCG, as on the host's stack); a live migration; a bridge
     # and masquerade pod network; passt started by libvirt itself and gone
-    # with a SIGKILLed launcher; a SIGKILLed launcher; non-root mode. Not
-    # here: passt's whole test (libvirt runs passt without --no-map-gw, so
-    # the guest's connections to its gateway reach the pod's loopback;
-    # docs/testing.md), virtiofs (QEMU 10 has no C virtiofsd, and bookworm
-    # has no Rust one).
+    # with a SIGKILLed launcher, and its whole test (the guest's address,
+    # a connection out to a server beyond the gateway, a forwarded port);
+    # a SIGKILLed launcher; non-root mode; and, run on the host, a
+    # migration from its stack to this one and one refused the other way
+    # (tests/migration.rs, VL_OTHER_STACK). Not here: virtiofs (QEMU 10
+    # has no C virtiofsd, and bookworm has no Rust one).
     suites=(backends qemu agent hotplug migration network sigkill nonroot)
     tests=(
         both_backends_give_the_same_values_on_the_same_guest
@@ -133,11 +134,13 @@ if [ "${1:-}" = --tests ]; then
         masquerade_gives_kubevirts_addresses_nat_ports_dns_ipv6_and_cleans_up_on_sigterm
         bridge_moves_the_pod_address_to_the_guest_and_back_after_kill
         a_sigkilled_launcher_leaves_no_passt
+        passt_gives_the_pod_address_forwards_listed_ports_and_stops_with_the_launcher
         a_sigkilled_launcher_takes_its_daemons_and_qemu_with_it
         boots_as_an_unprivileged_user_with_its_agent_pause_and_the_subcommands
     )
     mapfile -t bins < <(cargo test --locked "${suites[@]/#/--test=}" --no-run --message-format=json \
         | grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p')
+    migration_bin=$(printf '%s\n' "${bins[@]}" | grep '/migration-' | head -1)
     if [ "${VL_NEWER_STACK_SUITES:-}" = all ]; then
         args=(--test-threads=2)
     else
@@ -149,6 +152,13 @@ if [ "${1:-}" = --tests ]; then
         [ "$launcher" = default ] || env+=(VL_LAUNCHER_BIN="$launcher" VL_LAUNCHER_BACKEND=wire)
         "$0" env "${env[@]}" BINS="${bins[*]}" \
             sh -c 'for bin in $BINS; do "$bin" "$@" || exit 1; done' newer-stack "${args[@]}"
+        # Migrations between the two stacks: the test runs on the host,
+        # one launcher there (libvirt 9.0, QEMU 7.2) and one here, started
+        # through this script (VL_OTHER_STACK); both directions at once.
+        env "${env[@]}" VL_OTHER_STACK="$checkout/scripts/newer-stack.sh" "$migration_bin" \
+            --test-threads=2 --exact \
+            a_guest_moves_from_qemu_7_2_to_qemu_10_on_its_pinned_machine_type \
+            a_guest_on_qemu_10_cannot_move_to_qemu_7_2_and_keeps_running
         echo "newer-stack: the $launcher launcher passed on libvirt 11 in $(( $(date +%s) - started )) s" >&2
     done
     exit 0
@@ -160,7 +170,13 @@ fi
 
 # The overlay's upper layer: on disk beside the cache (guests' disks and
 # the daemons' state can be large), removed afterwards.
+# Those of runs whose script was killed (SIGKILL leaves no trap to run)
+# go first: each names its script's PID.
+for stale in "$cache"/.run.*; do
+    [ -f "$stale/pid" ] && ! kill -0 "$(cat "$stale/pid")" 2>/dev/null && rm -rf "$stale" || true
+done
 run=$(mktemp -d "$cache/.run.XXXXXX")
+echo $$ >"$run/pid"
 trap 'rm -rf "$run"' EXIT
 mkdir -p "$run/upper" "$run/work" "$run/root"
 
@@ -202,8 +218,13 @@ status=$?
 exit "$status"
 INSIDE
 )
+# If this script is killed, even by SIGKILL, so is unshare (--pdeathsig),
+# and with it the namespace's first process (--kill-child), and with that
+# every process in the namespace: a launcher a test started through this
+# script never outlives it (nor keeps the lock file the test held open).
 set +e
-unshare --mount --pid --fork --propagation private -- \
+setpriv --pdeathsig KILL -- \
+    unshare --mount --pid --kill-child=KILL --propagation private -- \
     bash -c "$inside" newer-stack "$run" "$rootfs" "$checkout" "$@"
 status=$?
 set -e

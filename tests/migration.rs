@@ -614,3 +614,171 @@ fn a_slow_migration_switches_to_post_copy_when_allowed_and_completes() {
     b_client.ok("kill", Value::Null);
     assert_eq!(b.wait_exit(STEP), 0);
 }
+
+/// The other runtime stack's wrapper, `VL_OTHER_STACK` (scripts/newer-stack.sh
+/// --tests sets it to itself: libvirt 11.3 and QEMU 10.0 in a root
+/// filesystem, beside the host's libvirt 9.0 and QEMU 7.2), or `None`: the
+/// tests between the two stacks run only there.
+fn other_stack() -> Option<Vec<String>> {
+    match std::env::var("VL_OTHER_STACK") {
+        Ok(wrapper) if !wrapper.is_empty() => Some(vec![wrapper]),
+        _ => {
+            eprintln!(
+                "the migrations between two runtime stacks run in scripts/newer-stack.sh --tests"
+            );
+            None
+        }
+    }
+}
+
+/// The test guest's VMI with its machine type pinned, as KubeVirt pins it
+/// (spec.domain.machine.type): QEMU 7.2's newest q35, which QEMU 10 still
+/// has; and its CPU model when given (spec.domain.cpu.model), else
+/// KubeVirt's default, host-model: each QEMU's own, which libvirt 11 with
+/// QEMU 10 refuses from QEMU 7.2 ("missing features: pcommit").
+fn pinned_vmi(opts: &GuestOptions, cpu_model: Option<&str>) -> Value {
+    let mut vmi = guest_vmi(opts);
+    vmi["spec"]["domain"]["machine"] = json!({"type": "pc-q35-7.2"});
+    if let Some(model) = cpu_model {
+        vmi["spec"]["domain"]["cpu"]["model"] = json!(model);
+    }
+    vmi
+}
+
+fn qemu_version(client: &mut Client) -> String {
+    let v = client.ok("query-version", Value::Null);
+    v["hypervisor"].to_string()
+}
+
+#[test]
+fn a_guest_moves_from_qemu_7_2_to_qemu_10_on_its_pinned_machine_type() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let Some(newer) = other_stack() else { return };
+    let opts = GuestOptions::new("upstack");
+    let vmi = pinned_vmi(&opts, Some("qemu64"));
+    // A: the host's stack.
+    let a_launcher = start_qemu_launcher(TempTree::new("m-up-a"), &opts.name, &[]);
+    let mut a = boot_launcher(a_launcher, vmi.clone());
+    assert!(qemu_version(&mut a.client).starts_with("\"QEMU 7.2."));
+    let (code, written) = guest_sh(
+        &mut a.client,
+        "head -c 8388608 /dev/urandom > /root/moving && sha256sum /root/moving | cut -d' ' -f1",
+    );
+    assert_eq!(code, 0, "{written}");
+    let uptime_before = uptime(&mut a.client);
+
+    // B: the newer stack.
+    let b_launcher = start_qemu_launcher_wrapped(TempTree::new("m-up-b"), &opts.name, &[], &newer);
+    let (mut b, mut b_client, mut b_watch, target) = prepare_target(b_launcher, vmi);
+    assert!(qemu_version(&mut b_client).starts_with("\"QEMU 10."));
+    assert_eq!(target["stack"]["libvirt"], "11.3.0", "{target}");
+    a.client.ok("migrate", json!({"target": target}));
+    let events = a.watcher.wait_events(
+        STEP,
+        &[
+            ("MIGRATION_COMPLETED", &named("MIGRATION_COMPLETED")),
+            ("Stopped/Migrated", &lifecycle("Stopped", "Migrated")),
+        ],
+    );
+    assert_eq!(events[0]["data"]["role"], "source");
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    b_watch.wait_event(
+        STEP,
+        "target MIGRATION_COMPLETED",
+        named("MIGRATION_COMPLETED"),
+    );
+    let status = wait_status(&mut b_client, STEP, "Running on B", |s| {
+        s["phase"] == "Running" && s["agent"]["connected"] == true
+    });
+    assert_eq!(status["domain"]["state"], "Running");
+    b_client.ok("finalize-migration", json!({}));
+    // The same guest, on QEMU 10 now: its memory (a RAM root) and uptime.
+    let (code, read) = guest_sh(&mut b_client, "sha256sum /root/moving | cut -d' ' -f1");
+    assert_eq!((code, read), (0, written));
+    let uptime_after = uptime(&mut b_client);
+    assert!(
+        uptime_after > uptime_before,
+        "uptime {uptime_after} <= {uptime_before}: the guest restarted"
+    );
+    assert_eq!(qemu_pids("e2e_upstack").len(), 1, "one QEMU runs the guest");
+
+    b_client.ok("kill", Value::Null);
+    assert_eq!(b.wait_exit(STEP), 0);
+    wait_no_qemu("e2e_upstack", Duration::from_secs(5));
+}
+
+#[test]
+fn a_guest_on_qemu_10_cannot_move_to_qemu_7_2_and_keeps_running() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let Some(newer) = other_stack() else { return };
+    let opts = GuestOptions::new("downstack");
+    // KubeVirt's default CPU model, host-model: QEMU 10's. (With the CPU
+    // model pinned to qemu64 too, this guest did move back to QEMU 7.2,
+    // which neither QEMU nor libvirt promise.)
+    let vmi = pinned_vmi(&opts, None);
+    // A: the newer stack.
+    let a_launcher =
+        start_qemu_launcher_wrapped(TempTree::new("m-down-a"), &opts.name, &[], &newer);
+    let mut a = boot_launcher(a_launcher, vmi.clone());
+    assert!(qemu_version(&mut a.client).starts_with("\"QEMU 10."));
+    // B: the host's stack; its address names its versions.
+    let b_launcher = start_qemu_launcher(TempTree::new("m-down-b"), &opts.name, &[]);
+    let (mut b, mut b_client, _b_watch, target) = prepare_target(b_launcher, vmi);
+    assert_eq!(target["stack"]["libvirt"], "9.0.0", "{target}");
+    assert!(
+        target["stack"]["hypervisor"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("QEMU 7.2.")),
+        "{target}"
+    );
+    a.client.ok("migrate", json!({"target": target}));
+    let failed = a
+        .watcher
+        .wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    let reason = failed["data"]["reason"].as_str().unwrap_or_default();
+    // libvirt's own words (the target's libvirt 9.0 does not know a CPU
+    // feature of QEMU 10's CPU model), then why.
+    assert!(
+        reason.starts_with("virDomainMigrateToURI3 failed: ")
+            && reason.contains("; the target runs libvirt 9.0.0 with QEMU 7.2.")
+            && reason.contains("older than this launcher's libvirt 11.")
+            && reason
+                .ends_with("libvirt and QEMU migrate a guest only to the same or a newer version"),
+        "{failed}"
+    );
+    assert_eq!(failed["data"]["cancelled"], false);
+    let migration = &a.client.ok("query-migration", Value::Null)["migration"];
+    assert_eq!(
+        (&migration["phase"], &migration["failure"]),
+        (&json!("failed"), &json!(reason)),
+        "{migration}"
+    );
+    // The guest runs on, on QEMU 10 only.
+    let status = a.client.ok("query-status", Value::Null);
+    assert_eq!(
+        (status["phase"].as_str(), status["domain"]["state"].as_str()),
+        (Some("Running"), Some("Running"))
+    );
+    a.client.ok("guest-ping", Value::Null);
+    assert_eq!(
+        qemu_pids("e2e_downstack").len(),
+        1,
+        "one QEMU runs the guest"
+    );
+    // The target's libvirt refused before any domain was made there: the
+    // target still waits, and gives up when told.
+    assert_eq!(
+        b_client.ok("query-status", Value::Null)["phase"],
+        "MigrationTarget"
+    );
+    b_client.ok("migrate-cancel", Value::Null);
+    assert_eq!(b.wait_exit(STEP), 9);
+
+    a.client.ok("kill", Value::Null);
+    assert_eq!(a.launcher.wait_exit(STEP), 0);
+    wait_no_qemu("e2e_downstack", Duration::from_secs(5));
+}

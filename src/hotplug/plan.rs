@@ -620,7 +620,7 @@ fn plan_vcpus(live: &Domain, desired: &Domain) -> Result<Option<Step>, NotLive> 
         return Err(NotLive {
             path: "spec.domain.cpu.sockets".to_string(),
             message: format!(
-                "going from {now} to {want} vCPUs needs a restart of the VMI: the domain is emulated (TCG), and there QEMU takes a vCPU from the guest without ever telling libvirt it is gone (no DEVICE_DELETED event for the vCPU), so libvirt would keep counting it and refuse every later vCPU change (so with QEMU 7.2 and libvirt 9.0, and QEMU 10.0 and libvirt 11.3 alike); adding vCPUs works live"
+                "going from {now} to {want} vCPUs needs a restart of the VMI: the domain is emulated (TCG), and there QEMU takes a vCPU from the guest without ever telling libvirt it is gone (no DEVICE_DELETED event for the vCPU), so libvirt keeps counting it (QEMU 7.2 with libvirt 9.0, and QEMU 10.0 with libvirt 11.3), and QEMU never frees the vCPU's TCG context, so adding one back later crashes it (QEMU 10.0); adding vCPUs works live"
             ),
         });
     }

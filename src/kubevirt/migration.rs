@@ -58,6 +58,7 @@ pub fn target_address(share_dir: &Path, uid: &str, non_root: bool) -> TargetAddr
             proxy_socket(share_dir, &key(BLOCK_MIGRATION_PORT))
         )),
         paths: None,
+        stack: None,
     }
 }
 

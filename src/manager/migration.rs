@@ -23,7 +23,7 @@ use crate::hypervisor::{DomainState, DriverKind, LifecycleEvent, Stat};
 use crate::migration::worker::CancelHandle;
 use crate::migration::{
     AbortStatus, LauncherPaths, MigrationOptions, MigrationPhase, MigrationProgress,
-    MigrationRecord, MigrationStatus, MigrationUpdate, Role, TargetAddress, worker,
+    MigrationRecord, MigrationStatus, MigrationUpdate, Role, StackVersions, TargetAddress, worker,
 };
 use crate::protocol::{CommandError, CommandResult, ErrorClass};
 use crate::replies;
@@ -143,6 +143,17 @@ pub(super) struct MigrationState {
     /// KubeVirt mode: the pre-migration hook socket a target serves
     /// (crate::migration::hook).
     hook: Option<crate::migration::hook::HookServer>,
+    /// The source's target runs an older libvirt or QEMU (why, in words):
+    /// added to the reason when the migration fails.
+    older_target: Option<String>,
+}
+
+/// This launcher's libvirt daemon and hypervisor, as a target names them.
+fn stack_versions(info: &crate::hypervisor::HypervisorInfo) -> StackVersions {
+    StackVersions {
+        libvirt: info.daemon_version.clone(),
+        hypervisor: info.hypervisor_version.clone(),
+    }
 }
 
 impl MigrationState {
@@ -155,6 +166,7 @@ impl MigrationState {
             prepared_target: None,
             last_completed_job: None,
             hook: None,
+            older_target: None,
         }
     }
 
@@ -307,6 +319,7 @@ impl DomainManager {
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
         let uid_dir = self.config.dirs.private.join(&self.config.uid);
+        let stack = stack_versions(&info);
         let address = TargetAddress {
             libvirt_uri: info.uri,
             migration_uri: Some(format!(
@@ -318,6 +331,7 @@ impl DomainManager {
                 uid_dir.join(MIGRATION_SOCKETS[1]).display()
             )),
             paths: Some(self.launcher_paths()),
+            stack: Some(stack),
         };
         self.jobs.spawn(
             Operation::PrepareMigrationTarget,
@@ -437,6 +451,14 @@ impl DomainManager {
             )));
         }
         self.jobs.ensure_idle("migrate")?;
+        let older_target = options
+            .target
+            .stack
+            .as_ref()
+            .and_then(|theirs| StackVersions::older_target(&stack_versions(&info), theirs));
+        if let Some(why) = &older_target {
+            log::warn!("migrate: {why}; trying anyway");
+        }
         let cancel = worker::spawn(
             self.hypervisor.clone(),
             self.config.domain_name.clone(),
@@ -451,6 +473,7 @@ impl DomainManager {
             target_uri.clone(),
             options.kubevirt.map(|k| k.migration_uid),
         );
+        self.migration.older_target = older_target;
         self.publish(
             EventKind::MigrationStarted,
             MigrationEvent {
@@ -615,7 +638,15 @@ impl DomainManager {
                     },
                 );
             }
-            MigrationUpdate::Failed { reason, cancelled } => {
+            MigrationUpdate::Failed {
+                mut reason,
+                cancelled,
+            } => {
+                // A refusal from an older target's libvirt or QEMU (an
+                // unknown CPU feature or machine type) says so.
+                if let Some(why) = self.migration.older_target.take().filter(|_| !cancelled) {
+                    reason = format!("{reason}; {why}");
+                }
                 record.end(if cancelled {
                     MigrationPhase::Cancelled
                 } else {

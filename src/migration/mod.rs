@@ -107,6 +107,51 @@ pub struct TargetAddress {
     /// domain the target's paths. Absent: same paths on both sides.
     #[serde(default)]
     pub paths: Option<LauncherPaths>,
+    /// The target's libvirt daemon and hypervisor, so that a source on a
+    /// newer stack can say why libvirt refused: a guest migrates only to
+    /// the same or a newer libvirt and QEMU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<StackVersions>,
+}
+
+/// A launcher's runtime stack, as `query-version` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StackVersions {
+    /// The libvirt daemon's version, e.g. "9.0.0".
+    pub libvirt: String,
+    /// The hypervisor's, e.g. "QEMU 7.2.22".
+    pub hypervisor: String,
+}
+
+impl StackVersions {
+    /// Why a migration from `ours` to `target` cannot be expected to
+    /// work: the target's libvirt or hypervisor is older. `None` when
+    /// neither is, or a version does not read.
+    pub fn older_target(ours: &StackVersions, target: &StackVersions) -> Option<String> {
+        let libvirt =
+            |v: &StackVersions| crate::hypervisor::state::parse_libvirt_version(&v.libvirt);
+        // "QEMU 7.2.22": the driver, then the version.
+        let hypervisor = |v: &StackVersions| {
+            let (driver, version) = v.hypervisor.rsplit_once(' ')?;
+            Some((
+                driver.to_string(),
+                crate::hypervisor::state::parse_libvirt_version(version)?,
+            ))
+        };
+        let older_libvirt = libvirt(target)? < libvirt(ours)?;
+        let older_hypervisor = match (hypervisor(target), hypervisor(ours)) {
+            (Some((theirs, t)), Some((mine, o))) => theirs == mine && t < o,
+            _ => false,
+        };
+        (older_libvirt || older_hypervisor).then(|| {
+            format!(
+                "the target runs libvirt {} with {}, older than this launcher's libvirt {} with {}: \
+                 libvirt and QEMU migrate a guest only to the same or a newer version",
+                target.libvirt, target.hypervisor, ours.libvirt, ours.hypervisor
+            )
+        })
+    }
 }
 
 /// The directories per-launcher files live in.
@@ -423,6 +468,35 @@ mod tests {
         ] {
             assert_eq!(json!(phase), json!(phase.as_str()));
         }
+    }
+
+    #[test]
+    fn an_older_target_stack_is_named_and_a_newer_or_unreadable_one_is_not() {
+        let stack = |libvirt: &str, hypervisor: &str| StackVersions {
+            libvirt: libvirt.into(),
+            hypervisor: hypervisor.into(),
+        };
+        let newer = stack("11.3.0", "QEMU 10.0.2");
+        let older = stack("9.0.0", "QEMU 7.2.22");
+        let why = StackVersions::older_target(&newer, &older).unwrap();
+        assert_eq!(
+            why,
+            "the target runs libvirt 9.0.0 with QEMU 7.2.22, older than this launcher's \
+             libvirt 11.3.0 with QEMU 10.0.2: libvirt and QEMU migrate a guest only to the \
+             same or a newer version"
+        );
+        assert_eq!(StackVersions::older_target(&older, &newer), None);
+        assert_eq!(StackVersions::older_target(&older, &older), None);
+        // An older QEMU alone is enough; another driver is not compared.
+        assert!(StackVersions::older_target(&newer, &stack("11.3.0", "QEMU 9.2.0")).is_some());
+        assert_eq!(
+            StackVersions::older_target(&newer, &stack("11.3.0", "TEST 0.0.2")),
+            None
+        );
+        assert_eq!(
+            StackVersions::older_target(&newer, &stack("x", "QEMU 7.2.0")),
+            None
+        );
     }
 
     fn paths(root: &str, uid: &str) -> LauncherPaths {

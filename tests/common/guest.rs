@@ -194,6 +194,28 @@ pub fn start_qemu_launcher_env(
     start_qemu_launcher_with(None, tree, name, extra, env)
 }
 
+/// As `start_qemu_launcher`, the launcher run by `wrapper` (a command that
+/// runs its arguments, e.g. scripts/newer-stack.sh: the other runtime
+/// stack's daemons and QEMU).
+pub fn start_qemu_launcher_wrapped(
+    tree: TempTree,
+    name: &str,
+    extra: &[&str],
+    wrapper: &[String],
+) -> Launcher {
+    images();
+    let mut args: Vec<String> = ["--spawn-libvirt", "--force-emulation", "--name", name]
+        .iter()
+        .chain(&["--namespace", "e2e"])
+        .map(|s| s.to_string())
+        .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let rust_log = std::env::var("VL_TEST_LOG").unwrap_or_else(|_| "debug".into());
+    let mut launcher = Launcher::start_wrapped(tree, wrapper, &args, Some(&rust_log));
+    launcher.wait_ready(STEP);
+    launcher
+}
+
 fn start_qemu_launcher_with(
     user: Option<&TestUser>,
     tree: TempTree,
@@ -277,7 +299,7 @@ pub fn boot_vmi_env(
 }
 
 /// Syncs `vmi` on `launcher` and waits for the guest to boot.
-fn boot_launcher(launcher: Launcher, vmi: Value) -> Booted {
+pub fn boot_launcher(launcher: Launcher, vmi: Value) -> Booted {
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();
@@ -373,14 +395,16 @@ pub fn prepared_target_as(
     extra: &[&str],
 ) -> (Launcher, Client, Client, Value) {
     let launcher = start_qemu_launcher_as(user, tree, &opts.name, extra);
+    prepare_target(launcher, guest_vmi(opts))
+}
+
+/// `prepare-migration-target` with `vmi` on a fresh `launcher`: the
+/// launcher, a client, a subscribed watcher and the address it returned.
+pub fn prepare_target(launcher: Launcher, vmi: Value) -> (Launcher, Client, Client, Value) {
     let mut watcher = launcher.client();
     watcher.ok("subscribe", Value::Null);
     let mut client = launcher.client();
-    let ret = client.request_timeout(
-        "prepare-migration-target",
-        json!({"vmi": guest_vmi(opts)}),
-        STEP,
-    );
+    let ret = client.request_timeout("prepare-migration-target", json!({"vmi": vmi}), STEP);
     let target = ret["return"]["target"].clone();
     assert!(target.is_object(), "prepare-migration-target failed: {ret}");
     assert_eq!(

@@ -91,9 +91,10 @@ fn default_progress_timeout() -> u64 {
 }
 
 /// How the source reaches the target: what `prepare-migration-target`
-/// returns.
+/// returns. Fields it does not know are ignored, not refused: the address
+/// is one launcher's reply passed to another, which may be an older
+/// version (a fleet moving to a new launcher by migration).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct TargetAddress {
     /// The target launcher's libvirt daemon.
     pub libvirt_uri: String,
@@ -114,9 +115,9 @@ pub struct TargetAddress {
     pub stack: Option<StackVersions>,
 }
 
-/// A launcher's runtime stack, as `query-version` names it.
+/// A launcher's runtime stack, as `query-version` names it (part of the
+/// target's address: unknown fields ignored as there).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct StackVersions {
     /// The libvirt daemon's version, e.g. "9.0.0".
     pub libvirt: String,
@@ -468,6 +469,18 @@ mod tests {
         ] {
             assert_eq!(json!(phase), json!(phase.as_str()));
         }
+    }
+
+    #[test]
+    fn a_target_address_from_a_newer_launcher_with_fields_unknown_here_is_accepted() {
+        let address: TargetAddress = serde_json::from_value(serde_json::json!({
+            "libvirt_uri": "qemu+unix:///system?socket=/run/t/libvirt-sock",
+            "stack": {"libvirt": "11.3.0", "hypervisor": "QEMU 10.0.2", "firmware": "x"},
+            "placement": {"node": 1}
+        }))
+        .expect("an address with extra fields");
+        assert_eq!(address.libvirt_uri, "qemu+unix:///system?socket=/run/t/libvirt-sock");
+        assert_eq!(address.stack.map(|s| s.libvirt), Some("11.3.0".to_string()));
     }
 
     #[test]

@@ -24,16 +24,22 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// The version of the state file this binary writes. A binary reads every
-/// version up to its own; an older binary refuses a newer file in its
-/// `--upgrade-check`, so a downgrade it could not follow is refused before
-/// anything happens.
-pub const STATE_VERSION: u32 = 1;
+/// The newest version of the state file this binary writes: 2 when it
+/// hands over spawned libvirt daemons (`daemons`), else 1. A binary reads
+/// every version up to its own; an older binary refuses a newer file in
+/// its `--upgrade-check`, so a downgrade it could not follow is refused
+/// before anything happens.
+pub const STATE_VERSION: u32 = 2;
+
+/// The version of a state file with or without daemons to hand over.
+pub fn state_version(with_daemons: bool) -> u32 {
+    if with_daemons { 2 } else { 1 }
+}
 
 /// The state file's name in the private directory.
 pub const STATE_FILE: &str = "upgrade-state.json";
@@ -75,6 +81,13 @@ pub struct HandoverState {
     /// launcher keeps its deadline.
     #[serde(default)]
     pub graceful_stop: Option<GracefulStopHandover>,
+    /// The last migration's record (ended: a running one refuses the
+    /// upgrade), so that `query-migration` still shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<crate::migration::MigrationRecord>,
+    /// The launcher's own libvirt daemons (`--spawn-libvirt`; version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemons: Option<crate::daemons::DaemonsHandover>,
     /// When the old launcher execed the new binary (microseconds since
     /// the epoch): the new one reports the hand-over's time from it.
     pub handed_over_at_us: u64,
@@ -270,6 +283,57 @@ pub fn take_held_signal() -> Option<i32> {
     }
 }
 
+/// Whether a hand-over is under way (from the manager's yes to the exec
+/// or its failure).
+static HANDING_OVER: AtomicBool = AtomicBool::new(false);
+/// A stop signal that arrived during the hand-over, noted by the signal
+/// handler itself: one arriving just before the exec, whose way through
+/// the signal thread and the manager would end with the process
+/// replaced, is still passed on.
+static LATE_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The manager begins (true) or gives up (false) a hand-over.
+pub fn set_handing_over(on: bool) {
+    HANDING_OVER.store(on, Ordering::Release);
+    if !on {
+        LATE_SIGNAL.store(0, Ordering::Release);
+    }
+}
+
+/// Called by the stop signals' handler (async-signal-safe: atomics only).
+pub fn note_signal(raw: i32) {
+    if HANDING_OVER.load(Ordering::Acquire) {
+        let _ = LATE_SIGNAL.compare_exchange(0, raw, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
+
+/// The stop signal to pass to the new launcher: the one the manager held,
+/// else one the handler noted.
+fn pending_signal() -> Option<i32> {
+    take_held_signal().or_else(|| match LATE_SIGNAL.swap(0, Ordering::AcqRel) {
+        0 => None,
+        raw => Some(raw),
+    })
+}
+
+/// Execs `command` from the calling thread, its stop signals blocked (the
+/// mask survives the exec, so a signal waits for the new launcher's
+/// handlers) and a stop signal that arrived during the hand-over passed
+/// on, read at the last moment. Returns only on failure (the signal then
+/// held again, for the manager).
+pub fn exec_now(mut command: Command) -> io::Error {
+    block_stop_signals();
+    let pending = pending_signal();
+    if let Some(raw) = pending {
+        command.env(PENDING_SIGNAL_ENV, raw.to_string());
+    }
+    let error = command.exec();
+    if let Some(raw) = pending {
+        hold_signal(raw);
+    }
+    error
+}
+
 /// The stop signals, blocked in the main thread across the exec (the mask
 /// survives `execve`, so one arriving before the new launcher installs its
 /// handlers waits instead of killing it).
@@ -280,6 +344,11 @@ const STOP_SIGNALS: [libc::c_int; 5] = [
     libc::SIGQUIT,
     libc::SIGUSR2,
 ];
+
+/// Blocks the stop signals in the calling thread (the one about to exec).
+pub fn block_stop_signals() {
+    crate::os::mask_signals(&STOP_SIGNALS, true);
+}
 
 /// Unblocks the stop signals (the new launcher, once its handlers are in
 /// place; a signal that waited is delivered now).
@@ -341,18 +410,34 @@ impl Inherited {
 }
 
 /// Replaces this process with `binary`, same arguments (and `argv[0]`),
-/// the listening sockets inherited. Returns only on failure, with the
-/// sockets' close-on-exec flags restored and the signals unblocked.
-pub fn exec(binary: &Path, listeners: &[(&str, RawFd)], state: &Path) -> io::Error {
+/// the listening sockets and `inherit` inherited; `run` execs the command
+/// (from the thread that must do it). Returns only on failure, with the
+/// descriptors' close-on-exec flags restored and the signals unblocked.
+pub fn exec(
+    binary: &Path,
+    listeners: &[(&str, RawFd)],
+    inherit: &[RawFd],
+    state: &Path,
+    run: impl FnOnce(Command) -> io::Error,
+) -> io::Error {
     let mut args = std::env::args_os();
     let arg0: OsString = args.next().unwrap_or_else(|| binary.as_os_str().to_owned());
     let named: Vec<String> = listeners
         .iter()
         .map(|(name, fd)| format!("{name}={fd}"))
         .collect();
-    for (_, fd) in listeners {
+    let fds: Vec<RawFd> = listeners
+        .iter()
+        .map(|(_, fd)| *fd)
+        .chain(inherit.iter().copied())
+        .collect();
+    for (i, fd) in fds.iter().enumerate() {
         if !crate::os::set_cloexec(*fd, false) {
-            return io::Error::last_os_error();
+            let error = io::Error::last_os_error();
+            for fd in &fds[..i] {
+                crate::os::set_cloexec(*fd, true);
+            }
+            return error;
         }
     }
     crate::os::mask_signals(&STOP_SIGNALS, true);
@@ -362,11 +447,8 @@ pub fn exec(binary: &Path, listeners: &[(&str, RawFd)], state: &Path) -> io::Err
         .args(args)
         .env(LISTEN_FDS_ENV, named.join(","))
         .env(STATE_ENV, state);
-    if let Some(raw) = take_held_signal() {
-        command.env(PENDING_SIGNAL_ENV, raw.to_string());
-    }
-    let error = command.exec();
-    for (_, fd) in listeners {
+    let error = run(command);
+    for fd in &fds {
         crate::os::set_cloexec(*fd, true);
     }
     crate::os::mask_signals(&STOP_SIGNALS, false);
@@ -393,6 +475,8 @@ mod tests {
                 deadline_at_ms: 30_005,
             }),
             subscribers: 2,
+            daemons: None,
+            migration: None,
             handed_over_at_us: 1,
         }
     }

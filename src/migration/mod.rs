@@ -125,14 +125,14 @@ pub struct LauncherPaths {
     pub backend_storage_dir: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Source,
     Target,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MigrationPhase {
     /// Target: prepared, waiting for the domain.
@@ -165,8 +165,9 @@ pub enum MigrationUpdate {
     Failed { reason: String, cancelled: bool },
 }
 
-/// The manager's record of a migration, for `query-migration`.
-#[derive(Debug, Clone)]
+/// The manager's record of a migration, for `query-migration` (handed to
+/// a new launcher by `upgrade`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MigrationRecord {
     pub role: Role,
     pub phase: MigrationPhase,
@@ -174,6 +175,8 @@ pub struct MigrationRecord {
     pub ended: Option<SystemTime>,
     pub target_uri: Option<String>,
     pub post_copy: bool,
+    /// Not handed over: an ended migration's `completed_stats` say more.
+    #[serde(skip)]
     pub progress: Option<MigrationProgress>,
     pub failure: Option<String>,
     pub completed_stats: Option<Map<String, Value>>,
@@ -184,7 +187,7 @@ pub struct MigrationRecord {
 }
 
 /// Where a cancel stands, with KubeVirt's words for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AbortStatus {
     Aborting,
     Succeeded,

@@ -81,10 +81,10 @@ pub struct HandoverState {
     /// launcher keeps its deadline.
     #[serde(default)]
     pub graceful_stop: Option<GracefulStopHandover>,
-    /// The last migration's record (ended: a running one refuses the
-    /// upgrade), so that `query-migration` still shows it.
+    /// The last migration as `query-migration` showed it (ended: a running
+    /// one refuses the upgrade), so that it still shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub migration: Option<crate::migration::MigrationRecord>,
+    pub migration: Option<serde_json::Value>,
     /// The launcher's own libvirt daemons (`--spawn-libvirt`; version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemons: Option<crate::daemons::DaemonsHandover>,

@@ -97,7 +97,7 @@ impl DaemonSpec {
             if let Ok(mut fd) = stderr_fd.lock() {
                 *fd = Some(stderr.as_raw_fd());
             }
-            self.log_output(stderr, last_error, fatal);
+            self.log_output(OwnedFd::from(stderr).into(), last_error, fatal);
         }
         Ok(child)
     }
@@ -105,7 +105,7 @@ impl DaemonSpec {
     /// Copies the daemon's output to the log, on a thread of its own.
     fn log_output(
         &self,
-        stderr: impl io::Read + Send + 'static,
+        stderr: std::fs::File,
         last_error: &Arc<Mutex<Option<String>>>,
         fatal: &FatalSender,
     ) {
@@ -126,7 +126,7 @@ fn remove_stale(socket: &Path) -> io::Result<()> {
 }
 
 /// libvirt writes "<time>: <tid>: error : <function>:<line> : <message>".
-fn copy_to_log(name: &str, stderr: impl io::Read, last_error: &Mutex<Option<String>>) {
+fn copy_to_log(name: &str, stderr: std::fs::File, last_error: &Mutex<Option<String>>) {
     let mut lines = LineReader::new(stderr, MAX_LOG_LINE);
     while let Ok(Some(frame)) = lines.next_frame() {
         if let Frame::Line(line) = frame {

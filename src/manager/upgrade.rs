@@ -136,7 +136,10 @@ impl DomainManager {
         let state = HandoverState {
             version: crate::upgrade::state_version(daemons.is_some()),
             daemons,
-            migration: self.migration.record.clone(),
+            migration: self
+                .migration
+                .status()
+                .and_then(|status| serde_json::to_value(status).ok()),
             from: env!("CARGO_PKG_VERSION").to_string(),
             phase: self.phase.as_str().to_string(),
             domain_state: self.domain.status.state.as_str().to_string(),
@@ -176,7 +179,10 @@ impl DomainManager {
         if let Some(stop) = &state.graceful_stop {
             self.resume_graceful_stop(stop);
         }
-        if let Some(record) = state.migration
+        if let Some(record) = state
+            .migration
+            .as_ref()
+            .and_then(crate::migration::MigrationRecord::from_status)
             && self.migration.record.is_none()
         {
             log::info!(

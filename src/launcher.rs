@@ -877,7 +877,7 @@ fn hand_over(
     let error = match daemons {
         // From the thread that forked the daemons and their namespace's
         // init, so that none of them gets its parent-death signal.
-        Some(daemons) => crate::upgrade::exec(&binary, listeners, &inherit, &state_path, |c| {
+        Some(daemons) => crate::upgrade::exec(&binary, listeners, &inherit, &state_path, &|c| {
             daemons.exec(c)
         }),
         None => crate::upgrade::exec(
@@ -885,7 +885,7 @@ fn hand_over(
             listeners,
             &[],
             &state_path,
-            crate::upgrade::exec_now,
+            &crate::upgrade::exec_now,
         ),
     };
     let _ = std::fs::remove_file(&state_path);

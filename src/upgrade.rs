@@ -418,7 +418,7 @@ pub fn exec(
     listeners: &[(&str, RawFd)],
     inherit: &[RawFd],
     state: &Path,
-    run: impl FnOnce(Command) -> io::Error,
+    run: &dyn Fn(Command) -> io::Error,
 ) -> io::Error {
     let mut args = std::env::args_os();
     let arg0: OsString = args.next().unwrap_or_else(|| binary.as_os_str().to_owned());
@@ -495,6 +495,34 @@ mod tests {
         assert_ne!(self_check(&path), 0);
         std::fs::write(&path, b"{\"version\":1}").unwrap();
         assert!(HandoverState::read(&path).is_err());
+    }
+
+    #[test]
+    fn a_state_with_daemons_is_version_2_and_round_trips() {
+        let dir = ScratchDir::new("upgrade-daemons");
+        let mut with = state();
+        with.version = state_version(true);
+        let one = |pid| crate::daemons::DaemonHandover {
+            pid,
+            stderr_fd: Some(7),
+            restarts: 1,
+        };
+        with.daemons = Some(crate::daemons::DaemonsHandover {
+            uri: "qemu+unix:///system?socket=/x".into(),
+            runtime_dir: "/p/libvirt".into(),
+            host_uuid: "u".into(),
+            init_pid: 10,
+            lifeline_fd: 5,
+            libvirtd: one(12),
+            virtlogd: crate::daemons::DaemonHandover {
+                stderr_fd: None,
+                ..one(11)
+            },
+        });
+        let path = with.write(&dir).unwrap();
+        assert_eq!(HandoverState::read(&path).unwrap(), with);
+        assert_eq!(state_version(false), 1);
+        assert_eq!(state_version(true), STATE_VERSION);
     }
 
     #[test]

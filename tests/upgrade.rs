@@ -190,7 +190,6 @@ fn upgrade_rounds(launcher: &mut Launcher, domain: &str, rounds: usize) {
     let status = launcher.client().ok("query-status", Value::Null);
     assert_eq!(status["domain"]["state"], "Running", "{status}");
     assert_eq!(status["phase"], "Running", "{status}");
-    assert_eq!(status["agent"]["connected"], true, "{status}");
 }
 
 /// Whether process `pid` exists (a zombie counts as gone).

@@ -120,7 +120,7 @@ pub fn enter_user_namespace_if_needed(mode: DaemonMode) -> Result<(), DaemonErro
 }
 
 /// One daemon, handed over (`upgrade`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DaemonHandover {
     /// Its pid (in the launcher's PID namespace).
     pub pid: u32,
@@ -130,8 +130,11 @@ pub struct DaemonHandover {
 }
 
 /// The launcher's own daemons (`--spawn-libvirt`), handed over: the new
-/// launcher supervises them, their namespace and QEMU untouched.
+/// launcher supervises them, their namespace and QEMU untouched. In the
+/// state file as a JSON object, written and read by hand (lean: no derived
+/// visitor in the static binary).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "Value", try_from = "Value")]
 pub struct DaemonsHandover {
     pub uri: String,
     pub runtime_dir: PathBuf,
@@ -142,6 +145,57 @@ pub struct DaemonsHandover {
     pub lifeline_fd: i32,
     pub libvirtd: DaemonHandover,
     pub virtlogd: DaemonHandover,
+}
+
+impl From<DaemonsHandover> for Value {
+    fn from(h: DaemonsHandover) -> Value {
+        let one = |d: &DaemonHandover| json!({"pid": d.pid, "stderr_fd": d.stderr_fd, "restarts": d.restarts});
+        json!({
+            "uri": h.uri,
+            "runtime_dir": h.runtime_dir,
+            "host_uuid": h.host_uuid,
+            "init_pid": h.init_pid,
+            "lifeline_fd": h.lifeline_fd,
+            "libvirtd": one(&h.libvirtd),
+            "virtlogd": one(&h.virtlogd),
+        })
+    }
+}
+
+impl TryFrom<Value> for DaemonsHandover {
+    type Error = String;
+
+    fn try_from(v: Value) -> Result<DaemonsHandover, String> {
+        fn number<T: TryFrom<i64>>(v: &Value, key: &str) -> Result<T, String> {
+            v.get(key)
+                .and_then(Value::as_i64)
+                .and_then(|n| T::try_from(n).ok())
+                .ok_or_else(|| format!("daemons: no valid {key}"))
+        }
+        let text = |key: &str| {
+            v.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| format!("daemons: no {key}"))
+        };
+        let one = |key: &str| -> Result<DaemonHandover, String> {
+            let d = v.get(key).ok_or_else(|| format!("daemons: no {key}"))?;
+            Ok(DaemonHandover {
+                pid: number(d, "pid")?,
+                stderr_fd: number(d, "stderr_fd").ok(),
+                restarts: number(d, "restarts")?,
+            })
+        };
+        Ok(DaemonsHandover {
+            uri: text("uri")?,
+            runtime_dir: PathBuf::from(text("runtime_dir")?),
+            host_uuid: text("host_uuid")?,
+            init_pid: number(&v, "init_pid")?,
+            lifeline_fd: number(&v, "lifeline_fd")?,
+            libvirtd: one("libvirtd")?,
+            virtlogd: one("virtlogd")?,
+        })
+    }
 }
 
 pub struct LibvirtDaemons {

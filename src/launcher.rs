@@ -270,7 +270,7 @@ fn run_locked(
         Some(Arc::new(daemons))
     } else if let Some(handed) = config
         .spawn_libvirt
-        .then(|| inherited.state.as_deref())
+        .then_some(inherited.state.as_deref())
         .flatten()
         .and_then(|path| crate::upgrade::HandoverState::read(path).ok())
         .and_then(|state| state.daemons)

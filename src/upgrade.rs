@@ -405,7 +405,27 @@ impl Inherited {
         for fd in [inherited.json, inherited.grpc].into_iter().flatten() {
             crate::os::set_cloexec(fd, true);
         }
+        if inherited.state.is_some() {
+            return_to_own_pid_namespace();
+        }
         inherited
+    }
+}
+
+/// With `--spawn-libvirt` the previous launcher execed from its spawner
+/// thread, whose children go to the daemons' PID namespace, and so do this
+/// process's: the kernel then refuses it any new thread. Back to its own
+/// (the namespace it lives in), while it has one thread.
+fn return_to_own_pid_namespace() {
+    use std::os::fd::AsFd;
+    let own = crate::os::Namespace::Pid.open_own();
+    let for_children = std::fs::read_link("/proc/thread-self/ns/pid_for_children");
+    let own_identity = std::fs::read_link("/proc/thread-self/ns/pid");
+    if let (Ok(own), Ok(children), Ok(identity)) = (own, for_children, own_identity)
+        && children != identity
+        && let Err(e) = crate::os::setns(own.as_fd(), crate::os::Namespace::Pid)
+    {
+        log::error!("upgrade: cannot return to the launcher's PID namespace: {e}");
     }
 }
 

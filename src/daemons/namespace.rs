@@ -181,18 +181,14 @@ impl DaemonNamespaces {
     /// Takes over the namespaces of the launcher this one replaced
     /// (`upgrade`): its init, `init_pid`, a child of this process, and the
     /// write end of its lifeline, inherited as `lifeline`. The exec came
-    /// from the thread whose children go to the daemons' PID namespace:
-    /// the calling thread's go back to the launcher's own, and a new
-    /// spawner thread's to the daemons'.
+    /// from the thread whose children go to the daemons' PID namespace; the
+    /// main thread's went back to the launcher's own at start-up
+    /// (`crate::upgrade`), and a new spawner thread's go to the daemons'.
     pub fn adopt(
         init_pid: u32,
         lifeline: OwnedFd,
         fatal: &FatalSender,
     ) -> Result<DaemonNamespaces, DaemonError> {
-        Namespace::Pid
-            .open_own()
-            .and_then(|own| os::setns(own.as_fd(), Namespace::Pid))
-            .map_err(|e| DaemonError::os("cannot return to the launcher's PID namespace", e))?;
         let init = PidFd::open(init_pid).map_err(|e| {
             DaemonError::os(format!("cannot open a pidfd for the init {init_pid}"), e)
         })?;

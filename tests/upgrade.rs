@@ -292,6 +292,30 @@ fn upgrades_under_a_running_guest_with_spawned_daemons_keep_them_and_its_qemu() 
     );
 }
 
+#[test]
+fn a_launcher_killed_after_an_upgrade_with_spawned_daemons_leaves_nothing() {
+    if !require(&[Need::Root, Need::Qemu, Need::TestGuest]) {
+        return;
+    }
+    let opts = GuestOptions::new(&format!("upgkill{}", std::process::id()));
+    let domain = format!("e2e_{}", opts.name);
+    let Booted { mut launcher, .. } = boot(TempTree::new("upgrade-killed"), &opts, &[]);
+    let reply = upgrade(&launcher, Value::Null);
+    assert!(reply.get("return").is_some(), "{reply}");
+    wait_resumed(&mut launcher, 1, STEP);
+    // The namespace still dies with the launcher that took it over: its
+    // init, the daemons and QEMU go, within 5 s, as before any upgrade.
+    let tree = common::processes::ProcessTree::of(&launcher, Some(&domain));
+    assert_eq!(tree.qemu.len(), 1, "{:?}", tree.qemu);
+    let sent = std::time::Instant::now();
+    launcher.signal("KILL");
+    let gone = tree.wait_gone(sent, Duration::from_secs(5));
+    assert_eq!(launcher.wait_exit(STEP), -1);
+    tree.wait_reaped(sent, STEP);
+    eprintln!("{} processes gone {gone:?} after SIGKILL", tree.size());
+    assert!(qemu_pids(&domain).is_empty());
+}
+
 /// Destroys and undefines a domain of the host's libvirtd.
 struct HostDomain(String);
 

@@ -52,6 +52,10 @@ pub const STATE_ENV: &str = "VIRT_LAUNCHER_UPGRADE_STATE";
 /// A stop signal that arrived while the hand-over was committed: the new
 /// launcher acts on it as soon as it runs.
 pub const PENDING_SIGNAL_ENV: &str = "VIRT_LAUNCHER_PENDING_SIGNAL";
+/// The read end of a pipe into which the signal handler writes a stop
+/// signal that arrives in the last moments before the exec (after the
+/// pending signal was read): the new launcher reads it at start.
+pub const LATE_SIGNALS_ENV: &str = "VIRT_LAUNCHER_LATE_SIGNALS";
 
 /// How long the new binary's checks may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -300,10 +304,22 @@ pub fn set_handing_over(on: bool) {
     }
 }
 
-/// Called by the stop signals' handler (async-signal-safe: atomics only).
+/// The write end of the late-signal pipe (see [`LATE_SIGNALS_ENV`]) while
+/// the exec is committed; -1: none.
+static LATE_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// Called by the stop signals' handler (async-signal-safe: atomics and
+/// write(2) only).
 pub fn note_signal(raw: i32) {
     if HANDING_OVER.load(Ordering::Acquire) {
         let _ = LATE_SIGNAL.compare_exchange(0, raw, Ordering::AcqRel, Ordering::Acquire);
+        let fd = LATE_PIPE.load(Ordering::Acquire);
+        if fd >= 0 {
+            let byte = u8::try_from(raw).unwrap_or(0);
+            // SAFETY: write(2) of one byte from a local; the descriptor is
+            // never closed while it is published here (see `exec`).
+            unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+        }
     }
 }
 
@@ -393,11 +409,16 @@ impl Inherited {
             }
         }
         inherited.state = std::env::var_os(STATE_ENV).map(PathBuf::from);
+        // One stop signal, whichever way it came (the same one may have
+        // come both ways).
+        let late = read_late_signal();
         inherited.pending_signal = std::env::var(PENDING_SIGNAL_ENV)
             .ok()
-            .and_then(|s| s.parse().ok());
+            .and_then(|s| s.parse().ok())
+            .or(late);
         // SAFETY: only this thread runs (see the caller).
         unsafe {
+            std::env::remove_var(LATE_SIGNALS_ENV);
             std::env::remove_var(LISTEN_FDS_ENV);
             std::env::remove_var(STATE_ENV);
             std::env::remove_var(PENDING_SIGNAL_ENV);
@@ -409,6 +430,29 @@ impl Inherited {
             return_to_own_pid_namespace();
         }
         inherited
+    }
+}
+
+/// The first stop signal in the late-signal pipe the previous launcher
+/// passed (its write end closed at the exec: nothing more comes); the
+/// pipe is closed.
+fn read_late_signal() -> Option<i32> {
+    let fd: RawFd = std::env::var(LATE_SIGNALS_ENV).ok()?.parse().ok()?;
+    if !crate::os::set_cloexec(fd, true) {
+        return None;
+    }
+    // SAFETY: the descriptor was open (fcntl succeeded) and passed for
+    // this use alone; it is owned, and closed, here.
+    let pipe = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    use std::os::fd::AsFd;
+    let ready = crate::os::wait_readable(&[pipe.as_fd()], Some(Duration::ZERO)).ok()?;
+    if !ready.first().copied().unwrap_or(false) {
+        return None;
+    }
+    let mut byte = [0u8; 1];
+    match io::Read::read(&mut std::fs::File::from(pipe), &mut byte) {
+        Ok(1) => Some(i32::from(byte[0])).filter(|&raw| raw != 0),
+        _ => None,
     }
 }
 
@@ -446,10 +490,18 @@ pub fn exec(
         .iter()
         .map(|(name, fd)| format!("{name}={fd}"))
         .collect();
+    // A stop signal from here on is written by its handler into a pipe
+    // the new launcher reads (the write end closes at the exec).
+    let late = match io::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return e,
+    };
+    let late_fd = std::os::fd::AsRawFd::as_raw_fd(&late.0);
     let fds: Vec<RawFd> = listeners
         .iter()
         .map(|(_, fd)| *fd)
         .chain(inherit.iter().copied())
+        .chain(std::iter::once(late_fd))
         .collect();
     for (i, fd) in fds.iter().enumerate() {
         if !crate::os::set_cloexec(*fd, false) {
@@ -466,8 +518,14 @@ pub fn exec(
         .arg0(arg0)
         .args(args)
         .env(LISTEN_FDS_ENV, named.join(","))
-        .env(STATE_ENV, state);
+        .env(STATE_ENV, state)
+        .env(LATE_SIGNALS_ENV, late_fd.to_string());
+    LATE_PIPE.store(std::os::fd::AsRawFd::as_raw_fd(&late.1), Ordering::Release);
     let error = run(command);
+    LATE_PIPE.store(-1, Ordering::Release);
+    // A handler may still hold the write end's number: the pipe is not
+    // closed (two descriptors, once per failed exec).
+    std::mem::forget(late);
     for fd in &fds {
         crate::os::set_cloexec(*fd, true);
     }

@@ -205,7 +205,8 @@ else
         a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error \
         the_guest_reads_its_metrics_from_the_vhostmd_disk_and_the_virtio_serial_port \
         the_guest_sees_the_hooks_base_board_manufacturer_and_user_data \
-        upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu
+        upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu \
+        upgrades_under_a_running_guest_with_spawned_daemons_keep_them_and_its_qemu
 fi
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such

@@ -268,6 +268,29 @@ fn run_locked(
         );
         config.connect_uri = daemons.uri.clone();
         Some(Arc::new(daemons))
+    } else if let Some(handed) = config
+        .spawn_libvirt
+        .then_some(inherited.state.as_deref())
+        .flatten()
+        .and_then(|path| crate::upgrade::HandoverState::read(path).ok())
+        .and_then(|state| state.daemons)
+    {
+        // The launcher this one replaced (`upgrade`) handed its daemons
+        // over: they, their namespace and QEMU run on.
+        let daemons =
+            LibvirtDaemons::adopt(&config.dirs.private, &handed, &fatal_tx).map_err(|e| {
+                Failure::new(
+                    ExitCode::LibvirtUnavailable,
+                    format!("cannot take over the previous launcher's libvirt daemons: {e}"),
+                )
+            })?;
+        log::info!(
+            "libvirt daemons taken over in {} (init pid {})",
+            daemons.runtime_dir.display(),
+            handed.init_pid
+        );
+        config.connect_uri = daemons.uri.clone();
+        Some(Arc::new(daemons))
     } else if config.spawn_libvirt {
         let daemons = LibvirtDaemons::start(
             &config.dirs.private,
@@ -547,6 +570,7 @@ fn serve(
             format!("cannot start the agent poller: {e}"),
         )
     })?;
+    let own_daemons = daemons.clone();
     let manager = DomainManager::new(ManagerParts {
         config: config.clone(),
         hypervisor,
@@ -692,7 +716,7 @@ fn serve(
             }
             recv(upgrade_rx) -> msg => {
                 if let Ok(request) = msg {
-                    hand_over(request, &config, &listeners, &shared, &inbox);
+                    hand_over(request, &config, &listeners, own_daemons.as_deref(), &shared, &inbox);
                 }
             }
             recv(fatal_rx) -> msg => {
@@ -759,6 +783,7 @@ fn hand_over(
     request: UpgradeRequest,
     config: &Config,
     listeners: &[(&str, RawFd)],
+    daemons: Option<&LibvirtDaemons>,
     shared: &ServerShared,
     inbox: &Inbox,
 ) {
@@ -830,10 +855,39 @@ fn hand_over(
     log::logger().flush();
     // The hand-over's time counts from here (the check is not part of it).
     state.handed_over_at_us = crate::upgrade::now_us();
+    // The daemons as they are now (one may have been restarted meanwhile).
+    let daemons = daemons.filter(|_| state.daemons.is_some());
+    if let Some(daemons) = daemons {
+        match daemons.handover() {
+            Ok(now) => state.daemons = Some(now),
+            Err(why) => {
+                let _ = std::fs::remove_file(&state_path);
+                return give_up(None, ErrorClass::Unavailable, format!("upgrade: {why}"));
+            }
+        }
+    }
     if let Err(e) = state.write(&config.dirs.private) {
         log::warn!("upgrade: cannot note the hand-over's start: {e}");
     }
-    let error = crate::upgrade::exec(&binary, listeners, &state_path);
+    let inherit = state
+        .daemons
+        .as_ref()
+        .map(LibvirtDaemons::handover_fds)
+        .unwrap_or_default();
+    let error = match daemons {
+        // From the thread that forked the daemons and their namespace's
+        // init, so that none of them gets its parent-death signal.
+        Some(daemons) => crate::upgrade::exec(&binary, listeners, &inherit, &state_path, &|c| {
+            daemons.exec(c)
+        }),
+        None => crate::upgrade::exec(
+            &binary,
+            listeners,
+            &[],
+            &state_path,
+            &crate::upgrade::exec_now,
+        ),
+    };
     let _ = std::fs::remove_file(&state_path);
     give_up(
         None,

@@ -178,6 +178,19 @@ pub fn spawn(
     let raw: Vec<i32> = Signal::ALL.iter().map(|s| s.raw()).collect();
     let mut signals =
         Signals::new(raw).map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    // A stop signal during an upgrade's hand-over is noted at once, by the
+    // handler, so that one just before the exec still reaches the new
+    // launcher (`crate::upgrade::exec_now`).
+    for signal in Signal::ALL {
+        if signal.action() != SignalAction::Stop {
+            continue;
+        }
+        let raw = signal.raw();
+        // SAFETY: the action only loads and stores atomics, which is
+        // async-signal-safe.
+        unsafe { signal_hook::low_level::register(raw, move || crate::upgrade::note_signal(raw)) }
+            .map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    }
     threads::spawn_named("signals", fatal, move || {
         for raw in signals.forever() {
             let Some(signal) = Signal::from_raw(raw) else {

@@ -24,16 +24,22 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-/// The version of the state file this binary writes. A binary reads every
-/// version up to its own; an older binary refuses a newer file in its
-/// `--upgrade-check`, so a downgrade it could not follow is refused before
-/// anything happens.
-pub const STATE_VERSION: u32 = 1;
+/// The newest version of the state file this binary writes: 2 when it
+/// hands over spawned libvirt daemons (`daemons`), else 1. A binary reads
+/// every version up to its own; an older binary refuses a newer file in
+/// its `--upgrade-check`, so a downgrade it could not follow is refused
+/// before anything happens.
+pub const STATE_VERSION: u32 = 2;
+
+/// The version of a state file with or without daemons to hand over.
+pub fn state_version(with_daemons: bool) -> u32 {
+    if with_daemons { 2 } else { 1 }
+}
 
 /// The state file's name in the private directory.
 pub const STATE_FILE: &str = "upgrade-state.json";
@@ -46,6 +52,10 @@ pub const STATE_ENV: &str = "VIRT_LAUNCHER_UPGRADE_STATE";
 /// A stop signal that arrived while the hand-over was committed: the new
 /// launcher acts on it as soon as it runs.
 pub const PENDING_SIGNAL_ENV: &str = "VIRT_LAUNCHER_PENDING_SIGNAL";
+/// The read end of a pipe into which the signal handler writes a stop
+/// signal that arrives in the last moments before the exec (after the
+/// pending signal was read): the new launcher reads it at start.
+pub const LATE_SIGNALS_ENV: &str = "VIRT_LAUNCHER_LATE_SIGNALS";
 
 /// How long the new binary's checks may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,6 +85,13 @@ pub struct HandoverState {
     /// launcher keeps its deadline.
     #[serde(default)]
     pub graceful_stop: Option<GracefulStopHandover>,
+    /// The last migration as `query-migration` showed it (ended: a running
+    /// one refuses the upgrade), so that it still shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migration: Option<serde_json::Value>,
+    /// The launcher's own libvirt daemons (`--spawn-libvirt`; version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemons: Option<crate::daemons::DaemonsHandover>,
     /// When the old launcher execed the new binary (microseconds since
     /// the epoch): the new one reports the hand-over's time from it.
     pub handed_over_at_us: u64,
@@ -270,6 +287,69 @@ pub fn take_held_signal() -> Option<i32> {
     }
 }
 
+/// Whether a hand-over is under way (from the manager's yes to the exec
+/// or its failure).
+static HANDING_OVER: AtomicBool = AtomicBool::new(false);
+/// A stop signal that arrived during the hand-over, noted by the signal
+/// handler itself: one arriving just before the exec, whose way through
+/// the signal thread and the manager would end with the process
+/// replaced, is still passed on.
+static LATE_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The manager begins (true) or gives up (false) a hand-over.
+pub fn set_handing_over(on: bool) {
+    HANDING_OVER.store(on, Ordering::Release);
+    if !on {
+        LATE_SIGNAL.store(0, Ordering::Release);
+    }
+}
+
+/// The write end of the late-signal pipe (see [`LATE_SIGNALS_ENV`]) while
+/// the exec is committed; -1: none.
+static LATE_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+/// Called by the stop signals' handler (async-signal-safe: atomics and
+/// write(2) only).
+pub fn note_signal(raw: i32) {
+    if HANDING_OVER.load(Ordering::Acquire) {
+        let _ = LATE_SIGNAL.compare_exchange(0, raw, Ordering::AcqRel, Ordering::Acquire);
+        let fd = LATE_PIPE.load(Ordering::Acquire);
+        if fd >= 0 {
+            let byte = u8::try_from(raw).unwrap_or(0);
+            // SAFETY: write(2) of one byte from a local; the descriptor is
+            // never closed while it is published here (see `exec`).
+            unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+        }
+    }
+}
+
+/// The stop signal to pass to the new launcher: the one the manager held,
+/// else one the handler noted.
+fn pending_signal() -> Option<i32> {
+    take_held_signal().or_else(|| match LATE_SIGNAL.swap(0, Ordering::AcqRel) {
+        0 => None,
+        raw => Some(raw),
+    })
+}
+
+/// Execs `command` from the calling thread, its stop signals blocked (the
+/// mask survives the exec, so a signal waits for the new launcher's
+/// handlers) and a stop signal that arrived during the hand-over passed
+/// on, read at the last moment. Returns only on failure (the signal then
+/// held again, for the manager).
+pub fn exec_now(mut command: Command) -> io::Error {
+    block_stop_signals();
+    let pending = pending_signal();
+    if let Some(raw) = pending {
+        command.env(PENDING_SIGNAL_ENV, raw.to_string());
+    }
+    let error = command.exec();
+    if let Some(raw) = pending {
+        hold_signal(raw);
+    }
+    error
+}
+
 /// The stop signals, blocked in the main thread across the exec (the mask
 /// survives `execve`, so one arriving before the new launcher installs its
 /// handlers waits instead of killing it).
@@ -280,6 +360,11 @@ const STOP_SIGNALS: [libc::c_int; 5] = [
     libc::SIGQUIT,
     libc::SIGUSR2,
 ];
+
+/// Blocks the stop signals in the calling thread (the one about to exec).
+pub fn block_stop_signals() {
+    crate::os::mask_signals(&STOP_SIGNALS, true);
+}
 
 /// Unblocks the stop signals (the new launcher, once its handlers are in
 /// place; a signal that waited is delivered now).
@@ -324,11 +409,16 @@ impl Inherited {
             }
         }
         inherited.state = std::env::var_os(STATE_ENV).map(PathBuf::from);
+        // One stop signal, whichever way it came (the same one may have
+        // come both ways).
+        let late = read_late_signal();
         inherited.pending_signal = std::env::var(PENDING_SIGNAL_ENV)
             .ok()
-            .and_then(|s| s.parse().ok());
+            .and_then(|s| s.parse().ok())
+            .or(late);
         // SAFETY: only this thread runs (see the caller).
         unsafe {
+            std::env::remove_var(LATE_SIGNALS_ENV);
             std::env::remove_var(LISTEN_FDS_ENV);
             std::env::remove_var(STATE_ENV);
             std::env::remove_var(PENDING_SIGNAL_ENV);
@@ -336,23 +426,90 @@ impl Inherited {
         for fd in [inherited.json, inherited.grpc].into_iter().flatten() {
             crate::os::set_cloexec(fd, true);
         }
+        if inherited.state.is_some() {
+            return_to_own_pid_namespace();
+        }
         inherited
     }
 }
 
+/// The first stop signal in the late-signal pipe the previous launcher
+/// passed (its write end closed at the exec: nothing more comes); the
+/// pipe is closed.
+fn read_late_signal() -> Option<i32> {
+    let fd: RawFd = std::env::var(LATE_SIGNALS_ENV).ok()?.parse().ok()?;
+    if !crate::os::set_cloexec(fd, true) {
+        return None;
+    }
+    // SAFETY: the descriptor was open (fcntl succeeded) and passed for
+    // this use alone; it is owned, and closed, here.
+    let pipe = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    use std::os::fd::AsFd;
+    let ready = crate::os::wait_readable(&[pipe.as_fd()], Some(Duration::ZERO)).ok()?;
+    if !ready.first().copied().unwrap_or(false) {
+        return None;
+    }
+    let mut byte = [0u8; 1];
+    match io::Read::read(&mut std::fs::File::from(pipe), &mut byte) {
+        Ok(1) => Some(i32::from(byte[0])).filter(|&raw| raw != 0),
+        _ => None,
+    }
+}
+
+/// With `--spawn-libvirt` the previous launcher execed from its spawner
+/// thread, whose children go to the daemons' PID namespace, and so do this
+/// process's: the kernel then refuses it any new thread. Back to its own
+/// (the namespace it lives in), while it has one thread.
+fn return_to_own_pid_namespace() {
+    use std::os::fd::AsFd;
+    let own = crate::os::Namespace::Pid.open_own();
+    let for_children = std::fs::read_link("/proc/thread-self/ns/pid_for_children");
+    let own_identity = std::fs::read_link("/proc/thread-self/ns/pid");
+    if let (Ok(own), Ok(children), Ok(identity)) = (own, for_children, own_identity)
+        && children != identity
+        && let Err(e) = crate::os::setns(own.as_fd(), crate::os::Namespace::Pid)
+    {
+        log::error!("upgrade: cannot return to the launcher's PID namespace: {e}");
+    }
+}
+
 /// Replaces this process with `binary`, same arguments (and `argv[0]`),
-/// the listening sockets inherited. Returns only on failure, with the
-/// sockets' close-on-exec flags restored and the signals unblocked.
-pub fn exec(binary: &Path, listeners: &[(&str, RawFd)], state: &Path) -> io::Error {
+/// the listening sockets and `inherit` inherited; `run` execs the command
+/// (from the thread that must do it). Returns only on failure, with the
+/// descriptors' close-on-exec flags restored and the signals unblocked.
+pub fn exec(
+    binary: &Path,
+    listeners: &[(&str, RawFd)],
+    inherit: &[RawFd],
+    state: &Path,
+    run: &dyn Fn(Command) -> io::Error,
+) -> io::Error {
     let mut args = std::env::args_os();
     let arg0: OsString = args.next().unwrap_or_else(|| binary.as_os_str().to_owned());
     let named: Vec<String> = listeners
         .iter()
         .map(|(name, fd)| format!("{name}={fd}"))
         .collect();
-    for (_, fd) in listeners {
+    // A stop signal from here on is written by its handler into a pipe
+    // the new launcher reads (the write end closes at the exec).
+    let late = match io::pipe() {
+        Ok(pipe) => pipe,
+        Err(e) => return e,
+    };
+    let late_fd = std::os::fd::AsRawFd::as_raw_fd(&late.0);
+    let fds: Vec<RawFd> = listeners
+        .iter()
+        .map(|(_, fd)| *fd)
+        .chain(inherit.iter().copied())
+        .chain(std::iter::once(late_fd))
+        .collect();
+    for (i, fd) in fds.iter().enumerate() {
         if !crate::os::set_cloexec(*fd, false) {
-            return io::Error::last_os_error();
+            let error = io::Error::last_os_error();
+            for fd in &fds[..i] {
+                crate::os::set_cloexec(*fd, true);
+            }
+            return error;
         }
     }
     crate::os::mask_signals(&STOP_SIGNALS, true);
@@ -361,12 +518,15 @@ pub fn exec(binary: &Path, listeners: &[(&str, RawFd)], state: &Path) -> io::Err
         .arg0(arg0)
         .args(args)
         .env(LISTEN_FDS_ENV, named.join(","))
-        .env(STATE_ENV, state);
-    if let Some(raw) = take_held_signal() {
-        command.env(PENDING_SIGNAL_ENV, raw.to_string());
-    }
-    let error = command.exec();
-    for (_, fd) in listeners {
+        .env(STATE_ENV, state)
+        .env(LATE_SIGNALS_ENV, late_fd.to_string());
+    LATE_PIPE.store(std::os::fd::AsRawFd::as_raw_fd(&late.1), Ordering::Release);
+    let error = run(command);
+    LATE_PIPE.store(-1, Ordering::Release);
+    // A handler may still hold the write end's number: the pipe is not
+    // closed (two descriptors, once per failed exec).
+    std::mem::forget(late);
+    for fd in &fds {
         crate::os::set_cloexec(*fd, true);
     }
     crate::os::mask_signals(&STOP_SIGNALS, false);
@@ -393,6 +553,8 @@ mod tests {
                 deadline_at_ms: 30_005,
             }),
             subscribers: 2,
+            daemons: None,
+            migration: None,
             handed_over_at_us: 1,
         }
     }
@@ -411,6 +573,34 @@ mod tests {
         assert_ne!(self_check(&path), 0);
         std::fs::write(&path, b"{\"version\":1}").unwrap();
         assert!(HandoverState::read(&path).is_err());
+    }
+
+    #[test]
+    fn a_state_with_daemons_is_version_2_and_round_trips() {
+        let dir = ScratchDir::new("upgrade-daemons");
+        let mut with = state();
+        with.version = state_version(true);
+        let one = |pid| crate::daemons::DaemonHandover {
+            pid,
+            stderr_fd: Some(7),
+            restarts: 1,
+        };
+        with.daemons = Some(crate::daemons::DaemonsHandover {
+            uri: "qemu+unix:///system?socket=/x".into(),
+            runtime_dir: "/p/libvirt".into(),
+            host_uuid: "u".into(),
+            init_pid: 10,
+            lifeline_fd: 5,
+            libvirtd: one(12),
+            virtlogd: crate::daemons::DaemonHandover {
+                stderr_fd: None,
+                ..one(11)
+            },
+        });
+        let path = with.write(&dir).unwrap();
+        assert_eq!(HandoverState::read(&path).unwrap(), with);
+        assert_eq!(state_version(false), 1);
+        assert_eq!(state_version(true), STATE_VERSION);
     }
 
     #[test]

@@ -107,14 +107,17 @@ fn a_sigterm_right_after_the_upgrade_reply_still_stops_the_launcher_once() {
     if !require(&[Need::TestDriver]) {
         return;
     }
-    for round in 0..3 {
+    // Right after the reply the launcher waits for replies due, then
+    // execs: signals from at once to a few milliseconds later land
+    // before, during and after the exec.
+    for round in 0..6 {
         let mut launcher = Launcher::start_test(&[]);
         launcher.wait_ready(STEP);
         let mut client = launcher.client();
         let reply = client.request("upgrade", Value::Null);
         assert!(reply.get("return").is_some(), "{reply}");
         if round > 0 {
-            std::thread::sleep(Duration::from_millis(round * 2));
+            std::thread::sleep(Duration::from_micros(round * 700));
         }
         launcher.signal("TERM");
         // Not killed by the signal during the exec (status -1), not lost.
@@ -126,6 +129,191 @@ fn a_sigterm_right_after_the_upgrade_reply_still_stops_the_launcher_once() {
             "{log}"
         );
     }
+}
+
+/// Upgrades in a row on the real guest (the "done when").
+const ROUNDS: usize = 20;
+
+/// The guest counts, every 10 ms, into /run/counter; `counter` reads it.
+fn start_counter(client: &mut Client) {
+    let (code, _) = guest_sh(
+        client,
+        "(i=0; while true; do i=$((i+1)); echo $i > /run/counter; sleep 0.01; done) >/dev/null 2>&1 &",
+    );
+    assert_eq!(code, 0);
+}
+
+fn counter(client: &mut Client) -> u64 {
+    let (_, out) = guest_sh(client, "cat /run/counter");
+    out.trim().parse().unwrap_or(0)
+}
+
+/// `rounds` upgrades in a row of a launcher whose guest runs `domain`,
+/// while a client pings every 10 ms: the launcher's PID, the QEMU process
+/// and (with `--spawn-libvirt`) the daemons and their namespace's init
+/// never change, every ping is answered or its connection closed (a
+/// reconnect works at once), none is answered wrongly or twice, and the
+/// socket file never disappears. Then the guest runs, as before.
+fn upgrade_rounds(launcher: &mut Launcher, domain: &str, rounds: usize) {
+    let qemu = qemu_pids(domain);
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    let spawned = |launcher: &Launcher| {
+        let status = launcher.client().ok("query-status", Value::Null);
+        status["libvirt"]["spawned"].clone()
+    };
+    let daemons = spawned(launcher);
+    let pid = launcher.pid();
+    let socket = launcher.ready_socket();
+    let watch = SocketWatch::start(socket.clone());
+    let pinger = Pinger::start(socket.clone());
+    let already = resumed(launcher);
+    std::thread::sleep(Duration::from_millis(100));
+    for round in 1..=rounds {
+        let reply = upgrade(launcher, Value::Null);
+        assert!(reply.get("return").is_some(), "round {round}: {reply}");
+        wait_resumed(launcher, already + round, STEP);
+        assert_eq!(launcher.pid(), pid);
+        assert_eq!(qemu_pids(domain), qemu, "QEMU changed in round {round}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tally = pinger.finish();
+    let missing = watch.finish();
+    eprintln!(
+        "pings: {tally:?}; socket missing {missing} times; hand-overs: {:?}",
+        hand_over_ms(launcher)
+    );
+    assert!(tally.failed_connects.is_empty(), "{tally:?}");
+    assert!(tally.wrong.is_empty(), "{tally:?}");
+    assert!(tally.answered > rounds as u64, "{tally:?}");
+    assert_eq!(missing, 0, "the socket file disappeared");
+    assert_eq!(spawned(launcher), daemons, "the daemons changed");
+    let status = launcher.client().ok("query-status", Value::Null);
+    assert_eq!(status["domain"]["state"], "Running", "{status}");
+    assert_eq!(status["phase"], "Running", "{status}");
+}
+
+/// Whether process `pid` exists (a zombie counts as gone).
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+#[test]
+fn upgrades_under_a_running_guest_with_spawned_daemons_keep_them_and_its_qemu() {
+    if !require(&[Need::Root, Need::Qemu, Need::TestGuest]) {
+        return;
+    }
+    let opts = GuestOptions::new(&format!("upgsp{}", std::process::id()));
+    let domain = format!("e2e_{}", opts.name);
+    let Booted {
+        mut launcher,
+        mut client,
+        ..
+    } = boot(TempTree::new("upgrade-spawned"), &opts, &[]);
+    start_counter(&mut client);
+    let before = counter(&mut client);
+    upgrade_rounds(&mut launcher, &domain, ROUNDS);
+    let mut client = launcher.client();
+    let after = counter(&mut client);
+    assert!(
+        after > before,
+        "the guest's counter stalled: {before} then {after}"
+    );
+    // The last migration's outcome is handed over: a migration to a
+    // launcher that is not there fails (the guest stays), and after an
+    // upgrade query-migration shows it as before.
+    let mut watcher = launcher.client();
+    watcher.ok("subscribe", json!({"events": ["MIGRATION_FAILED"]}));
+    client.ok(
+        "migrate",
+        json!({"target": {"libvirt_uri": "qemu+tcp://127.0.0.1:1/system"}}),
+    );
+    watcher.wait_event(STEP, "MIGRATION_FAILED", named("MIGRATION_FAILED"));
+    let failed = client.ok("query-migration", Value::Null)["migration"].clone();
+    assert_eq!(failed["phase"], "failed", "{failed}");
+    let reply = upgrade(&launcher, Value::Null);
+    assert!(reply.get("return").is_some(), "{reply}");
+    wait_resumed(&mut launcher, ROUNDS + 1, STEP);
+    let mut client = launcher.client();
+    let after = client.ok("query-migration", Value::Null)["migration"].clone();
+    for field in ["phase", "role", "failure", "target_uri"] {
+        assert_eq!(after[field], failed[field], "{field}: {after} / {failed}");
+    }
+    // Times to the microsecond (the state file holds them as seconds).
+    for field in ["started", "ended", "elapsed_seconds"] {
+        let (a, b) = (after[field].as_f64(), failed[field].as_f64());
+        assert!(
+            a.zip(b).is_some_and(|(a, b)| (a - b).abs() < 1e-5),
+            "{field}: {after} / {failed}"
+        );
+    }
+    assert_eq!(qemu_pids(&domain).len(), 1);
+
+    // The daemons are still supervised: a killed virtlogd is restarted.
+    let status = client.ok("query-status", Value::Null);
+    let spawned = status["libvirt"]["spawned"].clone();
+    let virtlogd = spawned["daemons"][1]["pid"].as_u64().unwrap();
+    assert_eq!(spawned["daemons"][1]["name"], "virtlogd", "{spawned}");
+    std::process::Command::new("kill")
+        .arg(virtlogd.to_string())
+        .status()
+        .unwrap();
+    let restarted = wait_status(&mut client, STEP, "virtlogd restarted", |s| {
+        s["libvirt"]["spawned"]["daemons"][1]["restarts"] == 1
+            && s["libvirt"]["spawned"]["daemons"][1]["pid"].is_u64()
+    });
+    let mut processes: Vec<u64> = vec![spawned["init_pid"].as_u64().unwrap()];
+    for daemon in restarted["libvirt"]["spawned"]["daemons"]
+        .as_array()
+        .unwrap()
+    {
+        processes.push(daemon["pid"].as_u64().unwrap());
+    }
+    let qemu = qemu_pids(&domain);
+    // A graceful stop works as before, and nothing the launcher started
+    // outlives it: daemons, their namespace's init, QEMU.
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0, "{}", launcher.log_text());
+    wait_no_qemu(&domain, STEP);
+    for pid in processes.into_iter().chain(qemu.into_iter().map(u64::from)) {
+        assert!(!alive(pid), "process {pid} outlived the launcher");
+    }
+    let log = launcher.log_text();
+    assert_eq!(
+        log.matches("upgrade: resumed from").count(),
+        ROUNDS + 1,
+        "{log}"
+    );
+}
+
+#[test]
+fn a_launcher_killed_after_an_upgrade_with_spawned_daemons_leaves_nothing() {
+    if !require(&[Need::Root, Need::Qemu, Need::TestGuest]) {
+        return;
+    }
+    let opts = GuestOptions::new(&format!("upgkill{}", std::process::id()));
+    let domain = format!("e2e_{}", opts.name);
+    let Booted { mut launcher, .. } = boot(TempTree::new("upgrade-killed"), &opts, &[]);
+    let reply = upgrade(&launcher, Value::Null);
+    assert!(reply.get("return").is_some(), "{reply}");
+    wait_resumed(&mut launcher, 1, STEP);
+    // The namespace still dies with the launcher that took it over: its
+    // init, the daemons and QEMU go, within 5 s, as before any upgrade.
+    let tree = common::processes::ProcessTree::of(&launcher, Some(&domain));
+    assert_eq!(tree.qemu.len(), 1, "{:?}", tree.qemu);
+    let sent = std::time::Instant::now();
+    launcher.signal("KILL");
+    let gone = tree.wait_gone(sent, Duration::from_secs(5));
+    assert_eq!(launcher.wait_exit(STEP), -1);
+    tree.wait_reaped(sent, STEP);
+    eprintln!("{} processes gone {gone:?} after SIGKILL", tree.size());
+    assert!(qemu_pids(&domain).is_empty());
 }
 
 /// Destroys and undefines a domain of the host's libvirtd.
@@ -176,47 +364,13 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     let qemu = qemu_pids(&domain);
     assert_eq!(qemu.len(), 1, "{qemu:?}");
     // The guest counts, every 10 ms, into a file.
-    let (code, _) = guest_sh(
-        &mut client,
-        "(i=0; while true; do i=$((i+1)); echo $i > /run/counter; sleep 0.01; done) >/dev/null 2>&1 &",
-    );
-    assert_eq!(code, 0);
-    let counter = |client: &mut Client| -> u64 {
-        let (_, out) = guest_sh(client, "cat /run/counter");
-        out.trim().parse().unwrap_or(0)
-    };
+    start_counter(&mut client);
 
-    let pid = launcher.pid();
-    let socket = launcher.ready_socket();
-    let watch = SocketWatch::start(socket.clone());
-    let pinger = Pinger::start(socket.clone());
-    std::thread::sleep(Duration::from_millis(100));
-    for round in 1..=5 {
-        let reply = upgrade(&launcher, Value::Null);
-        assert!(reply.get("return").is_some(), "{reply}");
-        wait_resumed(&mut launcher, round, STEP);
-        assert_eq!(launcher.pid(), pid);
-        assert_eq!(qemu_pids(&domain), qemu, "QEMU changed in round {round}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let tally = pinger.finish();
-    let missing = watch.finish();
-    eprintln!(
-        "pings: {tally:?}; socket missing {missing} times; hand-overs: {:?}",
-        hand_over_ms(&launcher)
-    );
-    assert!(tally.failed_connects.is_empty(), "{tally:?}");
-    assert!(tally.wrong.is_empty(), "{tally:?}");
-    assert_eq!(missing, 0, "the socket file disappeared");
-
+    let before = counter(&mut client);
+    upgrade_rounds(&mut launcher, &domain, ROUNDS);
     // The adopted guest: running, never paused or redefined, its agent
     // answering without a reconnect, its counter going on.
     let mut client = launcher.client();
-    let status = client.ok("query-status", Value::Null);
-    assert_eq!(status["domain"]["state"], "Running", "{status}");
-    assert_eq!(status["phase"], "Running", "{status}");
-    let before = counter(&mut client);
-    std::thread::sleep(Duration::from_millis(300));
     let after = counter(&mut client);
     assert!(
         after > before,
@@ -238,7 +392,7 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     std::thread::sleep(Duration::from_secs(3));
     let reply = upgrade(&launcher, Value::Null);
     assert!(reply.get("return").is_some(), "{reply}");
-    wait_resumed(&mut launcher, 6, STEP);
+    wait_resumed(&mut launcher, ROUNDS + 1, STEP);
     let status = launcher.client().ok("query-status", Value::Null);
     eprintln!("after the hand-over: {}", status["shutdown"]);
     assert_eq!(status["phase"], "ShuttingDown", "{status}");

@@ -345,8 +345,10 @@ Upgrade in place: the same as the \fBupgrade\fR command without a binary
 first (\fB\-\-version\fR and \fB\-\-upgrade\-check\fR); then the
 launcher execs it with the same PID, the command socket passed on (its file
 never disappears) and the guest untouched. Refused (logged) while a
-migration, a backup or a memory dump runs, and with
-\fB\-\-spawn\-libvirt\fR; a graceful stop under way keeps its deadline.
+migration, a backup or a memory dump runs, and with \fB\-\-pod\-daemons\fR
+or a non\-root launcher's own daemons. With \fB\-\-spawn\-libvirt\fR (as
+root) the daemons, their namespace's init and QEMU run on, and the new
+launcher supervises them. A graceful stop under way keeps its deadline.
 A stop signal arriving during the hand\-over is acted on by the new
 launcher.
 .TP

@@ -119,6 +119,85 @@ pub fn enter_user_namespace_if_needed(mode: DaemonMode) -> Result<(), DaemonErro
     os::enter_user_namespace().map_err(|source| DaemonError::NoUserNamespace { source })
 }
 
+/// One daemon, handed over (`upgrade`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DaemonHandover {
+    /// Its pid (in the launcher's PID namespace).
+    pub pid: u32,
+    /// The read end of its stderr pipe, inherited.
+    pub stderr_fd: Option<i32>,
+    pub restarts: u32,
+}
+
+/// The launcher's own daemons (`--spawn-libvirt`), handed over: the new
+/// launcher supervises them, their namespace and QEMU untouched. In the
+/// state file as a JSON object, written and read by hand (lean: no derived
+/// visitor in the static binary).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "Value", try_from = "Value")]
+pub struct DaemonsHandover {
+    pub uri: String,
+    pub runtime_dir: PathBuf,
+    pub host_uuid: String,
+    /// The namespace's init (a child of the launcher's process).
+    pub init_pid: u32,
+    /// The write end of the init's lifeline, inherited.
+    pub lifeline_fd: i32,
+    pub libvirtd: DaemonHandover,
+    pub virtlogd: DaemonHandover,
+}
+
+impl From<DaemonsHandover> for Value {
+    fn from(h: DaemonsHandover) -> Value {
+        let one = |d: &DaemonHandover| json!({"pid": d.pid, "stderr_fd": d.stderr_fd, "restarts": d.restarts});
+        json!({
+            "uri": h.uri,
+            "runtime_dir": h.runtime_dir,
+            "host_uuid": h.host_uuid,
+            "init_pid": h.init_pid,
+            "lifeline_fd": h.lifeline_fd,
+            "libvirtd": one(&h.libvirtd),
+            "virtlogd": one(&h.virtlogd),
+        })
+    }
+}
+
+impl TryFrom<Value> for DaemonsHandover {
+    type Error = String;
+
+    fn try_from(v: Value) -> Result<DaemonsHandover, String> {
+        fn number<T: TryFrom<i64>>(v: &Value, key: &str) -> Result<T, String> {
+            v.get(key)
+                .and_then(Value::as_i64)
+                .and_then(|n| T::try_from(n).ok())
+                .ok_or_else(|| format!("daemons: no valid {key}"))
+        }
+        let text = |key: &str| {
+            v.get(key)
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| format!("daemons: no {key}"))
+        };
+        let one = |key: &str| -> Result<DaemonHandover, String> {
+            let d = v.get(key).ok_or_else(|| format!("daemons: no {key}"))?;
+            Ok(DaemonHandover {
+                pid: number(d, "pid")?,
+                stderr_fd: number(d, "stderr_fd").ok(),
+                restarts: number(d, "restarts")?,
+            })
+        };
+        Ok(DaemonsHandover {
+            uri: text("uri")?,
+            runtime_dir: PathBuf::from(text("runtime_dir")?),
+            host_uuid: text("host_uuid")?,
+            init_pid: number(&v, "init_pid")?,
+            lifeline_fd: number(&v, "lifeline_fd")?,
+            libvirtd: one("libvirtd")?,
+            virtlogd: one("virtlogd")?,
+        })
+    }
+}
+
 pub struct LibvirtDaemons {
     /// The URI that reaches the spawned daemon.
     pub uri: String,
@@ -203,6 +282,166 @@ impl LibvirtDaemons {
             INIT_TIMEOUT,
             fatal,
         )?));
+        let (libvirtd, virtlogd) = namespace_specs(
+            &runtime_dir,
+            &daemon,
+            virtlogd_bin,
+            mode,
+            driver_dir,
+            seeded.start_cpu,
+        );
+        if mode == DaemonMode::System {
+            open_passt_dir(&runtime_dir.join("run/qemu/passt"));
+        }
+        let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
+        // The same socket name in both modes; session mode's URI, as
+        // KubeVirt's non-root launcher connects.
+        let socket = runtime_dir.join("run").join(daemon.socket);
+        Ok(LibvirtDaemons {
+            uri: format!("qemu+unix:///{}?socket={}", mode.as_str(), socket.display()),
+            mode,
+            runtime_dir,
+            host_uuid,
+            libvirtd,
+            virtlogd,
+            placement,
+            cold_start: seeded.cold.is_some(),
+        })
+    }
+
+    /// What the next launcher needs to take these daemons over
+    /// (`upgrade`), or why it cannot.
+    pub fn handover(&self) -> Result<DaemonsHandover, String> {
+        if self.mode != DaemonMode::System {
+            return Err(
+                "not supported yet for a non-root launcher's daemons (session mode)".into(),
+            );
+        }
+        let Some((init_pid, lifeline_fd)) = self.placement.namespaces().and_then(|n| n.handover())
+        else {
+            return Err(
+                "not supported yet for the daemons of a KubeVirt pod (--pod-daemons)".into(),
+            );
+        };
+        let one = |s: &Supervisor| {
+            s.handover()
+                .map(|(pid, stderr_fd)| DaemonHandover {
+                    pid,
+                    stderr_fd,
+                    restarts: s.restarts(),
+                })
+                .ok_or_else(|| format!("{} is restarting; retry in a few seconds", s.name))
+        };
+        Ok(DaemonsHandover {
+            uri: self.uri.clone(),
+            runtime_dir: self.runtime_dir.clone(),
+            host_uuid: self.host_uuid.clone(),
+            init_pid,
+            lifeline_fd,
+            libvirtd: one(&self.libvirtd)?,
+            virtlogd: one(&self.virtlogd)?,
+        })
+    }
+
+    /// The descriptors a new launcher inherits with `handover`.
+    pub fn handover_fds(handover: &DaemonsHandover) -> Vec<std::os::fd::RawFd> {
+        std::iter::once(handover.lifeline_fd)
+            .chain(handover.libvirtd.stderr_fd)
+            .chain(handover.virtlogd.stderr_fd)
+            .collect()
+    }
+
+    /// Replaces the process with `command` (`upgrade`) so that the daemons,
+    /// their namespace and QEMU live on (see `DaemonNamespaces::exec`).
+    pub fn exec(&self, command: std::process::Command) -> std::io::Error {
+        match self.placement.namespaces() {
+            Some(namespaces) => namespaces.exec(command),
+            None => std::io::Error::other("the daemons run in no namespace of the launcher's"),
+        }
+    }
+
+    /// Takes over the daemons the launcher this one replaced handed over
+    /// (`upgrade`): their namespace's init and lifeline, their pids and
+    /// stderr pipes (inherited descriptors), and their supervision.
+    pub fn adopt(
+        private_dir: &Path,
+        handover: &DaemonsHandover,
+        fatal: &FatalSender,
+    ) -> Result<LibvirtDaemons, DaemonError> {
+        let mode = DaemonMode::for_this_process();
+        if mode != DaemonMode::System {
+            return Err(DaemonError::refused(
+                "a non-root launcher cannot take daemons over",
+            ));
+        }
+        let runtime_dir = private_dir.join("libvirt");
+        if handover.runtime_dir != runtime_dir {
+            return Err(DaemonError::Refused(format!(
+                "the handed-over daemons run in {}, not in {}",
+                handover.runtime_dir.display(),
+                runtime_dir.display()
+            )));
+        }
+        // The inherited descriptors are this process's from here on (and
+        // no child's).
+        let take = |fd: std::os::fd::RawFd| {
+            if !os::set_cloexec(fd, true) {
+                return Err(DaemonError::Refused(format!(
+                    "descriptor {fd} was not inherited"
+                )));
+            }
+            // SAFETY: the descriptor is open (fcntl just succeeded) and was
+            // handed over for this use alone; nothing else here owns it.
+            Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+        };
+        let lifeline = take(handover.lifeline_fd)?;
+        let libvirtd_err = handover.libvirtd.stderr_fd.map(take).transpose()?;
+        let virtlogd_err = handover.virtlogd.stderr_fd.map(take).transpose()?;
+        let daemon = config::Daemon::find()?;
+        let virtlogd_bin = find_binary("virtlogd")?;
+        let driver_dir = Some(runtime_dir.join("drivers")).filter(|d| d.is_dir());
+        let placement = Arc::new(Placement::Namespaces(DaemonNamespaces::adopt(
+            handover.init_pid,
+            lifeline,
+            fatal,
+        )?));
+        let (libvirtd, virtlogd) =
+            namespace_specs(&runtime_dir, &daemon, virtlogd_bin, mode, driver_dir, None);
+        let adopt = |spec, one: &DaemonHandover, stderr| {
+            Supervisor::adopt(
+                spec,
+                placement.clone(),
+                one.pid,
+                stderr,
+                one.restarts,
+                fatal,
+            )
+        };
+        let virtlogd = adopt(virtlogd, &handover.virtlogd, virtlogd_err)?;
+        let libvirtd = adopt(libvirtd, &handover.libvirtd, libvirtd_err)?;
+        Ok(LibvirtDaemons {
+            uri: handover.uri.clone(),
+            mode,
+            runtime_dir,
+            host_uuid: handover.host_uuid.clone(),
+            libvirtd,
+            virtlogd,
+            placement,
+            cold_start: false,
+        })
+    }
+}
+
+/// The daemons of a launcher's own namespaces: (libvirt daemon, virtlogd).
+fn namespace_specs(
+    runtime_dir: &Path,
+    daemon: &config::Daemon,
+    virtlogd_bin: PathBuf,
+    mode: DaemonMode,
+    driver_dir: Option<PathBuf>,
+    start_cpu: Option<usize>,
+) -> (DaemonSpec, DaemonSpec) {
+    {
         let mut env: Vec<(String, String)> = match mode {
             DaemonMode::System => Vec::new(),
             DaemonMode::Session => SESSION_ENV
@@ -243,28 +482,14 @@ impl LibvirtDaemons {
             ],
             env,
             ready: Readiness::Notify(notify(daemon.name)),
-            start_cpu: seeded.start_cpu,
+            start_cpu,
             read_only: None,
         };
-        if mode == DaemonMode::System {
-            open_passt_dir(&runtime_dir.join("run/qemu/passt"));
-        }
-        let (libvirtd, virtlogd) = start_pair(libvirtd, virtlogd, &placement, fatal)?;
-        // The same socket name in both modes; session mode's URI, as
-        // KubeVirt's non-root launcher connects.
-        let socket = runtime_dir.join("run").join(daemon.socket);
-        Ok(LibvirtDaemons {
-            uri: format!("qemu+unix:///{}?socket={}", mode.as_str(), socket.display()),
-            mode,
-            runtime_dir,
-            host_uuid,
-            libvirtd,
-            virtlogd,
-            placement,
-            cold_start: seeded.cold.is_some(),
-        })
+        (libvirtd, virtlogd)
     }
+}
 
+impl LibvirtDaemons {
     /// KubeVirt mode: starts virtlogd and the libvirt daemon as KubeVirt's
     /// launcher does inside its pod, as plain children on the container's
     /// own paths (the pod is their isolation): the daemon with a copy of

@@ -32,7 +32,7 @@
 use super::error::DaemonError;
 use std::fs::File;
 use std::io::{self, PipeWriter, Read};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};
@@ -65,6 +65,12 @@ pub struct DaemonNamespaces {
     exited: Arc<AtomicBool>,
     /// Receives once the init has exited (and so the namespace is empty).
     ended: Receiver<()>,
+    /// Taken over from the launcher this one replaced (`upgrade`): the
+    /// init and the daemons are children of the thread that execed, now
+    /// the main thread, so the next hand-over execs from there; what the
+    /// spawner starts gets no parent-death signal (tied to the spawner
+    /// thread, it would fire at that exec): the namespace's end takes it.
+    adopted: bool,
 }
 
 impl DaemonNamespaces {
@@ -106,9 +112,10 @@ impl DaemonNamespaces {
             steps.push(BeforeExec::KeepCapability(CAP_SYS_ADMIN));
         }
         os::before_exec(&mut command, steps);
-        let (spawner, init_spawned) = start_spawner(command, fatal)?;
-        let mut child =
-            init_spawned.map_err(|e| DaemonError::os("cannot start the namespace's init", e))?;
+        let (spawner, init_spawned) = start_spawner(SpawnerStart::NewNamespace(command), fatal)?;
+        let mut child = init_spawned
+            .and_then(|child| child.ok_or_else(|| io::Error::other("no init was started")))
+            .map_err(|e| DaemonError::os("cannot start the namespace's init", e))?;
         // The child is unreaped until the watcher below waits for it, so
         // its pid is still its own here.
         let init_pid = child.id();
@@ -149,7 +156,13 @@ impl DaemonNamespaces {
         };
         let ending = Arc::new(AtomicBool::new(false));
         let exited = Arc::new(AtomicBool::new(false));
-        let ended = watch_init(child, init_pid, ending.clone(), exited.clone(), fatal)?;
+        let ended = watch_init(
+            InitProcess::Spawned(child),
+            init_pid,
+            ending.clone(),
+            exited.clone(),
+            fatal,
+        )?;
         Ok(DaemonNamespaces {
             init_pid,
             init,
@@ -161,7 +174,96 @@ impl DaemonNamespaces {
             ending,
             exited,
             ended,
+            adopted: false,
         })
+    }
+
+    /// Takes over the namespaces of the launcher this one replaced
+    /// (`upgrade`): its init, `init_pid`, a child of this process, and the
+    /// write end of its lifeline, inherited as `lifeline`. The exec came
+    /// from the thread whose children go to the daemons' PID namespace; the
+    /// main thread's went back to the launcher's own at start-up
+    /// (`crate::upgrade`), and a new spawner thread's go to the daemons'.
+    pub fn adopt(
+        init_pid: u32,
+        lifeline: OwnedFd,
+        fatal: &FatalSender,
+    ) -> Result<DaemonNamespaces, DaemonError> {
+        let init = PidFd::open(init_pid).map_err(|e| {
+            DaemonError::os(format!("cannot open a pidfd for the init {init_pid}"), e)
+        })?;
+        let open = |ns: Namespace| {
+            ns.open_of(init_pid).map_err(|e| {
+                DaemonError::os(
+                    format!("cannot open the daemons' {} namespace", ns.proc_name()),
+                    e,
+                )
+            })
+        };
+        let pid_ns = open(Namespace::Pid)?;
+        let mount_ns = open(Namespace::Mount)?;
+        let pid_ns_identity = Namespace::Pid
+            .identity_of(init_pid)
+            .map_err(|e| DaemonError::os("cannot read the daemons' PID namespace", e))?;
+        if Namespace::Pid.identity_of(std::process::id()).ok() == Some(pid_ns_identity.clone()) {
+            return Err(DaemonError::Refused(format!(
+                "process {init_pid} is not the init of a PID namespace of the launcher's"
+            )));
+        }
+        let join = pid_ns
+            .try_clone()
+            .map_err(|e| DaemonError::os("cannot duplicate a namespace descriptor", e))?;
+        let (spawner, _) = start_spawner(SpawnerStart::Join(join), fatal)?;
+        let ending = Arc::new(AtomicBool::new(false));
+        let exited = Arc::new(AtomicBool::new(false));
+        let ended = watch_init(
+            InitProcess::Adopted(init_pid),
+            init_pid,
+            ending.clone(),
+            exited.clone(),
+            fatal,
+        )?;
+        Ok(DaemonNamespaces {
+            init_pid,
+            init,
+            pid_ns_identity,
+            _pid_ns: pid_ns,
+            mount_ns: Arc::new(mount_ns),
+            spawner,
+            lifeline: Mutex::new(Some(PipeWriter::from(lifeline))),
+            ending,
+            exited,
+            ended,
+            adopted: true,
+        })
+    }
+
+    /// What a new launcher needs to take the namespaces over: the init's
+    /// pid and the lifeline's descriptor (to inherit).
+    pub fn handover(&self) -> Option<(u32, RawFd)> {
+        let lifeline = self.lifeline.lock().ok()?;
+        Some((self.init_pid, lifeline.as_ref()?.as_raw_fd()))
+    }
+
+    /// Replaces the process with `command` (`upgrade`) from the thread
+    /// that forked the init and the daemons, so that no parent-death
+    /// signal fires: the spawner, or in a launcher that took over, the
+    /// calling (main) thread. Returns only on failure.
+    pub fn exec(&self, command: Command) -> io::Error {
+        if self.adopted {
+            return crate::upgrade::exec_now(command);
+        }
+        let (reply, failed) = bounded(1);
+        if self
+            .spawner
+            .send(SpawnRequest::Exec { command, reply })
+            .is_err()
+        {
+            return io::Error::other("the daemons' spawner thread has stopped");
+        }
+        failed
+            .recv()
+            .unwrap_or_else(|_| io::Error::other("the daemons' spawner thread has stopped"))
     }
 
     /// The init's pid (in the launcher's PID namespace).
@@ -180,15 +282,18 @@ impl DaemonNamespaces {
         // Ctrl-C at the launcher's terminal must not kill a daemon before
         // the launcher stops it in order.
         command.process_group(0);
-        let mut steps = vec![
-            BeforeExec::JoinNamespace(self.mount_ns.clone(), Namespace::Mount),
-            BeforeExec::ParentDeathSignal(libc::SIGTERM),
-        ];
+        let mut steps = vec![BeforeExec::JoinNamespace(
+            self.mount_ns.clone(),
+            Namespace::Mount,
+        )];
+        if !self.adopted {
+            steps.push(BeforeExec::ParentDeathSignal(libc::SIGTERM));
+        }
         steps.extend(then);
         os::before_exec(&mut command, steps);
         let (reply, spawned) = bounded(1);
         self.spawner
-            .send(SpawnRequest { command, reply })
+            .send(SpawnRequest::Spawn { command, reply })
             .map_err(|_| io::Error::other("the daemons' spawner thread has stopped"))?;
         spawned
             .recv()
@@ -255,32 +360,65 @@ impl Drop for DaemonNamespaces {
     }
 }
 
-/// A command for the spawner thread, and where its child goes.
-struct SpawnRequest {
-    command: Command,
-    reply: Sender<io::Result<Child>>,
+/// A request to the spawner thread.
+enum SpawnRequest {
+    /// Start this command in the namespaces; the child goes back.
+    Spawn {
+        command: Command,
+        reply: Sender<io::Result<Child>>,
+    },
+    /// Replace the process with this command (`upgrade`); only a failure
+    /// goes back.
+    Exec {
+        command: Command,
+        reply: Sender<io::Error>,
+    },
+}
+
+/// How the spawner thread begins.
+enum SpawnerStart {
+    /// In a new PID namespace, whose init (PID 1) this is.
+    NewNamespace(Command),
+    /// In the existing PID namespace open as this file (`upgrade`).
+    Join(File),
 }
 
 /// Starts the spawner thread (see the module documentation), which forks
-/// `init` as PID 1 of a new PID namespace and then every command sent on
-/// the returned queue into it. Returns the queue and the init's spawn.
+/// an init as PID 1 of a new PID namespace (or joins one) and then every
+/// command sent on the returned queue into it. Returns the queue and the
+/// init's spawn.
 fn start_spawner(
-    mut init: Command,
+    start: SpawnerStart,
     fatal: &FatalSender,
-) -> Result<(Sender<SpawnRequest>, io::Result<Child>), DaemonError> {
+) -> Result<(Sender<SpawnRequest>, io::Result<Option<Child>>), DaemonError> {
     let (requests, queue) = bounded::<SpawnRequest>(0);
     let (init_tx, init_rx) = bounded(1);
     threads::spawn_named("pidns-spawner", fatal, move || {
-        // Only this thread's children go to the new namespace.
-        if let Err(e) = os::unshare(Namespace::Pid) {
-            let _ = init_tx.send(Err(e));
+        // Only this thread's children go to the namespace.
+        let started = match start {
+            SpawnerStart::NewNamespace(mut init) => {
+                os::unshare(Namespace::Pid).and_then(|()| init.spawn().map(Some))
+            }
+            SpawnerStart::Join(ns) => os::setns(ns.as_fd(), Namespace::Pid).map(|()| None),
+        };
+        let failed = started.is_err();
+        let _ = init_tx.send(started);
+        if failed {
             return;
         }
-        let _ = init_tx.send(init.spawn());
         // Until the namespaces are dropped: then this thread ends, and
         // with it the init (its parent-death signal) if still running.
-        for mut request in queue {
-            let _ = request.reply.send(request.command.spawn());
+        for request in queue {
+            match request {
+                SpawnRequest::Spawn { mut command, reply } => {
+                    let _ = reply.send(command.spawn());
+                }
+                SpawnRequest::Exec { command, reply } => {
+                    let error = crate::upgrade::exec_now(command);
+                    crate::upgrade::unblock_stop_signals();
+                    let _ = reply.send(error);
+                }
+            }
         }
     })
     .map_err(|e| DaemonError::os("cannot start the daemons' spawner thread", e))?;
@@ -354,8 +492,26 @@ fn init_failure(child: &mut Child) -> Option<String> {
 
 /// Waits for the init on a thread of its own; reports its exit on the
 /// returned channel, and on `fatal` when nobody asked for it.
+/// The init, as the launcher that waits for it has it.
+enum InitProcess {
+    /// Forked by this launcher.
+    Spawned(Child),
+    /// Taken over from the launcher this one replaced (`upgrade`): a
+    /// child of this process all the same.
+    Adopted(u32),
+}
+
+impl InitProcess {
+    fn wait(&mut self) -> io::Result<String> {
+        match self {
+            InitProcess::Spawned(child) => child.wait().map(|s| s.to_string()),
+            InitProcess::Adopted(pid) => os::wait_pid(*pid),
+        }
+    }
+}
+
 fn watch_init(
-    mut child: Child,
+    mut child: InitProcess,
     pid: u32,
     ending: Arc<AtomicBool>,
     exited: Arc<AtomicBool>,
@@ -368,7 +524,7 @@ fn watch_init(
         exited.store(true, Ordering::Release);
         if !ending.load(Ordering::Acquire) {
             let how = match status {
-                Ok(s) => s.to_string(),
+                Ok(s) => s,
                 Err(e) => format!("was lost ({e})"),
             };
             let message = format!(

@@ -69,6 +69,15 @@ impl Placement {
         }
     }
 
+    /// The namespaces, when the daemons run in namespaces of the
+    /// launcher's own.
+    pub fn namespaces(&self) -> Option<&DaemonNamespaces> {
+        match self {
+            Placement::Namespaces(namespaces) => Some(namespaces),
+            Placement::Pod => None,
+        }
+    }
+
     /// Ends the namespaces and everything left in them.
     pub fn end(&self, timeout: Duration) {
         if let Placement::Namespaces(namespaces) = self {

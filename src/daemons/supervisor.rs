@@ -5,6 +5,7 @@
 use super::error::DaemonError;
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -64,6 +65,7 @@ impl DaemonSpec {
         placement: &Placement,
         report_ready: bool,
         last_error: &Arc<Mutex<Option<String>>>,
+        stderr_fd: &Mutex<Option<RawFd>>,
         fatal: &FatalSender,
     ) -> io::Result<Child> {
         let mut command = Command::new(&self.binary);
@@ -92,13 +94,26 @@ impl DaemonSpec {
             .collect();
         let mut child = placement.spawn_then(command, then)?;
         if let Some(stderr) = child.stderr.take() {
-            let name = self.name.clone();
-            let last_error = last_error.clone();
-            let _ = threads::spawn_named(&format!("{name}-log"), fatal, move || {
-                copy_to_log(&name, stderr, &last_error)
-            });
+            if let Ok(mut fd) = stderr_fd.lock() {
+                *fd = Some(stderr.as_raw_fd());
+            }
+            self.log_output(OwnedFd::from(stderr).into(), last_error, fatal);
         }
         Ok(child)
+    }
+
+    /// Copies the daemon's output to the log, on a thread of its own.
+    fn log_output(
+        &self,
+        stderr: std::fs::File,
+        last_error: &Arc<Mutex<Option<String>>>,
+        fatal: &FatalSender,
+    ) {
+        let name = self.name.clone();
+        let last_error = last_error.clone();
+        let _ = threads::spawn_named(&format!("{name}-log"), fatal, move || {
+            copy_to_log(&name, stderr, &last_error)
+        });
     }
 }
 
@@ -111,7 +126,7 @@ fn remove_stale(socket: &Path) -> io::Result<()> {
 }
 
 /// libvirt writes "<time>: <tid>: error : <function>:<line> : <message>".
-fn copy_to_log(name: &str, stderr: std::process::ChildStderr, last_error: &Mutex<Option<String>>) {
+fn copy_to_log(name: &str, stderr: std::fs::File, last_error: &Mutex<Option<String>>) {
     let mut lines = LineReader::new(stderr, MAX_LOG_LINE);
     while let Ok(Some(frame)) = lines.next_frame() {
         if let Frame::Line(line) = frame {
@@ -139,6 +154,9 @@ pub struct Supervisor {
     done_rx: Receiver<()>,
     /// Still on the one CPU it started on (see `release_start_cpu`).
     pinned: AtomicBool,
+    /// The read end of the daemon's stderr pipe (handed to a new launcher
+    /// by `upgrade`).
+    stderr_fd: Arc<Mutex<Option<RawFd>>>,
 }
 
 /// A daemon started and not yet ready.
@@ -171,6 +189,7 @@ impl Supervisor {
         let stopping = Arc::new(AtomicBool::new(false));
         let (stop_tx, stop_rx) = bounded(1);
         let (done_tx, done_rx) = bounded(1);
+        let stderr_fd = Arc::new(Mutex::new(None));
         let watcher = Watcher {
             spec: spec.clone(),
             placement,
@@ -180,6 +199,7 @@ impl Supervisor {
             stopping: stopping.clone(),
             stop_rx,
             done_tx,
+            stderr_fd: stderr_fd.clone(),
             fatal: fatal.clone(),
         };
         let (spawned_tx, spawned_rx) = bounded(1);
@@ -190,12 +210,13 @@ impl Supervisor {
                 &watcher.placement,
                 true,
                 &watcher.last_error,
+                &watcher.stderr_fd,
                 &watcher.fatal,
             ) {
                 Ok(child) => {
                     watcher.set_pid(Some(child.id()));
                     let _ = spawned_tx.send(Ok(()));
-                    watcher.watch(child);
+                    watcher.watch(Running::Spawned(child));
                 }
                 Err(e) => {
                     let _ = spawned_tx.send(Err(e));
@@ -223,11 +244,96 @@ impl Supervisor {
                 stop_tx,
                 done_rx,
                 pinned: AtomicBool::new(false),
+                stderr_fd,
             },
             notify,
             ready: spec.ready,
             start_cpu: spec.start_cpu,
         })
+    }
+
+    /// Takes over the supervision of daemon `pid`, a child of this process
+    /// that the launcher this one replaced started (`upgrade`), with its
+    /// stderr pipe inherited as `stderr`; it is restarted as usual when it
+    /// dies.
+    pub fn adopt(
+        spec: DaemonSpec,
+        placement: Arc<Placement>,
+        pid: u32,
+        stderr: Option<OwnedFd>,
+        restarts: u32,
+        fatal: &FatalSender,
+    ) -> Result<Supervisor, DaemonError> {
+        let last_error = Arc::new(Mutex::new(None));
+        let stderr_fd = Arc::new(Mutex::new(None));
+        if let Some(stderr) = stderr {
+            if let Ok(mut fd) = stderr_fd.lock() {
+                *fd = Some(stderr.as_raw_fd());
+            }
+            spec.log_output(std::fs::File::from(stderr), &last_error, fatal);
+        }
+        let (stop_tx, stop_rx) = bounded(1);
+        let (done_tx, done_rx) = bounded(1);
+        let supervisor = Supervisor {
+            name: spec.name.clone(),
+            pid: Arc::new(Mutex::new(Some(pid))),
+            last_error,
+            restarts: Arc::new(AtomicU32::new(restarts)),
+            stopping: Arc::new(AtomicBool::new(false)),
+            stop_tx,
+            done_rx,
+            pinned: AtomicBool::new(false),
+            stderr_fd,
+        };
+        let watcher = Watcher {
+            spec,
+            placement,
+            pid: supervisor.pid.clone(),
+            last_error: supervisor.last_error.clone(),
+            restarts: supervisor.restarts.clone(),
+            stopping: supervisor.stopping.clone(),
+            stop_rx,
+            done_tx,
+            stderr_fd: supervisor.stderr_fd.clone(),
+            fatal: fatal.clone(),
+        };
+        threads::spawn_named(
+            &format!("{}-supervisor", supervisor.name),
+            fatal,
+            move || watcher.watch(Running::Adopted(pid)),
+        )
+        .map_err(|e| {
+            DaemonError::os(
+                format!("cannot start the {} supervisor", supervisor.name),
+                e,
+            )
+        })?;
+        Ok(supervisor)
+    }
+
+    /// What a new launcher needs to take the supervision over: the
+    /// daemon's pid and its stderr pipe's descriptor (to inherit).
+    pub fn handover(&self) -> Option<(u32, Option<RawFd>)> {
+        let pid = self.pid()?;
+        let fd = self.stderr_fd.lock().ok().and_then(|fd| *fd);
+        Some((pid, fd))
+    }
+}
+
+/// The daemon process a supervisor waits for.
+enum Running {
+    /// Started by this supervisor.
+    Spawned(Child),
+    /// Taken over from the launcher this one replaced.
+    Adopted(u32),
+}
+
+impl Running {
+    fn wait(&mut self) -> io::Result<String> {
+        match self {
+            Running::Spawned(child) => child.wait().map(|s| s.to_string()),
+            Running::Adopted(pid) => os::wait_pid(*pid),
+        }
     }
 }
 
@@ -370,6 +476,7 @@ struct Watcher {
     stopping: Arc<AtomicBool>,
     stop_rx: Receiver<()>,
     done_tx: Sender<()>,
+    stderr_fd: Arc<Mutex<Option<RawFd>>>,
     fatal: FatalSender,
 }
 
@@ -380,7 +487,7 @@ impl Watcher {
         }
     }
 
-    fn watch(&self, mut child: Child) {
+    fn watch(&self, mut child: Running) {
         let name = self.spec.name.as_str();
         let mut delay = RESTART_DELAY;
         let mut started = Instant::now();
@@ -429,15 +536,18 @@ impl Watcher {
                     delay = MAX_RESTART_DELAY;
                     continue;
                 }
-                match self
-                    .spec
-                    .spawn(&self.placement, false, &self.last_error, &self.fatal)
-                {
+                match self.spec.spawn(
+                    &self.placement,
+                    false,
+                    &self.last_error,
+                    &self.stderr_fd,
+                    &self.fatal,
+                ) {
                     Ok(c) => {
                         self.set_pid(Some(c.id()));
                         self.restarts.fetch_add(1, Ordering::Relaxed);
                         log::info!("daemons: {name} restarted (pid {})", c.id());
-                        child = c;
+                        child = Running::Spawned(c);
                         started = Instant::now();
                         break;
                     }

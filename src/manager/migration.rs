@@ -129,7 +129,7 @@ struct JobCompleted<'a> {
 pub(super) struct MigrationState {
     /// The migration, once there is one (kept after it ends, for
     /// query-migration).
-    record: Option<MigrationRecord>,
+    pub(super) record: Option<MigrationRecord>,
     /// Cancels the source's running migration.
     cancel: Option<CancelHandle>,
     /// Where the source worker reports (the manager's inbox).

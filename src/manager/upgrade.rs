@@ -11,7 +11,7 @@ use super::{DomainManager, Phase};
 use crate::command::{DomainCommand, GuestCommand, ManagerCommand, MigrationCommand, ReplyTo};
 use crate::protocol::{CommandError, ErrorClass};
 use crate::signals::Signal;
-use crate::upgrade::{HandoverState, STATE_VERSION};
+use crate::upgrade::HandoverState;
 
 /// The manager's request to the main thread: check `binary` and exec it.
 pub struct UpgradeRequest {
@@ -99,11 +99,23 @@ impl DomainManager {
                 ),
             ));
         }
-        if self.daemons.is_some() {
-            return Some(CommandError::new(
-                ErrorClass::Unavailable,
-                "upgrade: not supported yet for a launcher with its own libvirt daemons (--spawn-libvirt or --pod-daemons): their supervision cannot be handed over",
-            ));
+        if let Some(daemons) = &self.daemons {
+            let unavailable = |why: &str| {
+                Some(CommandError::new(
+                    ErrorClass::Unavailable,
+                    format!("upgrade with the launcher's own libvirt daemons: {why}"),
+                ))
+            };
+            if let Err(why) = daemons.handover() {
+                return unavailable(&why);
+            }
+            // What else runs in the daemons' namespace is not handed over.
+            if self.network.lock().is_ok_and(|n| n.is_some()) {
+                return unavailable("not supported yet with pod networking");
+            }
+            if self.virtiofs.lock().is_ok_and(|v| v.is_some()) {
+                return unavailable("not supported yet with virtiofs filesystems");
+            }
         }
         if self.config.kubevirt.hook_sidecars > 0 {
             return Some(CommandError::new(
@@ -120,8 +132,14 @@ impl DomainManager {
             log::info!("manager: {refusal}");
             return reply.send(Err(refusal));
         }
+        let daemons = self.daemons.as_ref().and_then(|d| d.handover().ok());
         let state = HandoverState {
-            version: STATE_VERSION,
+            version: crate::upgrade::state_version(daemons.is_some()),
+            daemons,
+            migration: self
+                .migration
+                .status()
+                .and_then(|status| serde_json::to_value(status).ok()),
             from: env!("CARGO_PKG_VERSION").to_string(),
             phase: self.phase.as_str().to_string(),
             domain_state: self.domain.status.state.as_str().to_string(),
@@ -143,6 +161,7 @@ impl DomainManager {
             Ok(()) => {
                 log::info!("manager: handing over to a new binary; holding changes meanwhile");
                 self.upgrading = true;
+                crate::upgrade::set_handing_over(true);
             }
             Err(returned) => returned.into_inner().reply.send(Err(CommandError::internal(
                 "upgrade: the main thread is not listening",
@@ -160,6 +179,18 @@ impl DomainManager {
         if let Some(stop) = &state.graceful_stop {
             self.resume_graceful_stop(stop);
         }
+        if let Some(record) = state
+            .migration
+            .as_ref()
+            .and_then(crate::migration::MigrationRecord::from_status)
+            && self.migration.record.is_none()
+        {
+            log::info!(
+                "manager: the last migration ({}) as the previous launcher recorded it",
+                record.phase.as_str()
+            );
+            self.migration.record = Some(record);
+        }
     }
 
     /// The main thread gave the hand-over up (the new binary failed its
@@ -167,6 +198,7 @@ impl DomainManager {
     /// meanwhile is acted on now.
     pub(super) fn upgrade_aborted(&mut self) {
         self.upgrading = false;
+        crate::upgrade::set_handing_over(false);
         if let Some(signal) = crate::upgrade::take_held_signal().and_then(Signal::from_raw) {
             self.handle_signal(signal);
         }

@@ -211,7 +211,8 @@ pub enum MigrationUpdate {
     Failed { reason: String, cancelled: bool },
 }
 
-/// The manager's record of a migration, for `query-migration`.
+/// The manager's record of a migration, for `query-migration` (handed to
+/// a new launcher by `upgrade`, as its status: [`MigrationRecord::from_status`]).
 #[derive(Debug, Clone)]
 pub struct MigrationRecord {
     pub role: Role,
@@ -290,6 +291,52 @@ impl MigrationRecord {
             started: seconds(self.started),
             target_uri: self.target_uri.clone(),
         }
+    }
+
+    /// An ended migration's record read back from its `status` (`upgrade`
+    /// hands it over so); the progress figures are not kept (an ended
+    /// migration's `completed` statistics say more). `None` for anything
+    /// else.
+    pub fn from_status(status: &Value) -> Option<MigrationRecord> {
+        let text = |key: &str| status.get(key).and_then(Value::as_str);
+        let owned = |key: &str| text(key).map(str::to_string);
+        let time = |key: &str| {
+            let seconds = status
+                .get(key)?
+                .as_f64()
+                .filter(|s| s.is_finite() && *s >= 0.0)?;
+            SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs_f64(seconds))
+        };
+        let role = match text("role")? {
+            "source" => Role::Source,
+            "target" => Role::Target,
+            _ => return None,
+        };
+        let phase = match text("phase")? {
+            "completed" => MigrationPhase::Completed,
+            "failed" => MigrationPhase::Failed,
+            "cancelled" => MigrationPhase::Cancelled,
+            _ => return None,
+        };
+        let abort = match text("abort") {
+            Some("Aborting") => Some(AbortStatus::Aborting),
+            Some("Succeeded") => Some(AbortStatus::Succeeded),
+            Some("Failed") => Some(AbortStatus::Failed),
+            _ => None,
+        };
+        Some(MigrationRecord {
+            role,
+            phase,
+            started: time("started")?,
+            ended: time("ended"),
+            target_uri: owned("target_uri"),
+            post_copy: text("mode") == Some("post-copy"),
+            progress: None,
+            failure: owned("failure"),
+            completed_stats: status.get("completed").and_then(Value::as_object).cloned(),
+            migration_uid: owned("migration_uid"),
+            abort,
+        })
     }
 
     /// "pre-copy", or "post-copy" once switched.

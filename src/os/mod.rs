@@ -435,6 +435,33 @@ pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::kill(pid, signal) }).map(drop)
 }
 
+/// Waits for child `pid` (of any thread of this process) to exit: its
+/// status, described as `std::process::ExitStatus` shows one. For a child
+/// this process did not fork itself (a launcher that took over from the
+/// one it replaced, `upgrade`).
+pub fn wait_pid(pid: u32) -> io::Result<String> {
+    let pid = process_id(pid)?;
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid(2) writes only the status integer given.
+        let ret = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if ret == -1 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(if libc::WIFEXITED(status) {
+            format!("exit status: {}", libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            format!("signal: {}", libc::WTERMSIG(status))
+        } else {
+            format!("wait status: {status}")
+        });
+    }
+}
+
 /// A process referred to by a pidfd: a signal sent through it reaches that
 /// process or nobody, even after its pid has been reused.
 pub struct PidFd(OwnedFd);

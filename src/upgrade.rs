@@ -315,10 +315,9 @@ pub fn note_signal(raw: i32) {
         let _ = LATE_SIGNAL.compare_exchange(0, raw, Ordering::AcqRel, Ordering::Acquire);
         let fd = LATE_PIPE.load(Ordering::Acquire);
         if fd >= 0 {
-            let byte = u8::try_from(raw).unwrap_or(0);
-            // SAFETY: write(2) of one byte from a local; the descriptor is
-            // never closed while it is published here (see `exec`).
-            unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+            // The descriptor is never closed while it is published here
+            // (see `exec`).
+            crate::os::write_byte_signal_safe(fd, u8::try_from(raw).unwrap_or(0));
         }
     }
 }

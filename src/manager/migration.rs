@@ -129,7 +129,7 @@ struct JobCompleted<'a> {
 pub(super) struct MigrationState {
     /// The migration, once there is one (kept after it ends, for
     /// query-migration).
-    pub(super) record: Option<MigrationRecord>,
+    record: Option<MigrationRecord>,
     /// Cancels the source's running migration.
     cancel: Option<CancelHandle>,
     /// Where the source worker reports (the manager's inbox).
@@ -157,6 +157,18 @@ fn stack_versions(info: &crate::hypervisor::HypervisorInfo) -> StackVersions {
 }
 
 impl MigrationState {
+    /// The last migration as the launcher before an upgrade recorded it,
+    /// unless this one has a record of its own already.
+    pub(super) fn adopt_handed_over(&mut self, record: MigrationRecord) {
+        if self.record.is_none() {
+            log::info!(
+                "manager: the last migration ({}) as the previous launcher recorded it",
+                record.phase.as_str()
+            );
+            self.record = Some(record);
+        }
+    }
+
     pub(super) fn new(updates: Sink<MigrationUpdate>) -> MigrationState {
         MigrationState {
             record: None,

@@ -183,13 +183,8 @@ impl DomainManager {
             .migration
             .as_ref()
             .and_then(crate::migration::MigrationRecord::from_status)
-            && self.migration.record.is_none()
         {
-            log::info!(
-                "manager: the last migration ({}) as the previous launcher recorded it",
-                record.phase.as_str()
-            );
-            self.migration.record = Some(record);
+            self.migration.adopt_handed_over(record);
         }
     }
 

@@ -526,7 +526,10 @@ mod tests {
             "placement": {"node": 1}
         }))
         .expect("an address with extra fields");
-        assert_eq!(address.libvirt_uri, "qemu+unix:///system?socket=/run/t/libvirt-sock");
+        assert_eq!(
+            address.libvirt_uri,
+            "qemu+unix:///system?socket=/run/t/libvirt-sock"
+        );
         assert_eq!(address.stack.map(|s| s.libvirt), Some("11.3.0".to_string()));
     }
 

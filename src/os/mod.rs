@@ -760,6 +760,14 @@ pub fn set_cloexec(fd: std::os::fd::RawFd, on: bool) -> bool {
     }
 }
 
+/// Writes one byte to `fd`, ignoring any failure: *async-signal-safe*, for
+/// a signal handler waking a reader (a full pipe already holds a wake-up).
+pub fn write_byte_signal_safe(fd: std::os::fd::RawFd, byte: u8) {
+    // SAFETY: write(2) of one byte from a local; a bad or closed
+    // descriptor is an error return, not undefined behaviour.
+    unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

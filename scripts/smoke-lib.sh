@@ -94,7 +94,7 @@ seen() {
             contains "$line" "$fragment" || { all=0; break; }
         done
         [ "$all" = 1 ] && return 0
-    done < <(grep '^{"event":' "$TMP/events.log" || true)
+    done < <(grep -E '^[{]("seq":[0-9]+,)?"event":' "$TMP/events.log" || true)
     return 1
 }
 

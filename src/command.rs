@@ -347,11 +347,15 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         name: "subscribe",
-        summary: "Send events on this connection; arguments.events limits them to the listed names.",
+        summary: "Send events on this connection; arguments.events limits them to the listed names, arguments.since first replays the retained events after that seq.",
         parse: |a| {
             let args: SubscribeArgs = a.typed()?;
             let events = args.events.map(event_filter).transpose()?;
-            Ok(LocalCommand::Subscribe { events }.into())
+            Ok(LocalCommand::Subscribe {
+                events,
+                since: args.since,
+            }
+            .into())
         },
     },
     CommandSpec {
@@ -378,7 +382,11 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LocalCommand {
     QueryCommands,
-    Subscribe { events: Option<Vec<EventKind>> },
+    /// `since`: replay the retained events after that number.
+    Subscribe {
+        events: Option<Vec<EventKind>>,
+        since: Option<u64>,
+    },
     Unsubscribe,
 }
 
@@ -1233,6 +1241,8 @@ struct FreezeArgs {
 #[serde(deny_unknown_fields)]
 struct SubscribeArgs {
     events: Option<Vec<String>>,
+    #[serde(default)]
+    since: Option<u64>,
 }
 
 /// `subscribe`'s event names: known, not empty, each once.
@@ -1430,7 +1440,11 @@ mod tests {
                 refresh_links: Vec::new(),
             }
             .into(),
-            LocalCommand::Subscribe { events: None }.into(),
+            LocalCommand::Subscribe {
+                events: None,
+                since: None,
+            }
+            .into(),
             LocalCommand::Unsubscribe.into(),
         ];
         for command in &all {
@@ -1886,7 +1900,8 @@ mod tests {
         assert_eq!(
             Command::parse("subscribe", args(json!({"events": ["DOMAIN_LIFECYCLE"]}))).unwrap(),
             LocalCommand::Subscribe {
-                events: Some(vec![EventKind::DomainLifecycle])
+                events: Some(vec![EventKind::DomainLifecycle]),
+                since: None
             }
             .into()
         );
@@ -1897,14 +1912,29 @@ mod tests {
             )
             .unwrap(),
             LocalCommand::Subscribe {
-                events: Some(vec![EventKind::AgentConnected])
+                events: Some(vec![EventKind::AgentConnected]),
+                since: None
             }
             .into()
         );
         assert_eq!(
             Command::parse("subscribe", args(json!({"events": null}))).unwrap(),
-            LocalCommand::Subscribe { events: None }.into()
+            LocalCommand::Subscribe {
+                events: None,
+                since: None
+            }
+            .into()
         );
+        assert_eq!(
+            Command::parse("subscribe", args(json!({"since": 41}))).unwrap(),
+            LocalCommand::Subscribe {
+                events: None,
+                since: Some(41)
+            }
+            .into()
+        );
+        let err = Command::parse("subscribe", args(json!({"since": -1}))).unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidArgument);
         let err = Command::parse("subscribe", args(json!({"events": []}))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidArgument);
         let err = Command::parse("subscribe", args(json!({"events": ["NOPE"]}))).unwrap_err();

@@ -536,13 +536,16 @@ fn serve(
     fatal_rx: Receiver<Fatal>,
     started: Instant,
 ) -> Result<ExitCode, Failure> {
-    let hub = Arc::new(EventHub::new());
     // What the launcher this one replaced handed over (`upgrade`).
     let resumed = resumed_from.as_ref().and_then(|path| {
         crate::upgrade::HandoverState::read(path)
             .map_err(|e| log::warn!("upgrade: {e}"))
             .ok()
     });
+    // Its events' numbering goes on here.
+    let hub = Arc::new(EventHub::resumed(
+        resumed.as_ref().and_then(|state| state.events.clone()),
+    ));
     // SIGUSR1 logs the manager's answer to query-status; SIGUSR2 asks it
     // for upgrade.
     reporter.connect(inbox.requests());
@@ -866,6 +869,9 @@ fn hand_over(
             }
         }
     }
+    // The events' numbering goes on in the new launcher; one published
+    // from here to the exec is only logged.
+    state.events = Some(shared.hub.seal_for_handover());
     if let Err(e) = state.write(&config.dirs.private) {
         log::warn!("upgrade: cannot note the hand-over's start: {e}");
     }
@@ -889,6 +895,7 @@ fn hand_over(
         ),
     };
     let _ = std::fs::remove_file(&state_path);
+    shared.hub.unseal();
     give_up(
         None,
         ErrorClass::Internal,

@@ -242,6 +242,9 @@ pub struct CommandSummary {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Subscribed {
     pub events: Vec<&'static str>,
+    /// The number of the last event published before the subscription
+    /// (0: none): every later one is delivered or counted as dropped.
+    pub last_seq: u64,
     pub subscribed: bool,
 }
 
@@ -732,6 +735,7 @@ mod tests {
             Subscribed {
                 events: vec!["X"],
                 subscribed: true,
+                last_seq: 7,
             }
             .into(),
             Unsubscribed {

@@ -89,6 +89,10 @@ pub struct HandoverState {
     /// one refuses the upgrade), so that it still shows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub migration: Option<serde_json::Value>,
+    /// The event hub's numbering and retained events, taken at the exec
+    /// (`subscribe`'s `since` goes on across the hand-over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<crate::events::EventsHandover>,
     /// The launcher's own libvirt daemons (`--spawn-libvirt`; version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemons: Option<crate::daemons::DaemonsHandover>,
@@ -539,6 +543,7 @@ mod tests {
 
     fn state() -> HandoverState {
         HandoverState {
+            events: None,
             version: STATE_VERSION,
             from: "0.1.0".into(),
             phase: "Running".into(),

@@ -307,6 +307,9 @@ fn run(example: &Example, socket: &Path) -> Vec<String> {
 /// by type only.
 const VOLATILE: &[&str] = &[
     "pid",
+    // Event numbers: how many events came before.
+    "seq",
+    "last_seq",
     "uptime_seconds",
     "elapsed_seconds",
     "timestamp",
@@ -423,7 +426,7 @@ fn line_matches(documented: &str, actual: &str) -> bool {
 /// are compared among themselves: one can come before or after the reply
 /// of the command that caused it (§15).
 fn lines_match(documented: &[String], printed: &[String]) -> bool {
-    let is_event = |l: &&String| l.starts_with("{\"event\":");
+    let is_event = |l: &&String| l.starts_with("{\"event\":") || l.starts_with("{\"seq\":");
     let split = |lines: &[String]| -> (Vec<String>, Vec<String>) {
         lines.iter().cloned().partition(|l| is_event(&l))
     };

@@ -103,6 +103,66 @@ fn upgrades_on_the_test_driver_keep_the_process_and_the_socket_and_refuse_a_bad_
 }
 
 #[test]
+fn a_subscriber_reconnecting_after_an_upgrade_resumes_from_its_last_event_number() {
+    if !require(&[Need::TestDriver]) {
+        return;
+    }
+    let mut launcher = Launcher::start_test(&[]);
+    launcher.wait_ready(STEP);
+    let mut watcher = launcher.client();
+    let subscribed = watcher.ok("subscribe", json!({"events": ["DOMAIN_LIFECYCLE"]}));
+    let mut c = launcher.client();
+    c.ok("sync", json!({ "vmi": launcher.demo_vmi() }));
+    let started = watcher.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+    let started_seq = started["seq"].as_u64().expect("events carry seq");
+    assert!(
+        started_seq > subscribed["last_seq"].as_u64().unwrap(),
+        "{started} after {subscribed}"
+    );
+    c.ok("pause", Value::Null);
+    let paused = watcher.wait_event(STEP, "Suspended", lifecycle("Suspended", "Paused"));
+    let paused_seq = paused["seq"].as_u64().unwrap();
+    assert!(paused_seq > started_seq, "{paused} after {started}");
+
+    // The watcher saw the pause; it "missed" the unpause, published just
+    // before the upgrade closed its connection.
+    c.ok("unpause", Value::Null);
+    let resumed_event = watcher.wait_event(STEP, "Resumed", lifecycle("Resumed", "Unpaused"));
+    let reply = upgrade(&launcher, Value::Null);
+    assert!(reply.get("return").is_some(), "{reply}");
+    wait_resumed(&mut launcher, 1, STEP);
+
+    // Reconnected: subscribing since the pause replays the resume with its
+    // number, then new events go on numbering after it.
+    let mut again = launcher.client();
+    let subscribed = again.ok(
+        "subscribe",
+        json!({"events": ["DOMAIN_LIFECYCLE"], "since": paused_seq}),
+    );
+    assert!(subscribed["last_seq"].as_u64().unwrap() >= resumed_event["seq"].as_u64().unwrap());
+    let replayed = again.wait_event(STEP, "replayed Resumed", lifecycle("Resumed", "Unpaused"));
+    assert_eq!(replayed, resumed_event, "the same line, number and all");
+    // (The test driver's domain lived in the old process: a sync defines
+    // and starts it again.)
+    c = launcher.client();
+    c.ok("sync", json!({ "vmi": launcher.demo_vmi() }));
+    let after = again.wait_event(STEP, "Started", lifecycle("Started", "Booted"));
+    assert!(
+        after["seq"].as_u64().unwrap() > replayed["seq"].as_u64().unwrap(),
+        "{after} after {replayed}"
+    );
+    // A number this launcher never published is refused.
+    let (class, desc) = launcher
+        .client()
+        .err_class("subscribe", json!({"since": 1_000_000}));
+    assert_eq!(class, "InvalidArgument", "{desc}");
+    assert!(desc.contains("after the last event"), "{desc}");
+
+    launcher.signal("TERM");
+    assert_eq!(launcher.wait_exit(STEP), 0);
+}
+
+#[test]
 fn a_sigterm_right_after_the_upgrade_reply_still_stops_the_launcher_once() {
     if !require(&[Need::TestDriver]) {
         return;

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::hypervisor::LifecycleEvent;
 use crate::protocol::{Timestamp, encode_event};
-pub use hub::{EventHub, SubscriberQueue};
+pub use hub::{EventHub, EventsHandover, SubscribeRefusal, SubscriberQueue};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {
@@ -168,6 +168,9 @@ impl EventKind {
 #[derive(Debug, Clone)]
 pub struct Event {
     pub kind: EventKind,
+    /// Its number among the events the launcher published (from 1, kept
+    /// across an upgrade); 0 until the hub publishes it.
+    pub seq: u64,
     pub line: Arc<str>,
     /// For `DOMAIN_LIFECYCLE`, libvirt's event as the launcher read it:
     /// what a front end in the process reads instead of the line's JSON.
@@ -179,9 +182,33 @@ impl Event {
     pub fn new(kind: EventKind, data: &impl Serialize) -> Event {
         Event {
             kind,
+            seq: 0,
             line: encode_event(kind.name(), data, Timestamp::now()).into(),
             lifecycle: None,
         }
+    }
+
+    /// A published event's line as an upgrade handed it over (it names
+    /// its `seq`); `None` if it does not read as one.
+    pub fn from_published_line(line: &str) -> Option<Event> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            seq: u64,
+            event: String,
+        }
+        let head: Head = serde_json::from_str(line).ok()?;
+        let kind = EventKind::from_name(&head.event)?;
+        let line = if line.ends_with('\n') {
+            line.to_string()
+        } else {
+            format!("{line}\n")
+        };
+        Some(Event {
+            kind,
+            seq: head.seq,
+            line: line.into(),
+            lifecycle: None,
+        })
     }
 
     /// A `DOMAIN_LIFECYCLE` event: `data` on the wire, `lifecycle` for the

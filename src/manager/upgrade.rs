@@ -134,6 +134,8 @@ impl DomainManager {
         }
         let daemons = self.daemons.as_ref().and_then(|d| d.handover().ok());
         let state = HandoverState {
+            // Taken by the main thread right before the exec.
+            events: None,
             version: crate::upgrade::state_version(daemons.is_some()),
             daemons,
             migration: self

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::ServerShared;
 use crate::command::{COMMANDS, Command, LocalCommand, ManagerCommand, ManagerRequest, ReplySlot};
-use crate::events::{Event, EventKind, SubscriberQueue};
+use crate::events::{Event, EventKind, SubscribeRefusal, SubscriberQueue};
 use crate::logging::RateLimit;
 use crate::protocol::codec::{Frame, LineReader, LineTimeouts, Stalled};
 use crate::protocol::{
@@ -180,7 +180,7 @@ impl Connection {
                     .collect();
                 Ok(CommandList { commands }.into())
             }
-            LocalCommand::Subscribe { events } => self.subscribe(events),
+            LocalCommand::Subscribe { events, since } => self.subscribe(events, since),
             LocalCommand::Unsubscribe => {
                 let was = self.subscription.take();
                 if let Some(id) = was {
@@ -195,24 +195,42 @@ impl Connection {
         }
     }
 
-    fn subscribe(&mut self, events: Option<Vec<EventKind>>) -> CommandResult {
+    fn subscribe(&mut self, events: Option<Vec<EventKind>>, since: Option<u64>) -> CommandResult {
         let names: Vec<&'static str> = match &events {
             Some(kinds) => kinds.iter().map(|k| k.name()).collect(),
             None => EventKind::ALL.iter().map(|k| k.name()).collect(),
         };
-        let reply = Subscribed {
+        let mut reply = Subscribed {
             events: names,
             subscribed: true,
+            last_seq: self.shared.hub.last_seq(),
         };
         if let Some(id) = self.subscription {
+            if since.is_some() {
+                return Err(CommandError::invalid_argument(
+                    "arguments.since starts a subscription, and this connection has one: \
+                     leave since out to change the filter, or unsubscribe first",
+                ));
+            }
             self.shared.hub.set_filter(id, events);
             return Ok(reply.into());
         }
-        let Some(queue) = self.shared.hub.subscribe(events) else {
-            return Err(CommandError::invalid_state(
-                "the launcher is exiting and accepts no new subscribers",
-            ));
+        let queue = match self.shared.hub.subscribe_since(events, since) {
+            Ok(queue) => queue,
+            Err(SubscribeRefusal::Closed) => {
+                return Err(CommandError::invalid_state(
+                    "the launcher is exiting and accepts no new subscribers",
+                ));
+            }
+            Err(SubscribeRefusal::SinceAhead { since, last }) => {
+                return Err(CommandError::invalid_argument(format!(
+                    "arguments.since {since} is after the last event this launcher published ({last}): \
+                     those events came from another launcher (a restart starts again at 1; \
+                     an upgrade keeps the numbers); subscribe without since"
+                )));
+            }
         };
+        reply.last_seq = queue.last_seq;
         self.subscription = Some(queue.id);
         let outbox = self.outbox.clone();
         let name = format!("client-{}-events", self.id);

@@ -208,6 +208,26 @@ fn counter(client: &mut Client) -> u64 {
     out.trim().parse().unwrap_or(0)
 }
 
+/// [`upgrade_rounds`] while the guest counts (`start_counter` through
+/// `client`): its counter goes on across them. Returns a client of the
+/// launcher after them.
+fn upgrade_rounds_under_a_counting_guest(
+    launcher: &mut Launcher,
+    mut client: Client,
+    domain: &str,
+) -> Client {
+    start_counter(&mut client);
+    let before = counter(&mut client);
+    upgrade_rounds(launcher, domain, ROUNDS);
+    let mut client = launcher.client();
+    let after = counter(&mut client);
+    assert!(
+        after > before,
+        "the guest's counter stalled: {before} then {after}"
+    );
+    client
+}
+
 /// `rounds` upgrades in a row of a launcher whose guest runs `domain`,
 /// while a client pings every 10 ms: the launcher's PID, the QEMU process
 /// and (with `--spawn-libvirt`) the daemons and their namespace's init
@@ -273,18 +293,10 @@ fn upgrades_under_a_running_guest_with_spawned_daemons_keep_them_and_its_qemu() 
     let domain = format!("e2e_{}", opts.name);
     let Booted {
         mut launcher,
-        mut client,
+        client,
         ..
     } = boot(TempTree::new("upgrade-spawned"), &opts, &[]);
-    start_counter(&mut client);
-    let before = counter(&mut client);
-    upgrade_rounds(&mut launcher, &domain, ROUNDS);
-    let mut client = launcher.client();
-    let after = counter(&mut client);
-    assert!(
-        after > before,
-        "the guest's counter stalled: {before} then {after}"
-    );
+    let mut client = upgrade_rounds_under_a_counting_guest(&mut launcher, client, &domain);
     // The last migration's outcome is handed over: a migration to a
     // launcher that is not there fails (the guest stays), and after an
     // upgrade query-migration shows it as before.
@@ -423,19 +435,9 @@ fn upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu() {
     watcher.wait_event(BOOT, "AGENT_CONNECTED", named("AGENT_CONNECTED"));
     let qemu = qemu_pids(&domain);
     assert_eq!(qemu.len(), 1, "{qemu:?}");
-    // The guest counts, every 10 ms, into a file.
-    start_counter(&mut client);
-
-    let before = counter(&mut client);
-    upgrade_rounds(&mut launcher, &domain, ROUNDS);
     // The adopted guest: running, never paused or redefined, its agent
     // answering without a reconnect, its counter going on.
-    let mut client = launcher.client();
-    let after = counter(&mut client);
-    assert!(
-        after > before,
-        "the guest's counter stalled: {before} then {after}"
-    );
+    let mut client = upgrade_rounds_under_a_counting_guest(&mut launcher, client, &domain);
 
     // A binary that fails its check is refused, the guest untouched.
     let (class, _) = client.err_class("upgrade", json!({"binary": "/bin/false"}));

@@ -20,6 +20,17 @@ use super::common::*;
 
 const ROUNDS: usize = 20;
 
+/// `ROUNDS` upgrades of `launcher` in a row, each waited for (up to
+/// `timeout`), then `pause` before the next.
+fn upgrade_in_a_row(launcher: &mut Launcher, timeout: Duration, pause: Duration) {
+    for round in 1..=ROUNDS {
+        let reply = launcher.client().request("upgrade", Value::Null);
+        assert!(reply.get("return").is_some(), "{reply}");
+        wait_resumed(launcher, round, timeout);
+        std::thread::sleep(pause);
+    }
+}
+
 fn hand_overs(bin: &Path, build: &str, uri: &str) {
     let args = ["--connect", uri, "--name", "up", "--namespace", "bench"].map(String::from);
     let mut launcher = Launcher::start_binary(
@@ -35,12 +46,11 @@ fn hand_overs(bin: &Path, build: &str, uri: &str) {
     let pinger = Pinger::start(socket.clone());
     let watch = SocketWatch::start(socket);
     std::thread::sleep(Duration::from_millis(100));
-    for round in 1..=ROUNDS {
-        let reply = launcher.client().request("upgrade", Value::Null);
-        assert!(reply.get("return").is_some(), "{reply}");
-        wait_resumed(&mut launcher, round, Duration::from_secs(30));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    upgrade_in_a_row(
+        &mut launcher,
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+    );
     let tally = pinger.finish();
     let missing = watch.finish();
     let times: Vec<Duration> = hand_over_ms(&launcher)
@@ -84,12 +94,11 @@ fn under_a_guest() {
     let baseline_notes: u64 = out.trim().parse().unwrap_or(0);
     let pinger = Pinger::start(launcher.ready_socket());
     std::thread::sleep(Duration::from_millis(300));
-    for round in 1..=ROUNDS {
-        let reply = launcher.client().request("upgrade", Value::Null);
-        assert!(reply.get("return").is_some(), "{reply}");
-        wait_resumed(&mut launcher, round, Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    upgrade_in_a_row(
+        &mut launcher,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+    );
     let tally = pinger.finish();
     // The longest gap among the baseline's notes, then among the rest.
     let (_, out) = guest_sh(

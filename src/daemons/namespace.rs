@@ -127,25 +127,9 @@ impl DaemonNamespaces {
                     .take()
                     .ok_or_else(|| DaemonError::refused("the init's stdout is missing"))?;
                 read_report(stdout, timeout)?;
-                let open = |ns: Namespace| {
-                    ns.open_of(init_pid).map_err(|e| {
-                        DaemonError::os(
-                            format!("cannot open the daemons' {} namespace", ns.proc_name()),
-                            e,
-                        )
-                    })
-                };
-                let identity = Namespace::Pid
-                    .identity_of(init_pid)
-                    .map_err(|e| DaemonError::os("cannot read the daemons' PID namespace", e))?;
-                Ok((
-                    init,
-                    open(Namespace::Pid)?,
-                    open(Namespace::Mount)?,
-                    identity,
-                ))
+                OpenedNamespaces::of(init_pid, init)
             });
-        let (init, pid_ns, mount_ns, pid_ns_identity) = match opened {
+        let opened = match opened {
             Ok(opened) => opened,
             Err(e) => {
                 return Err(match init_failure(&mut child) {
@@ -154,28 +138,14 @@ impl DaemonNamespaces {
                 });
             }
         };
-        let ending = Arc::new(AtomicBool::new(false));
-        let exited = Arc::new(AtomicBool::new(false));
-        let ended = watch_init(
+        Self::watched(
             InitProcess::Spawned(child),
             init_pid,
-            ending.clone(),
-            exited.clone(),
-            fatal,
-        )?;
-        Ok(DaemonNamespaces {
-            init_pid,
-            init,
-            pid_ns_identity,
-            _pid_ns: pid_ns,
-            mount_ns: Arc::new(mount_ns),
+            opened,
             spawner,
-            lifeline: Mutex::new(Some(lifeline_tx)),
-            ending,
-            exited,
-            ended,
-            adopted: false,
-        })
+            lifeline_tx,
+            fatal,
+        )
     }
 
     /// Takes over the namespaces of the launcher this one replaced
@@ -192,49 +162,55 @@ impl DaemonNamespaces {
         let init = PidFd::open(init_pid).map_err(|e| {
             DaemonError::os(format!("cannot open a pidfd for the init {init_pid}"), e)
         })?;
-        let open = |ns: Namespace| {
-            ns.open_of(init_pid).map_err(|e| {
-                DaemonError::os(
-                    format!("cannot open the daemons' {} namespace", ns.proc_name()),
-                    e,
-                )
-            })
-        };
-        let pid_ns = open(Namespace::Pid)?;
-        let mount_ns = open(Namespace::Mount)?;
-        let pid_ns_identity = Namespace::Pid
-            .identity_of(init_pid)
-            .map_err(|e| DaemonError::os("cannot read the daemons' PID namespace", e))?;
-        if Namespace::Pid.identity_of(std::process::id()).ok() == Some(pid_ns_identity.clone()) {
+        let opened = OpenedNamespaces::of(init_pid, init)?;
+        if Namespace::Pid.identity_of(std::process::id()).ok()
+            == Some(opened.pid_ns_identity.clone())
+        {
             return Err(DaemonError::Refused(format!(
                 "process {init_pid} is not the init of a PID namespace of the launcher's"
             )));
         }
-        let join = pid_ns
+        let join = opened
+            .pid_ns
             .try_clone()
             .map_err(|e| DaemonError::os("cannot duplicate a namespace descriptor", e))?;
         let (spawner, _) = start_spawner(SpawnerStart::Join(join), fatal)?;
-        let ending = Arc::new(AtomicBool::new(false));
-        let exited = Arc::new(AtomicBool::new(false));
-        let ended = watch_init(
+        Self::watched(
             InitProcess::Adopted(init_pid),
             init_pid,
-            ending.clone(),
-            exited.clone(),
+            opened,
+            spawner,
+            PipeWriter::from(lifeline),
             fatal,
-        )?;
+        )
+    }
+
+    /// The namespaces of a started or adopted init, once a thread waits
+    /// for that init: what `create` and `adopt` both end with.
+    fn watched(
+        process: InitProcess,
+        init_pid: u32,
+        opened: OpenedNamespaces,
+        spawner: Sender<SpawnRequest>,
+        lifeline: PipeWriter,
+        fatal: &FatalSender,
+    ) -> Result<DaemonNamespaces, DaemonError> {
+        let adopted = matches!(process, InitProcess::Adopted(_));
+        let ending = Arc::new(AtomicBool::new(false));
+        let exited = Arc::new(AtomicBool::new(false));
+        let ended = watch_init(process, init_pid, ending.clone(), exited.clone(), fatal)?;
         Ok(DaemonNamespaces {
             init_pid,
-            init,
-            pid_ns_identity,
-            _pid_ns: pid_ns,
-            mount_ns: Arc::new(mount_ns),
+            init: opened.init,
+            pid_ns_identity: opened.pid_ns_identity,
+            _pid_ns: opened.pid_ns,
+            mount_ns: Arc::new(opened.mount_ns),
             spawner,
-            lifeline: Mutex::new(Some(PipeWriter::from(lifeline))),
+            lifeline: Mutex::new(Some(lifeline)),
             ending,
             exited,
             ended,
-            adopted: true,
+            adopted,
         })
     }
 
@@ -507,6 +483,36 @@ impl InitProcess {
             InitProcess::Spawned(child) => child.wait().map(|s| s.to_string()),
             InitProcess::Adopted(pid) => os::wait_pid(*pid),
         }
+    }
+}
+
+/// The init's pidfd and its PID and mount namespaces, opened through
+/// /proc while the init is known to be alive.
+struct OpenedNamespaces {
+    init: PidFd,
+    pid_ns: File,
+    mount_ns: File,
+    pid_ns_identity: String,
+}
+
+impl OpenedNamespaces {
+    fn of(init_pid: u32, init: PidFd) -> Result<OpenedNamespaces, DaemonError> {
+        let open = |ns: Namespace| {
+            ns.open_of(init_pid).map_err(|e| {
+                DaemonError::os(
+                    format!("cannot open the daemons' {} namespace", ns.proc_name()),
+                    e,
+                )
+            })
+        };
+        Ok(OpenedNamespaces {
+            init,
+            pid_ns: open(Namespace::Pid)?,
+            mount_ns: open(Namespace::Mount)?,
+            pid_ns_identity: Namespace::Pid
+                .identity_of(init_pid)
+                .map_err(|e| DaemonError::os("cannot read the daemons' PID namespace", e))?,
+        })
     }
 }
 

@@ -110,7 +110,8 @@ fi
 if [ "${1:-}" = --tests ]; then
     static=${2:?usage: scripts/newer-stack.sh --tests STATIC_BINARY}
     # The selection: both backends call by call; boot, agent, stats and
-    # pause; a daemon killed and restarted (twice: once during a start);
+    # pause; a disk's discard granularity (libvirt 9.7) as the guest sees
+    # it; a daemon killed and restarted (twice: once during a start);
     # the host's (here the root filesystem's) daemon without spawning one;
     # the guest agent; vCPUs, virtio-mem and a NIC changed live (fewer vCPUs
     # refused under TCG, as on the host's stack); a live migration; a bridge
@@ -125,6 +126,7 @@ if [ "${1:-}" = --tests ]; then
     tests=(
         both_backends_give_the_same_values_on_the_same_guest
         boots_connects_the_agent_reports_stats_and_pauses
+        a_disks_block_sizes_and_discard_granularity_reach_the_guest
         a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops
         a_daemon_that_dies_while_sync_starts_qemu_gets_a_true_reply_and_the_next_sync_works
         runs_on_the_hosts_libvirt_daemon_without_spawning_one

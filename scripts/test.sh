@@ -208,6 +208,10 @@ else
         upgrades_under_a_running_guest_on_the_hosts_libvirtd_keep_its_qemu \
         upgrades_under_a_running_guest_with_spawned_daemons_keep_them_and_its_qemu
 fi
+# The mixed fleet on the wire backend (issue 28): migrations between this
+# launcher and KubeVirt's, both ways, through virt-handler's proxies
+# across two network namespaces, cancels and a target dying mid-flight.
+run_tests cargo test --locked --test kubevirt_migration -- --test-threads=2
 # Non-root mode on the wire backend: a guest booted as an unprivileged
 # user (its session daemon's socket), a migration between two such
 # launchers, and the user's own qemu:///session found as libvirt's client

@@ -915,7 +915,10 @@ fn a_disks_block_sizes_and_discard_granularity_reach_the_guest() {
                 && desc.contains(&daemon),
             "{desc}"
         );
-        assert_eq!(client.ok("query-status", Value::Null)["domain"]["defined"], false);
+        assert_eq!(
+            client.ok("query-status", Value::Null)["domain"]["defined"],
+            false
+        );
         // Without it, the sizes alone reach the guest, which then sees
         // QEMU's default granularity: the logical block size.
         vmi["spec"]["domain"]["devices"]["disks"][0]["blockSize"]["custom"]
@@ -929,7 +932,9 @@ fn a_disks_block_sizes_and_discard_granularity_reach_the_guest() {
         .unwrap_or_default()
         .to_string();
     let blockio = if writes_granularity {
-        format!("<blockio logical_block_size='512' physical_block_size='4096' discard_granularity='{granularity}'/>")
+        format!(
+            "<blockio logical_block_size='512' physical_block_size='4096' discard_granularity='{granularity}'/>"
+        )
     } else {
         "<blockio logical_block_size='512' physical_block_size='4096'/>".to_string()
     };

@@ -609,6 +609,12 @@ impl DomainManager {
                     );
                 }
             }
+            MigrationUpdate::TargetStack(theirs) => {
+                if self.migration.older_target.is_none() {
+                    let ours = stack_versions(&self.hypervisor.info());
+                    self.migration.older_target = StackVersions::older_target(&ours, &theirs);
+                }
+            }
             MigrationUpdate::SwitchedToPostCopy { reason } => {
                 record.post_copy = true;
                 self.publish(

@@ -169,6 +169,9 @@ impl Hypervisor for Scripted {
     fn hypervisor_version(&self) -> HvResult<u64> {
         Self::unsupported("version")
     }
+    fn versions_at(&self, _: &str) -> HvResult<crate::hypervisor::DaemonVersions> {
+        Self::unsupported("versions")
+    }
     fn start_dirty_rate_calc(&self, _: &str, _: u32) -> HvResult<()> {
         Self::unsupported("dirty rate")
     }

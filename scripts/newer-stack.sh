@@ -49,8 +49,14 @@ PACKAGES=(
     libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients libvirt0
     qemu-system-x86 qemu-utils swtpm swtpm-tools passt ovmf
     socat e2fsprogs xorriso genisoimage util-linux procps passwd mount
-    iproute2 nftables libxml2-utils file bsdutils
+    iproute2 nftables libxml2-utils file bsdutils libseccomp2 libcap-ng0
 )
+# QEMU 10 ships no virtiofsd (QEMU 8 dropped its C one) and bookworm has no
+# package of the Rust one (Debian 13's needs a newer glibc): it is built
+# from crates.io on the host, against bookworm's libseccomp and libcap-ng,
+# into the root filesystem's /usr/libexec/virtiofsd, where distributions
+# and KubeVirt's image have it (src/daemons/virtiofs.rs looks there first).
+VIRTIOFSD_VERSION=1.14.0
 # What the host's set-up does for its own daemons (setup-host.sh).
 SETUP=$(cat <<'SETUP'
 set -e
@@ -68,7 +74,7 @@ security_driver = "none"
 CONF
 SETUP
 )
-key=$(printf '%s\n' "$MIRROR" "${PACKAGES[*]}" "$SETUP" | sha256sum | cut -c1-12)
+key=$(printf '%s\n' "$MIRROR" "${PACKAGES[*]}" "$SETUP" "virtiofsd $VIRTIOFSD_VERSION" | sha256sum | cut -c1-12)
 cache=${VL_STACK_CACHE:-/var/cache/virt-launcher}
 rootfs=$cache/stack-libvirt11-$key
 
@@ -91,8 +97,13 @@ build() {
         bookworm "$partial/root" \
         "deb $MIRROR bookworm main" "deb $MIRROR bookworm-backports main" >&2
     chroot "$partial/root" bash -c "$SETUP"
+    echo "newer-stack: building virtiofsd $VIRTIOFSD_VERSION (crates.io)" >&2
+    cargo install --quiet --locked "virtiofsd@$VIRTIOFSD_VERSION" \
+        --root "$partial/virtiofsd" --target-dir "$partial/virtiofsd-build" >&2
+    install -D -m 0755 "$partial/virtiofsd/bin/virtiofsd" "$partial/root/usr/libexec/virtiofsd"
     chroot "$partial/root" dpkg-query -W -f='${Package} ${Version}\n' \
         libvirt-daemon qemu-system-x86 libvirt0 passt swtpm >"$partial/root/.versions"
+    echo "virtiofsd $VIRTIOFSD_VERSION" >>"$partial/root/.versions"
     touch "$partial/root/.complete"
     # Old roots of an earlier recipe go; this one takes its place at once.
     rm -rf "$cache"/stack-libvirt11-*

@@ -442,7 +442,8 @@ fn vcpus_memory_and_a_nic_change_live() {
 }
 
 /// Fewer vCPUs live under TCG: on the newer stack the guest sees one CPU
-/// fewer, libvirt counts it, and the change can be made again, until QEMU
+/// fewer, libvirt counts it, and the change can be made again (also after
+/// an upgrade, which hands the count of vCPUs QEMU made over), until QEMU
 /// has made as many vCPUs as the maximum (each holds a TCG translation
 /// context for good): then adding one is refused, and the guest runs on.
 /// On the host's stack (libvirt 9.0, QEMU 7.2) taking one away is refused
@@ -509,6 +510,12 @@ fn fewer_vcpus_live_under_tcg_where_the_stack_can_take_them_away() {
     );
     assert_eq!(live_vcpus(&mut g.client), 2);
     online(&mut g, "0-1");
+    // The count goes on across an upgrade (without it the new launcher
+    // would refuse to take a vCPU away).
+    let reply = g.launcher.client().request("upgrade", Value::Null);
+    assert!(reply.get("return").is_some(), "upgrade: {reply}");
+    common::upgrade::wait_resumed(&mut g.launcher, 1, STEP);
+    g.client = g.launcher.client();
     // Down again.
     let reply = sync(&mut g.client, &one);
     assert_eq!(

@@ -349,6 +349,11 @@ pub const VERSION_FACTS: &[VersionFact] = &[
         libvirt: network::PASST_BACKEND_SINCE,
         older: "the launcher runs passt itself and QEMU joins its socket on its command line; the passt interfaces of a running VMI cannot change",
     },
+    VersionFact {
+        field: "spec.domain.cpu.sockets: fewer, live, under emulation (TCG)",
+        libvirt: crate::hotplug::plan::TCG_VCPU_REMOVAL_SINCE,
+        older: "needs a restart of the VMI (`InvalidArgument`, naming the libvirt and QEMU 10.0.0 it needs and the daemon's); more vCPUs work live",
+    },
 ];
 
 /// Refuses `what` at `path` when the libvirt daemon is older than `since`

@@ -132,13 +132,14 @@ if [ "${1:-}" = --tests ]; then
     # a connection out to a server beyond the gateway, a forwarded port);
     # a SIGKILLed launcher; non-root mode; and, run on the host, a
     # migration from its stack to this one and one refused the other way
-    # (tests/migration.rs, VL_OTHER_STACK). Not here: virtiofs (QEMU 10
-    # has no C virtiofsd, and bookworm has no Rust one).
+    # (tests/migration.rs, VL_OTHER_STACK); two virtiofs filesystems
+    # served by the Rust virtiofsd built into the root filesystem.
     suites=(backends qemu agent hotplug migration network sigkill nonroot)
     tests=(
         both_backends_give_the_same_values_on_the_same_guest
         boots_connects_the_agent_reports_stats_and_pauses
         a_disks_block_sizes_and_discard_granularity_reach_the_guest
+        filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs
         a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops
         a_daemon_that_dies_while_sync_starts_qemu_gets_a_true_reply_and_the_next_sync_works
         runs_on_the_hosts_libvirt_daemon_without_spawning_one

@@ -134,12 +134,16 @@ if [ "${1:-}" = --tests ]; then
     # migration from its stack to this one and one refused the other way
     # (tests/migration.rs, VL_OTHER_STACK); two virtiofs filesystems
     # served by the Rust virtiofsd built into the root filesystem.
-    suites=(backends qemu agent hotplug migration network sigkill nonroot)
+    # And changed block tracking of a block PVC under its qcow2 metadata
+    # image's <dataStore> (libvirt 10.10), a full and an incremental backup
+    # restored.
+    suites=(backends qemu agent hotplug migration network sigkill nonroot day2)
     tests=(
         both_backends_give_the_same_values_on_the_same_guest
         boots_connects_the_agent_reports_stats_and_pauses
         a_disks_block_sizes_and_discard_granularity_reach_the_guest
         filesystems_share_a_writable_claim_and_a_read_only_config_map_through_virtiofs
+        a_tracked_block_device_is_the_data_store_of_its_metadata_image_where_libvirt_has_it
         a_killed_libvirt_daemon_is_restarted_and_the_guest_never_stops
         a_daemon_that_dies_while_sync_starts_qemu_gets_a_true_reply_and_the_next_sync_works
         runs_on_the_hosts_libvirt_daemon_without_spawning_one

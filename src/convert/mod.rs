@@ -335,6 +335,11 @@ pub const VERSION_FACTS: &[VersionFact] = &[
         older: REFUSED_OLDER,
     },
     VersionFact {
+        field: "spec.domain.devices.disks[].changedBlockTracking: a block device",
+        libvirt: storage::DATA_STORE_SINCE,
+        older: "a sync gets `InvalidArgument`, naming the field, the version it needs and the daemon's (a raw image file is tracked on any version)",
+    },
+    VersionFact {
         field: "spec.domain.features.hyperv.tlbflush.direct",
         libvirt: features::TLBFLUSH_CHILDREN_SINCE,
         older: REFUSED_OLDER,

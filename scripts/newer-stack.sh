@@ -195,6 +195,11 @@ mount -t proc proc "$new/proc"
 mount --rbind /sys "$new/sys"
 mount --rbind /dev "$new/dev"
 mount --bind /tmp "$new/tmp"
+# The host's /etc/hosts (the root filesystem has none): libvirt looks up
+# its host's name at a domain's start and in a migration, and without it
+# the lookup goes to DNS, which a pod's network namespace in the network
+# tests cannot reach: 10 s each, enough to time a migration out.
+cp /etc/hosts "$new/etc/hosts"
 mkdir -p "$new$checkout" "$new/.old-root"
 mount --rbind "$checkout" "$new$checkout"
 # The user's toolchain is not needed inside; the lock file the tests share is.

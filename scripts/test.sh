@@ -226,9 +226,9 @@ echo "test.sh: the static (wire backend) binary passed in $(( $(date +%s) - wire
 
 # The newer runtime stack (issue 31): libvirt 11.3 and QEMU 10.0 from
 # Debian's bookworm-backports, in a root filesystem scripts/newer-stack.sh
-# makes with mmdebstrap (cached in /var/cache/virt-launcher) and runs a
-# selection of the real-guest suites in, for the default build and the
-# static one (scripts/newer-stack.sh --tests says which, and why not more).
+# makes with mmdebstrap (cached in /var/cache/virt-launcher) and runs the
+# real-guest suites in, whole, for the default build and the static one
+# (scripts/newer-stack.sh --tests says which).
 newer_started=$(date +%s)
 run_tests scripts/newer-stack.sh --tests "$static"
 echo "test.sh: the newer stack (libvirt 11, QEMU 10) passed in $(( $(date +%s) - newer_started )) s"

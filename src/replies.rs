@@ -164,6 +164,8 @@ reply_of! {
     as_qemu_version => QemuVersion(QemuVersion);
     /// `screenshot`'s reply.
     as_screenshot => Screenshot(Screenshot);
+    /// `query-vm-stats`' reply.
+    as_vm_stats => VmStats(VmStats);
 }
 
 impl Return {

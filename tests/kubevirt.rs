@@ -296,7 +296,7 @@ fn devices_of_size(partitions: &str, blocks: &str) -> Vec<String> {
 
 /// The calls this launcher does not support yet, as kvhandler's commands,
 /// the RPC each answers for, and the extra arguments each needs.
-const NOT_SUPPORTED: [(&str, &str, &[&str]); 4] = [
+const NOT_SUPPORTED: [(&str, &str, &[&str]); 3] = [
     ("sev-info", "GetSEVInfo", &[]),
     ("launch-measurement", "GetLaunchMeasurement", &[]),
     (
@@ -304,7 +304,6 @@ const NOT_SUPPORTED: [(&str, &str, &[&str]); 4] = [
         "InjectLaunchSecret",
         &["--options", "EMPTY"],
     ),
-    ("vm-stats", "GetVMStats", &[]),
 ];
 
 /// A pod with a real guest, driven by virt-handler's own client.
@@ -498,6 +497,15 @@ fn virt_handler_drives_a_guests_whole_life_through_the_pods_launcher() {
             "{command}: {error}"
         );
     }
+    // GetVMStats without KubeVirt's VMStatsCollector feature gate
+    // (--vm-stats-collector, which this pod was not given): a gRPC error,
+    // as KubeVirt's launcher answers (tests/kubevirt_equivalence.rs
+    // compares its answers with the gate on).
+    let error = pod.launcher.refused(&["vm-stats"]);
+    assert!(
+        error.contains("VMStatsCollector feature gate is not enabled"),
+        "{error}"
+    );
     // The migration calls on a launcher that runs its guest and takes
     // part in no migration: each says why it cannot.
     let error = pod.launcher.refused(&["migrate", "--vmi", &pod.vmi]);

@@ -590,7 +590,7 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     switch!(
         "vm-stats-collector",
-        "KubeVirt's GetVMStats feature gate. Accepted; GetVMStats is not supported yet and answers so.",
+        "KubeVirt's VMStatsCollector feature gate: GetVMStats answers (the domain statistics, the dirty rate, the guest agent's answers); without it, a gRPC error, as KubeVirt's.",
         |a, on| a.kubevirt.vm_stats_collector = on
     ),
     switch!(

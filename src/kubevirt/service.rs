@@ -26,7 +26,7 @@ use crate::grpc::{Code, Handler, Status};
 use crate::hypervisor::{DomainState, DomainStatus, StateReason};
 use crate::migration::{MigrationPhase, MigrationStatus, Role};
 use crate::protocol::{CommandError, CommandResult, Encoded, ErrorClass, Return};
-use crate::replies::DiskErrorReply;
+use crate::replies::{DiskErrorReply, Part};
 use crate::sink::Sink;
 
 /// The gRPC handler for the launcher's `Cmd` and `CmdInfo` services;
@@ -175,6 +175,81 @@ fn links_to_refresh(options: Option<&VirtualMachineOptions>) -> Vec<String> {
         .filter(|(_, migration)| migration.method == "LinkRefresh")
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Where `GetVMStats` puts one guest agent command's answer.
+type AgentSlot = fn(&mut VmStatsResponse) -> &mut Option<Response>;
+
+/// The guest agent commands a `VMStatsRequest` asks for, in KubeVirt's
+/// order, each with its place in the response.
+fn vm_stats_agent_commands(request: &VmStatsRequest) -> Vec<(&'static str, AgentSlot)> {
+    let r = request;
+    let all: [(bool, &'static str, AgentSlot); 14] = [
+        (r.guest_get_load.is_some(), "guest-get-load", |s| {
+            &mut s.guest_get_load
+        }),
+        (r.guest_get_cpu_stats.is_some(), "guest-get-cpustats", |s| {
+            &mut s.guest_get_cpu_stats
+        }),
+        (
+            r.guest_get_disk_stats.is_some(),
+            "guest-get-diskstats",
+            |s| &mut s.guest_get_disk_stats,
+        ),
+        (r.guest_get_time.is_some(), "guest-get-time", |s| {
+            &mut s.guest_get_time
+        }),
+        (r.guest_get_vcpus.is_some(), "guest-get-vcpus", |s| {
+            &mut s.guest_get_vcpus
+        }),
+        (
+            r.guest_get_memory_block_info.is_some(),
+            "guest-get-memory-block-info",
+            |s| &mut s.guest_get_memory_block_info,
+        ),
+        (r.guest_get_users.is_some(), "guest-get-users", |s| {
+            &mut s.guest_get_users
+        }),
+        (r.guest_get_os_info.is_some(), "guest-get-osinfo", |s| {
+            &mut s.guest_get_os_info
+        }),
+        (r.guest_get_disks.is_some(), "guest-get-disks", |s| {
+            &mut s.guest_get_disks
+        }),
+        (
+            r.guest_get_host_name.is_some(),
+            "guest-get-host-name",
+            |s| &mut s.guest_get_host_name,
+        ),
+        (r.guest_get_timezone.is_some(), "guest-get-timezone", |s| {
+            &mut s.guest_get_timezone
+        }),
+        (
+            r.guest_network_get_route.is_some(),
+            "guest-network-get-route",
+            |s| &mut s.guest_network_get_route,
+        ),
+        (
+            r.guest_network_get_interfaces.is_some(),
+            "guest-network-get-interfaces",
+            |s| &mut s.guest_network_get_interfaces,
+        ),
+        (
+            r.guest_get_memory_blocks.is_some(),
+            "guest-get-memory-blocks",
+            |s| &mut s.guest_get_memory_blocks,
+        ),
+    ];
+    all.into_iter()
+        .filter(|(asked, _, _)| *asked)
+        .map(|(_, name, slot)| (name, slot))
+        .collect()
+}
+
+/// One guest agent answer as `GetVMStats` carries it in a `Response`'s
+/// message: the agent's reply as JSON text, as libvirt hands it over.
+fn agent_data(value: &Value) -> String {
+    json!({ "return": value }).to_string()
 }
 
 /// The VMI a request carries, as KubeVirt's launcher reads it.
@@ -442,11 +517,7 @@ impl CmdService {
             R::GetDomainDirtyRateStats(_) => Ok(self.dirty_rate().encode()),
             R::GetScreenshot(_) => Ok(self.screenshot().encode()),
             R::RedefineCheckpoint(r) => Ok(self.redefine_checkpoint(&r).encode()),
-            R::GetVMStats(_) => Ok(VmStatsResponse {
-                response: Some(unsupported(method)),
-                ..Default::default()
-            }
-            .encode()),
+            R::GetVMStats(r) => self.vm_stats(&r).map(|stats| stats.encode()),
         }
     }
 
@@ -908,6 +979,79 @@ impl CmdService {
         }
     }
 
+    /// `GetVMStats` (KubeVirt's VMStatsCollector feature gate,
+    /// `--vm-stats-collector`): the parts asked for, the domain statistics
+    /// and the dirty rate as their own calls give them, the guest agent's
+    /// answers as `query-vm-stats` keeps them; a part that failed is named
+    /// in the response's message and the rest is still returned, as in
+    /// KubeVirt. Without the feature gate, a gRPC error, as KubeVirt's.
+    fn vm_stats(&self, request: &VmStatsRequest) -> Result<VmStatsResponse, Status> {
+        if !self.config.kubevirt.vm_stats_collector {
+            return Err(Status::new(
+                Code::Unknown,
+                "VMStatsCollector feature gate is not enabled".to_string(),
+            ));
+        }
+        let mut errors = Vec::new();
+        let mut stats = VmStatsResponse::default();
+        if request.domain_stats.is_some() {
+            let domain = self.get_domain_stats();
+            if let Some(failed) = domain.response.as_ref().filter(|r| !r.success) {
+                errors.push(format!("domain stats: {}", failed.message));
+            }
+            stats.domain_stats = Some(domain);
+        }
+        if request.dirty_rate.is_some() {
+            let rate = self.dirty_rate();
+            if let Some(failed) = rate.response.as_ref().filter(|r| !r.success) {
+                errors.push(format!("dirty rate stats: {}", failed.message));
+            }
+            stats.dirty_rate_stats = Some(rate);
+        }
+        let asked = vm_stats_agent_commands(request);
+        if !asked.is_empty() {
+            let names: Vec<&str> = asked.iter().map(|(name, _)| *name).collect();
+            let read = self.run(
+                "query-vm-stats",
+                json!({ "domain_stats": false, "dirty_rate": false, "agent": names }),
+            );
+            let read = read.as_ref().map(|reply| reply.as_vm_stats());
+            let version = match &read {
+                Ok(Some(vm)) => vm.guest_agent_version.clone().flatten(),
+                _ => None,
+            };
+            stats.guest_agent_version = Some(Response {
+                success: true,
+                message: version.unwrap_or_default(),
+            });
+            for (name, slot) in asked {
+                let part = match &read {
+                    Ok(Some(vm)) => vm.agent.as_ref().and_then(|agent| agent.get(name)),
+                    _ => None,
+                };
+                let answer = match (part, &read) {
+                    (Some(Part::Read(answer)), _) => Response {
+                        success: true,
+                        message: agent_data(&answer.value),
+                    },
+                    (Some(Part::Failed { error }), _) => failed(error.clone()),
+                    (None, Err(e)) => failed(describe(e)),
+                    (None, Ok(_)) => failed(format!("{name}: no answer kept")),
+                };
+                if !answer.success {
+                    errors.push(format!("agent data {name}: {}", answer.message));
+                }
+                *slot(&mut stats) = Some(answer);
+            }
+        }
+        stats.response = Some(if errors.is_empty() {
+            ok()
+        } else {
+            failed(errors.join("; "))
+        });
+        Ok(stats)
+    }
+
     /// KubeVirt's one-second dirty rate measurement.
     fn dirty_rate(&self) -> DirtyRateStatsResponse {
         match self.run("query-dirty-rate", json!({ "seconds": 1 })) {
@@ -1143,6 +1287,33 @@ mod tests {
                         ..Default::default()
                     }
                     .into(),
+                    "query-vm-stats" => crate::replies::VmStats {
+                        agent: Some(
+                            [
+                                (
+                                    "guest-get-host-name".to_string(),
+                                    Part::Read(crate::replies::AgentReturn {
+                                        age_ms: 0,
+                                        value: json!({"host-name": "kvguest"}),
+                                    }),
+                                ),
+                                (
+                                    "guest-get-load".to_string(),
+                                    Part::Failed {
+                                        error: "The command guest-get-load has not been found"
+                                            .into(),
+                                    },
+                                ),
+                            ]
+                            .into(),
+                        ),
+                        dirty_rate: None,
+                        domain: "e2e_vm".into(),
+                        domain_stats: None,
+                        errors: Vec::new(),
+                        guest_agent_version: Some(Some("7.2.22".into())),
+                    }
+                    .into(),
                     other => panic!("unexpected {other}"),
                 };
                 request.reply.send(Ok(reply));
@@ -1152,7 +1323,12 @@ mod tests {
     }
 
     fn config() -> Arc<Config> {
-        let argv = ["--name", "vm", "--namespace", "e2e", "--uid", "u1"];
+        config_with(&[])
+    }
+
+    fn config_with(flags: &[&str]) -> Arc<Config> {
+        let mut argv = vec!["--name", "vm", "--namespace", "e2e", "--uid", "u1"];
+        argv.extend_from_slice(flags);
         match crate::cli::parse(argv) {
             Ok(crate::cli::Action::Run(args)) => Arc::new(Config::resolve(*args).unwrap()),
             _ => unreachable!(),
@@ -1206,5 +1382,61 @@ mod tests {
         let unread = domain_stats(&*service);
         assert_eq!(unread["Cpu"]["Time"], 2_500);
         assert_eq!(unread["Net"][0]["AliasSet"], false);
+    }
+
+    #[test]
+    fn vm_stats_need_the_feature_gate_and_carry_each_part_asked_for() {
+        let answers = Arc::new(Mutex::new(Answers {
+            stats: bulk(1_000),
+            uuid: UUID.into(),
+            xml: xml(),
+        }));
+        let request = VmStatsRequest {
+            domain_stats: Some(DomainStatsRequest {}),
+            guest_get_host_name: Some(AgentHostNameRequest {}),
+            guest_get_load: Some(AgentLoadRequest {}),
+            ..Default::default()
+        }
+        .encode();
+        let method = "/kubevirt.cmd.v1.Cmd/GetVMStats";
+
+        // Without --vm-stats-collector: a gRPC error, as KubeVirt's.
+        let gated = cmd_handler(
+            fake_manager(answers.clone()),
+            config(),
+            crate::kubevirt::notify::k8s_event_queue().0,
+        );
+        let refused = gated.call(method, &request).err().map(|s| s.message);
+        assert_eq!(
+            refused.as_deref(),
+            Some("VMStatsCollector feature gate is not enabled")
+        );
+
+        let service = cmd_handler(
+            fake_manager(answers),
+            config_with(&["--vm-stats-collector"]),
+            crate::kubevirt::notify::k8s_event_queue().0,
+        );
+        let bytes = service.call(method, &request).unwrap();
+        let stats = VmStatsResponse::decode(&bytes).unwrap();
+        // One part failed: the call says which, the others are there.
+        let response = stats.response.unwrap();
+        assert!(!response.success);
+        assert_eq!(
+            response.message,
+            "agent data guest-get-load: The command guest-get-load has not been found"
+        );
+        let domain = stats.domain_stats.unwrap();
+        assert!(domain.response.unwrap().success);
+        let domain: Value = serde_json::from_str(&domain.domain_stats).unwrap();
+        assert_eq!(domain["Cpu"]["Time"], 1_000);
+        let host = stats.guest_get_host_name.unwrap();
+        assert!(host.success);
+        assert_eq!(host.message, r#"{"return":{"host-name":"kvguest"}}"#);
+        assert!(!stats.guest_get_load.unwrap().success);
+        assert_eq!(stats.guest_agent_version.unwrap().message, "7.2.22");
+        // What was not asked for is absent.
+        assert!(stats.dirty_rate_stats.is_none());
+        assert!(stats.guest_get_time.is_none());
     }
 }

@@ -22,17 +22,23 @@
 # Nothing is mounted or written on the host outside RUN. Run it inside
 # `ip netns exec NS` for a network namespace of its own. SIGTERM to this
 # script's process is passed on to COMMAND, and the script waits for it.
-# Needs root and util-linux's unshare.
+# POD_USER=UID:GID runs COMMAND as that user, as a non-root pod runs its
+# compute container (KubeVirt's is 107:107): RUN/root is made theirs first.
+# Needs root and util-linux's unshare (and setpriv for POD_USER).
 set -euo pipefail
-[ $# -ge 3 ] && [ "$2" = "--" ] || { sed -n '2,26p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] && [ "$2" = "--" ] || { sed -n '2,28p' "$0" >&2; exit 2; }
 RUN=$(mkdir -p "$1" && cd "$1" && pwd); shift 2
 
 if [ "${POD_INNER:-}" != 1 ]; then
     R=$RUN/root
     mkdir -p "$R"/run "$R"/etc-libvirt "$R"/var-lib-libvirt "$R"/var-log-libvirt \
         "$R"/var-cache-libvirt "$R"/hostdev
-    printf 'user = "root"\ngroup = "root"\nsecurity_driver = "none"\nstdio_handler = "logd"\n' \
-        > "$R/etc-libvirt/qemu.conf"
+    # QEMU's user: root, or a non-root pod's own (KubeVirt's image names
+    # qemu, 107, its non-root pods' user).
+    user=root group=root
+    if [ -n "${POD_USER:-}" ]; then user=+${POD_USER%%:*} group=+${POD_USER##*:}; fi
+    printf 'user = "%s"\ngroup = "%s"\nsecurity_driver = "none"\nstdio_handler = "logd"\n' \
+        "$user" "$group" > "$R/etc-libvirt/qemu.conf"
     for daemon in virtqemud libvirtd; do
         printf 'listen_tls = 0\nlisten_tcp = 0\nlog_outputs = "1:stderr"\n' \
             > "$R/etc-libvirt/$daemon.conf"
@@ -41,6 +47,9 @@ if [ "${POD_INNER:-}" != 1 ]; then
     if [ -d /var/cache/libvirt/qemu/capabilities ] && [ ! -d "$R/var-cache-libvirt/qemu" ]; then
         mkdir -p "$R/var-cache-libvirt/qemu"
         cp -a /var/cache/libvirt/qemu/capabilities "$R/var-cache-libvirt/qemu/" 2>/dev/null || true
+    fi
+    if [ -n "${POD_USER:-}" ]; then
+        chown -R "$POD_USER" "$R"
     fi
     POD_INNER=1 unshare --mount --propagation private "$0" "$RUN" -- "$@" &
     child=$!
@@ -72,4 +81,7 @@ mount --bind "$R/etc-libvirt" /etc/libvirt
 mount --bind "$R/var-lib-libvirt" /var/lib/libvirt
 mount --bind "$R/var-log-libvirt" /var/log/libvirt
 mount --bind "$R/var-cache-libvirt" /var/cache/libvirt
+if [ -n "${POD_USER:-}" ]; then
+    exec setpriv --reuid="${POD_USER%%:*}" --regid="${POD_USER##*:}" --clear-groups -- "$@"
+fi
 exec "$@"

@@ -195,6 +195,7 @@ else
         sigterm_powers_the_guest_off_by_acpi_and_the_pod_ends_as_kubevirts \
         virt_handler_reads_the_same_from_this_launcher_as_from_kubevirts \
         bad_bytes_on_the_grpc_socket_lose_nothing_and_kill_stops_the_domain \
+        a_non_root_pod_starts_session_daemons_and_runs_its_guest_as_its_user \
         version_vm_stats_dirty_rate_memory_dump_and_screenshot_of_the_test_guest \
         efi_variables_and_tpm_state_outlive_the_launcher_in_the_backend_storage_dir \
         persistent_efi_variables_follow_a_migration_on_a_shared_backend_storage_dir \

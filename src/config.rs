@@ -151,14 +151,10 @@ impl Config {
                     .into(),
             ));
         }
+        // KubeVirt mode without --connect or --spawn-libvirt: the daemons
+        // start as KubeVirt's pod starts them (as root in system mode, as a
+        // non-root pod's user in session mode).
         let pod_daemons = args.kubevirt.mode && !args.spawn_libvirt && args.connect.is_none();
-        if pod_daemons && nonroot {
-            return Err(UsageError(
-                "--kubevirt: without --connect or --spawn-libvirt the launcher starts its libvirt daemons \
-                 as KubeVirt's root pod does, which needs root; a non-root pod is not supported yet"
-                    .into(),
-            ));
-        }
         // KubeVirt's launcher reads its log verbosity from the environment.
         let verbosity = match std::env::var("VIRT_LAUNCHER_LOG_VERBOSITY") {
             Ok(level) => {

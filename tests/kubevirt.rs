@@ -1203,3 +1203,96 @@ fn a_full_volume_pauses_the_guest_and_virt_handler_hears_which_as_an_io_error() 
         .wait_domain(STEP, "MODIFIED", "Shutoff", Some("Destroyed"));
     pod.delete_and_exit();
 }
+
+/// KubeVirt's default pod: not root. The launcher, run as an unprivileged
+/// user with virt-controller's `--run-as-nonroot`, starts its libvirt
+/// daemons itself in libvirt's session mode, as KubeVirt's non-root
+/// launcher does, and virt-handler's client drives the guest through them.
+#[test]
+fn a_non_root_pod_starts_session_daemons_and_runs_its_guest_as_its_user() {
+    if !require(KUBEVIRT_POD) {
+        return;
+    }
+    const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-000000000009";
+    let name = "kvnonroot";
+    let user = common::unprivileged::TestUser::create("kvnr");
+    let tree = TempTree::new("kv-nonroot");
+    // The user reaches its pod's tree (run-in-pod.sh gives it the pod's
+    // root, `POD_USER`).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&tree.root, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let vmi_file = tree.path("vmi.json");
+    let mut opts = GuestOptions::new(name);
+    opts.grace_seconds = Some(GRACE);
+    fs::write(&vmi_file, pod_vmi(&opts, UID).to_string()).unwrap();
+    let share = PodLauncher::share_dir_of(&tree);
+    fs::create_dir_all(&share).unwrap();
+    let notify = NotifyServer::start(&share, Some(&vmi_file));
+    // virt-handler's notify socket is the pod user's to dial (in a
+    // cluster the handler makes it so).
+    let pipe = share.join("domain-notify-pipe.sock");
+    let deadline = Instant::now() + STEP;
+    let real = loop {
+        match fs::canonicalize(&pipe) {
+            Ok(real) => break real,
+            Err(e) => assert!(Instant::now() < deadline, "{}: {e}", pipe.display()),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let opened = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(real.parent().unwrap())
+        .status()
+        .unwrap();
+    assert!(opened.success());
+    let pod_user = format!("{}:{}", user.uid, user.gid);
+    let mut launcher = PodLauncher::start_with_args(
+        tree,
+        name,
+        UID,
+        GRACE,
+        None,
+        &[("POD_USER", pod_user.as_str())],
+        &["--run-as-nonroot"],
+    );
+    launcher.wait_ready(STEP);
+    let domain = launcher.domain_name();
+    let mut pod = Pod {
+        launcher,
+        notify,
+        vmi: vmi_file.to_string_lossy().into_owned(),
+        domain,
+    };
+    pod.sync_to_running(UID);
+    pod.wait_agent(BOOT);
+    assert_eq!(pod.state().0, "Running");
+    // QEMU and the daemons run as the pod's user.
+    let qemu = common::guest::qemu_pids(&pod.domain);
+    assert_eq!(qemu.len(), 1, "{qemu:?}");
+    let status = fs::read_to_string(format!("/proc/{}/status", qemu[0])).unwrap();
+    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+    assert_eq!(
+        uid_line.split_whitespace().nth(1),
+        Some(user.uid.to_string().as_str()),
+        "{uid_line}"
+    );
+    // Its session daemon answers virt-handler's calls on the guest.
+    let (code, out) = pod.launcher.kv(&[
+        "exec",
+        "--domain",
+        &pod.domain,
+        "--timeout",
+        "10",
+        "--",
+        "/bin/cat",
+        "/proc/uptime",
+    ]);
+    assert_eq!((code, &out["result"]["exitCode"]), (0, &json!(0)), "{out}");
+    assert_eq!(pod.ok_vmi("kill"), Value::Null);
+    pod.notify
+        .wait_domain(STEP, "MODIFIED", "Shutoff", Some("Destroyed"));
+    pod.delete_and_exit();
+    wait_no_qemu(&pod.domain, STEP);
+}

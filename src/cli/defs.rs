@@ -513,7 +513,7 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     switch!(
         "kubevirt",
-        "KubeVirt mode, for a launcher in a KubeVirt pod driven by virt-handler (also on when the binary is called virt-launcher-monitor, as virt-controller starts the pod): the command socket sockets/launcher-sock speaks KubeVirt's gRPC protocol (cmd v1 and CmdInfo) instead of JSON, and the JSON protocol moves to sockets/launcher-json-sock (listening as launcher-json-init-sock until ready); domain events go to virt-handler through KUBEVIRT_SHARE_DIR/domain-notify-pipe.sock; and, without --connect or --spawn-libvirt, the launcher starts virtqemud (else libvirtd) and virtlogd as plain supervised children on the container's own paths, as KubeVirt's launcher does inside its pod (as root).",
+        "KubeVirt mode, for a launcher in a KubeVirt pod driven by virt-handler (also on when the binary is called virt-launcher-monitor, as virt-controller starts the pod): the command socket sockets/launcher-sock speaks KubeVirt's gRPC protocol (cmd v1 and CmdInfo) instead of JSON, and the JSON protocol moves to sockets/launcher-json-sock (listening as launcher-json-init-sock until ready); domain events go to virt-handler through KUBEVIRT_SHARE_DIR/domain-notify-pipe.sock; and, without --connect or --spawn-libvirt, the launcher starts virtqemud (else libvirtd) and virtlogd as plain supervised children on the container's own paths, as KubeVirt's launcher does inside its pod: as root in libvirt's system mode, as any other user (a non-root pod) in session mode on the pod's XDG directories (XDG_RUNTIME_DIR, else /var/run; XDG_CONFIG_HOME and XDG_CACHE_HOME, else /var/run/kubevirt-private, where /etc/libvirt/qemu.conf is copied).",
         |a, on| a.kubevirt.mode = on
     ),
     value_flag!(
@@ -580,7 +580,7 @@ pub static FLAGS: &[FlagSpec] = &[
     ),
     switch!(
         "run-as-nonroot",
-        "KubeVirt's non-root pod. The launcher decides by its own user (non-root mode when not root); with this switch and root, it logs that the pod asked for non-root.",
+        "KubeVirt's non-root pod. The launcher decides by its own user (non-root mode when not root: in KubeVirt mode its daemons run in session mode); with this switch and root, it logs that the pod asked for non-root.",
         |a, on| a.kubevirt.run_as_nonroot = on
     ),
     switch!(

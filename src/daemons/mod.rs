@@ -494,23 +494,35 @@ impl LibvirtDaemons {
     /// launcher does inside its pod, as plain children on the container's
     /// own paths (the pod is their isolation): the daemon with a copy of
     /// the image's configuration in /var/run/libvirt (plus the log filters),
-    /// virtlogd with the image's own. Root only, as the pod's default.
+    /// virtlogd with the image's own. As root (a root pod) they run in
+    /// libvirt's system mode; as any other user (KubeVirt's default
+    /// non-root pod) in session mode, on the pod's XDG directories
+    /// ([`pod_session_env`]), with the image's qemu.conf copied where a
+    /// session daemon reads it, as KubeVirt's launcher does.
     pub fn start_in_pod(
         log_filters: Option<&str>,
         fatal: &FatalSender,
     ) -> Result<LibvirtDaemons, DaemonError> {
         let mode = DaemonMode::for_this_process();
-        if mode != DaemonMode::System {
-            return Err(DaemonError::refused(
-                "in KubeVirt mode the launcher starts its daemons as root, as KubeVirt's root pod does; \
-                 a non-root pod is not supported yet",
-            ));
-        }
+        let session_env = match mode {
+            DaemonMode::System => Vec::new(),
+            DaemonMode::Session => pod_session_env(),
+        };
+        let env_dir = |name: &str| {
+            session_env
+                .iter()
+                .find(|(key, _)| key == name)
+                .map(|(_, dir)| PathBuf::from(dir))
+        };
         let daemon = config::Daemon::find()?;
         let virtlogd_bin = find_binary("virtlogd")?;
-        let runtime_dir = PathBuf::from(POD_RUNTIME_DIR);
+        let runtime_dir = env_dir("XDG_RUNTIME_DIR")
+            .map_or_else(|| PathBuf::from(POD_RUNTIME_DIR), |dir| dir.join("libvirt"));
         fs::create_dir_all(&runtime_dir)
             .map_err(|e| DaemonError::os(format!("cannot create {}", runtime_dir.display()), e))?;
+        if let Some(config_home) = env_dir("XDG_CONFIG_HOME") {
+            copy_image_qemu_conf(&config_home.join("libvirt"))?;
+        }
         let daemon_conf = config::write_pod_daemon_conf(&runtime_dir, &daemon, log_filters)?;
         let virtlogd_conf = Path::new("/etc/libvirt/virtlogd.conf");
         let mut virtlogd_args = Vec::new();
@@ -522,14 +534,14 @@ impl LibvirtDaemons {
             name: "virtlogd".to_string(),
             binary: virtlogd_bin,
             args: virtlogd_args,
-            env: Vec::new(),
+            env: session_env.clone(),
             ready: Readiness::Notify(notify("virtlogd")),
             start_cpu: None,
             read_only: None,
         };
         // The daemon sees only the emulator the launcher runs (see
         // `capabilities`); without a way to, it probes every other one too.
-        let mut env = Vec::new();
+        let mut env = session_env;
         match capabilities::shadow_other_emulators(&runtime_dir.join("hidden-emulators")) {
             Ok(Some(path)) => {
                 log::debug!(
@@ -575,7 +587,8 @@ impl LibvirtDaemons {
             .unwrap_or_default();
         Ok(LibvirtDaemons {
             uri: format!(
-                "qemu+unix:///system?socket={}",
+                "qemu+unix:///{}?socket={}",
+                mode.as_str(),
                 runtime_dir.join(daemon.socket).display()
             ),
             mode,
@@ -739,6 +752,52 @@ impl LibvirtDaemons {
 /// before the daemon starts, any user may create files in it (sticky, not
 /// listed); only this launcher's daemons see it, and libvirt before 9.2
 /// leaves it unused.
+/// The XDG directories of a non-root pod's session daemons: the pod's own
+/// when its environment sets them (virt-controller does for a non-root
+/// pod), else those KubeVirt's pod sets: the runtime directory /var/run
+/// (sockets in /var/run/libvirt, QEMU's pid files in
+/// /var/run/libvirt/qemu/run), configuration and cache (QEMU's logs) in
+/// /var/run/kubevirt-private.
+fn pod_session_env() -> Vec<(String, String)> {
+    [
+        ("XDG_RUNTIME_DIR", "/var/run"),
+        ("XDG_CONFIG_HOME", "/var/run/kubevirt-private"),
+        ("XDG_CACHE_HOME", "/var/run/kubevirt-private"),
+    ]
+    .into_iter()
+    .map(|(name, default)| {
+        let dir = std::env::var(name)
+            .ok()
+            .filter(|dir| Path::new(dir).is_absolute())
+            .unwrap_or_else(|| default.to_string());
+        (name.to_string(), dir)
+    })
+    .collect()
+}
+
+/// A session daemon reads qemu.conf from `$XDG_CONFIG_HOME/libvirt`:
+/// the image's /etc/libvirt/qemu.conf is copied there (KubeVirt's
+/// `SetupLibvirt` for a non-root pod); an image without one leaves
+/// libvirt's defaults.
+fn copy_image_qemu_conf(dir: &Path) -> Result<(), DaemonError> {
+    fs::create_dir_all(dir)
+        .map_err(|e| DaemonError::os(format!("cannot create {}", dir.display()), e))?;
+    let image = Path::new("/etc/libvirt/qemu.conf");
+    match fs::read(image) {
+        Ok(conf) => fs::write(dir.join("qemu.conf"), conf).map_err(|e| {
+            DaemonError::os(
+                format!("cannot write {}", dir.join("qemu.conf").display()),
+                e,
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(DaemonError::os(
+            format!("cannot read {}", image.display()),
+            e,
+        )),
+    }
+}
+
 fn open_passt_dir(dir: &Path) {
     let made = fs::create_dir_all(dir)
         .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(0o1733)));

@@ -142,8 +142,10 @@ if [ "${1:-}" = --tests ]; then
     # (docs/testing.md, "Two runtime stacks", has each suite's time); the
     # selection takes about 1.5 per build. Either way, from tests/day2.rs
     # only changed block tracking of a block PVC under its <dataStore>
-    # (libvirt 10.10) runs here, and from tests/convert_libvirt.rs the
-    # Hyper-V flags of libvirt 11.0.
+    # (libvirt 10.10) runs here, from tests/convert_libvirt.rs the Hyper-V
+    # flags of libvirt 11.0, and from tests/kubevirt_migration.rs only
+    # local disks copied from KubeVirt's launcher into this one (libvirt
+    # 10.9), with KubeVirt's programs bound in (below).
     suites=(backends qemu agent hotplug migration network sigkill nonroot)
     tests=(
         both_backends_give_the_same_values_on_the_same_guest
@@ -171,6 +173,8 @@ if [ "${1:-}" = --tests ]; then
         | grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
     convert_bin=$(cargo test --locked --test=convert_libvirt --no-run --message-format=json \
         | grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    kubevirt_migration_bin=$(cargo test --locked --test=kubevirt_migration --no-run --message-format=json \
+        | grep '"kind":\["test"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
     for launcher in default "$static"; do
         started=$(date +%s)
         env=(VL_TESTS=all VL_TEST_GUEST_BUILT=1)
@@ -194,6 +198,13 @@ if [ "${1:-}" = --tests ]; then
         # machine's KVM refuses Hyper-V's VP index).
         "$0" env "${env[@]}" "$convert_bin" --exact \
             hyperv_flags_of_libvirt_11_are_written_and_taken_by_the_connected_daemon
+        # The mixed fleet's local disks from KubeVirt's launcher (run here,
+        # on libvirt 11.3, as in its own image) into this one: its source
+        # asks for migrate_disks_detect_zeroes (libvirt 10.9), which the
+        # host's 9.0 refuses (tests/kubevirt_migration.rs asserts that
+        # there). The rest of that suite runs on the host.
+        "$0" env "${env[@]}" "$kubevirt_migration_bin" --exact \
+            local_disks_move_from_kubevirts_launcher_into_this_one
         # Migrations between the two stacks: the test runs on the host,
         # one launcher there (libvirt 9.0, QEMU 7.2) and one here, started
         # through this script (VL_OTHER_STACK); both directions at once.
@@ -227,8 +238,8 @@ mkdir -p "$run/upper" "$run/work" "$run/root"
 # namespace, which the non-root tests do), the daemons started, the command.
 inside=$(cat <<'INSIDE'
 set -euo pipefail
-run=$1 rootfs=$2 checkout=$3
-shift 3
+run=$1 rootfs=$2 checkout=$3 kubevirt=$4
+shift 4
 new=$run/root
 mount -t overlay overlay -o "lowerdir=$rootfs,upperdir=$run/upper,workdir=$run/work" "$new"
 mount -t proc proc "$new/proc"
@@ -242,6 +253,10 @@ mount --bind /tmp "$new/tmp"
 cp /etc/hosts "$new/etc/hosts"
 mkdir -p "$new$checkout" "$new/.old-root"
 mount --rbind "$checkout" "$new$checkout"
+if [ -n "$kubevirt" ]; then
+    mkdir -p "$new$kubevirt"
+    mount --bind -o ro "$kubevirt" "$new$kubevirt"
+fi
 # The user's toolchain is not needed inside; the lock file the tests share is.
 cd "$new"
 pivot_root . .old-root
@@ -265,6 +280,15 @@ status=$?
 exit "$status"
 INSIDE
 )
+# KubeVirt's own programs (kvhandler, virt-launcher-go and its
+# run-go-launcher.sh), where the tests look for them (VL_KVHANDLER, else
+# ../shared/kubevirt beside the checkout: tests/common/needs.rs), bound
+# read-only at the same path: tests/kubevirt_migration.rs runs KubeVirt's
+# launcher here, on libvirt 11 (its libvirt0 is the root filesystem's;
+# run-go-launcher.sh's `virtqemud` stand-in execs the root filesystem's
+# libvirtd, which has no modular daemons either).
+kubevirt=$(dirname "${VL_KVHANDLER:-$checkout/../shared/kubevirt/kvhandler}")
+kubevirt=$(cd "$kubevirt" 2>/dev/null && pwd) || kubevirt=
 # If this script is killed, even by SIGKILL, so is unshare (--pdeathsig),
 # and with it the namespace's first process (--kill-child), and with that
 # every process in the namespace: a launcher a test started through this
@@ -272,7 +296,7 @@ INSIDE
 set +e
 setpriv --pdeathsig KILL -- \
     unshare --mount --pid --kill-child=KILL --propagation private -- \
-    bash -c "$inside" newer-stack "$run" "$rootfs" "$checkout" "$@"
+    bash -c "$inside" newer-stack "$run" "$rootfs" "$checkout" "$kubevirt" "$@"
 status=$?
 set -e
 exit "$status"

@@ -415,10 +415,11 @@ fn a_guest_moves_between_kubevirts_launcher_and_this_one_both_ways() {
 
 /// Local disks (an emptyDisk and a cloud-init disk) are copied from this
 /// launcher's pod into KubeVirt's launcher's, whose domain then uses them
-/// at the same paths. KubeVirt's launcher cannot copy them back on this
-/// machine: it asks libvirt for `migrate_disks_detect_zeroes`, which the
-/// host's libvirt (Debian 12's 9.0) does not know; that migration fails
-/// with libvirt's error and the guest runs on where it was.
+/// at the same paths. With a libvirt older than 10.9 in its pod (the
+/// host's 9.0) KubeVirt's launcher cannot copy them back: it asks for
+/// `migrate_disks_detect_zeroes`; that migration fails with libvirt's
+/// error and the guest runs on where it was (with a newer one,
+/// `local_disks_move_from_kubevirts_launcher_into_this_one` copies them).
 #[test]
 fn local_disks_move_from_this_launcher_into_kubevirts() {
     use Launcher::{Go, Ours};
@@ -432,6 +433,10 @@ fn local_disks_move_from_this_launcher_into_kubevirts() {
     let vmi = mixed_vmi("kvmixdisk", true);
     let (mut pod, state, here) =
         mixed_fleet("kvm-mixdisk", "kvmixdisk", &vmi, &[Ours, Go], (a, b), &logs);
+    if go_pods_libvirt().0 >= DETECT_ZEROES {
+        end_guest(pod);
+        return;
+    }
     let (_, ended) = stopped_mid_flight(
         &mut pod,
         Ours,
@@ -450,6 +455,101 @@ fn local_disks_move_from_this_launcher_into_kubevirts() {
         "KubeVirt's launcher copying disks failed otherwise: {ended}"
     );
     end_guest(pod);
+}
+
+/// The libvirt of KubeVirt's launcher's pods (what run-go-launcher.sh's
+/// `virtqemud` stand-in runs: this machine's, or the newer stack's inside
+/// scripts/newer-stack.sh), as libvirt encodes it and as it says it.
+fn go_pods_libvirt() -> (u32, String) {
+    let out = Command::new("/usr/sbin/libvirtd")
+        .arg("--version")
+        .output()
+        .expect("libvirtd --version");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let dotted = said.split_whitespace().last().unwrap_or_default();
+    let version = virt_launcher::hypervisor::state::parse_libvirt_version(dotted)
+        .unwrap_or_else(|| panic!("libvirtd's version {said:?} does not read"));
+    (version, dotted.to_string())
+}
+
+/// libvirt's `migrate_disks_detect_zeroes` migration parameter, which
+/// KubeVirt's source asks for whenever it copies disks.
+const DETECT_ZEROES: u32 = 10_009_000;
+
+/// The cloud-init disk as the guest sees it: its size in sectors and the
+/// checksum of its contents.
+const READ_CIDATA: &str = "dev=$(grep -l cidata1 /sys/block/vd*/serial | cut -d/ -f4); \
+     cat /sys/block/$dev/size; sha256sum /dev/$dev | cut -d' ' -f1";
+
+/// Local disks (an emptyDisk and a cloud-init disk) copied from KubeVirt's
+/// launcher's pod into this launcher's. KubeVirt's source asks libvirt
+/// for `migrate_disks_detect_zeroes` (libvirt 10.9): with an older daemon
+/// in its pod (the host's 9.0) the migration fails at once with libvirt's
+/// error and the guest runs on where it was; with a newer one (the newer
+/// stack's 11.3) the disks arrive, the cloud-init disk as the guest saw
+/// it on the source (its size is the source's, which this launcher's
+/// target takes from the VMI's volume status).
+#[test]
+fn local_disks_move_from_kubevirts_launcher_into_this_one() {
+    use Launcher::{Go, Ours};
+    if !require(&[REAL_GUEST, &[Need::Kvhandler, Need::GoLauncher]].concat()) {
+        return;
+    }
+    let (version, dotted) = go_pods_libvirt();
+    let nodes = Nodes::new();
+    let a = nodes.source_node();
+    let b = nodes.target_node();
+    let logs = TempTree::new("kvm-godisk-proxy");
+    let mut vmi = mixed_vmi("kvgodisk", true);
+    for disk in vmi["spec"]["domain"]["devices"]["disks"]
+        .as_array_mut()
+        .into_iter()
+        .flatten()
+    {
+        if disk["name"] == "cloudinit" {
+            disk["serial"] = json!("cidata1");
+        }
+    }
+    let (mut pod, state) = boot(Go, a, "kvm-godisk", "kvgodisk", &vmi);
+    let (code, cidata) = pod.guest_sh(READ_CIDATA);
+    assert_eq!(code, 0, "{cidata}");
+    eprintln!("the cloud-init disk (sectors, checksum): {cidata:?}");
+    if version < DETECT_ZEROES {
+        let t = Instant::now();
+        let (_, ended) = stopped_mid_flight(
+            &mut pod,
+            Ours,
+            a,
+            b,
+            &vmi,
+            "migration-1",
+            "kvm-godisk-1",
+            &logs,
+            Stop::FailsOnItsOwn,
+            &state,
+        );
+        let reason = ended["FailureReason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("migrate_disks_detect_zeroes"),
+            "libvirt {dotted}: KubeVirt's launcher copying disks failed otherwise: {ended}"
+        );
+        eprintln!(
+            "libvirt {dotted}: a target pod started and the migration failed in {:?}: {reason}",
+            t.elapsed()
+        );
+        end_guest(pod);
+        return;
+    }
+    let (target, took) = hop(pod, Ours, a, b, &vmi, "migration-1", "kvm-godisk-1", &logs);
+    eprintln!("libvirt {dotted}: Go -> Ours with local disks took {took:?}");
+    same_guest(&target, &state, "migration-1");
+    let (code, now) = target.guest_sh(READ_CIDATA);
+    assert_eq!(
+        (code, now.as_str()),
+        (0, cidata.as_str()),
+        "the cloud-init disk"
+    );
+    end_guest(target);
 }
 
 /// A migration stopped mid-flight from either side, or whose target pod

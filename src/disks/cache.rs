@@ -296,6 +296,7 @@ mod tests {
                 path: path.into(),
                 volume_id: "x".into(),
                 contents: super::super::IsoContents::Files(Vec::new()),
+                size: None,
                 what: what.into(),
             });
         }

@@ -109,6 +109,11 @@ pub enum DiskStep {
         path: PathBuf,
         volume_id: String,
         contents: IsoContents,
+        /// The image's size in bytes, zero-filled or cut at its end; `None`:
+        /// as written. A migration target's cloud-init ISO takes the size of
+        /// the source's (virt-handler's `status.volumeStatus`), which the
+        /// block copy fills: QEMU copies a disk only onto one of its size.
+        size: Option<u64>,
         what: String,
     },
 }

@@ -219,8 +219,9 @@ fn run_step(
             path,
             volume_id,
             contents,
+            size,
             what,
-        } => write_iso(path, volume_id, contents, what, prepared),
+        } => write_iso(path, volume_id, contents, *size, what, prepared),
         DiskStep::CreateMetricsDisk { path, what } => create_metrics_disk(path, what, prepared),
     }
 }
@@ -559,13 +560,14 @@ fn write_iso(
     path: &Path,
     volume_id: &str,
     contents: &IsoContents,
+    size: Option<u64>,
     what: &str,
     prepared: &mut PreparedDisks,
 ) -> Result<(), DiskError> {
     let files = iso_files(contents, path, what)?;
     let staging = beside(path, ".staging");
     remove_partial(&staging);
-    let written = write_iso_file(&staging, volume_id, &files, path, what);
+    let written = write_iso_file(&staging, volume_id, &files, size, path, what);
     if let Err(err) = written {
         remove_partial(&staging);
         return Err(err);
@@ -608,6 +610,7 @@ fn write_iso_file(
     staging: &Path,
     volume_id: &str,
     files: &[IsoFile],
+    size: Option<u64>,
     target: &Path,
     what: &str,
 ) -> Result<(), DiskError> {
@@ -623,6 +626,10 @@ fn write_iso_file(
     let file = writer
         .into_inner()
         .map_err(|err| io_error(staging, what, "write", err.into_error()))?;
+    if let Some(size) = size {
+        file.set_len(size)
+            .map_err(|err| io_error(staging, what, &format!("resize to {size} bytes"), err))?;
+    }
     file.sync_all()
         .map_err(|err| io_error(staging, what, "flush", err))?;
     Ok(())

@@ -110,6 +110,7 @@ pub fn add_in_process_steps(plan: &mut DiskPlan, scratch: &Scratch) {
                 names: vec!["userdata".into(), "userData".into()],
             }],
         },
+        size: None,
         what: "cloudInitNoCloud volume \"cloudinit\"".into(),
     });
     plan.make_dir(
@@ -120,6 +121,7 @@ pub fn add_in_process_steps(plan: &mut DiskPlan, scratch: &Scratch) {
         path: scratch.path("private/config-map-disks/app-config.iso"),
         volume_id: "cfgdata".into(),
         contents: IsoContents::Dir(config),
+        size: None,
         what: "configMap volume \"app-config\"".into(),
     });
 }

@@ -40,6 +40,35 @@ fn in_process_steps_and_rollback() {
     assert_eq!(everything_under(&scratch.0), before);
 }
 
+/// A migration target's ISO of the source's size (`WriteIso`'s `size`):
+/// the image written, then zero-filled or cut at its end.
+#[test]
+fn an_iso_of_a_given_size_is_zero_filled_or_cut_at_its_end() {
+    let scratch = Scratch::new("isosize");
+    let written = |name: &str, size: Option<u64>| {
+        let mut plan = DiskPlan::default();
+        plan.push(DiskStep::WriteIso {
+            path: scratch.path(name),
+            volume_id: "cidata".into(),
+            contents: IsoContents::Files(vec![iso9660::IsoFile {
+                path: "user-data".into(),
+                data: b"#cloud-config\n".to_vec(),
+            }]),
+            size,
+            what: "cloudInitNoCloud volume \"ci\"".into(),
+        });
+        let _kept = prepare(&plan).unwrap_or_else(|e| panic!("{e}"));
+        fs::read(scratch.path(name)).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let natural = written("natural.iso", None);
+    let grown = written("grown.iso", Some(natural.len() as u64 + 4096 * 3));
+    assert_eq!(grown.len(), natural.len() + 4096 * 3);
+    assert_eq!(&grown[..natural.len()], &natural[..]);
+    assert!(grown[natural.len()..].iter().all(|b| *b == 0));
+    let cut = written("cut.iso", Some(0x9000));
+    assert_eq!(&cut[..], &natural[..0x9000]);
+}
+
 #[test]
 fn a_missing_image_fails_before_anything_is_created() {
     let scratch = Scratch::new("missing");

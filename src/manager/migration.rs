@@ -369,7 +369,7 @@ impl DomainManager {
                 // The hook sidecars, as KubeVirt's target calls them;
                 // the network set up for them is removed if they fail.
                 let disk_plan = match plan.run_target_hooks(network.as_ref()) {
-                    Ok(disk_plan) => disk_plan,
+                    Ok(disk_plan) => plan.sized_as_the_sources(disk_plan),
                     Err(e) => return JobOutput::reply(Err(e)),
                 };
                 if let (Some(job), Some(active)) = (&plan.network, network) {

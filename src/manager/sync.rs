@@ -131,6 +131,9 @@ pub(super) struct SyncPlan {
     live: Option<LiveChange>,
     /// The hook sidecars the domain and cloud-init data go through.
     hooks: Option<HookRun>,
+    /// The ISO of the first cloud-init volume (KubeVirt's cloud-init data
+    /// store), if the VMI has one.
+    cloud_init: Option<convert::CloudInitIso>,
     /// How long the steps so far took (the conversion).
     steps: Steps,
 }
@@ -144,6 +147,42 @@ impl SyncPlan {
     /// Whether the VMI asks for dedicated CPUs.
     pub(super) fn dedicated_cpus(&self) -> bool {
         wants_dedicated_cpus(&self.vmi)
+    }
+
+    /// A migration target's disks: the cloud-init ISO of the size
+    /// virt-handler recorded for the source's (`status.volumeStatus[]`'s
+    /// `size` of that volume), as KubeVirt's target makes it (empty there,
+    /// the VMI's data here, zero-filled or cut at its end): the block copy
+    /// fills it, and QEMU copies a disk only onto one of its own size (a
+    /// source whose ISO another writer made, KubeVirt's, has another).
+    /// Without a recorded size, the ISO as `sync` writes it.
+    pub(super) fn sized_as_the_sources<'a>(
+        &self,
+        mut disk_plan: Cow<'a, DiskPlan>,
+    ) -> Cow<'a, DiskPlan> {
+        let Some(iso) = &self.cloud_init else {
+            return disk_plan;
+        };
+        let recorded = self.vmi_json["status"]["volumeStatus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|status| status["name"] == iso.volume.as_str())
+            .and_then(|status| status["size"].as_u64())
+            .filter(|size| *size > 0);
+        let Some(recorded) = recorded else {
+            return disk_plan;
+        };
+        let step = disk_plan
+            .steps
+            .iter()
+            .position(|s| matches!(s, DiskStep::WriteIso { path, .. } if *path == iso.path));
+        if let Some(at) = step
+            && let DiskStep::WriteIso { size, .. } = &mut disk_plan.to_mut().steps[at]
+        {
+            *size = Some(recorded);
+        }
+        disk_plan
     }
 }
 
@@ -353,8 +392,9 @@ impl DomainManager {
             hooks: (!self.config.hooks.is_empty()).then(|| HookRun {
                 sidecars: self.config.hooks.clone(),
                 vmi: vmi_json.to_string().into_bytes(),
-                cloud_init: conversion.cloud_init,
+                cloud_init: conversion.cloud_init.clone(),
             }),
+            cloud_init: conversion.cloud_init,
             steps: Steps::default(),
         })
     }

@@ -559,6 +559,7 @@ pub(super) fn sysprep_source(
         path: iso.clone(),
         volume_id: SYSPREP_LABEL.to_string(),
         contents: IsoContents::Dir(source),
+        size: None,
         what,
     });
     Ok(Source::File {
@@ -634,6 +635,7 @@ pub(super) fn cloud_init(
         path: iso.clone(),
         volume_id: data_source.volume_id().to_string(),
         contents,
+        size: None,
         what,
     });
     Ok(Source::File {
@@ -664,6 +666,7 @@ pub(super) fn config_iso(
             .unwrap_or("cfgdata")
             .to_string(),
         contents: IsoContents::Dir(source),
+        size: None,
         what,
     });
     Source::File {
@@ -769,6 +772,7 @@ mod tests {
             path: "/var/run/kubevirt-private/sysprep-disks/sysprep.iso".into(),
             volume_id: "unattendCD".into(),
             contents: IsoContents::Dir("/var/run/kubevirt-private/sysprep/sysprep".into()),
+            size: None,
             what: "sysprep volume \"sysprep\"".into(),
         }));
         let both = convert_err(json!({"volumes": [{"name": "s", "sysprep": {

@@ -28,6 +28,11 @@ fn main() {
     if let Some(code) = virt_launcher::daemons::init::run_if_requested() {
         std::process::exit(code);
     }
+    // In a KubeVirt pod, the libvirt daemon runs under this binary in
+    // another hidden mode, which reaps the QEMU processes it double-forks.
+    if let Some(code) = virt_launcher::daemons::reaper::run_if_requested() {
+        std::process::exit(code);
+    }
     // Installed as the pod's libvirt `qemu` hook (KubeVirt mode), this
     // binary is run by libvirt under that name: the hook client.
     if let Some(code) = virt_launcher::migration::hook::client_if_requested() {

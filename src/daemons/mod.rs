@@ -32,6 +32,7 @@ pub mod init;
 mod namespace;
 mod placement;
 pub mod pr_helper;
+pub mod reaper;
 mod supervisor;
 pub mod virtiofs;
 
@@ -556,10 +557,17 @@ impl LibvirtDaemons {
                 daemon.name
             ),
         }
+        // Under a reaper of its own (see `reaper`): the QEMU processes it
+        // double-forks are reaped as soon as they end.
         let libvirtd = DaemonSpec {
             name: daemon.name.to_string(),
-            binary: daemon.binary.clone(),
-            args: vec!["-f".into(), daemon_conf.display().to_string()],
+            binary: PathBuf::from("/proc/self/exe"),
+            args: vec![
+                reaper::MODE.into(),
+                daemon.binary.display().to_string(),
+                "-f".into(),
+                daemon_conf.display().to_string(),
+            ],
             env,
             ready: Readiness::Notify(notify(daemon.name)),
             start_cpu: None,

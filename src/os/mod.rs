@@ -426,6 +426,42 @@ pub fn set_process_name(name: &CStr) -> io::Result<()> {
     check(unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) }).map(drop)
 }
 
+/// prctl(PR_SET_CHILD_SUBREAPER): the orphans among this process's
+/// descendants (a process whose parent ended, such as QEMU after libvirt's
+/// double fork) are handed to this process instead of PID 1.
+pub fn set_child_subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes a flag by value; the unused
+    // arguments are zero as prctl(2) asks.
+    check(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) }).map(drop)
+}
+
+/// waitpid(-1): waits for any child to end and reaps it. Its pid and its
+/// status as a shell gives it (the exit code, or 128 + the signal that
+/// ended it); `None` when no child is left.
+pub fn wait_any_child() -> io::Result<Option<(u32, i32)>> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid(2) writes only the status integer given.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid == -1 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else if libc::WIFSIGNALED(status) {
+            128 + libc::WTERMSIG(status)
+        } else {
+            continue;
+        };
+        return Ok(Some((pid.unsigned_abs(), code)));
+    }
+}
+
 /// kill(2): sends `signal` to process `pid`. Refuses pids that kill(2)
 /// would read as a process group.
 pub fn send_signal(pid: u32, signal: libc::c_int) -> io::Result<()> {

@@ -64,7 +64,6 @@ impl Hypervisor for Scripted {
             backend: "scripted",
             library_version: None,
             daemon_version: "9.0.0".into(),
-            hypervisor_version: "TEST 0.0.0".into(),
         }
     }
     fn domain_status(&self, _: &str) -> HvResult<Option<DomainStatus>> {

@@ -20,7 +20,11 @@
 # memory dump throughput, beside `qemu-img convert` of the same disk), or
 # `upgrade` (20 in-place upgrades in a row under a client pinging every
 # 10 ms, default and static builds: the hand-over time and the longest
-# client-visible gap). The
+# client-visible gap), or `stacks` (the main real-guest rows, the `qemu`
+# and `migration` sections of the default build, on the host's runtime
+# stack and then on the newer one, libvirt 11.3 and QEMU 10.0 in
+# scripts/newer-stack.sh's root filesystem, printed row beside row; it
+# runs last in a run of every section). The
 # real-QEMU sections need the host set-up (scripts/setup-host.sh) and
 # build the test guest.
 set -euo pipefail
@@ -54,4 +58,35 @@ fi
 # private dirty memory (3.4 MiB instead of 0.9 for the static build).
 cargo bench --bench launcher --locked --no-run
 sync
-cargo bench --bench launcher --locked -- "$@"
+# The sections the bench binary runs: all of them with no argument;
+# `stacks` is this script's.
+sections=()
+for arg in "$@"; do
+    [ "$arg" = stacks ] || sections+=("$arg")
+done
+if [ $# -eq 0 ] || [ ${#sections[@]} -gt 0 ]; then
+    cargo bench --bench launcher --locked -- "${sections[@]}"
+fi
+if [ $# -eq 0 ] || [[ " $* " == *" stacks "* ]]; then
+    # The same bench binary on both stacks, one after the other (never at
+    # once: two guests under plain emulation on two cores would measure
+    # each other).
+    bench_bin=$(cargo bench --bench launcher --locked --no-run --message-format=json \
+        | grep '"kind":\["bench"\]' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    host_rows=$(mktemp) newer_rows=$(mktemp)
+    trap 'rm -f "$host_rows" "$newer_rows"' EXIT
+    # The test guest is built above: the bench binary only checks it.
+    VL_TEST_GUEST_BUILT=1 "$bench_bin" --bench qemu migration | grep -v '^virt-launcher .* benchmarks' >"$host_rows"
+    scripts/newer-stack.sh env VL_TEST_GUEST_BUILT=1 "$bench_bin" --bench qemu migration \
+        | grep -v '^virt-launcher .* benchmarks' >"$newer_rows"
+    host_stack=libvirt\ $(virsh -c qemu:///system version --daemon | sed -n 's/.*daemon: //p' | head -1)
+    host_qemu=$(qemu-system-x86_64 --version | head -1)
+    newer_stack=$(awk '$1=="libvirt-daemon"{l=$2} $1=="qemu-system-x86"{q=$2} END{print "libvirt " l ", QEMU " q}' \
+        "$(scripts/newer-stack.sh --build)/.versions")
+    echo "both runtime stacks, the qemu and migration rows of the default build:"
+    echo "  [host]  $host_stack, $host_qemu"
+    echo "  [newer] $newer_stack (scripts/newer-stack.sh)"
+    # The rows come in the same order from both: each host row, then the
+    # newer stack's.
+    paste -d '\n' <(sed 's/^/  [host]  /' "$host_rows") <(sed 's/^/  [newer] /' "$newer_rows")
+fi

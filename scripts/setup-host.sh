@@ -93,7 +93,9 @@ TABLE
 # Packages no program row names: libraries and data the build and the
 # launcher need.
 # ovmf: the EFI firmware of EFI VMIs (tests/examples_qemu.rs boots one).
-EXTRA_PACKAGES=(libvirt-daemon-driver-qemu libvirt-dev libc6-dev ovmf)
+# libseccomp-dev, libcap-ng-dev: scripts/newer-stack.sh builds the Rust
+# virtiofsd (crates.io) for its root filesystem, which links both.
+EXTRA_PACKAGES=(libvirt-daemon-driver-qemu libvirt-dev libc6-dev ovmf libseccomp-dev libcap-ng-dev)
 
 rows() { grep -v '^#' <<<"$PROGRAMS" | grep -v '^[[:space:]]*$'; }
 

@@ -96,6 +96,11 @@ pub struct HandoverState {
     /// The launcher's own libvirt daemons (`--spawn-libvirt`; version 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daemons: Option<crate::daemons::DaemonsHandover>,
+    /// vCPU threads QEMU made since the domain started, when the old
+    /// launcher knew (under TCG each holds a translation context for good:
+    /// without the count the new launcher refuses to take vCPUs away).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpu_threads: Option<u32>,
     /// When the old launcher execed the new binary (microseconds since
     /// the epoch): the new one reports the hand-over's time from it.
     pub handed_over_at_us: u64,
@@ -559,6 +564,7 @@ mod tests {
             subscribers: 2,
             daemons: None,
             migration: None,
+            vcpu_threads: Some(3),
             handed_over_at_us: 1,
         }
     }

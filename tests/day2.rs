@@ -1138,3 +1138,130 @@ fn persistent_tpm_and_efi_variables_follow_a_migration_to_a_backend_storage_dir_
     c.client.ok("kill", Value::Null);
     assert_eq!(c.launcher.wait_exit(STEP), 0);
 }
+
+/// A loop device over a file, seen by the launcher as a block PVC
+/// (`/dev/<name>`, as virt-handler leaves one in the pod); both go when
+/// dropped.
+struct BlockPvc {
+    name: String,
+    loop_device: String,
+    backing: std::path::PathBuf,
+}
+
+impl BlockPvc {
+    fn new(tree: &TempTree, name: &str, mib: u64) -> BlockPvc {
+        let backing = tree.path(&format!("{name}.img"));
+        fs::File::create(&backing)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+            .expect("run losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let loop_device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = format!("{name}{}", std::process::id());
+        let link = format!("/dev/{name}");
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(&loop_device, &link).expect("link the PVC's device");
+        BlockPvc {
+            name,
+            loop_device,
+            backing,
+        }
+    }
+}
+
+impl Drop for BlockPvc {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(format!("/dev/{}", self.name));
+        let _ = Command::new("losetup")
+            .args(["--detach", &self.loop_device])
+            .status();
+    }
+}
+
+/// Changed block tracking of a block PVC: its qcow2 metadata image names
+/// the device as its `<dataStore>` where libvirt has it (10.10: the newer
+/// stack), and a full and an incremental backup restore the device's
+/// bytes; an older libvirt gets the sync refused with the version.
+#[test]
+fn a_tracked_block_device_is_the_data_store_of_its_metadata_image_where_libvirt_has_it() {
+    if !require(REAL_GUEST) || !require(&[Need::Program("losetup")]) {
+        return;
+    }
+    let tree = TempTree::new("cbt-block");
+    let pvc = BlockPvc::new(&tree, "vlcbt", 64);
+    let backups = tree.path("backups");
+    fs::create_dir_all(&backups).unwrap();
+    let mut opts = GuestOptions::new("cbtblock");
+    opts.extra_volumes.push((
+        json!({"name": pvc.name, "disk": {"bus": "virtio"}, "changedBlockTracking": true}),
+        json!({"name": pvc.name, "persistentVolumeClaim": {"claimName": pvc.name}}),
+    ));
+    let vmi = guest_vmi(&opts);
+    let launcher =
+        common::guest::start_qemu_launcher(TempTree::new("cbt-block-run"), &opts.name, &[]);
+    let mut client = launcher.client();
+    let daemon = client.ok("query-version", Value::Null)["libvirt"]["daemon"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let version = virt_launcher::hypervisor::state::parse_libvirt_version(&daemon)
+        .unwrap_or_else(|| panic!("the daemon's version {daemon:?} does not read"));
+    eprintln!("libvirt {daemon}");
+    if version < 10_010_000 {
+        let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+        assert_eq!(class, "InvalidArgument", "{desc}");
+        assert!(
+            desc.contains("spec.domain.devices.disks[0].changedBlockTracking")
+                && desc.contains("needs libvirt 10.10.0 or newer")
+                && desc.contains(&daemon),
+            "{desc}"
+        );
+        return;
+    }
+    let mut g = common::guest::boot_launcher(launcher, vmi);
+    let xml = g.client.ok("query-domain", json!({"fields": ["xml"]}))["xml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let device = format!("/dev/{}", pvc.name);
+    assert!(
+        xml.contains("cbt/") && xml.contains("<dataStore type='block'>"),
+        "{xml}"
+    );
+    assert!(xml.contains(&format!("<source dev='{device}'")), "{xml}");
+
+    guest_write(&mut g.client, 0, 16);
+    let full = backup(&mut g, json!({"target_dir": backups, "checkpoint": "b1"}));
+    guest_write(&mut g.client, 4, 1);
+    let inc = backup(
+        &mut g,
+        json!({"target_dir": backups, "checkpoint": "b2", "incremental": "b1"}),
+    );
+    // The guest is idle: the device's bytes now are its disk at b2.
+    let at_b2 = sha256(&pvc.backing);
+    let file = |b: &Value| std::path::PathBuf::from(b["disks"][0]["file"].as_str().unwrap());
+    let (full, inc) = (file(&full), file(&inc));
+    let size = |p: &std::path::Path| fs::metadata(p).unwrap().len();
+    assert!(
+        size(&inc) < size(&full) / 4,
+        "{} {}",
+        size(&inc),
+        size(&full)
+    );
+    let s = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    qemu_img(&["rebase", "-u", "-F", "qcow2", "-b", &s(&full), &s(&inc)]);
+    let restored = tree.path("restored.raw");
+    qemu_img(&["convert", "-O", "raw", &s(&inc), &s(&restored)]);
+    assert_eq!(sha256(&restored), at_b2);
+    g.client.ok("kill", Value::Null);
+    let _ = g.launcher.wait_exit(STEP);
+}

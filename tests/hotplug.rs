@@ -1,8 +1,9 @@
 //! sync on a running guest applies what changed, on the real test guest
 //! (real libvirt, real QEMU under TCG, the guest's own kernel): hotplugged
-//! disks on scsi and virtio that keep their data, vCPUs, virtio-mem, a
-//! hot-added NIC, a change that needs a restart, and a sync that changes
-//! nothing. Run under the shared lock:
+//! disks on scsi and virtio that keep their data, vCPUs (fewer under TCG
+//! where the stack can take them away), virtio-mem, a hot-added NIC, a
+//! change that needs a restart, and a sync that changes nothing. Run under
+//! the shared lock:
 //! `flock /work/qemu-tests.lock cargo test --test hotplug`.
 
 mod common;
@@ -243,6 +244,21 @@ fn live_vcpus(client: &mut Client) -> u64 {
         .unwrap_or_else(|| panic!("no vcpu in {}", spec["vcpu"]))
 }
 
+/// Whether the launcher's stack takes vCPUs away live under TCG (libvirt
+/// 11.3 and QEMU 10.0 or newer, the newer stack; not libvirt 9.0 with QEMU
+/// 7.2, the host's), from what query-version reports.
+fn removes_vcpus_under_tcg(client: &mut Client) -> bool {
+    let version = client.ok("query-version", Value::Null);
+    let numbers = |dotted: &str| -> (u32, u32) {
+        let mut parts = dotted.split('.').map(|p| p.parse().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    };
+    let daemon = numbers(version["libvirt"]["daemon"].as_str().unwrap());
+    let qemu = version["hypervisor"].as_str().unwrap();
+    let qemu = numbers(qemu.strip_prefix("QEMU ").unwrap_or(qemu));
+    daemon >= (11, 3) && qemu >= (10, 0)
+}
+
 #[test]
 fn vcpus_memory_and_a_nic_change_live() {
     if !require(REAL_GUEST) {
@@ -352,30 +368,55 @@ fn vcpus_memory_and_a_nic_change_live() {
         std::thread::sleep(Duration::from_millis(500));
     }
 
-    // vCPUs back to 1: refused under emulation, before anything is
-    // touched. (QEMU under TCG takes the vCPU from the guest but sends no
-    // DEVICE_DELETED for it, so libvirt would keep counting it: QEMU 7.2
-    // with libvirt 9.0, and QEMU 10.0 with libvirt 11.3 too, where the
-    // guest's cpu1 was gone and libvirt still counted 2 vCPUs after 60 s;
-    // see docs/protocol.md.) The guest keeps its second vCPU.
+    // vCPUs back to 1. libvirt 9.0 with QEMU 7.2: refused under
+    // emulation, before anything is touched (QEMU takes the vCPU from the
+    // guest but sends no DEVICE_DELETED for it, so libvirt would keep
+    // counting it; see docs/protocol.md), and the guest keeps its second
+    // vCPU. libvirt 11.3 with QEMU 10.0: done (the launcher asks libvirt
+    // again), and then QEMU has made 2 vCPUs, as many as the maximum: one
+    // more would abort it, so adding one back is refused.
     let mut one = more.clone();
     one["spec"]["domain"]["cpu"]["sockets"] = json!(1);
-    let (class, desc) = g.client.err_class("sync", json!({ "vmi": one }));
-    assert_eq!(class, "InvalidArgument");
-    assert!(
-        desc.starts_with("arguments.vmi.spec.domain.cpu.sockets: going from 2 to 1 vCPUs needs a restart of the VMI: the domain is emulated (TCG)"),
-        "{desc}"
-    );
-    assert_eq!(live_vcpus(&mut g.client), 2);
-    let (_, cpus) = guest_sh(&mut g.client, "cat /sys/devices/system/cpu/online");
-    assert_eq!(cpus.trim(), "0-1");
+    let newer = removes_vcpus_under_tcg(&mut g.client);
+    if newer {
+        let reply = sync(&mut g.client, &one);
+        assert_eq!(
+            reply["changes"],
+            json!([{"change": "set-vcpus", "from": 2, "to": 1}])
+        );
+        assert_eq!(live_vcpus(&mut g.client), 1);
+        guest_until(
+            &mut g.client,
+            "cat /sys/devices/system/cpu/online",
+            "cpu1 gone",
+            |out| out.trim() == "0",
+        );
+        let (class, desc) = g.client.err_class("sync", json!({ "vmi": more }));
+        assert_eq!(class, "InvalidArgument");
+        assert!(
+            desc.starts_with("arguments.vmi.spec.domain.cpu.sockets: going from 1 to 2 vCPUs needs a restart of the VMI: the domain is emulated (TCG), QEMU made 2 vCPUs since the domain started and each holds one of its 2 TCG translation contexts for good"),
+            "{desc}"
+        );
+        assert_eq!(live_vcpus(&mut g.client), 1);
+    } else {
+        let (class, desc) = g.client.err_class("sync", json!({ "vmi": one }));
+        assert_eq!(class, "InvalidArgument");
+        assert!(
+            desc.starts_with("arguments.vmi.spec.domain.cpu.sockets: going from 2 to 1 vCPUs needs a restart of the VMI: the domain is emulated (TCG)"),
+            "{desc}"
+        );
+        assert_eq!(live_vcpus(&mut g.client), 2);
+        let (_, cpus) = guest_sh(&mut g.client, "cat /sys/devices/system/cpu/online");
+        assert_eq!(cpus.trim(), "0-1");
+    }
     // The VMI that matches the guest is still a no-op.
-    assert_eq!(sync(&mut g.client, &more)["changes"], json!([]));
+    let (now, settled) = if newer { (&one, &base) } else { (&more, &two) };
+    assert_eq!(sync(&mut g.client, now)["changes"], json!([]));
 
     // Memory back to 192 MiB: virtio-mem asks for nothing, and the guest
     // gives the plugged memory back.
     let grown = mem_total(&mut g.client);
-    let reply = sync(&mut g.client, &two);
+    let reply = sync(&mut g.client, settled);
     assert_eq!(
         reply["changes"],
         json!([{"change": "resize-memory", "from": 320u64 << 20, "to": 192u64 << 20}])
@@ -397,7 +438,102 @@ fn vcpus_memory_and_a_nic_change_live() {
         shrunk + 100 * 1024 <= grown,
         "MemTotal {grown} KiB → {shrunk} KiB"
     );
-    assert_eq!(sync(&mut g.client, &two)["changes"], json!([]));
+    assert_eq!(sync(&mut g.client, settled)["changes"], json!([]));
+}
+
+/// Fewer vCPUs live under TCG: on the newer stack the guest sees one CPU
+/// fewer, libvirt counts it, and the change can be made again (also after
+/// an upgrade, which hands the count of vCPUs QEMU made over), until QEMU
+/// has made as many vCPUs as the maximum (each holds a TCG translation
+/// context for good): then adding one is refused, and the guest runs on.
+/// On the host's stack (libvirt 9.0, QEMU 7.2) taking one away is refused
+/// naming the versions it needs.
+#[test]
+fn fewer_vcpus_live_under_tcg_where_the_stack_can_take_them_away() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let opts = GuestOptions::new("hpless");
+    let mut two = guest_vmi(&opts);
+    two["spec"]["domain"]["cpu"] = json!({"sockets": 2, "cores": 1, "threads": 1, "maxSockets": 3});
+    let mut one = two.clone();
+    one["spec"]["domain"]["cpu"]["sockets"] = json!(1);
+    let mut g = boot_vmi(TempTree::new("q-hpless"), "hpless", two.clone(), &[]);
+    assert_backend(&g.client);
+    assert_eq!(live_vcpus(&mut g.client), 2);
+    let online = |g: &mut Booted, want: &str| {
+        guest_until(
+            &mut g.client,
+            "cat /sys/devices/system/cpu/online",
+            &format!("CPUs {want} online"),
+            |out| out.trim() == want,
+        );
+    };
+    online(&mut g, "0-1");
+
+    if !removes_vcpus_under_tcg(&mut g.client) {
+        let (class, desc) = g.client.err_class("sync", json!({ "vmi": one }));
+        assert_eq!(class, "InvalidArgument");
+        assert!(
+            desc.starts_with("arguments.vmi.spec.domain.cpu.sockets: going from 2 to 1 vCPUs needs a restart of the VMI: the domain is emulated (TCG)"),
+            "{desc}"
+        );
+        assert!(
+            desc.contains(
+                "needs libvirt 11.3.0 and QEMU 10.0.0 or newer; this launcher's libvirt is "
+            ),
+            "{desc}"
+        );
+        assert_eq!(live_vcpus(&mut g.client), 2);
+        online(&mut g, "0-1");
+        return;
+    }
+
+    // QEMU made 2 vCPUs at start, of at most 3.
+    let started = Instant::now();
+    let reply = sync(&mut g.client, &one);
+    eprintln!(
+        "2 → 1 vCPUs: the sync replied after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        reply["changes"],
+        json!([{"change": "set-vcpus", "from": 2, "to": 1}])
+    );
+    assert_eq!(live_vcpus(&mut g.client), 1);
+    online(&mut g, "0");
+    // Back to 2 (a third vCPU thread), and the guest brings it online.
+    let reply = sync(&mut g.client, &two);
+    assert_eq!(
+        reply["changes"],
+        json!([{"change": "set-vcpus", "from": 1, "to": 2}])
+    );
+    assert_eq!(live_vcpus(&mut g.client), 2);
+    online(&mut g, "0-1");
+    // The count goes on across an upgrade (without it the new launcher
+    // would refuse to take a vCPU away).
+    let reply = g.launcher.client().request("upgrade", Value::Null);
+    assert!(reply.get("return").is_some(), "upgrade: {reply}");
+    common::upgrade::wait_resumed(&mut g.launcher, 1, STEP);
+    g.client = g.launcher.client();
+    // Down again.
+    let reply = sync(&mut g.client, &one);
+    assert_eq!(
+        reply["changes"],
+        json!([{"change": "set-vcpus", "from": 2, "to": 1}])
+    );
+    assert_eq!(live_vcpus(&mut g.client), 1);
+    online(&mut g, "0");
+    // A fourth vCPU thread would abort QEMU: refused, nothing touched.
+    let (class, desc) = g.client.err_class("sync", json!({ "vmi": two }));
+    assert_eq!(class, "InvalidArgument");
+    assert!(
+        desc.starts_with("arguments.vmi.spec.domain.cpu.sockets: going from 1 to 2 vCPUs needs a restart of the VMI: the domain is emulated (TCG), QEMU made 3 vCPUs since the domain started and each holds one of its 3 TCG translation contexts for good"),
+        "{desc}"
+    );
+    assert_eq!(live_vcpus(&mut g.client), 1);
+    assert_eq!(guest_sh(&mut g.client, "echo alive").1, "alive\n");
+    assert_eq!(g.client.ok("query-domain", Value::Null)["state"], "Running");
 }
 
 /// A launcher on libvirt's test driver with `env` in its environment.

@@ -876,3 +876,82 @@ fn the_pr_helper_of_lun_reservations_is_started_supervised_and_stopped() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A disk's `blockSize.custom` as the guest sees it: the logical and
+/// physical sizes on every stack, and the discard granularity where the
+/// daemon's libvirt writes it (9.7 and newer: the newer stack,
+/// scripts/newer-stack.sh); an older libvirt gets a sync refused with the
+/// field and the version it needs, and nothing is started.
+#[test]
+fn a_disks_block_sizes_and_discard_granularity_reach_the_guest() {
+    if !require(REAL_GUEST) {
+        return;
+    }
+    let mut opts = GuestOptions::new("blksz");
+    let granularity = 65536;
+    opts.extra_volumes.push((
+        json!({"name": "scratch", "disk": {"bus": "virtio"}, "serial": "bsz1",
+               "blockSize": {"custom": {"logical": 512, "physical": 4096,
+                                        "discardGranularity": granularity}}}),
+        json!({"name": "scratch", "emptyDisk": {"capacity": "64Mi"}}),
+    ));
+    let mut vmi = guest_vmi(&opts);
+    let launcher = start_qemu_launcher(TempTree::new("q-blksz"), "blksz", &[]);
+    let mut client = launcher.client();
+    let daemon = client.ok("query-version", Value::Null)["libvirt"]["daemon"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let version = virt_launcher::hypervisor::state::parse_libvirt_version(&daemon)
+        .unwrap_or_else(|| panic!("the daemon's version {daemon:?} does not read"));
+    let writes_granularity = version >= 9_007_000;
+    eprintln!("libvirt {daemon}: discard_granularity written: {writes_granularity}");
+    if !writes_granularity {
+        let (class, desc) = client.err_class("sync", json!({ "vmi": vmi }));
+        assert_eq!(class, "InvalidArgument", "{desc}");
+        assert!(
+            desc.contains("spec.domain.devices.disks[0].blockSize.custom.discardGranularity")
+                && desc.contains("needs libvirt 9.7.0 or newer")
+                && desc.contains(&daemon),
+            "{desc}"
+        );
+        assert_eq!(
+            client.ok("query-status", Value::Null)["domain"]["defined"],
+            false
+        );
+        // Without it, the sizes alone reach the guest, which then sees
+        // QEMU's default granularity: the logical block size.
+        vmi["spec"]["domain"]["devices"]["disks"][0]["blockSize"]["custom"]
+            .as_object_mut()
+            .expect("blockSize.custom")
+            .remove("discardGranularity");
+    }
+    let mut g = boot_launcher(launcher, vmi);
+    let xml = g.client.ok("query-domain", Value::Null)["xml"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let blockio = if writes_granularity {
+        format!(
+            "<blockio logical_block_size='512' physical_block_size='4096' discard_granularity='{granularity}'/>"
+        )
+    } else {
+        "<blockio logical_block_size='512' physical_block_size='4096'/>".to_string()
+    };
+    assert!(xml.contains(&blockio), "{blockio} not in {xml}");
+    let (code, out) = guest_sh(
+        &mut g.client,
+        "for d in /sys/block/vd*; do [ \"$(cat $d/serial)\" = bsz1 ] && \
+         echo $(cat $d/queue/logical_block_size $d/queue/physical_block_size $d/queue/discard_granularity); \
+         done; true",
+    );
+    assert_eq!(code, 0, "{out}");
+    let want = if writes_granularity {
+        format!("512 4096 {granularity}")
+    } else {
+        "512 4096 512".to_string()
+    };
+    assert_eq!(out.trim(), want, "the guest's view of the disk");
+    g.client.ok("kill", Value::Null);
+    let _ = g.launcher.wait_exit(STEP);
+}

@@ -335,6 +335,11 @@ pub const VERSION_FACTS: &[VersionFact] = &[
         older: REFUSED_OLDER,
     },
     VersionFact {
+        field: "spec.domain.devices.disks[].changedBlockTracking: a block device",
+        libvirt: storage::DATA_STORE_SINCE,
+        older: "a sync gets `InvalidArgument`, naming the field, the version it needs and the daemon's (a raw image file is tracked on any version)",
+    },
+    VersionFact {
         field: "spec.domain.features.hyperv.tlbflush.direct",
         libvirt: features::TLBFLUSH_CHILDREN_SINCE,
         older: REFUSED_OLDER,
@@ -348,6 +353,11 @@ pub const VERSION_FACTS: &[VersionFact] = &[
         field: "spec.domain.devices.interfaces[].binding.name: passt",
         libvirt: network::PASST_BACKEND_SINCE,
         older: "the launcher runs passt itself and QEMU joins its socket on its command line; the passt interfaces of a running VMI cannot change",
+    },
+    VersionFact {
+        field: "spec.domain.cpu.sockets: fewer, live, under emulation (TCG)",
+        libvirt: crate::hotplug::plan::TCG_VCPU_REMOVAL_SINCE,
+        older: "needs a restart of the VMI (`InvalidArgument`, naming the libvirt and QEMU 10.0.0 it needs and the daemon's); more vCPUs work live",
     },
 ];
 

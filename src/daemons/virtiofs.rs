@@ -9,17 +9,21 @@
 //! PID namespace, so that even a SIGKILLed launcher leaves none behind;
 //! otherwise they are the launcher's children with a parent-death signal.
 //!
-//! The virtiofsd is Debian 12's, QEMU's C one (`/usr/lib/qemu/virtiofsd`,
-//! package qemu-system-common); KubeVirt's image has the Rust one, whose
-//! options differ (`--shared-dir`, `--sandbox=none`). The C one takes
-//! `-o source=`, and sandboxes itself in namespaces of its own (which needs
-//! root, so a non-root launcher refuses filesystems before anything
-//! starts). It has no read-only mode: a read-only share is a read-only
-//! bind mount of the directory in a mount namespace of virtiofsd's own
-//! (`os::read_only_view`), as Kubernetes mounts the volume read-only in
-//! KubeVirt's virtiofs container. QEMU 7.2 does not reconnect to a
-//! restarted virtiofsd: a restart serves the domain's next start, while
-//! the running guest sees I/O errors on that filesystem.
+//! Two virtiofsds are known ([`Flavor`]): the Rust one at
+//! `/usr/libexec/virtiofsd`, where distributions ship it since QEMU 8
+//! dropped its own (Debian 13, Fedora, KubeVirt's image; the newer runtime
+//! stack gets one built from crates.io, scripts/newer-stack.sh), and
+//! QEMU's C one at `/usr/lib/qemu/virtiofsd` (Debian 12's, package
+//! qemu-system-common), used where the Rust one is missing. Their options
+//! differ (`--shared-dir` against `-o source=`); both sandbox themselves in
+//! namespaces of their own by default (which needs root, so a non-root
+//! launcher refuses filesystems before anything starts). A read-only share
+//! is a read-only bind mount of the directory in a mount namespace of
+//! virtiofsd's own (`os::read_only_view`) with either, as Kubernetes mounts
+//! the volume read-only in KubeVirt's virtiofs container (the C one has no
+//! read-only mode). QEMU 7.2 does not reconnect to a restarted virtiofsd:
+//! a restart serves the domain's next start, while the running guest sees
+//! I/O errors on that filesystem.
 
 use std::ffi::CString;
 use std::fs;
@@ -36,8 +40,27 @@ use super::supervisor::{DaemonSpec, Readiness, Supervisor};
 use crate::convert::VirtiofsShare;
 use crate::threads::FatalSender;
 
-/// Where Debian installs QEMU's virtiofsd.
-pub const VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
+/// Which virtiofsd runs: their command lines differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    /// The Rust virtiofsd (gitlab.com/virtio-fs/virtiofsd).
+    Rust,
+    /// QEMU's C virtiofsd (QEMU 7.2 and older).
+    C,
+}
+
+/// Where each is installed, in the order they are looked for.
+pub const VIRTIOFSDS: [(&str, Flavor); 2] = [
+    ("/usr/libexec/virtiofsd", Flavor::Rust),
+    ("/usr/lib/qemu/virtiofsd", Flavor::C),
+];
+
+/// The virtiofsd installed here, the Rust one first.
+pub fn installed() -> Option<(&'static str, Flavor)> {
+    VIRTIOFSDS
+        .into_iter()
+        .find(|(path, _)| Path::new(path).is_file())
+}
 /// How long a virtiofsd may take to listen.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -143,14 +166,15 @@ pub fn stop(slot: &VirtiofsSlot) {
 
 /// Why this launcher cannot run virtiofsd here, if it cannot.
 pub fn unavailable() -> Option<String> {
-    if !Path::new(VIRTIOFSD).is_file() {
+    if installed().is_none() {
         return Some(format!(
-            "a filesystem (virtiofs) needs virtiofsd, which is not installed at {VIRTIOFSD} (Debian package qemu-system-common)"
+            "a filesystem (virtiofs) needs virtiofsd, which is installed at neither {} (the Rust one: Debian 13's package virtiofsd) nor {} (QEMU's C one: Debian 12's package qemu-system-common)",
+            VIRTIOFSDS[0].0, VIRTIOFSDS[1].0
         ));
     }
     if !crate::config::running_as_root() {
         return Some(
-            "a filesystem (virtiofs) needs a root launcher: Debian's virtiofsd (QEMU's C one) sandboxes itself in namespaces only root can make"
+            "a filesystem (virtiofs) needs a root launcher: virtiofsd sandboxes itself in namespaces only root can make"
                 .to_string(),
         );
     }
@@ -271,23 +295,40 @@ fn abandon(starting: Vec<(VirtiofsShare, super::supervisor::Starting)>) {
     }
 }
 
-/// virtiofsd's command line for `share` (the C virtiofsd's options for
-/// KubeVirt's `--socket-path`, `--shared-dir` and `--cache=auto`).
+/// The command line of the virtiofsd installed here for `share`.
 fn spec(share: &VirtiofsShare) -> Result<DaemonSpec, String> {
+    let (binary, flavor) = installed()
+        .ok_or_else(|| unavailable().unwrap_or_else(|| "virtiofsd is not installed".to_string()))?;
+    spec_for(share, binary, flavor)
+}
+
+/// KubeVirt's virtiofsd options (`--socket-path`, `--shared-dir`,
+/// `--cache=auto`) in `flavor`'s words.
+fn spec_for(share: &VirtiofsShare, binary: &str, flavor: Flavor) -> Result<DaemonSpec, String> {
     let c_path = |p: &PathBuf| {
         CString::new(p.as_os_str().as_bytes())
             .map_err(|_| format!("{} has a NUL byte", p.display()))
     };
-    Ok(DaemonSpec {
-        name: format!("virtiofsd-{}", share.name),
-        binary: PathBuf::from(VIRTIOFSD),
-        args: vec![
-            format!("--socket-path={}", share.socket.display()),
+    let socket = format!("--socket-path={}", share.socket.display());
+    let args = match flavor {
+        Flavor::Rust => vec![
+            socket,
+            "--shared-dir".into(),
+            share.source.display().to_string(),
+            "--cache=auto".into(),
+        ],
+        Flavor::C => vec![
+            socket,
             "-o".into(),
             format!("source={}", fuse_option_value(&share.source)),
             "-o".into(),
             "cache=auto".into(),
         ],
+    };
+    Ok(DaemonSpec {
+        name: format!("virtiofsd-{}", share.name),
+        binary: PathBuf::from(binary),
+        args,
         env: Vec::new(),
         ready: Readiness::Listening(share.socket.clone()),
         start_cpu: None,
@@ -317,9 +358,10 @@ mod tests {
             source: "/private/config-map/cm".into(),
             read_only: true,
         };
-        let spec = spec(&share).unwrap();
+        let c = spec_for(&share, VIRTIOFSDS[1].0, Flavor::C).unwrap();
+        assert_eq!(c.binary, Path::new("/usr/lib/qemu/virtiofsd"));
         assert_eq!(
-            spec.args,
+            c.args,
             [
                 "--socket-path=/run/kv/virtiofs-containers/cm.sock",
                 "-o",
@@ -328,11 +370,29 @@ mod tests {
                 "cache=auto"
             ]
         );
-        assert_eq!(spec.read_only.as_deref(), Some(c"/private/config-map/cm"));
+        assert_eq!(c.read_only.as_deref(), Some(c"/private/config-map/cm"));
+        let rust = spec_for(&share, VIRTIOFSDS[0].0, Flavor::Rust).unwrap();
+        assert_eq!(rust.binary, Path::new("/usr/libexec/virtiofsd"));
+        assert_eq!(
+            rust.args,
+            [
+                "--socket-path=/run/kv/virtiofs-containers/cm.sock",
+                "--shared-dir",
+                "/private/config-map/cm",
+                "--cache=auto"
+            ]
+        );
+        // Read-only by the same bind mount: the C one has no such mode.
+        assert_eq!(rust.read_only.as_deref(), Some(c"/private/config-map/cm"));
         let writable = VirtiofsShare {
             read_only: false,
             ..share
         };
-        assert!(super::spec(&writable).unwrap().read_only.is_none());
+        assert!(
+            spec_for(&writable, VIRTIOFSDS[0].0, Flavor::Rust)
+                .unwrap()
+                .read_only
+                .is_none()
+        );
     }
 }

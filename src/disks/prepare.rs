@@ -456,9 +456,8 @@ fn create_data_file_overlay(
         );
         return Ok(());
     }
-    let size = fs::metadata(data_file)
-        .map_err(|err| io_error(data_file, what, "read the size of", err))?
-        .len();
+    let size =
+        data_size(data_file).map_err(|err| io_error(data_file, what, "read the size of", err))?;
     let placeholder = beside(path, ".data-placeholder");
     // A placeholder left by a launcher that died mid-way is stale.
     let _ = fs::remove_file(&placeholder);
@@ -482,6 +481,18 @@ fn create_data_file_overlay(
     }
     prepared.created.push(Created::File(path.to_path_buf()));
     restrict_created_file(path, what)
+}
+
+/// The size of a data file: a block device's is where its end is (its
+/// metadata says 0).
+fn data_size(path: &Path) -> std::io::Result<u64> {
+    use std::io::Seek;
+    use std::os::unix::fs::FileTypeExt;
+    let meta = fs::metadata(path)?;
+    if meta.file_type().is_block_device() {
+        return fs::File::open(path)?.seek(std::io::SeekFrom::End(0));
+    }
+    Ok(meta.len())
 }
 
 fn create_sparse_file(

@@ -267,6 +267,22 @@ pub struct DiskSource {
     /// SCSI persistent reservations through a qemu-pr-helper.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservations: Option<Reservations>,
+    /// Where a qcow2 image's data lives (its `data-file`), libvirt 10.10
+    /// and newer: changed block tracking over a block device.
+    #[serde(rename = "dataStore", skip_serializing_if = "Option::is_none")]
+    pub data_store: Option<Box<DataStore>>,
+}
+
+/// `<dataStore type='block'><format type='raw'/><source dev='…'/></dataStore>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DataStore {
+    #[serde(rename = "@type")]
+    pub store_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<FormatType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<DiskSource>,
 }
 
 /// `<reservations managed='no'><source type='unix' path='…'

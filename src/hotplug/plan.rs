@@ -34,6 +34,26 @@ pub struct Desired<'a> {
     pub guest_memory: Option<(u64, String)>,
     /// Disk name → JSON path of the disk in the VMI, for messages.
     pub disk_paths: BTreeMap<String, String>,
+    /// What QEMU allows with vCPUs when it emulates them (TCG).
+    pub tcg: Tcg,
+}
+
+/// vCPUs under emulation (domain type `qemu`): what the running stack can
+/// take away, and how many vCPUs QEMU can still make. Under KVM none of
+/// this applies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tcg {
+    /// Why this stack cannot take a vCPU away live (the versions it has
+    /// and needs); `None` where it can.
+    pub no_removal: Option<String>,
+    /// vCPU threads QEMU made since it started (those it started with and
+    /// every one added live); `None` when the launcher does not know.
+    /// Each took one of QEMU's TCG translation contexts, of which there
+    /// are as many as the domain's maximum vCPUs, and a vCPU taken away
+    /// never gives its context back: one thread more than that and QEMU
+    /// aborts (`tcg_register_thread: assertion failed: (n <
+    /// tcg_max_ctxs)`), the guest with it.
+    pub vcpu_threads: Option<u32>,
 }
 
 /// Where a hotplugged disk's data is.
@@ -254,7 +274,7 @@ pub fn plan(live: &Domain, desired: &Desired) -> Result<Vec<Step>, NotLive> {
     plan_host_devices(live, desired.domain, &mut detach, &mut attach)?;
     let mut steps = detach;
     steps.extend(attach);
-    steps.extend(plan_vcpus(live, desired.domain)?);
+    steps.extend(plan_vcpus(live, desired.domain, &desired.tcg)?);
     steps.extend(plan_memory(live, desired)?);
     Ok(steps)
 }
@@ -592,7 +612,7 @@ fn plan_host_devices(
 }
 
 /// (enabled, maximum) vCPUs of a domain.
-fn vcpus(domain: &Domain) -> (u32, u32) {
+pub fn vcpus(domain: &Domain) -> (u32, u32) {
     let max = domain.vcpu.as_ref().map_or(1, |v| v.count);
     let enabled = match (&domain.vcpus, &domain.vcpu) {
         (Some(list), _) if !list.vcpu.is_empty() => {
@@ -605,7 +625,7 @@ fn vcpus(domain: &Domain) -> (u32, u32) {
     (enabled, max)
 }
 
-fn plan_vcpus(live: &Domain, desired: &Domain) -> Result<Option<Step>, NotLive> {
+fn plan_vcpus(live: &Domain, desired: &Domain, tcg: &Tcg) -> Result<Option<Step>, NotLive> {
     let (now, live_max) = vcpus(live);
     let (want, max) = vcpus(desired);
     if max != live_max {
@@ -616,18 +636,69 @@ fn plan_vcpus(live: &Domain, desired: &Domain) -> Result<Option<Step>, NotLive> 
             ),
         });
     }
-    if want < now && live.domain_type == EMULATED {
-        return Err(NotLive {
-            path: "spec.domain.cpu.sockets".to_string(),
-            message: format!(
-                "going from {now} to {want} vCPUs needs a restart of the VMI: the domain is emulated (TCG), and there QEMU takes a vCPU from the guest without ever telling libvirt it is gone (no DEVICE_DELETED event for the vCPU), so libvirt keeps counting it (QEMU 7.2 with libvirt 9.0, and QEMU 10.0 with libvirt 11.3), and QEMU never frees the vCPU's TCG context, so adding one back later crashes it (QEMU 10.0); adding vCPUs works live"
-            ),
-        });
+    let refused = |why: String| NotLive {
+        path: "spec.domain.cpu.sockets".to_string(),
+        message: format!(
+            "going from {now} to {want} vCPUs needs a restart of the VMI: the domain is emulated (TCG), {why}"
+        ),
+    };
+    if live.domain_type == EMULATED {
+        if want < now {
+            if let Some(stack) = &tcg.no_removal {
+                return Err(refused(format!(
+                    "and there QEMU takes a vCPU from the guest without ever telling libvirt it is gone (no DEVICE_DELETED event for the vCPU), so libvirt keeps counting it: {stack}; adding vCPUs works live"
+                )));
+            }
+            if tcg.vcpu_threads.is_none() {
+                return Err(refused(
+                    "and this launcher does not know how many vCPUs QEMU made since the domain started (it did not start the domain, nor was it handed the count); without that count a later increase could make QEMU abort, as QEMU never gives a removed vCPU's TCG context back; adding vCPUs works live".to_string(),
+                ));
+            }
+        }
+        if want > now
+            && let Some(threads) = tcg.vcpu_threads
+            && threads.saturating_add(want - now) > max
+        {
+            return Err(refused(format!(
+                "QEMU made {threads} vCPUs since the domain started and each holds one of its {max} TCG translation contexts for good (a vCPU taken away live does not give its context back): {} more would make QEMU abort and the guest with it",
+                want - now
+            )));
+        }
     }
     Ok((want != now).then_some(Step::SetVcpus {
         from: now,
         to: want,
     }))
+}
+
+/// The libvirt daemon that completes taking a vCPU away under TCG: asked
+/// again after its unplug timed out, libvirt 11.3 finds the vCPU gone from
+/// QEMU and counts it gone (libvirt 9.0 fails on it for good).
+pub const TCG_VCPU_REMOVAL_SINCE: (u32, u32, u32) = (11, 3, 0);
+/// The QEMU it was seen with (10.0.2); QEMU 7.2 never frees the vCPU.
+pub const TCG_VCPU_REMOVAL_QEMU_SINCE: (u32, u32, u32) = (10, 0, 0);
+
+/// Why the connected stack cannot take a vCPU away under TCG (naming the
+/// versions it has and needs), from the daemon's version ("11.3.0") and
+/// its hypervisor's ("QEMU 10.0.2"); `None` when it can.
+pub fn tcg_vcpu_removal(daemon_version: &str, hypervisor_version: &str) -> Option<String> {
+    use crate::hypervisor::state::{libvirt_version, parse_libvirt_version};
+    let at_least = |dotted: &str, (major, minor, micro): (u32, u32, u32)| {
+        parse_libvirt_version(dotted).is_some_and(|v| v >= libvirt_version(major, minor, micro))
+    };
+    let qemu = hypervisor_version
+        .strip_prefix("QEMU ")
+        .unwrap_or(hypervisor_version);
+    if at_least(daemon_version, TCG_VCPU_REMOVAL_SINCE)
+        && at_least(qemu, TCG_VCPU_REMOVAL_QEMU_SINCE)
+    {
+        return None;
+    }
+    let (a, b, c) = TCG_VCPU_REMOVAL_SINCE;
+    let (d, e, f) = TCG_VCPU_REMOVAL_QEMU_SINCE;
+    Some(format!(
+        "taking a vCPU away live under TCG needs libvirt {a}.{b}.{c} and QEMU {d}.{e}.{f} or newer; this launcher's libvirt is {daemon_version} with {hypervisor_version}"
+    ))
 }
 
 /// libvirt's domain type when QEMU emulates the CPU (TCG), not KVM.

@@ -17,9 +17,10 @@ use super::state::{
     StoppedDetail, SuspendedDetail, UndefinedDetail,
 };
 use super::{
-    Affect, AgentLifecycle, ConnectionId, DiskError, DomainState, DomainStatus, DriverKind,
-    GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent,
-    HypervisorInfo, LifecycleEvent, MigrationRequest, RebootMode, Screenshot, Stat, StateReason,
+    Affect, AgentLifecycle, ConnectionId, DaemonVersions, DiskError, DomainState, DomainStatus,
+    DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
+    HypervisorEvent, HypervisorInfo, LifecycleEvent, MigrationRequest, RebootMode, Screenshot,
+    Stat, StateReason,
 };
 use crate::sink::Sink;
 
@@ -825,6 +826,14 @@ impl Hypervisor for FakeHypervisor {
     fn hypervisor_version(&self) -> HvResult<u64> {
         self.enter("hypervisor_version")?;
         Ok(7_002_022)
+    }
+
+    fn versions_at(&self, _uri: &str) -> HvResult<DaemonVersions> {
+        self.enter("versions_at")?;
+        Ok(DaemonVersions {
+            libvirt: "9.0.0".into(),
+            hypervisor: "QEMU 7.2.22".into(),
+        })
     }
 
     fn start_dirty_rate_calc(&self, name: &str, _seconds: u32) -> HvResult<()> {

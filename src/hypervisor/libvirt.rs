@@ -20,10 +20,10 @@ use virt::sys;
 use super::ffi;
 use super::state::{LibvirtError, dotted_version};
 use super::{
-    Affect, CloseReason, ConnectionId, DiskError, DiskErrorKind, DomainStatus, DriverKind,
-    GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind, HypervisorEvent,
-    HypervisorInfo, MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat,
-    screenshot_too_large,
+    Affect, CloseReason, ConnectionId, DaemonVersions, DiskError, DiskErrorKind, DomainStatus,
+    DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError, HypervisorErrorKind,
+    HypervisorEvent, HypervisorInfo, MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode,
+    Screenshot, Stat, screenshot_too_large,
 };
 use crate::sink::Sink;
 
@@ -628,6 +628,24 @@ impl Hypervisor for LibvirtHypervisor {
         conn.hyp_version()
             .map(u64::from)
             .map_err(|e| self.error(op, e))
+    }
+
+    fn versions_at(&self, uri: &str) -> HvResult<DaemonVersions> {
+        // Closed when dropped, on return.
+        let conn = Connect::open(Some(uri)).map_err(|e| convert_error("virConnectOpen", &e))?;
+        let driver = conn
+            .driver_type()
+            .map_err(|e| convert_error("virConnectGetType", &e))?;
+        let daemon = conn
+            .lib_version()
+            .map_err(|e| convert_error("virConnectGetLibVersion", &e))?;
+        let hypervisor = conn
+            .hyp_version()
+            .map_err(|e| convert_error("virConnectGetVersion", &e))?;
+        Ok(DaemonVersions {
+            libvirt: dotted_version(daemon.into()),
+            hypervisor: format!("{driver} {}", dotted_version(hypervisor.into())),
+        })
     }
 
     fn start_dirty_rate_calc(&self, name: &str, seconds: u32) -> HvResult<()> {

@@ -44,6 +44,15 @@ pub enum DriverKind {
     Test,
 }
 
+/// Another daemon's versions, as `query-version` names a launcher's own:
+/// the libvirt daemon's dotted (`"11.3.0"`) and the hypervisor's with its
+/// driver (`"QEMU 10.0.2"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonVersions {
+    pub libvirt: String,
+    pub hypervisor: String,
+}
+
 /// Facts about the connection, read once when it opens. Not the
 /// hypervisor's version (`Hypervisor::hypervisor_version`): a QEMU daemon
 /// answers `virConnectGetVersion` only once it has built its capabilities,
@@ -457,6 +466,10 @@ pub trait Hypervisor: Send + Sync {
     /// (see `HypervisorInfo`); it re-probes its QEMU binary when the
     /// binary changes on disk.
     fn hypervisor_version(&self) -> HvResult<u64>;
+    /// The libvirt and hypervisor versions of another daemon, the one at
+    /// `uri` (a migration target's, reached as the migration reaches it),
+    /// over a connection of its own that is closed before this returns.
+    fn versions_at(&self, uri: &str) -> HvResult<DaemonVersions>;
     /// Starts measuring how fast the guest dirties its memory, over
     /// `seconds`, by page sampling (`virDomainStartDirtyRateCalc`).
     /// Returns at once; `dirty_rate_stats` reports the measurement.

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Affect, ConnectionId, DiskError, DomainStatus, GuestInfoKind, HvResult, Hypervisor,
-    HypervisorInfo, MigrationRequest, RebootMode, Screenshot, Stat,
+    Affect, ConnectionId, DaemonVersions, DiskError, DomainStatus, GuestInfoKind, HvResult,
+    Hypervisor, HypervisorInfo, MigrationRequest, RebootMode, Screenshot, Stat,
 };
 
 /// A hypervisor that logs every call it forwards.
@@ -270,6 +270,12 @@ impl Hypervisor for Traced {
     fn hypervisor_version(&self) -> HvResult<u64> {
         traced("virConnectGetVersion", String::new(), || {
             self.inner.hypervisor_version()
+        })
+    }
+
+    fn versions_at(&self, uri: &str) -> HvResult<DaemonVersions> {
+        traced("virConnectGetVersion", uri.to_string(), || {
+            self.inner.versions_at(uri)
         })
     }
 

@@ -26,6 +26,7 @@ use serde_json::Value;
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
+use super::reply::{JobValue, SyncAction, Synced};
 use crate::domxml::Domain;
 use crate::events::EventKind;
 use crate::hotplug::changes::{self, NotLive};
@@ -106,6 +107,12 @@ pub(super) struct HotplugState {
     removals: Option<Sender<String>>,
     /// Where the live-update worker reports (the manager's inbox).
     progress: Sink<Progress>,
+    /// vCPU threads QEMU made since the domain started (those it started
+    /// with and every one a sync added): under TCG each holds a
+    /// translation context for good ([`plan::Tcg`]). `None` when unknown:
+    /// the launcher did not start the domain (a restart next to it, a
+    /// migration target) and was not handed the count at an upgrade.
+    vcpu_threads: Option<u32>,
 }
 
 impl HotplugState {
@@ -116,6 +123,7 @@ impl HotplugState {
             volumes: BTreeMap::new(),
             removals: None,
             progress,
+            vcpu_threads: None,
         }
     }
 
@@ -139,13 +147,16 @@ impl HotplugState {
         self.removals.is_some()
     }
 
-    /// The sync job ended. When it succeeded, what it applied is the
-    /// domain's now (returned, to be recorded); otherwise the domain may
-    /// have changed halfway.
-    fn sync_ended(&mut self, ok: bool) -> bool {
+    /// The sync job ended (`synced` when it succeeded). When it succeeded,
+    /// what it applied is the domain's now (returned, to be recorded);
+    /// otherwise the domain may have changed halfway.
+    fn sync_ended(&mut self, synced: Option<&Synced>, refused: bool) -> bool {
         self.removals = None;
-        match (ok, self.pending.take()) {
-            (true, Some((vmi, domain))) => {
+        let pending = self.pending.take();
+        let pending_vcpus = pending.as_ref().map(|(_, d)| plan::vcpus(d).0);
+        match (synced, pending) {
+            (Some(synced), Some((vmi, domain))) => {
+                self.count_vcpu_threads(synced, pending_vcpus);
                 self.applied = Some(Applied {
                     vmi,
                     domain,
@@ -154,8 +165,37 @@ impl HotplugState {
                 true
             }
             _ => {
+                // A sync that failed after its first step may have added
+                // vCPUs: the count is no longer known. (One refused before
+                // anything was touched added none.)
+                let applied_vcpus = self.applied.as_ref().map(|a| plan::vcpus(&a.domain).0);
+                if !refused
+                    && pending_vcpus.is_none_or(|want| applied_vcpus.is_none_or(|had| want > had))
+                {
+                    self.vcpu_threads = None;
+                }
                 self.domain_changed_elsewhere();
                 false
+            }
+        }
+    }
+
+    /// A sync started the domain (with the VMI's `started_with` vCPUs) or
+    /// added vCPUs to it: QEMU made that many vCPU threads.
+    fn count_vcpu_threads(&mut self, synced: &Synced, started_with: Option<u32>) {
+        if matches!(
+            synced.action,
+            SyncAction::DefinedAndStarted | SyncAction::RedefinedAndStarted
+        ) {
+            self.vcpu_threads = started_with;
+        }
+        for change in &synced.changes {
+            if change.change == "set-vcpus"
+                && let (Some(from), Some(to)) = (change.from, change.to)
+                && to > from
+            {
+                let added = u32::try_from(to - from).unwrap_or(u32::MAX);
+                self.vcpu_threads = self.vcpu_threads.map(|n| n.saturating_add(added));
             }
         }
     }
@@ -228,6 +268,32 @@ pub(super) struct LiveChange {
     detach_timeout: Duration,
     removals: Receiver<String>,
     progress: Sink<Progress>,
+    /// What QEMU allows with vCPUs under emulation.
+    tcg: plan::Tcg,
+    /// The daemon's version and driver, when the manager's read of the
+    /// hypervisor's version had not answered (or failed) as the sync
+    /// began: the job reads it (`LiveChange::read_unknown_stack`) before
+    /// it decides `tcg.no_removal`.
+    unread_stack: Option<(String, crate::hypervisor::DriverKind)>,
+}
+
+impl LiveChange {
+    /// Decides whether this stack can take a vCPU away under TCG when the
+    /// manager did not know its hypervisor's version: read on the sync
+    /// job's worker, where the daemon has answered a define already (the
+    /// domain runs), so the read does not wait for its QEMU probe. A read
+    /// that fails leaves the removal refused, naming why; the rest of the
+    /// sync goes on.
+    pub(super) fn read_unknown_stack(&mut self, hv: &dyn Hypervisor) {
+        let Some((daemon_version, driver)) = self.unread_stack.take() else {
+            return;
+        };
+        let hypervisor = match hv.hypervisor_version() {
+            Ok(version) => super::diagnostics::qemu_version(driver, version),
+            Err(e) => format!("a hypervisor whose version cannot be read ({e})"),
+        };
+        self.tcg.no_removal = plan::tcg_vcpu_removal(&daemon_version, &hypervisor);
+    }
 }
 
 /// "arguments.vmi.<path>: <message>" as an InvalidArgument.
@@ -317,6 +383,16 @@ impl DomainManager {
         self.hotplug.applied_vmi()
     }
 
+    /// vCPU threads QEMU made since the domain started, when known.
+    pub(super) fn vcpu_threads(&self) -> Option<u32> {
+        self.hotplug.vcpu_threads
+    }
+
+    /// The launcher this one replaced knew the count (an upgrade).
+    pub(super) fn adopt_vcpu_threads(&mut self, threads: Option<u32>) {
+        self.hotplug.vcpu_threads = threads;
+    }
+
     /// Where the VMI last applied is kept, so that a restarted launcher
     /// still knows it (the launcher's private directory).
     fn applied_record(&self) -> PathBuf {
@@ -398,7 +474,19 @@ impl DomainManager {
             .enumerate()
             .map(|(i, d)| (d.name.clone(), format!("spec.domain.devices.disks[{i}]")))
             .collect();
-        let driver = self.hypervisor.info().driver;
+        let info = self.hypervisor.info();
+        let driver = info.driver;
+        // Read from the start on; should that read not be in, the job
+        // reads it.
+        let hypervisor = self.hypervisor_version.get();
+        let tcg = plan::Tcg {
+            no_removal: hypervisor
+                .and_then(|version| plan::tcg_vcpu_removal(&info.daemon_version, version)),
+            vcpu_threads: self.hotplug.vcpu_threads,
+        };
+        let unread_stack = hypervisor
+            .is_none()
+            .then(|| (info.daemon_version.clone(), driver));
         LiveChange {
             vmi_domain: domain.clone(),
             hotplug_dir: self.config.dirs.hotplug_disks.clone(),
@@ -416,13 +504,23 @@ impl DomainManager {
             detach_timeout: self.timing.detach,
             removals,
             progress: self.hotplug.progress.clone(),
+            tcg,
+            unread_stack,
         }
     }
 
     /// A sync job ended: record what it applied, or that the domain may
     /// have changed.
-    pub(super) fn on_sync_finished(&mut self, ok: bool) {
-        if self.hotplug.sync_ended(ok)
+    pub(super) fn on_sync_finished(&mut self, result: &super::jobs::JobResult) {
+        let synced = match result {
+            Ok(JobValue::Synced(synced)) => Some(synced),
+            _ => None,
+        };
+        // What the plan refuses ([`refused`]) is refused before any step.
+        let refused = result.as_ref().is_err_and(|e| {
+            e.class == ErrorClass::InvalidArgument && e.desc.starts_with("arguments.vmi")
+        });
+        if self.hotplug.sync_ended(synced, refused)
             && let Some(vmi) = self.hotplug.applied_vmi()
         {
             self.record_applied(vmi);
@@ -562,6 +660,7 @@ pub(super) fn apply_live(
         hotplug_dir: &change.hotplug_dir,
         guest_memory: change.guest_memory.clone(),
         disk_paths: change.disk_paths.clone(),
+        tcg: change.tcg.clone(),
     };
     let mut steps = plan::plan(&live, &desired).map_err(|e| refused(&e))?;
     let host = HostPaths::system();
@@ -845,12 +944,16 @@ fn run_step(
                 )
             })
         }
-        Step::SetVcpus { to, .. } => match hv.set_vcpus(name, *to, change.affect) {
+        Step::SetVcpus { from, to } => match hv.set_vcpus(name, *to, change.affect) {
             // libvirt waits 5 s for the guest to give a vCPU back, then
             // says "timed out" and lets the unplug finish later: wait for
-            // it as for any device the guest has to release.
+            // it as for any device the guest has to release. Under TCG,
+            // where the stack can take a vCPU away at all, QEMU never
+            // tells libvirt the vCPU is gone: libvirt sees it when asked
+            // again, so the wait asks again.
             Err(e) if e.kind == HypervisorErrorKind::Timeout => {
-                wait_vcpus(hv, name, *to, change.detach_timeout).map_err(|waited| {
+                let ask_again = to < from && change.tcg.no_removal.is_none();
+                wait_vcpus(hv, name, *to, change.detach_timeout, ask_again).map_err(|waited| {
                     CommandError::new(
                         ErrorClass::Timeout,
                         format!(
@@ -916,17 +1019,25 @@ fn wait_removed(
 }
 
 /// Waits until the live domain has `count` vCPUs enabled; returns how long
-/// it waited when it did not within `timeout`.
+/// it waited when it did not within `timeout`. With `ask_again`, an
+/// emulated domain is asked for `count` again every few seconds (libvirt
+/// counts a vCPU gone under TCG only when it looks again: a request that
+/// finds the guest has not ejected it yet times out once more).
 fn wait_vcpus(
     hv: &dyn Hypervisor,
     name: &str,
     count: u32,
     timeout: Duration,
+    ask_again: bool,
 ) -> Result<(), Duration> {
     let started = Instant::now();
+    let mut asked = Instant::now();
     loop {
-        if let Ok((xml, _)) = hv.domain_xml(name)
-            && let Ok(live) = Domain::from_xml(&xml)
+        let live = hv
+            .domain_xml(name)
+            .ok()
+            .and_then(|(xml, _)| Domain::from_xml(&xml).ok());
+        if let Some(live) = &live
             && live.vcpu.as_ref().map(|v| v.current.unwrap_or(v.count)) == Some(count)
         {
             return Ok(());
@@ -934,9 +1045,22 @@ fn wait_vcpus(
         if started.elapsed() >= timeout {
             return Err(started.elapsed());
         }
+        let emulated = live.as_ref().is_some_and(|d| d.domain_type == "qemu");
+        if ask_again && emulated && asked.elapsed() >= VCPU_ASK_AGAIN {
+            asked = Instant::now();
+            match hv.set_vcpus(name, count, Affect::LIVE) {
+                Ok(()) => log::info!("manager: asked again, libvirt took the vCPUs away"),
+                Err(e) => log::info!("manager: vCPUs asked for again: {e}"),
+            }
+            continue;
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// How often a vCPU removal under TCG is asked for again while the wait
+/// runs.
+const VCPU_ASK_AGAIN: Duration = Duration::from_secs(1);
 
 fn has_alias(domain: &Domain, alias: &str) -> bool {
     let is = |a: &Option<crate::domxml::Alias>| a.as_ref().is_some_and(|a| a.name == alias);

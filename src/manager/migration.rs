@@ -156,6 +156,22 @@ fn stack_versions(info: &crate::hypervisor::HypervisorInfo, hypervisor: String) 
     }
 }
 
+impl DomainManager {
+    /// This launcher's stack for a comparison with a migration target's:
+    /// the hypervisor's version is read from the start on, and the daemon
+    /// answered a define since (the domain runs); should the read have
+    /// failed, only libvirt's versions compare.
+    fn our_stack(&self) -> StackVersions {
+        stack_versions(
+            &self.hypervisor.info(),
+            self.hypervisor_version
+                .get()
+                .unwrap_or("(a hypervisor whose version was not read)")
+                .to_string(),
+        )
+    }
+}
+
 impl MigrationState {
     /// The last migration as the launcher before an upgrade recorded it,
     /// unless this one has a record of its own already.
@@ -484,16 +500,7 @@ impl DomainManager {
             )));
         }
         self.jobs.ensure_idle("migrate")?;
-        // Read from the start on, and the daemon answered a define since
-        // (the domain runs); should the read have failed, only libvirt's
-        // versions are compared.
-        let ours = stack_versions(
-            &info,
-            self.hypervisor_version
-                .get()
-                .unwrap_or("(a hypervisor whose version was not read)")
-                .to_string(),
-        );
+        let ours = self.our_stack();
         let older_target = options
             .target
             .stack
@@ -638,6 +645,12 @@ impl DomainManager {
                         EventKind::MigrationProgress,
                         ProgressEvent::new(&domain, &progress),
                     );
+                }
+            }
+            MigrationUpdate::TargetStack(theirs) => {
+                if self.migration.older_target.is_none() {
+                    let ours = self.our_stack();
+                    self.migration.older_target = StackVersions::older_target(&ours, &theirs);
                 }
             }
             MigrationUpdate::SwitchedToPostCopy { reason } => {

@@ -424,7 +424,7 @@ impl DomainManager {
                 self.domain.defined = false;
                 self.exit.awaiting_delete = false;
             }
-            Operation::Sync => self.on_sync_finished(output.result.is_ok()),
+            Operation::Sync => self.on_sync_finished(&output.result),
             Operation::QueryDomain => {
                 if let Ok(JobValue::Described(read)) = output.result {
                     output.result = Ok(JobValue::Reply(self.on_domain_read(*read).into()));

@@ -152,6 +152,7 @@ impl DomainManager {
                 .then(|| self.stop.handover(None))
                 .flatten(),
             subscribers: self.hub.subscriber_count(),
+            vcpu_threads: self.vcpu_threads(),
             handed_over_at_us: crate::upgrade::now_us(),
         };
         let request = super::UpgradeRequest {
@@ -188,6 +189,7 @@ impl DomainManager {
         {
             self.migration.adopt_handed_over(record);
         }
+        self.adopt_vcpu_threads(state.vcpu_threads);
     }
 
     /// The main thread gave the hand-over up (the new binary failed its

@@ -206,9 +206,20 @@ impl MigrationPhase {
 #[derive(Debug, Clone, PartialEq)]
 pub enum MigrationUpdate {
     Progress(Vec<Stat>),
-    SwitchedToPostCopy { reason: String },
-    Completed { stats: Vec<Stat> },
-    Failed { reason: String, cancelled: bool },
+    SwitchedToPostCopy {
+        reason: String,
+    },
+    Completed {
+        stats: Vec<Stat>,
+    },
+    Failed {
+        reason: String,
+        cancelled: bool,
+    },
+    /// The target's versions, asked of its daemon after a failure when
+    /// its address named none (virt-handler's does not): sent just
+    /// before `Failed`.
+    TargetStack(StackVersions),
 }
 
 /// The manager's record of a migration, for `query-migration` (handed to

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, bounded, select};
 
-use super::{LauncherPaths, MigrationOptions, MigrationUpdate, local_disks, rewrite_paths};
+use super::{
+    LauncherPaths, MigrationOptions, MigrationUpdate, StackVersions, local_disks, rewrite_paths,
+};
 use crate::domxml::Domain;
 use crate::hypervisor::{HvResult, Hypervisor, MigrationRequest, Stat};
 use crate::sink::Sink;
@@ -20,6 +22,9 @@ use crate::threads::{self, FatalSender};
 /// How often the monitor reads the job's statistics (as KubeVirt does).
 const MONITOR_INTERVAL: Duration = Duration::from_millis(400);
 const GIB: f64 = (1u64 << 30) as f64;
+/// How long a failed migration's source waits for the target's daemon to
+/// say its versions: the reason is sent without them after that.
+const TARGET_VERSIONS_WAIT: Duration = Duration::from_secs(10);
 
 /// Cancels a running migration.
 pub struct CancelHandle(Sender<String>);
@@ -65,6 +70,12 @@ pub fn spawn(
         completion_timeout_per_gib: options.completion_timeout_per_gib,
         allow_post_copy: options.allow_post_copy,
         max_downtime_ms: options.max_downtime_ms,
+        // Only the daemon can say when the address does not.
+        ask_target: options
+            .target
+            .stack
+            .is_none()
+            .then(|| options.target.libvirt_uri.clone()),
         updates,
     };
     threads::spawn_named("migration-monitor", fatal, move || {
@@ -80,6 +91,8 @@ struct Monitor {
     completion_timeout_per_gib: u64,
     allow_post_copy: bool,
     max_downtime_ms: Option<u64>,
+    /// The target daemon's URI, to ask its versions of after a refusal.
+    ask_target: Option<String>,
     updates: Sink<MigrationUpdate>,
 }
 
@@ -240,6 +253,39 @@ fn stat_u64(stats: &[Stat], name: &str) -> Option<u64> {
 }
 
 impl Monitor {
+    /// The target's libvirt and hypervisor versions, asked of its daemon
+    /// on a connection of their own (a refusal of an older libvirt or QEMU
+    /// then says so), when its address named none. A daemon that does not
+    /// answer in time is left behind: its thread ends with the call.
+    fn target_versions(&self) -> Option<StackVersions> {
+        let uri = self.ask_target.clone()?;
+        let (tx, rx) = bounded(1);
+        let hv = self.hypervisor.clone();
+        let asked = std::thread::Builder::new()
+            .name("migration-target-versions".into())
+            .spawn(move || {
+                let _ = tx.send(hv.versions_at(&uri));
+            });
+        if let Err(e) = asked {
+            log::debug!("migration: cannot ask the target's versions: {e}");
+            return None;
+        }
+        match rx.recv_timeout(TARGET_VERSIONS_WAIT) {
+            Ok(Ok(versions)) => Some(StackVersions {
+                libvirt: versions.libvirt,
+                hypervisor: versions.hypervisor,
+            }),
+            Ok(Err(e)) => {
+                log::debug!("migration: the target's daemon did not say its versions: {e}");
+                None
+            }
+            Err(_) => {
+                log::debug!("migration: the target's daemon did not say its versions in time");
+                None
+            }
+        }
+    }
+
     /// Aborts the migration job; false when there is none yet to abort.
     fn try_abort(&self) -> bool {
         match self.hypervisor.abort_job(&self.domain) {
@@ -353,10 +399,15 @@ impl Monitor {
                 reason: format!("{reason}; aborted ({})", e.message),
                 cancelled: false,
             },
-            (Err(e), None) => MigrationUpdate::Failed {
-                reason: e.to_string(),
-                cancelled: false,
-            },
+            (Err(e), None) => {
+                if let Some(theirs) = self.target_versions() {
+                    let _ = self.updates.send(MigrationUpdate::TargetStack(theirs));
+                }
+                MigrationUpdate::Failed {
+                    reason: e.to_string(),
+                    cancelled: false,
+                }
+            }
         };
         let _ = self.updates.send(update);
     }

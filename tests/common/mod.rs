@@ -349,12 +349,19 @@ impl Drop for Launcher {
             // Stop the guest through the launcher first: a killed launcher
             // on a shared daemon (no --spawn-libvirt) leaves its QEMU
             // running.
+            // A launcher that is exiting on its own (a test's last
+            // command was `kill`) may still accept and then close: a
+            // failed write means nothing is left to stop.
             if let Ok(mut client) = Client::try_connect(&self.ready_socket()) {
-                client.send_raw(b"{\"execute\":\"kill\"}\n");
+                let sent = client
+                    .writer
+                    .write_all(b"{\"execute\":\"kill\"}\n")
+                    .is_ok();
                 // No domain to kill: nothing to wait for.
-                let killed = client
-                    .read_line(Duration::from_secs(5))
-                    .is_some_and(|reply| reply.get("return").is_some());
+                let killed = sent
+                    && client
+                        .read_line(Duration::from_secs(5))
+                        .is_some_and(|reply| reply.get("return").is_some());
                 let wait = if killed {
                     Duration::from_secs(15)
                 } else {

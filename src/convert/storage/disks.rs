@@ -8,7 +8,9 @@ use super::super::pci::parse_pci_address;
 use super::super::{Checked, ConvertError};
 use super::iothreads::IoThreadPlan;
 use super::{Device, DiskEntry, Source};
-use crate::domxml::{self, Controller, ControllerDriver, DiskDriver, DiskSource, Domain};
+use crate::domxml::{
+    self, Controller, ControllerDriver, DataStore, DiskDriver, DiskSource, Domain, FormatType,
+};
 use crate::vmi::{DiskBus, DiskCache, DiskIo};
 
 /// The device kind and bus. KubeVirt's defaults ([`crate::vmi::defaults`])
@@ -164,6 +166,7 @@ pub(super) fn driver(
     };
     let format = match source {
         Source::File { format, .. } => format,
+        Source::TrackedBlock { .. } => "qcow2",
         Source::Block { .. } | Source::Empty => "raw",
     };
     Ok(DiskDriver {
@@ -201,6 +204,23 @@ pub(super) fn apply_source(source: Source, disk: &mut domxml::Disk) {
             disk.disk_type = "block".to_string();
             disk.source = Some(DiskSource {
                 dev: Some(path),
+                ..DiskSource::default()
+            });
+        }
+        Source::TrackedBlock { overlay, device } => {
+            disk.disk_type = "file".to_string();
+            disk.source = Some(DiskSource {
+                file: Some(overlay),
+                data_store: Some(Box::new(DataStore {
+                    store_type: "block".to_string(),
+                    format: Some(FormatType {
+                        format: "raw".to_string(),
+                    }),
+                    source: Some(DiskSource {
+                        dev: Some(device),
+                        ..DiskSource::default()
+                    }),
+                })),
                 ..DiskSource::default()
             });
         }

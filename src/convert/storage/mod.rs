@@ -75,7 +75,15 @@ fn check_unimplemented(
 
 /// libvirt 10.10.0 added a disk's `<dataStore>`, which names a qcow2
 /// image's data file to libvirt (KubeVirt's CBT overlays use it).
-const DATA_STORE_SINCE: &str = "10.10.0";
+pub(crate) const DATA_STORE_SINCE: (u32, u32, u32) = (10, 10, 0);
+
+/// The qcow2 metadata image that carries a tracked disk's bitmaps, in the
+/// private directory.
+fn cbt_overlay(ctx: &super::ConvertContext, entry: &DiskEntry) -> std::path::PathBuf {
+    ctx.private_dir
+        .join("libvirt/qemu/cbt")
+        .join(format!("{}.qcow2", entry.disk.name))
+}
 
 /// The source of a disk with `changedBlockTracking: true`: one whose
 /// image can carry persistent dirty bitmaps, which libvirt's checkpoints
@@ -83,9 +91,9 @@ const DATA_STORE_SINCE: &str = "10.10.0";
 /// KubeVirt gives it, a qcow2 metadata image over it (`data-file`, kept in
 /// the private directory with its bitmaps); the guest's data stays in the
 /// raw file, byte for byte. The metadata image names its data file in its
-/// header, which QEMU opens; libvirt learns of it only from 10.10.0's
-/// `<dataStore>`, which a block device would need (libvirt must let QEMU
-/// reach the device), so a block device is refused.
+/// header, which QEMU opens. A block device gets the same metadata image,
+/// named to libvirt as its `<dataStore>` (libvirt 10.10.0 and newer), so
+/// that libvirt lets QEMU reach the device; an older libvirt refuses it.
 fn tracked_source(
     ctx: &super::ConvertContext,
     entry: &DiskEntry,
@@ -108,10 +116,7 @@ fn tracked_source(
             path: image,
             format: "raw",
         } => {
-            let overlay = ctx
-                .private_dir
-                .join("libvirt/qemu/cbt")
-                .join(format!("{}.qcow2", entry.disk.name));
+            let overlay = cbt_overlay(ctx, entry);
             let what = format!("changed block tracking of disk {:?}", entry.disk.name);
             if let Some(dir) = overlay.parent() {
                 plan.make_dir(dir.to_path_buf(), &what);
@@ -126,13 +131,38 @@ fn tracked_source(
                 format: "qcow2",
             })
         }
-        Source::Block { .. } => Err(ConvertError::new(
-            path,
-            format!(
-                "changed block tracking of a block device needs libvirt {DATA_STORE_SINCE} or later (a disk's <dataStore>, naming the device under its qcow2 metadata image); this launcher does not write it"
-            ),
-        )),
-        qcow2 @ Source::File { .. } => Ok(qcow2),
+        Source::Block { path: device } => {
+            let (major, minor, micro) = DATA_STORE_SINCE;
+            if let Some(running) = ctx
+                .libvirt_version
+                .filter(|v| *v < super::libvirt_version(major, minor, micro))
+            {
+                return Err(ConvertError::new(
+                    path,
+                    format!(
+                        "changed block tracking of a block device needs libvirt {major}.{minor}.{micro} or newer (a disk's <dataStore>, naming the device under its qcow2 metadata image); this launcher's libvirt is {}.{}.{}",
+                        running / 1_000_000,
+                        running / 1_000 % 1_000,
+                        running % 1_000
+                    ),
+                ));
+            }
+            let overlay = cbt_overlay(ctx, entry);
+            let what = format!("changed block tracking of disk {:?}", entry.disk.name);
+            if let Some(dir) = overlay.parent() {
+                plan.make_dir(dir.to_path_buf(), &what);
+            }
+            plan.push(crate::disks::DiskStep::CreateDataFileOverlay {
+                path: overlay.clone(),
+                data_file: std::path::PathBuf::from(&device),
+                what,
+            });
+            Ok(Source::TrackedBlock {
+                overlay: overlay.to_string_lossy().into_owned(),
+                device,
+            })
+        }
+        tracked @ (Source::File { .. } | Source::TrackedBlock { .. }) => Ok(tracked),
         Source::Empty => Err(ConvertError::new(
             path,
             "changed block tracking needs a volume with an image",
@@ -227,6 +257,12 @@ enum Source {
     },
     Block {
         path: String,
+    },
+    /// A block device under the qcow2 metadata image of changed block
+    /// tracking: the image, with the device as its `<dataStore>`.
+    TrackedBlock {
+        overlay: String,
+        device: String,
     },
     /// An empty cdrom drive (a cdrom disk without a volume).
     Empty,

@@ -999,17 +999,41 @@ mod tests {
     }
 
     #[test]
-    fn changed_block_tracking_of_a_block_device_names_the_libvirt_it_needs() {
+    fn changed_block_tracking_of_a_block_device_is_its_data_store_from_libvirt_10_10() {
+        let vmi = json!({"domain": {"devices": {"disks": [{"name": "fast", "changedBlockTracking": true}]}},
+            "volumes": [{"name": "fast", "persistentVolumeClaim": {"claimName": "fast"}}]});
         let mut ctx = context();
         ctx.block_pvcs.insert("fast".to_string());
-        let err = convert_with(
-            json!({"domain": {"devices": {"disks": [{"name": "fast", "changedBlockTracking": true}]}},
-                "volumes": [{"name": "fast", "persistentVolumeClaim": {"claimName": "fast"}}]}),
-            &ctx,
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("needs libvirt 10.10.0"), "{err}");
+        ctx.libvirt_version = Some(crate::convert::libvirt_version(10, 9, 0));
+        let err = convert_with(vmi.clone(), &ctx).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "spec.domain.devices.disks[0].changedBlockTracking: changed block tracking of a block device needs libvirt 10.10.0 or newer (a disk's <dataStore>, naming the device under its qcow2 metadata image); this launcher's libvirt is 10.9.0"
+        );
+
+        ctx.libvirt_version = Some(crate::convert::libvirt_version(10, 10, 0));
+        let conversion = convert_with(vmi, &ctx).unwrap();
+        let overlay = "/var/run/kubevirt-private/libvirt/qemu/cbt/fast.qcow2";
+        assert!(conversion.disk_plan.steps.iter().any(|step| matches!(step,
+            DiskStep::CreateDataFileOverlay { path, data_file, .. }
+                if path.to_str() == Some(overlay) && data_file.to_str() == Some("/dev/fast"))));
+        let disk = &conversion.domain.devices.disks[0];
+        assert_eq!(disk.disk_type, "file");
+        assert_eq!(
+            disk.driver.as_ref().and_then(|d| d.format.as_deref()),
+            Some("qcow2")
+        );
+        let xml = conversion.domain.to_xml().unwrap();
+        let compact: String = xml.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            compact.contains(
+                r#"<source file="/var/run/kubevirt-private/libvirt/qemu/cbt/fast.qcow2"> <dataStore type="block"> <format type="raw"/> <source dev="/dev/fast"/> </dataStore> </source>"#
+            ),
+            "{xml}"
+        );
+        // libvirt's live XML reads back the same.
+        let read = crate::domxml::Domain::from_xml(&xml).unwrap();
+        assert_eq!(read.devices.disks[0].source, disk.source);
     }
 
     #[test]

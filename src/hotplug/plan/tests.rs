@@ -85,6 +85,15 @@ fn desired_xml(vcpus_enabled: u32, extra_devices: &str) -> String {
 }
 
 fn plan_of(live: &str, desired: &str, guest: Option<u64>) -> Result<Vec<Step>, NotLive> {
+    plan_under(live, desired, guest, Tcg::default())
+}
+
+fn plan_under(
+    live: &str,
+    desired: &str,
+    guest: Option<u64>,
+    tcg: Tcg,
+) -> Result<Vec<Step>, NotLive> {
     let live = domain(live);
     let desired = domain(desired);
     let mut disk_paths = BTreeMap::new();
@@ -103,6 +112,7 @@ fn plan_of(live: &str, desired: &str, guest: Option<u64>) -> Result<Vec<Step>, N
             hotplug_dir: Path::new(HOTPLUG),
             guest_memory: guest.map(|g| (g, "spec.domain.memory.guest".to_string())),
             disk_paths,
+            tcg,
         },
     )
 }
@@ -323,18 +333,28 @@ fn vcpus_change_within_the_maximum() {
     assert_eq!(err.path, "spec.domain.cpu");
 }
 
-#[test]
-fn vcpus_go_down_live_under_kvm_only() {
-    // 2 enabled of 2: under KVM libvirt unplugs the second one.
-    let two = live_xml("").replace(
+/// The live domain with both of its 2 vCPUs enabled.
+fn two_enabled() -> String {
+    live_xml("").replace(
         "<vcpu id='1' enabled='no' hotpluggable='yes'/>",
         "<vcpu id='1' enabled='yes' hotpluggable='yes'/>",
-    );
+    )
+}
+
+#[test]
+fn vcpus_go_down_live_under_kvm_and_under_tcg_where_the_stack_can() {
+    let two = two_enabled();
+    // Under KVM libvirt unplugs the second one, whatever the stack.
     let kvm = two.replace("<domain type='qemu'", "<domain type='kvm'");
-    let steps = plan_of(&kvm, &desired_xml(1, ""), None).unwrap();
+    let old_stack = Tcg {
+        no_removal: tcg_vcpu_removal("9.0.0", "QEMU 7.2.0"),
+        vcpu_threads: None,
+    };
+    let steps = plan_under(&kvm, &desired_xml(1, ""), None, old_stack.clone()).unwrap();
     assert_eq!(steps, [Step::SetVcpus { from: 2, to: 1 }]);
-    // Emulated, QEMU never says the vCPU is gone: refused, nothing planned.
-    let err = plan_of(&two, &desired_xml(1, ""), None).unwrap_err();
+    // Emulated on libvirt 9.0 / QEMU 7.2, libvirt would count the vCPU
+    // for good: refused, nothing planned, the versions named.
+    let err = plan_under(&two, &desired_xml(1, ""), None, old_stack).unwrap_err();
     assert_eq!(err.path, "spec.domain.cpu.sockets");
     assert!(
         err.message.starts_with(
@@ -343,6 +363,75 @@ fn vcpus_go_down_live_under_kvm_only() {
         "{}",
         err.message
     );
+    assert!(
+        err.message.contains("needs libvirt 11.3.0 and QEMU 10.0.0 or newer; this launcher's libvirt is 9.0.0 with QEMU 7.2.0"),
+        "{}",
+        err.message
+    );
+    // libvirt 11.3 / QEMU 10.0 with the count known: planned.
+    let new_stack = Tcg {
+        no_removal: tcg_vcpu_removal("11.3.0", "QEMU 10.0.2"),
+        vcpu_threads: Some(2),
+    };
+    assert_eq!(new_stack.no_removal, None);
+    let steps = plan_under(&two, &desired_xml(1, ""), None, new_stack.clone()).unwrap();
+    assert_eq!(steps, [Step::SetVcpus { from: 2, to: 1 }]);
+    // Without the count (the launcher did not start the domain): refused.
+    let unknown = Tcg {
+        vcpu_threads: None,
+        ..new_stack
+    };
+    let err = plan_under(&two, &desired_xml(1, ""), None, unknown).unwrap_err();
+    assert_eq!(err.path, "spec.domain.cpu.sockets");
+    assert!(
+        err.message
+            .contains("this launcher does not know how many vCPUs QEMU made"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn more_vcpus_under_tcg_only_while_qemu_has_translation_contexts_left() {
+    // 1 of 2 enabled; QEMU made 1 thread (at start): one more fits.
+    let tcg = |threads| Tcg {
+        no_removal: None,
+        vcpu_threads: threads,
+    };
+    let steps = plan_under(&live_xml(""), &desired_xml(2, ""), None, tcg(Some(1))).unwrap();
+    assert_eq!(steps, [Step::SetVcpus { from: 1, to: 2 }]);
+    // Made 2 already (one taken away since): a third would abort QEMU.
+    let err = plan_under(&live_xml(""), &desired_xml(2, ""), None, tcg(Some(2))).unwrap_err();
+    assert_eq!(err.path, "spec.domain.cpu.sockets");
+    assert_eq!(
+        err.message,
+        "going from 1 to 2 vCPUs needs a restart of the VMI: the domain is emulated (TCG), QEMU made 2 vCPUs since the domain started and each holds one of its 2 TCG translation contexts for good (a vCPU taken away live does not give its context back): 1 more would make QEMU abort and the guest with it"
+    );
+    // Unknown: as before (no removal can have happened through this
+    // launcher without the count).
+    assert!(plan_under(&live_xml(""), &desired_xml(2, ""), None, tcg(None)).is_ok());
+    // KVM has no such contexts.
+    let kvm = live_xml("").replace("<domain type='qemu'", "<domain type='kvm'");
+    assert!(plan_under(&kvm, &desired_xml(2, ""), None, tcg(Some(2))).is_ok());
+}
+
+#[test]
+fn the_stack_that_can_take_a_vcpu_away_under_tcg() {
+    assert_eq!(tcg_vcpu_removal("11.3.0", "QEMU 10.0.2"), None);
+    assert_eq!(tcg_vcpu_removal("12.0.0", "QEMU 10.1.0"), None);
+    for (libvirt, qemu) in [
+        ("9.0.0", "QEMU 7.2.0"),
+        ("11.2.0", "QEMU 10.0.2"),
+        ("11.3.0", "QEMU 9.2.0"),
+        ("", "QEMU 10.0.2"),
+        ("11.3.0", "FAKE 0.0.0"),
+    ] {
+        let why = tcg_vcpu_removal(libvirt, qemu).unwrap_or_else(|| panic!("{libvirt} {qemu}"));
+        assert!(
+            why.contains("needs libvirt 11.3.0 and QEMU 10.0.0"),
+            "{why}"
+        );
+    }
 }
 
 #[test]

@@ -24,10 +24,10 @@ use super::procedures::{
 use super::uri::{self, Environment, Target};
 use crate::hypervisor::state::{LibvirtError, dotted_version};
 use crate::hypervisor::{
-    Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DiskError,
-    DiskErrorKind, DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor, HypervisorError,
-    HypervisorErrorKind, HypervisorEvent, HypervisorInfo, LifecycleEvent, LossReporter,
-    MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat,
+    Affect, AgentLifecycle, CloseReason as LibvirtCloseReason, ConnectionId, DaemonVersions,
+    DiskError, DiskErrorKind, DomainStatus, DriverKind, GuestInfoKind, HvResult, Hypervisor,
+    HypervisorError, HypervisorErrorKind, HypervisorEvent, HypervisorInfo, LifecycleEvent,
+    LossReporter, MAX_SCREENSHOT_BYTES, MigrationRequest, RebootMode, Screenshot, Stat,
 };
 use crate::sink::Sink;
 
@@ -373,8 +373,8 @@ fn call(
     client.call(procedure, &e.into_bytes(), procedure.deadline)
 }
 
-/// Opens the connection as libvirt's remote driver does: authentication,
-/// keepalive support, open, then the facts and the event registrations.
+/// Opens the connection (`handshake`), then reads the facts and registers
+/// for events.
 fn open(
     uri: &str,
     target: &Target,
@@ -382,13 +382,70 @@ fn open(
     reporter: LossReporter,
     options: ClientOptions,
 ) -> HvResult<(Arc<Client>, HypervisorInfo)> {
-    let op = "virConnectOpen";
     let router = EventRouter {
         domain: domain_name.to_string(),
         tx: reporter.tx.clone(),
         reporter,
     };
-    let client = Client::connect(&target.socket, options, Box::new(router)).map_err(|e| {
+    let (client, keepalive) = handshake(target, options, Box::new(router))?;
+    let failed = |operation: &'static str| move |e: RpcError| convert_error(operation, e);
+    let supports = |feature: i32| -> HvResult<bool> {
+        let reply = call(&client, &proc::CONNECT_SUPPORTS_FEATURE, |e| {
+            e.i32(feature);
+        })
+        .map_err(failed(proc::CONNECT_SUPPORTS_FEATURE.api))?;
+        decode_reply(proc::CONNECT_SUPPORTS_FEATURE.api, &reply, |d| d.i32()).map(|v| v != 0)
+    };
+    if !supports(features::REMOTE_EVENT_CALLBACK)? {
+        return Err(HypervisorError::new(
+            HypervisorErrorKind::Unsupported,
+            "virConnectOpen",
+            "the daemon is too old for per-callback events (libvirt 1.2.1 or later is needed)",
+        ));
+    }
+    if supports(features::REMOTE_CLOSE_CALLBACK)? {
+        call(&client, &proc::CONNECT_REGISTER_CLOSE_CALLBACK, |_| {})
+            .map_err(failed(proc::CONNECT_REGISTER_CLOSE_CALLBACK.api))?;
+    }
+    let info = read_info(uri, &client)?;
+    for event_id in [
+        event_ids::LIFECYCLE,
+        event_ids::REBOOT,
+        event_ids::DEVICE_REMOVED,
+        event_ids::DEVICE_ADDED,
+        event_ids::AGENT_LIFECYCLE,
+        event_ids::JOB_COMPLETED,
+    ] {
+        let api = proc::CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY.api;
+        // Any domain: the launcher's may not exist yet. Events of other
+        // domains are dropped by the router.
+        let reply = call(
+            &client,
+            &proc::CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY,
+            |e| {
+                e.i32(event_id).u32(0);
+            },
+        )
+        .map_err(failed(api))?;
+        decode_reply(api, &reply, |d| d.i32())?;
+    }
+    if keepalive {
+        client.enable_keepalive();
+    }
+    Ok((Arc::new(client), info))
+}
+
+/// Connects to the daemon's socket and opens the connection as libvirt's
+/// remote driver does: authentication, keepalive support asked (which also
+/// tells the daemon to probe this client), open. Returns the client and
+/// whether the daemon speaks keepalive.
+fn handshake(
+    target: &Target,
+    options: ClientOptions,
+    listener: Box<dyn Listener>,
+) -> HvResult<(Client, bool)> {
+    let op = "virConnectOpen";
+    let client = Client::connect(&target.socket, options, listener).map_err(|e| {
         HypervisorError::new(
             HypervisorErrorKind::ConnectionLost,
             op,
@@ -432,43 +489,7 @@ fn open(
         e.opt_string(Some(&target.name)).u32(0);
     })
     .map_err(failed(op))?;
-    if !supports(features::REMOTE_EVENT_CALLBACK)? {
-        return Err(HypervisorError::new(
-            HypervisorErrorKind::Unsupported,
-            op,
-            "the daemon is too old for per-callback events (libvirt 1.2.1 or later is needed)",
-        ));
-    }
-    if supports(features::REMOTE_CLOSE_CALLBACK)? {
-        call(&client, &proc::CONNECT_REGISTER_CLOSE_CALLBACK, |_| {})
-            .map_err(failed(proc::CONNECT_REGISTER_CLOSE_CALLBACK.api))?;
-    }
-    let info = read_info(uri, &client)?;
-    for event_id in [
-        event_ids::LIFECYCLE,
-        event_ids::REBOOT,
-        event_ids::DEVICE_REMOVED,
-        event_ids::DEVICE_ADDED,
-        event_ids::AGENT_LIFECYCLE,
-        event_ids::JOB_COMPLETED,
-    ] {
-        let api = proc::CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY.api;
-        // Any domain: the launcher's may not exist yet. Events of other
-        // domains are dropped by the router.
-        let reply = call(
-            &client,
-            &proc::CONNECT_DOMAIN_EVENT_CALLBACK_REGISTER_ANY,
-            |e| {
-                e.i32(event_id).u32(0);
-            },
-        )
-        .map_err(failed(api))?;
-        decode_reply(api, &reply, |d| d.i32())?;
-    }
-    if keepalive {
-        client.enable_keepalive();
-    }
-    Ok((Arc::new(client), info))
+    Ok((client, keepalive))
 }
 
 fn read_info(uri: &str, client: &Client) -> HvResult<HypervisorInfo> {
@@ -1038,6 +1059,49 @@ impl Hypervisor for WireHypervisor {
         let reply =
             call(&client, &proc::CONNECT_GET_VERSION, |_| {}).map_err(|e| self.error(op, e))?;
         decode_reply(op, &reply, |d| d.u64())
+    }
+
+    fn versions_at(&self, uri: &str) -> HvResult<DaemonVersions> {
+        let target = uri::resolve(uri, &Environment::of_this_process()).map_err(|e| {
+            HypervisorError::new(HypervisorErrorKind::Unsupported, "virConnectOpen", e)
+        })?;
+        // Nothing is registered on it, so nothing arrives but its close.
+        struct Unheard;
+        impl Listener for Unheard {
+            fn event(&mut self, _procedure: i32, _payload: &[u8]) {}
+            fn closed(&mut self, _reason: CloseReason, _detail: &str) {}
+        }
+        let (client, _) = handshake(&target, self.options, Box::new(Unheard))?;
+        let simple = |procedure: &Procedure| -> HvResult<Vec<u8>> {
+            call(&client, procedure, |_| {}).map_err(|e| convert_error(procedure.api, e))
+        };
+        let read = (|| {
+            let driver = decode_reply(
+                proc::CONNECT_GET_TYPE.api,
+                &simple(&proc::CONNECT_GET_TYPE)?,
+                |d| d.string(),
+            )?;
+            let daemon = decode_reply(
+                proc::CONNECT_GET_LIB_VERSION.api,
+                &simple(&proc::CONNECT_GET_LIB_VERSION)?,
+                |d| d.u64(),
+            )?;
+            let hypervisor = decode_reply(
+                proc::CONNECT_GET_VERSION.api,
+                &simple(&proc::CONNECT_GET_VERSION)?,
+                |d| d.u64(),
+            )?;
+            Ok(DaemonVersions {
+                libvirt: dotted_version(daemon),
+                hypervisor: format!("{driver} {}", dotted_version(hypervisor)),
+            })
+        })();
+        // As libvirt's client closes: the daemon then ends the connection.
+        if let Err(e) = call(&client, &proc::CONNECT_CLOSE, |_| {}) {
+            log::debug!("hypervisor: closing the connection to {uri}: {e}");
+        }
+        client.close();
+        read
     }
 
     fn start_dirty_rate_calc(&self, name: &str, seconds: u32) -> HvResult<()> {

@@ -22,6 +22,9 @@ struct Scripted {
     /// The XML of each update_device, in order.
     updates: Mutex<Vec<String>>,
     refuse: Vec<&'static str>,
+    /// How many set_vcpus calls time out (changing nothing) before one
+    /// sets the live count.
+    vcpu_timeouts: Mutex<u32>,
 }
 
 impl Scripted {
@@ -31,6 +34,7 @@ impl Scripted {
             calls: Mutex::new(Vec::new()),
             updates: Mutex::new(Vec::new()),
             refuse: Vec::new(),
+            vcpu_timeouts: Mutex::new(0),
         }
     }
 
@@ -128,11 +132,25 @@ impl Hypervisor for Scripted {
             .push(format!("update {} {:?}", !xml.is_empty(), affect));
         Ok(())
     }
-    fn set_vcpus(&self, _: &str, count: u32, _: Affect) -> HvResult<()> {
+    fn set_vcpus(&self, _: &str, count: u32, affect: Affect) -> HvResult<()> {
         self.calls
             .lock()
             .unwrap()
             .push(format!("set-vcpus {count}"));
+        let mut timeouts = self.vcpu_timeouts.lock().unwrap();
+        if *timeouts > 0 && affect.live {
+            *timeouts -= 1;
+            return Err(HypervisorError::new(
+                HypervisorErrorKind::Timeout,
+                "virDomainSetVcpusFlags",
+                "Timed out during operation: vcpu unplug request timed out",
+            ));
+        }
+        let mut xml = self.xml.lock().unwrap();
+        if let Some(at) = xml.find("current='") {
+            let end = at + xml[at + 9..].find('\'').unwrap() + 9;
+            xml.replace_range(at..=end, &format!("current='{count}'"));
+        }
         Ok(())
     }
     fn agent_command(&self, _: &str, _: &str, _: Duration) -> HvResult<String> {
@@ -167,6 +185,9 @@ impl Hypervisor for Scripted {
     }
     fn hypervisor_version(&self) -> HvResult<u64> {
         Self::unsupported("version")
+    }
+    fn versions_at(&self, _: &str) -> HvResult<crate::hypervisor::DaemonVersions> {
+        Self::unsupported("versions")
     }
     fn start_dirty_rate_calc(&self, _: &str, _: u32) -> HvResult<()> {
         Self::unsupported("dirty rate")
@@ -243,6 +264,8 @@ fn job(desired: &str, hotplug_dir: &str, guest_memory: Option<u64>, timeout: Dur
             detach_timeout: timeout,
             removals,
             progress: progress_tx.into(),
+            tcg: plan::Tcg::default(),
+            unread_stack: None,
         },
         removals: removals_tx,
         progress,
@@ -554,4 +577,129 @@ fn link_refresh_takes_each_named_link_down_and_up_again() {
         ))
     );
     assert_eq!(hv.updates.lock().unwrap().len(), 2);
+}
+
+/// An emulated domain with 2 of 2 vCPUs; the VMI asks for 1.
+fn emulated_two_to_one(timeout: Duration, no_removal: Option<String>) -> (Scripted, Job) {
+    let hv = Scripted::new(domain_xml(2, "").replace("type='test'", "type='qemu'"));
+    let mut j = job(
+        &domain_xml(1, "").replace("type='test'", "type='qemu'"),
+        "/nonexistent",
+        None,
+        timeout,
+    );
+    j.change.tcg = plan::Tcg {
+        no_removal,
+        vcpu_threads: Some(2),
+    };
+    (hv, j)
+}
+
+#[test]
+fn a_vcpu_removal_under_tcg_that_timed_out_is_asked_for_again_until_libvirt_counts_it() {
+    let (hv, j) = emulated_two_to_one(Duration::from_secs(20), None);
+    // libvirt 11.3: the first request and the first asked again time out
+    // (the guest has not ejected the vCPU yet); the next one counts it.
+    *hv.vcpu_timeouts.lock().unwrap() = 2;
+    let done = apply_live(&hv, "ns_vm", &j.change, None).unwrap();
+    assert_eq!(done, [Step::SetVcpus { from: 2, to: 1 }.change()]);
+    // Asked 3 times live, then the persistent definition.
+    assert_eq!(hv.calls(), ["set-vcpus 1"; 4]);
+    assert!(hv.xml.lock().unwrap().contains("current='1'"));
+}
+
+#[test]
+fn a_vcpu_removal_that_timed_out_is_not_asked_for_again_where_the_stack_cannot() {
+    // A stack that cannot take vCPUs away under TCG never gets here (the
+    // plan refuses); under KVM libvirt finishes the removal on its own:
+    // the wait only watches.
+    let (hv, mut j) = emulated_two_to_one(Duration::from_millis(1500), None);
+    j.change.vmi_domain.domain_type = "kvm".into();
+    *hv.xml.lock().unwrap() = domain_xml(2, "").replace("type='test'", "type='kvm'");
+    *hv.vcpu_timeouts.lock().unwrap() = 5;
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::Timeout);
+    assert!(
+        err.desc.contains("has not given the vCPUs back"),
+        "{}",
+        err.desc
+    );
+    assert_eq!(hv.calls(), ["set-vcpus 1"]);
+}
+
+#[test]
+fn a_stack_whose_hypervisor_version_is_unread_is_read_by_the_job_and_a_failed_read_refuses_vcpu_removal()
+ {
+    // The manager's read had not answered: the job reads the version (this
+    // hypervisor cannot tell it), so taking a vCPU away under TCG is
+    // refused, saying why; nothing was changed.
+    let (hv, mut j) = emulated_two_to_one(Duration::from_secs(1), None);
+    j.change.unread_stack = Some(("11.3.0".into(), crate::hypervisor::DriverKind::Qemu));
+    j.change.read_unknown_stack(&hv);
+    assert_eq!(j.change.unread_stack, None);
+    let why = j.change.tcg.no_removal.clone().unwrap();
+    assert!(
+        why.contains("libvirt is 11.3.0 with a hypervisor whose version cannot be read"),
+        "{why}"
+    );
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::InvalidArgument);
+    assert!(err.desc.contains("cannot be read"), "{}", err.desc);
+    assert!(hv.calls().is_empty());
+}
+
+fn synced(action: SyncAction, changes: Vec<Change>) -> Synced {
+    Synced {
+        domain: "ns_vm".into(),
+        action,
+        started_paused: false,
+        after: None,
+        changes,
+        steps: Default::default(),
+    }
+}
+
+#[test]
+fn the_vcpu_threads_qemu_made_are_counted_from_the_start_on() {
+    let (progress, _rx) = unbounded();
+    let mut state = HotplugState::new(progress.into());
+    assert_eq!(state.vcpu_threads, None);
+    let vmi = serde_json::json!({});
+    let two = Domain::from_xml(&domain_xml(2, "")).unwrap();
+    let one = Domain::from_xml(&domain_xml(1, "")).unwrap();
+    // Started with 2.
+    state.sync_started(&vmi, &two);
+    assert!(state.sync_ended(Some(&synced(SyncAction::DefinedAndStarted, vec![])), false));
+    assert_eq!(state.vcpu_threads, Some(2));
+    // Down to 1 makes none; back to 2 makes one.
+    state.sync_started(&vmi, &one);
+    let down = Step::SetVcpus { from: 2, to: 1 }.change();
+    state.sync_ended(Some(&synced(SyncAction::None, vec![down])), false);
+    assert_eq!(state.vcpu_threads, Some(2));
+    state.sync_started(&vmi, &two);
+    let up = Step::SetVcpus { from: 1, to: 2 }.change();
+    state.sync_ended(Some(&synced(SyncAction::None, vec![up])), false);
+    assert_eq!(state.vcpu_threads, Some(3));
+    // A refused sync touched nothing; one that failed asking for fewer
+    // added none.
+    state.sync_started(&vmi, &two);
+    state.sync_ended(None, true);
+    state.sync_started(&vmi, &one);
+    state.sync_ended(None, false);
+    assert_eq!(state.vcpu_threads, Some(3));
+    // One that failed asking for more may have added some: unknown.
+    state.sync_started(&vmi, &one);
+    let down = Step::SetVcpus { from: 2, to: 1 }.change();
+    state.sync_ended(Some(&synced(SyncAction::None, vec![down])), false);
+    assert_eq!(state.vcpu_threads, Some(3));
+    state.sync_started(&vmi, &two);
+    state.sync_ended(None, false);
+    assert_eq!(state.vcpu_threads, None);
+    // Until the domain starts again.
+    state.sync_started(&vmi, &one);
+    state.sync_ended(
+        Some(&synced(SyncAction::RedefinedAndStarted, vec![])),
+        false,
+    );
+    assert_eq!(state.vcpu_threads, Some(1));
 }

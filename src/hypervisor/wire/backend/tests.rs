@@ -1210,3 +1210,38 @@ fn a_failed_screenshot_stream_is_an_error_and_the_connection_stays() {
     assert!(hv.is_connected());
     assert!(hv.domain_status(OUR_DOMAIN).is_ok());
 }
+
+#[test]
+fn versions_at_opens_its_own_connection_reads_the_versions_and_closes_it() {
+    let ours = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            standard(s, call);
+            Flow::Continue
+        }),
+    );
+    let target = FakeLibvirtd::start(
+        true,
+        handler(|s, call| {
+            if !standard(s, call) && call.header.procedure == 2 {
+                s.daemon.reply(&call.header, &[]);
+            }
+            Flow::Continue
+        }),
+    );
+    let (hv, _rx) = connect(&ours);
+    let before = ours.procedures(0).len();
+    let versions = hv.versions_at(&target.uri()).unwrap();
+    assert_eq!(
+        versions,
+        DaemonVersions {
+            libvirt: "9.0.0".into(),
+            hypervisor: "TEST 0.0.2".into(),
+        }
+    );
+    // Authentication, keepalive support, open; the type and both
+    // versions; close. No event registration, and nothing on ours.
+    assert_eq!(target.procedures(0), [66, 60, 1, 3, 157, 4, 2]);
+    assert_eq!(ours.procedures(0).len(), before);
+    assert!(hv.is_connected());
+}

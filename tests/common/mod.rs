@@ -353,10 +353,7 @@ impl Drop for Launcher {
             // command was `kill`) may still accept and then close: a
             // failed write means nothing is left to stop.
             if let Ok(mut client) = Client::try_connect(&self.ready_socket()) {
-                let sent = client
-                    .writer
-                    .write_all(b"{\"execute\":\"kill\"}\n")
-                    .is_ok();
+                let sent = client.writer.write_all(b"{\"execute\":\"kill\"}\n").is_ok();
                 // No domain to kill: nothing to wait for.
                 let killed = sent
                     && client

@@ -14,8 +14,9 @@
 #                              without a security driver; the daemons' own
 #                              configuration as KubeVirt's image has it)
 #   /var/lib/libvirt, /var/log/libvirt, /var/cache/libvirt -> under RUN/root
-#                              (the cache seeded with the host's QEMU
-#                              capabilities, so the daemon starts warm)
+#                              (empty, as a fresh pod's: its daemon probes
+#                              QEMU; with POD_KVM=1 seeded with the host's
+#                              QEMU capabilities, so the daemon starts warm)
 #   /dev                    -> a small tmpfs without /dev/kvm, as a pod
 #                              without the KVM device plugin (TCG); set
 #                              POD_KVM=1 to keep the real /dev
@@ -44,7 +45,12 @@ if [ "${POD_INNER:-}" != 1 ]; then
             > "$R/etc-libvirt/$daemon.conf"
     done
     : > "$R/etc-libvirt/virtlogd.conf"
-    if [ -d /var/cache/libvirt/qemu/capabilities ] && [ ! -d "$R/var-cache-libvirt/qemu" ]; then
+    # The host's entries were probed with /dev/kvm: a pod without it finds
+    # them stale (their `kvm` flag) and probes anyway, after parsing them
+    # (measured: the same probe time, 3.8 MiB more private dirty memory in
+    # the daemon than an empty cache).
+    if [ "${POD_KVM:-}" = 1 ] && [ -d /var/cache/libvirt/qemu/capabilities ] &&
+        [ ! -d "$R/var-cache-libvirt/qemu" ]; then
         mkdir -p "$R/var-cache-libvirt/qemu"
         cp -a /var/cache/libvirt/qemu/capabilities "$R/var-cache-libvirt/qemu/" 2>/dev/null || true
     fi

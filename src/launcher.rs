@@ -381,17 +381,15 @@ fn run_with_libvirt(
         None => return Ok(ExitCode::Ok),
     };
     let info = hypervisor.info();
+    // The hypervisor's version follows from the manager once the daemon
+    // has answered it (`HypervisorInfo` says why not now); so does the
+    // release of a daemon started pinned (`daemons::capabilities`).
     log::info!(
-        "connected to {} (libvirt {}, {}; {} backend)",
+        "connected to {} (libvirt {}; {} backend)",
         info.uri,
         info.daemon_version,
-        info.hypervisor_version,
         info.backend
     );
-    if let Some(daemons) = &daemons {
-        daemons.release_start_cpu();
-        daemons.keep_capabilities();
-    }
     let loop_running = hypervisor::backend::start_events(&fatal_tx)
         .map_err(|e| Failure::new(ExitCode::Internal, e))?;
 

@@ -26,8 +26,11 @@
 //!    daemon did re-probes everything (one start in two on a 2-core
 //!    host). So the daemon starts on the core the entry was made on
 //!    (`Seeded::start_cpu`) and gets the launcher's CPUs back once it has
-//!    answered the launcher's first call (libvirt checks the entry then,
-//!    after it reported ready).
+//!    answered the launcher's first `virConnectGetVersion` (libvirt checks
+//!    the entry when it first builds its capabilities, after it reported
+//!    ready; the manager reads the version on a worker right after the
+//!    start, see `manager::diagnostics::HypervisorVersion`, and a define
+//!    racing it validates the same entry under the same cache lock).
 //! 3. **A stale entry of the emulator itself.** What libvirt checks first
 //!    (`virQEMUCapsIsValid`): the binary's ctime (`qemuctime`), the module
 //!    directory's mtime (`qemumoddirmtime`) and the kernel

@@ -626,9 +626,10 @@ impl LibvirtDaemons {
         self.virtlogd.release_start_cpu();
     }
 
-    /// Once the daemon answered (it probed QEMU by then): after a cold
-    /// start in session mode, keeps the entry it made in the user's own
-    /// session cache, so that this user's next launcher starts warm. The
+    /// Once the daemon answered `virConnectGetVersion` (it probed QEMU by
+    /// then): after a cold start in session mode, keeps the entry it made
+    /// in the user's own session cache, so that this user's next launcher
+    /// starts warm. The
     /// host's entry cannot serve an unprivileged user (see
     /// `capabilities::seed`).
     pub fn keep_capabilities(&self) {

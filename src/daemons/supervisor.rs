@@ -366,10 +366,11 @@ impl Starting {
             supervisor.stop(Duration::from_secs(5));
             return Err(e.detailed(detail));
         }
-        // The daemon stays on its start CPU until its first client's
-        // connection is served (`Supervisor::release_start_cpu`): libvirt
-        // validates its capabilities entry, CPUID included, on that first
-        // call, not before it reports ready.
+        // The daemon stays on its start CPU until it has answered the
+        // launcher's first `virConnectGetVersion`
+        // (`Supervisor::release_start_cpu`): libvirt validates its
+        // capabilities entry, CPUID included, when that call first builds
+        // its capabilities, not before it reports ready.
         supervisor
             .pinned
             .store(start_cpu.is_some(), Ordering::Release);

@@ -523,7 +523,6 @@ impl Hypervisor for FakeHypervisor {
             backend: "fake",
             library_version: None,
             daemon_version: "0.0.0".into(),
-            hypervisor_version: "FAKE 0.0.0".into(),
         }
     }
 

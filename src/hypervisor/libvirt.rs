@@ -330,16 +330,13 @@ fn read_info(uri: &str, conn: &Connect) -> HvResult<HypervisorInfo> {
     let daemon = conn
         .lib_version()
         .map_err(|e| convert_error("virConnectGetLibVersion", &e))?;
-    let hypervisor = conn
-        .hyp_version()
-        .map_err(|e| convert_error("virConnectGetVersion", &e))?;
+    // Not virConnectGetVersion: see `HypervisorInfo`.
     Ok(HypervisorInfo {
         uri: uri.to_string(),
         driver,
         backend: "virt",
         library_version: Some(dotted_version(library.into())),
         daemon_version: dotted_version(daemon.into()),
-        hypervisor_version: format!("{driver_name} {}", dotted_version(hypervisor.into())),
     })
 }
 

@@ -53,7 +53,12 @@ pub struct DaemonVersions {
     pub hypervisor: String,
 }
 
-/// Facts about the connection, read once when it opens.
+/// Facts about the connection, read once when it opens. Not the
+/// hypervisor's version (`Hypervisor::hypervisor_version`): a QEMU daemon
+/// answers `virConnectGetVersion` only once it has built its capabilities,
+/// probing QEMU when its cache has no valid entry (a second or more), and
+/// the launcher is ready before then, as KubeVirt's is (its daemon probes
+/// at the first define); the manager reads the version on a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HypervisorInfo {
     pub uri: String,
@@ -67,8 +72,6 @@ pub struct HypervisorInfo {
     pub library_version: Option<String>,
     /// The libvirt behind the connection (the daemon's, for remote URIs).
     pub daemon_version: String,
-    /// The hypervisor, e.g. "QEMU 7.2.0".
-    pub hypervisor_version: String,
 }
 
 /// What `virDomainGetGuestInfo` can report.
@@ -459,8 +462,9 @@ pub trait Hypervisor: Send + Sync {
 
     /// The hypervisor's version as the daemon reports it now
     /// (`virConnectGetVersion`: major * 1,000,000 + minor * 1,000 +
-    /// release). Read afresh, not from `info`: the daemon re-probes its
-    /// QEMU binary when the binary changes on disk.
+    /// release). The daemon's first answer waits for its capabilities
+    /// (see `HypervisorInfo`); it re-probes its QEMU binary when the
+    /// binary changes on disk.
     fn hypervisor_version(&self) -> HvResult<u64>;
     /// The libvirt and hypervisor versions of another daemon, the one at
     /// `uri` (a migration target's, reached as the migration reaches it),

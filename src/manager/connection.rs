@@ -115,6 +115,9 @@ impl DomainManager {
             },
         );
         self.refresh_status();
+        // The daemon may be another one now (restarted).
+        self.hypervisor_version.forget();
+        self.read_hypervisor_version();
     }
 
     /// Re-reads the domain's state and its guest agent channel's (at

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::DomainManager;
 use super::errors::hypervisor_error;
-use super::jobs::{JobOutput, Operation};
+use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::JobValue;
 use crate::command::{MAX_DIRTY_RATE_SECONDS, ReplyTo};
 use crate::hypervisor::state::dotted_version;
@@ -25,7 +25,115 @@ const DIRTY_RATE_GRACE: Duration = Duration::from_secs(2);
 /// libvirt's `virDomainDirtyRateStatus`.
 const DIRTY_RATE_MEASURED: i64 = 2;
 
+/// The hypervisor's version as `query-version` and a migration target's
+/// address name it ("QEMU 7.2.22"). Read by a job rather than when the
+/// connection opens (`HypervisorInfo` says why): right after the start, so
+/// that a fresh daemon's probe of QEMU runs while the launcher already
+/// answers, ahead of the first sync's define (which waits for the same
+/// probe), and again after each reconnect (the daemon may be another).
+#[derive(Default)]
+pub(super) struct HypervisorVersion {
+    /// The last version read.
+    read: Option<String>,
+    /// `query-version` replies waiting for the read.
+    waiting: Vec<ReplyTo>,
+    /// The launcher's daemons were given their CPUs back.
+    released: bool,
+}
+
+impl HypervisorVersion {
+    /// The version last read, if one was.
+    pub(super) fn get(&self) -> Option<&str> {
+        self.read.as_deref()
+    }
+
+    /// The connection changed: read it again.
+    pub(super) fn forget(&mut self) {
+        self.read = None;
+    }
+}
+
 impl DomainManager {
+    /// Starts the read of the hypervisor's version, unless it runs.
+    pub(super) fn read_hypervisor_version(&mut self) {
+        if self.jobs.is_running(Operation::ReadHypervisorVersion) {
+            return;
+        }
+        let driver = self.hypervisor.info().driver;
+        // A daemon of the launcher's own that started pinned to the CPU
+        // its copied capabilities entry was made on validates that entry
+        // (CPUID included) when it first builds its capabilities: on this
+        // call, the first that needs them (daemons::capabilities). Once it
+        // has answered (or failed: the pin must not outlive the start) the
+        // daemon gets the launcher's CPUs back, from this worker rather
+        // than the manager's thread.
+        let daemons = if self.hypervisor_version.released {
+            None
+        } else {
+            self.hypervisor_version.released = true;
+            self.daemons.clone()
+        };
+        self.jobs.spawn(
+            Operation::ReadHypervisorVersion,
+            None,
+            self.timing.command,
+            move |hv| {
+                let read = hv.hypervisor_version();
+                if let Some(daemons) = daemons {
+                    daemons.release_start_cpu();
+                    if read.is_ok() {
+                        daemons.keep_capabilities();
+                    }
+                }
+                match read {
+                    Ok(version) => JobOutput {
+                        result: Ok(JobValue::Empty),
+                        observed: Observation::HypervisorVersion(qemu_version(driver, version)),
+                    },
+                    Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
+                }
+            },
+        );
+    }
+
+    pub(super) fn on_hypervisor_version(&mut self, version: String) {
+        if self.hypervisor_version.get() != Some(version.as_str()) {
+            log::info!(
+                "manager: the hypervisor is {version} ({} ms after the start)",
+                self.started.elapsed().as_millis()
+            );
+        }
+        self.hypervisor_version.read = Some(version.clone());
+        for reply in std::mem::take(&mut self.hypervisor_version.waiting) {
+            reply.send(Ok(self.query_version(version.clone()).into()));
+        }
+    }
+
+    pub(super) fn on_hypervisor_version_failed(&mut self, e: &CommandError) {
+        log::warn!("manager: cannot read the hypervisor's version: {}", e.desc);
+        for reply in std::mem::take(&mut self.hypervisor_version.waiting) {
+            reply.send(Err(CommandError {
+                desc: format!("query-version: {}", e.desc),
+                ..e.clone()
+            }));
+        }
+    }
+
+    /// `query-version`: at once once the hypervisor's version is read,
+    /// else when it is (the read runs from the start).
+    pub(super) fn answer_query_version(&mut self, reply: ReplyTo) {
+        match self.hypervisor_version.get() {
+            Some(version) => {
+                let version = version.to_string();
+                reply.send(Ok(self.query_version(version).into()));
+            }
+            None => {
+                self.hypervisor_version.waiting.push(reply);
+                self.read_hypervisor_version();
+            }
+        }
+    }
+
     pub(super) fn query_qemu_version(&mut self, reply: ReplyTo) {
         let driver = self.hypervisor.info().driver;
         self.jobs.spawn(
@@ -91,7 +199,7 @@ impl DomainManager {
 
 /// "QEMU 7.2.22", as KubeVirt's GetQemuVersion writes it (libvirt's test
 /// driver: "TEST 0.0.2").
-fn qemu_version(driver: DriverKind, version: u64) -> String {
+pub(super) fn qemu_version(driver: DriverKind, version: u64) -> String {
     let driver = match driver {
         DriverKind::Qemu => "QEMU",
         DriverKind::Test => "TEST",

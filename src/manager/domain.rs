@@ -127,7 +127,7 @@ impl DomainManager {
     pub(super) fn run_domain_command(&mut self, command: DomainCommand, reply: ReplyTo) {
         let operation = match command {
             DomainCommand::Ping => return reply.send(Ok(Return::new())),
-            DomainCommand::QueryVersion => return reply.send(Ok(self.query_version().into())),
+            DomainCommand::QueryVersion => return self.answer_query_version(reply),
             DomainCommand::QueryStatus => return reply.send(Ok(self.query_status().into())),
             DomainCommand::Sync { vmi, options } => {
                 return self.start_sync(vmi, options.map(|o| *o), reply);
@@ -222,11 +222,12 @@ impl DomainManager {
         }
     }
 
-    fn query_version(&self) -> replies::Version {
+    /// `query-version`'s reply, once the hypervisor's version is read.
+    pub(super) fn query_version(&self, hypervisor: String) -> replies::Version {
         let info = self.hypervisor.info();
         replies::Version {
             backend: info.backend,
-            hypervisor: info.hypervisor_version,
+            hypervisor,
             launcher: env!("CARGO_PKG_VERSION"),
             libvirt: replies::LibvirtVersion {
                 daemon: info.daemon_version,

@@ -270,6 +270,30 @@ pub(super) struct LiveChange {
     progress: Sink<Progress>,
     /// What QEMU allows with vCPUs under emulation.
     tcg: plan::Tcg,
+    /// The daemon's version and driver, when the manager's read of the
+    /// hypervisor's version had not answered (or failed) as the sync
+    /// began: the job reads it (`LiveChange::read_unknown_stack`) before
+    /// it decides `tcg.no_removal`.
+    unread_stack: Option<(String, crate::hypervisor::DriverKind)>,
+}
+
+impl LiveChange {
+    /// Decides whether this stack can take a vCPU away under TCG when the
+    /// manager did not know its hypervisor's version: read on the sync
+    /// job's worker, where the daemon has answered a define already (the
+    /// domain runs), so the read does not wait for its QEMU probe. A read
+    /// that fails leaves the removal refused, naming why; the rest of the
+    /// sync goes on.
+    pub(super) fn read_unknown_stack(&mut self, hv: &dyn Hypervisor) {
+        let Some((daemon_version, driver)) = self.unread_stack.take() else {
+            return;
+        };
+        let hypervisor = match hv.hypervisor_version() {
+            Ok(version) => super::diagnostics::qemu_version(driver, version),
+            Err(e) => format!("a hypervisor whose version cannot be read ({e})"),
+        };
+        self.tcg.no_removal = plan::tcg_vcpu_removal(&daemon_version, &hypervisor);
+    }
 }
 
 /// "arguments.vmi.<path>: <message>" as an InvalidArgument.
@@ -452,10 +476,17 @@ impl DomainManager {
             .collect();
         let info = self.hypervisor.info();
         let driver = info.driver;
+        // Read from the start on; should that read not be in, the job
+        // reads it.
+        let hypervisor = self.hypervisor_version.get();
         let tcg = plan::Tcg {
-            no_removal: plan::tcg_vcpu_removal(&info.daemon_version, &info.hypervisor_version),
+            no_removal: hypervisor
+                .and_then(|version| plan::tcg_vcpu_removal(&info.daemon_version, version)),
             vcpu_threads: self.hotplug.vcpu_threads,
         };
+        let unread_stack = hypervisor
+            .is_none()
+            .then(|| (info.daemon_version.clone(), driver));
         LiveChange {
             vmi_domain: domain.clone(),
             hotplug_dir: self.config.dirs.hotplug_disks.clone(),
@@ -474,6 +505,7 @@ impl DomainManager {
             removals,
             progress: self.hotplug.progress.clone(),
             tcg,
+            unread_stack,
         }
     }
 

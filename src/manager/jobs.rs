@@ -61,6 +61,9 @@ pub enum Operation {
     BackupEnded,
     /// Re-reads the domain's state (at start and after a reconnect).
     StatusRefresh,
+    /// Reads the hypervisor's version (at start and after a reconnect),
+    /// which a fresh daemon answers only once it has probed QEMU.
+    ReadHypervisorVersion,
     /// Takes a new sample of the domain's statistics for the cache.
     StatsRefresh,
     /// Opens a new libvirt connection.
@@ -114,6 +117,7 @@ impl Operation {
             Operation::BackupProgress => "backup-progress",
             Operation::BackupEnded => "backup-ended",
             Operation::StatusRefresh => "status-refresh",
+            Operation::ReadHypervisorVersion => "read-hypervisor-version",
             Operation::StatsRefresh => "stats-refresh",
             Operation::Reconnect => "reconnect",
             Operation::UndefineOnExit => "undefine-on-exit",
@@ -137,6 +141,7 @@ impl Operation {
                 | Operation::QueryStats
                 | Operation::StatsRefresh
                 | Operation::StatusRefresh
+                | Operation::ReadHypervisorVersion
                 | Operation::GuestPing
                 | Operation::GuestExec
                 | Operation::AdoptGuestNics
@@ -182,6 +187,9 @@ pub enum Observation {
     PreparedDisks(PreparedDisks, Option<String>),
     /// A new connection to libvirt is up.
     Connected(ConnectionId),
+    /// The hypervisor's version, as `query-version` names it
+    /// ("QEMU 7.2.22").
+    HypervisorVersion(String),
     /// The domain's state and its guest agent channel's (`None`: not
     /// known), read after a (re)connect.
     Refreshed {

@@ -149,10 +149,26 @@ pub(super) struct MigrationState {
 }
 
 /// This launcher's libvirt daemon and hypervisor, as a target names them.
-fn stack_versions(info: &crate::hypervisor::HypervisorInfo) -> StackVersions {
+fn stack_versions(info: &crate::hypervisor::HypervisorInfo, hypervisor: String) -> StackVersions {
     StackVersions {
         libvirt: info.daemon_version.clone(),
-        hypervisor: info.hypervisor_version.clone(),
+        hypervisor,
+    }
+}
+
+impl DomainManager {
+    /// This launcher's stack for a comparison with a migration target's:
+    /// the hypervisor's version is read from the start on, and the daemon
+    /// answered a define since (the domain runs); should the read have
+    /// failed, only libvirt's versions compare.
+    fn our_stack(&self) -> StackVersions {
+        stack_versions(
+            &self.hypervisor.info(),
+            self.hypervisor_version
+                .get()
+                .unwrap_or("(a hypervisor whose version was not read)")
+                .to_string(),
+        )
     }
 }
 
@@ -331,8 +347,15 @@ impl DomainManager {
         // Unix sockets in this launcher's own directory, as KubeVirt's
         // migration proxy uses: no TCP ports for two daemons to race for.
         let uid_dir = self.config.dirs.private.join(&self.config.uid);
-        let stack = stack_versions(&info);
-        let address = TargetAddress {
+        // The hypervisor's version is read from the start on; should that
+        // read not have answered yet, the job reads it (below).
+        let stack = self
+            .hypervisor_version
+            .get()
+            .map(|version| stack_versions(&info, version.to_string()));
+        let daemon_version = info.daemon_version.clone();
+        let driver = info.driver;
+        let mut address = TargetAddress {
             libvirt_uri: info.uri,
             migration_uri: Some(format!(
                 "unix://{}",
@@ -343,13 +366,27 @@ impl DomainManager {
                 uid_dir.join(MIGRATION_SOCKETS[1]).display()
             )),
             paths: Some(self.launcher_paths()),
-            stack: Some(stack),
+            stack,
         };
         self.jobs.spawn(
             Operation::PrepareMigrationTarget,
             Some(reply),
             self.config.qemu_timeout,
-            move |_hv| {
+            move |hv| {
+                if address.stack.is_none() {
+                    // Only adds to a failed migration's reason: left out
+                    // when the daemon cannot tell.
+                    address.stack = hv
+                        .hypervisor_version()
+                        .map(|version| StackVersions {
+                            libvirt: daemon_version,
+                            hypervisor: super::diagnostics::qemu_version(driver, version),
+                        })
+                        .map_err(|e| {
+                            log::warn!("prepare-migration-target: the address names no hypervisor version: {e}")
+                        })
+                        .ok();
+                }
                 // The incoming guest needs its taps (and DHCP server) here,
                 // as KubeVirt prepares the target pod's network.
                 let mut network = None;
@@ -463,11 +500,12 @@ impl DomainManager {
             )));
         }
         self.jobs.ensure_idle("migrate")?;
+        let ours = self.our_stack();
         let older_target = options
             .target
             .stack
             .as_ref()
-            .and_then(|theirs| StackVersions::older_target(&stack_versions(&info), theirs));
+            .and_then(|theirs| StackVersions::older_target(&ours, theirs));
         if let Some(why) = &older_target {
             log::warn!("migrate: {why}; trying anyway");
         }
@@ -611,7 +649,7 @@ impl DomainManager {
             }
             MigrationUpdate::TargetStack(theirs) => {
                 if self.migration.older_target.is_none() {
-                    let ours = stack_versions(&self.hypervisor.info());
+                    let ours = self.our_stack();
                     self.migration.older_target = StackVersions::older_target(&ours, &theirs);
                 }
             }

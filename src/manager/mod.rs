@@ -187,6 +187,8 @@ pub struct DomainManager {
     domain_cache: domain_cache::DomainCache,
     /// The domain's statistics as `query-stats` last sampled them.
     stats: stats::StatsCache,
+    /// The hypervisor's version, read by a job after the start.
+    hypervisor_version: diagnostics::HypervisorVersion,
     /// What `query-vm-stats` last read of the guest agent and the dirty
     /// rate.
     vm_stats: vm_stats::VmStatsCache,
@@ -253,6 +255,7 @@ impl DomainManager {
             hotplug: hotplug::HotplugState::new(inbox.hotplug_progress()),
             domain_cache: domain_cache::DomainCache::default(),
             stats: stats::StatsCache::default(),
+            hypervisor_version: diagnostics::HypervisorVersion::default(),
             memory_dump,
             backup,
             vm_stats: vm_stats::VmStatsCache::default(),
@@ -273,6 +276,7 @@ impl DomainManager {
     pub fn run(mut self, inbox: Receiver<ManagerInput>) {
         // Adopt a domain that already exists (a restarted launcher).
         self.refresh_status();
+        self.read_hypervisor_version();
         if let Some(resumed) = self.resumed.take() {
             self.resume_after_upgrade(resumed);
         }
@@ -427,6 +431,11 @@ impl DomainManager {
                 }
             }
             Operation::StatsRefresh => self.after_stats_refresh(),
+            Operation::ReadHypervisorVersion => {
+                if let Err(e) = &output.result {
+                    self.on_hypervisor_version_failed(e);
+                }
+            }
             Operation::QueryVmStats => {
                 if let Ok(JobValue::VmStats(read)) = output.result {
                     output.result = Ok(JobValue::Reply(self.vm_stats_reply(*read).into()));
@@ -478,6 +487,7 @@ impl DomainManager {
             }
             Observation::PreparedDisks(prepared, uid) => self.on_target_prepared(prepared, uid),
             Observation::Connected(connection) => self.on_reconnected(connection),
+            Observation::HypervisorVersion(version) => self.on_hypervisor_version(version),
             Observation::Refreshed { status, agent } => self.on_refreshed(status, agent, overtaken),
             Observation::StatsSample { sample, generation } => {
                 self.on_stats_sampled(sample, generation)

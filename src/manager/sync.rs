@@ -551,8 +551,9 @@ fn run_sync(hv: &dyn Hypervisor, mut plan: SyncPlan) -> JobOutput {
     // A domain that ran already gets the VMI's changes live.
     let mut changes = Vec::new();
     if !action.started()
-        && let Some(live) = &plan.live
+        && let Some(live) = &mut plan.live
     {
+        live.read_unknown_stack(hv);
         changes = match steps.time("live_changes", || {
             apply_live(hv, &plan.domain_name, live, plan.network.as_ref())
         }) {

@@ -519,18 +519,13 @@ fn read_info(uri: &str, client: &Client) -> HvResult<HypervisorInfo> {
         &simple(&proc::CONNECT_GET_LIB_VERSION)?,
         |d| d.u64(),
     )?;
-    let hypervisor = decode_reply(
-        proc::CONNECT_GET_VERSION.api,
-        &simple(&proc::CONNECT_GET_VERSION)?,
-        |d| d.u64(),
-    )?;
+    // Not virConnectGetVersion: see `HypervisorInfo`.
     Ok(HypervisorInfo {
         uri: uri.to_string(),
         driver,
         backend: "wire",
         library_version: None,
         daemon_version: dotted_version(daemon),
-        hypervisor_version: format!("{driver_name} {}", dotted_version(hypervisor)),
     })
 }
 

@@ -68,7 +68,6 @@ impl Hypervisor for Scripted {
             backend: "scripted",
             library_version: None,
             daemon_version: "9.0.0".into(),
-            hypervisor_version: "TEST 0.0.0".into(),
         }
     }
     fn domain_status(&self, _: &str) -> HvResult<Option<DomainStatus>> {
@@ -266,6 +265,7 @@ fn job(desired: &str, hotplug_dir: &str, guest_memory: Option<u64>, timeout: Dur
             removals,
             progress: progress_tx.into(),
             tcg: plan::Tcg::default(),
+            unread_stack: None,
         },
         removals: removals_tx,
         progress,
@@ -625,6 +625,27 @@ fn a_vcpu_removal_that_timed_out_is_not_asked_for_again_where_the_stack_cannot()
         err.desc
     );
     assert_eq!(hv.calls(), ["set-vcpus 1"]);
+}
+
+#[test]
+fn a_stack_whose_hypervisor_version_is_unread_is_read_by_the_job_and_a_failed_read_refuses_vcpu_removal()
+ {
+    // The manager's read had not answered: the job reads the version (this
+    // hypervisor cannot tell it), so taking a vCPU away under TCG is
+    // refused, saying why; nothing was changed.
+    let (hv, mut j) = emulated_two_to_one(Duration::from_secs(1), None);
+    j.change.unread_stack = Some(("11.3.0".into(), crate::hypervisor::DriverKind::Qemu));
+    j.change.read_unknown_stack(&hv);
+    assert_eq!(j.change.unread_stack, None);
+    let why = j.change.tcg.no_removal.clone().unwrap();
+    assert!(
+        why.contains("libvirt is 11.3.0 with a hypervisor whose version cannot be read"),
+        "{why}"
+    );
+    let err = apply_live(&hv, "ns_vm", &j.change, None).unwrap_err();
+    assert_eq!(err.class, ErrorClass::InvalidArgument);
+    assert!(err.desc.contains("cannot be read"), "{}", err.desc);
+    assert!(hv.calls().is_empty());
 }
 
 fn synced(action: SyncAction, changes: Vec<Change>) -> Synced {

@@ -10,15 +10,69 @@ use crate::protocol::ErrorClass;
 #[test]
 fn the_qemu_version_is_read_from_the_daemon_with_or_without_a_domain() {
     let h = Harness::with(Setup::default().driver(DriverKind::Qemu));
+    // query-version waits for the read the launcher starts with.
+    assert_eq!(
+        h.ok("query-version", Value::Null)["hypervisor"],
+        "QEMU 7.2.22"
+    );
+    assert_eq!(h.fake.calls("hypervisor_version"), 1);
     assert_eq!(
         Value::Object(h.ok("query-qemu-version", Value::Null)),
         json!({"version": "QEMU 7.2.22"})
     );
-    assert_eq!(h.fake.calls("hypervisor_version"), 1);
+    assert_eq!(h.fake.calls("hypervisor_version"), 2);
     h.fake
         .fail_next("hypervisor_version", HypervisorErrorKind::ConnectionLost);
     let err = h.err("query-qemu-version", Value::Null);
     assert_eq!(class(&err), ErrorClass::Unavailable, "{err}");
+}
+
+#[test]
+fn the_launcher_answers_before_the_daemon_tells_the_hypervisors_version() {
+    // A fresh daemon answers virConnectGetVersion once it has probed QEMU.
+    let (gate_tx, gate_rx) = crossbeam_channel::bounded(1);
+    let h = Harness::with(
+        Setup::default()
+            .driver(DriverKind::Qemu)
+            .before_start(move |fake| {
+                let _ = gate_tx.send(fake.hold("hypervisor_version"));
+            }),
+    );
+    let gate = gate_rx.recv_timeout(super::WAIT).unwrap();
+    h.ok("ping", Value::Null);
+    h.status();
+    let version = h.send_named("query-version");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(version.try_recv().is_err(), "query-version answered early");
+    gate.release();
+    let reply = version.recv_timeout(super::WAIT).unwrap().unwrap();
+    assert_eq!(reply.into_object()["hypervisor"], "QEMU 7.2.22");
+    // Kept: later ones are answered without asking the daemon again.
+    assert_eq!(
+        h.ok("query-version", Value::Null)["hypervisor"],
+        "QEMU 7.2.22"
+    );
+    assert_eq!(h.fake.calls("hypervisor_version"), 1);
+}
+
+#[test]
+fn a_failed_read_of_the_hypervisors_version_is_tried_again_when_asked() {
+    let h = Harness::with(
+        Setup::default()
+            .driver(DriverKind::Qemu)
+            .before_start(|fake| fake.fail_next("hypervisor_version", HypervisorErrorKind::Other)),
+    );
+    // Failed at start (or fails now, if this comes first).
+    let first = h.request("query-version", Value::Null);
+    let reply = match first {
+        Ok(reply) => reply.into_object(),
+        Err(e) => {
+            assert!(e.desc.starts_with("query-version: "), "{e}");
+            h.ok("query-version", Value::Null)
+        }
+    };
+    assert_eq!(reply["hypervisor"], "QEMU 7.2.22");
+    assert_eq!(h.fake.calls("hypervisor_version"), 2);
 }
 
 #[test]

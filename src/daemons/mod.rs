@@ -498,7 +498,7 @@ impl LibvirtDaemons {
     /// virtlogd with the image's own. As root (a root pod) they run in
     /// libvirt's system mode; as any other user (KubeVirt's default
     /// non-root pod) in session mode, on the pod's XDG directories
-    /// ([`pod_session_env`]), with the image's qemu.conf copied where a
+    /// (`pod_session_env`), with the image's qemu.conf copied where a
     /// session daemon reads it, as KubeVirt's launcher does.
     pub fn start_in_pod(
         log_filters: Option<&str>,

@@ -424,6 +424,18 @@ fn compare(want: &Domain, got: &Domain) -> Vec<String> {
     diffs
 }
 
+/// The launcher's `query-status`, and a connection of this process's own
+/// to its libvirt daemon (the URI the status names).
+fn daemon_of(client: &mut Client) -> (Value, Connect) {
+    let status = client.ok("query-status", Value::Null);
+    let uri = status["libvirt"]["uri"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no libvirt.uri: {status}"))
+        .to_string();
+    let conn = Connect::open(Some(&uri)).unwrap_or_else(|e| panic!("open {uri}: {e}"));
+    (status, conn)
+}
+
 /// Defines `xml` (renamed to `name`) with VALIDATE, reads it back inactive,
 /// undefines it, and compares. Err carries libvirt's message or the values
 /// that did not survive.
@@ -478,15 +490,11 @@ fn every_golden_xml_is_accepted_by_the_qemu_driver_and_reads_back() {
     assert!(goldens.len() >= 9, "{goldens:?}");
     let launcher = start_qemu_launcher(TempTree::new("golden-qemu"), "golden", &[]);
     let mut client = launcher.client();
-    let status = client.ok("query-status", Value::Null);
-    let uri = status["libvirt"]["uri"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no libvirt.uri: {status}"))
-        .to_string();
+    let (status, conn) = daemon_of(&mut client);
+    let uri = status["libvirt"]["uri"].as_str().unwrap_or_default();
     assert!(uri.starts_with("qemu"), "{uri}");
     assert_eq!(status["domain"]["defined"], false);
 
-    let conn = Connect::open(Some(&uri)).unwrap_or_else(|e| panic!("open {uri}: {e}"));
     assert_eq!(conn.driver_type().unwrap_or_default(), "QEMU");
     let tag = std::process::id();
     let results: Vec<(String, Result<(), String>)> = goldens
@@ -623,19 +631,9 @@ fn hyperv_flags_of_libvirt_11_are_written_and_taken_by_the_connected_daemon() {
     }
     let launcher = start_qemu_launcher(TempTree::new("hyperv-flags"), "hyperv-flags", &[]);
     let mut client = launcher.client();
-    let status = client.ok("query-status", Value::Null);
-    let uri = status["libvirt"]["uri"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no libvirt.uri: {status}"))
-        .to_string();
-    let conn = Connect::open(Some(&uri)).unwrap_or_else(|e| panic!("open {uri}: {e}"));
+    let (_, conn) = daemon_of(&mut client);
     let daemon = conn.lib_version().expect("virConnectGetLibVersion");
-    let dotted = format!(
-        "{}.{}.{}",
-        daemon / 1_000_000,
-        daemon / 1000 % 1000,
-        daemon % 1000
-    );
+    let dotted = virt_launcher::hypervisor::state::dotted_version(daemon.into());
 
     let mut json = example_json(&Path::new(EXAMPLES_DIR).join("vmi.json"));
     json["spec"]["domain"]["features"] = serde_json::json!({"hyperv": {

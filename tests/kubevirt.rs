@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use common::guest::{BOOT, GuestOptions, REAL_GUEST, STEP, ext4_image, wait_no_qemu};
 use common::kubevirt::{NotifyServer, POD_SHARE_DIR, PodLauncher, pod_vmi, summary};
+use common::unprivileged::TestUser;
 use common::{Need, TempTree, expected_backend, require};
 use virt_launcher::grpc::frame;
 use virt_launcher::grpc::{CallError, Client, Code};
@@ -49,12 +50,42 @@ impl Pod {
     }
 
     fn start_in(tree: TempTree, name: &str, uid: &str, vmi: &Value) -> Pod {
+        Pod::start_in_as(None, tree, name, uid, vmi)
+    }
+
+    /// As [`Pod::start_in`]; with `user`, a non-root pod run as that user
+    /// (run-in-pod.sh's `POD_USER`) with virt-controller's
+    /// `--run-as-nonroot`.
+    fn start_in_as(
+        user: Option<&TestUser>,
+        tree: TempTree,
+        name: &str,
+        uid: &str,
+        vmi: &Value,
+    ) -> Pod {
         // virt-handler's store holds the VMI: it records Kubernetes events
         // only on a VMI it knows.
         let vmi_file = tree.path("vmi.json");
         fs::write(&vmi_file, vmi.to_string()).unwrap();
-        let notify = NotifyServer::start(&PodLauncher::share_dir_of(&tree), Some(&vmi_file));
-        let mut launcher = PodLauncher::start(tree, name, uid, GRACE);
+        let share = PodLauncher::share_dir_of(&tree);
+        fs::create_dir_all(&share).unwrap();
+        let notify = NotifyServer::start(&share, Some(&vmi_file));
+        let mut launcher = match user {
+            None => PodLauncher::start(tree, name, uid, GRACE),
+            Some(user) => {
+                open_to_the_pod_user(&tree, &share);
+                let pod_user = format!("{}:{}", user.uid, user.gid);
+                PodLauncher::start_with_args(
+                    tree,
+                    name,
+                    uid,
+                    GRACE,
+                    None,
+                    &[("POD_USER", pod_user.as_str())],
+                    &["--run-as-nonroot"],
+                )
+            }
+        };
         launcher.wait_ready(STEP);
         let vmi = vmi_file.to_string_lossy().into_owned();
         let domain = launcher.domain_name();
@@ -1215,56 +1246,11 @@ fn a_non_root_pod_starts_session_daemons_and_runs_its_guest_as_its_user() {
     }
     const UID: &str = "6f1c2a8e-1d4b-4c55-9b7e-000000000009";
     let name = "kvnonroot";
-    let user = common::unprivileged::TestUser::create("kvnr");
-    let tree = TempTree::new("kv-nonroot");
-    // The user reaches its pod's tree (run-in-pod.sh gives it the pod's
-    // root, `POD_USER`).
-    {
-        use std::os::unix::fs::PermissionsExt;
-        fs::set_permissions(&tree.root, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let vmi_file = tree.path("vmi.json");
+    let user = TestUser::create("kvnr");
     let mut opts = GuestOptions::new(name);
     opts.grace_seconds = Some(GRACE);
-    fs::write(&vmi_file, pod_vmi(&opts, UID).to_string()).unwrap();
-    let share = PodLauncher::share_dir_of(&tree);
-    fs::create_dir_all(&share).unwrap();
-    let notify = NotifyServer::start(&share, Some(&vmi_file));
-    // virt-handler's notify socket is the pod user's to dial (in a
-    // cluster the handler makes it so).
-    let pipe = share.join("domain-notify-pipe.sock");
-    let deadline = Instant::now() + STEP;
-    let real = loop {
-        match fs::canonicalize(&pipe) {
-            Ok(real) => break real,
-            Err(e) => assert!(Instant::now() < deadline, "{}: {e}", pipe.display()),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let opened = std::process::Command::new("chmod")
-        .args(["-R", "a+rwX"])
-        .arg(real.parent().unwrap())
-        .status()
-        .unwrap();
-    assert!(opened.success());
-    let pod_user = format!("{}:{}", user.uid, user.gid);
-    let mut launcher = PodLauncher::start_with_args(
-        tree,
-        name,
-        UID,
-        GRACE,
-        None,
-        &[("POD_USER", pod_user.as_str())],
-        &["--run-as-nonroot"],
-    );
-    launcher.wait_ready(STEP);
-    let domain = launcher.domain_name();
-    let mut pod = Pod {
-        launcher,
-        notify,
-        vmi: vmi_file.to_string_lossy().into_owned(),
-        domain,
-    };
+    let tree = TempTree::new("kv-nonroot");
+    let mut pod = Pod::start_in_as(Some(&user), tree, name, UID, &pod_vmi(&opts, UID));
     pod.sync_to_running(UID);
     pod.wait_agent(BOOT);
     assert_eq!(pod.state().0, "Running");
@@ -1295,4 +1281,27 @@ fn a_non_root_pod_starts_session_daemons_and_runs_its_guest_as_its_user() {
         .wait_domain(STEP, "MODIFIED", "Shutoff", Some("Destroyed"));
     pod.delete_and_exit();
     wait_no_qemu(&pod.domain, STEP);
+}
+
+/// What a non-root pod's user must reach, as a cluster gives it: the pod's
+/// tree (run-in-pod.sh gives it the pod's root) and virt-handler's notify
+/// socket (the handler makes it the pod's).
+fn open_to_the_pod_user(tree: &TempTree, share: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(&tree.root, fs::Permissions::from_mode(0o755)).unwrap();
+    let pipe = share.join("domain-notify-pipe.sock");
+    let deadline = Instant::now() + STEP;
+    let real = loop {
+        match fs::canonicalize(&pipe) {
+            Ok(real) => break real,
+            Err(e) => assert!(Instant::now() < deadline, "{}: {e}", pipe.display()),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let opened = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(real.parent().unwrap())
+        .status()
+        .unwrap();
+    assert!(opened.success());
 }

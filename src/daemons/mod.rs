@@ -753,14 +753,6 @@ impl LibvirtDaemons {
     }
 }
 
-/// libvirt's own passt backend (libvirt 9.2 and newer) starts passt as
-/// the QEMU user, root here; passt then drops to user nobody by itself, and
-/// Debian 12's passt (2023-03-09) writes its PID file only after that, in
-/// libvirt's `/run/libvirt/qemu/passt`, root's and 0755 as libvirt makes
-/// it: the start fails ("PID file open: Permission denied"). Made here
-/// before the daemon starts, any user may create files in it (sticky, not
-/// listed); only this launcher's daemons see it, and libvirt before 9.2
-/// leaves it unused.
 /// The XDG directories of a non-root pod's session daemons: the pod's own
 /// when its environment sets them (virt-controller does for a non-root
 /// pod), else those KubeVirt's pod sets: the runtime directory /var/run
@@ -807,6 +799,14 @@ fn copy_image_qemu_conf(dir: &Path) -> Result<(), DaemonError> {
     }
 }
 
+/// libvirt's own passt backend (libvirt 9.2 and newer) starts passt as
+/// the QEMU user, root here; passt then drops to user nobody by itself, and
+/// Debian 12's passt (2023-03-09) writes its PID file only after that, in
+/// libvirt's `/run/libvirt/qemu/passt`, root's and 0755 as libvirt makes
+/// it: the start fails ("PID file open: Permission denied"). Made here
+/// before the daemon starts, any user may create files in it (sticky, not
+/// listed); only this launcher's daemons see it, and libvirt before 9.2
+/// leaves it unused.
 fn open_passt_dir(dir: &Path) {
     let made = fs::create_dir_all(dir)
         .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(0o1733)));

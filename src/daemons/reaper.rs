@@ -53,7 +53,7 @@ fn run(program: OsString, args: Vec<OsString>) -> i32 {
     }
     // Handled from before the daemon starts, so that none is lost; the
     // iterator's thread passes each on once the daemon runs.
-    let signals = match signal_hook::iterator::Signals::new(PASSED_ON) {
+    let mut signals = match signal_hook::iterator::Signals::new(PASSED_ON) {
         Ok(signals) => signals,
         Err(e) => {
             eprintln!("{MODE}: cannot handle signals: {e}");
@@ -73,7 +73,6 @@ fn run(program: OsString, args: Vec<OsString>) -> i32 {
             return 127;
         }
     };
-    let mut signals = signals;
     let _ = std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {

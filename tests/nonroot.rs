@@ -773,6 +773,19 @@ fn without_spawn_libvirt_a_nonroot_launcher_uses_the_users_session_daemon() {
     assert_eq!(status["libvirt"]["connected"], true, "{status}");
     launcher.signal("TERM");
     assert_eq!(launcher.wait_exit(STEP), 0);
+    // The launcher is ready before the daemon's first QEMU probe ends, and
+    // a probe QEMU whose daemon is killed under it waits forever on its
+    // monitor. This launcher starts no guest, so any QEMU of the user is
+    // the daemon's probe: the daemon is stopped only once it has ended.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while user
+        .live_processes()
+        .iter()
+        .any(|p| p.comm.starts_with("qemu-system"))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let _ = daemon.kill();
     let _ = daemon.wait();
 }

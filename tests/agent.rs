@@ -337,20 +337,23 @@ fn unpause_sets_the_guest_clock_from_the_host() {
     }
     // The premise, and that the clock was set, not just running: the
     // guest's uptime went on from where the pause left it, and its wall
-    // clock was moved forward past its uptime by at least the pause (plus
-    // what an emulated guest's clock lags behind on a loaded host), at
-    // most the time since the first reading plus the lag it had then
-    // (setting it from the host takes that away too). Whole seconds: 1 s
-    // either way.
+    // clock was moved forward past its uptime by the pause, give or take
+    // the skew it had before (setting it from the host takes that away
+    // too: a guest behind the host moves further, one ahead less), and at
+    // most the time since the first reading plus that lag. busybox's date
+    // has whole seconds, and the skew and both offsets are read with it: a
+    // second for each reading. (Had the clock not been set, it would not
+    // have moved against the uptime at all.)
     let moved = clock_offset(&mut g.client) - offset_before;
     let since = read_before.elapsed().as_secs_f64();
+    let ahead_before = skew_before.max(0.0);
     assert!(
-        moved >= pause - 1.0,
-        "the guest's wall clock moved {moved:.1} s against its uptime: it did not stand still for the {pause} s of the pause, or was not set"
+        moved >= pause - ahead_before - 3.0,
+        "the guest's wall clock moved {moved:.1} s against its uptime (its skew before: {skew_before:.1} s): it did not stand still for the {pause} s of the pause, or was not set"
     );
     let lag_before = (-skew_before).max(0.0);
     assert!(
-        moved <= since + lag_before + 1.0,
+        moved <= since + lag_before + 2.0,
         "the guest's wall clock moved {moved:.1} s against its uptime in {since:.1} s (it lagged the host by {lag_before:.1} s before)"
     );
     assert!(

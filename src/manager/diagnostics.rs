@@ -13,7 +13,7 @@ use super::jobs::{JobOutput, Observation, Operation};
 use super::reply::JobValue;
 use crate::command::{MAX_DIRTY_RATE_SECONDS, ReplyTo};
 use crate::hypervisor::state::dotted_version;
-use crate::hypervisor::{DriverKind, Hypervisor, Stat};
+use crate::hypervisor::{DriverKind, HvResult, Hypervisor, Stat};
 use crate::protocol::{CommandError, ErrorClass};
 use crate::replies;
 
@@ -78,7 +78,7 @@ impl DomainManager {
             None,
             self.timing.command,
             move |hv| {
-                let read = hv.hypervisor_version();
+                let read = read_hypervisor(hv, driver);
                 if let Some(daemons) = daemons {
                     daemons.release_start_cpu();
                     if read.is_ok() {
@@ -88,7 +88,7 @@ impl DomainManager {
                 match read {
                     Ok(version) => JobOutput {
                         result: Ok(JobValue::Empty),
-                        observed: Observation::HypervisorVersion(qemu_version(driver, version)),
+                        observed: Observation::HypervisorVersion(version),
                     },
                     Err(e) => JobOutput::reply(Err(hypervisor_error(&e))),
                 }
@@ -142,15 +142,8 @@ impl DomainManager {
             self.timing.command,
             move |hv| {
                 JobOutput::reply(
-                    hv.hypervisor_version()
-                        .map(|version| {
-                            JobValue::Reply(
-                                replies::QemuVersion {
-                                    version: qemu_version(driver, version),
-                                }
-                                .into(),
-                            )
-                        })
+                    read_hypervisor(hv, driver)
+                        .map(|version| JobValue::Reply(replies::QemuVersion { version }.into()))
                         .map_err(|e| hypervisor_error(&e)),
                 )
             },
@@ -197,9 +190,17 @@ impl DomainManager {
     }
 }
 
+/// Asks the daemon for its hypervisor's version (`virConnectGetVersion`),
+/// named as `query-version`, GetQemuVersion and a migration target's
+/// address name it: "QEMU 7.2.22".
+pub(super) fn read_hypervisor(hv: &dyn Hypervisor, driver: DriverKind) -> HvResult<String> {
+    hv.hypervisor_version()
+        .map(|version| qemu_version(driver, version))
+}
+
 /// "QEMU 7.2.22", as KubeVirt's GetQemuVersion writes it (libvirt's test
 /// driver: "TEST 0.0.2").
-pub(super) fn qemu_version(driver: DriverKind, version: u64) -> String {
+fn qemu_version(driver: DriverKind, version: u64) -> String {
     let driver = match driver {
         DriverKind::Qemu => "QEMU",
         DriverKind::Test => "TEST",

@@ -288,10 +288,8 @@ impl LiveChange {
         let Some((daemon_version, driver)) = self.unread_stack.take() else {
             return;
         };
-        let hypervisor = match hv.hypervisor_version() {
-            Ok(version) => super::diagnostics::qemu_version(driver, version),
-            Err(e) => format!("a hypervisor whose version cannot be read ({e})"),
-        };
+        let hypervisor = super::diagnostics::read_hypervisor(hv, driver)
+            .unwrap_or_else(|e| format!("a hypervisor whose version cannot be read ({e})"));
         self.tcg.no_removal = plan::tcg_vcpu_removal(&daemon_version, &hypervisor);
     }
 }

@@ -353,8 +353,7 @@ impl DomainManager {
             .hypervisor_version
             .get()
             .map(|version| stack_versions(&info, version.to_string()));
-        let daemon_version = info.daemon_version.clone();
-        let driver = info.driver;
+        let ours = info.clone();
         let mut address = TargetAddress {
             libvirt_uri: info.uri,
             migration_uri: Some(format!(
@@ -376,12 +375,8 @@ impl DomainManager {
                 if address.stack.is_none() {
                     // Only adds to a failed migration's reason: left out
                     // when the daemon cannot tell.
-                    address.stack = hv
-                        .hypervisor_version()
-                        .map(|version| StackVersions {
-                            libvirt: daemon_version,
-                            hypervisor: super::diagnostics::qemu_version(driver, version),
-                        })
+                    address.stack = super::diagnostics::read_hypervisor(hv, ours.driver)
+                        .map(|hypervisor| stack_versions(&ours, hypervisor))
                         .map_err(|e| {
                             log::warn!("prepare-migration-target: the address names no hypervisor version: {e}")
                         })

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use common::guest::{BOOT, GuestOptions, REAL_GUEST, STEP, ext4_image, wait_no_qemu};
 use common::kubevirt::{NotifyServer, POD_SHARE_DIR, PodLauncher, pod_vmi, summary};
-use common::unprivileged::TestUser;
+use common::unprivileged::{TestUser, process_uid};
 use common::{Need, TempTree, expected_backend, require};
 use virt_launcher::grpc::frame;
 use virt_launcher::grpc::{CallError, Client, Code};
@@ -1257,13 +1257,7 @@ fn a_non_root_pod_starts_session_daemons_and_runs_its_guest_as_its_user() {
     // QEMU and the daemons run as the pod's user.
     let qemu = common::guest::qemu_pids(&pod.domain);
     assert_eq!(qemu.len(), 1, "{qemu:?}");
-    let status = fs::read_to_string(format!("/proc/{}/status", qemu[0])).unwrap();
-    let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
-    assert_eq!(
-        uid_line.split_whitespace().nth(1),
-        Some(user.uid.to_string().as_str()),
-        "{uid_line}"
-    );
+    assert_eq!(process_uid(qemu[0]), Some(user.uid), "QEMU {}", qemu[0]);
     // Its session daemon answers virt-handler's calls on the guest.
     let (code, out) = pod.launcher.kv(&[
         "exec",

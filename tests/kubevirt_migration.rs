@@ -433,7 +433,8 @@ fn local_disks_move_from_this_launcher_into_kubevirts() {
     let vmi = mixed_vmi("kvmixdisk", true);
     let (mut pod, state, here) =
         mixed_fleet("kvm-mixdisk", "kvmixdisk", &vmi, &[Ours, Go], (a, b), &logs);
-    if go_pods_libvirt().0 >= DETECT_ZEROES {
+    let (version, dotted) = go_pods_libvirt();
+    if version >= DETECT_ZEROES {
         end_guest(pod);
         return;
     }
@@ -449,7 +450,7 @@ fn local_disks_move_from_this_launcher_into_kubevirts() {
         Stop::FailsOnItsOwn,
         &state,
     );
-    refused_for_detect_zeroes(&ended, &go_pods_libvirt().1);
+    refused_for_detect_zeroes(&ended, &dotted);
     end_guest(pod);
 }
 
